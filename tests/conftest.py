@@ -1,0 +1,41 @@
+"""Shared test fixtures: paths to the golden cuDNN data and the committed fixture files."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "fixtures"
+
+
+def golden_dir() -> Path:
+    """``shared/cudnn-golden``: beside the checkout (../shared), or inside it (device runs)."""
+    env = os.environ.get("GRUCONV_GOLDEN_DIR")
+    for cand in ([Path(env)] if env else []) + [ROOT.parent / "shared" / "cudnn-golden",
+                                                  ROOT / "shared" / "cudnn-golden",
+                                                  ROOT / ".golden"]:
+        if cand.is_dir() and any(cand.glob("*.npz")):
+            return cand
+    raise RuntimeError("shared/cudnn-golden not found: set GRUCONV_GOLDEN_DIR")
+
+
+GOLDEN_FILES = sorted(p.name for p in golden_dir().glob("*.npz"))
+
+
+def load_golden(name: str) -> dict:
+    with np.load(golden_dir() / name) as d:
+        out = {k: d[k] for k in d.files}
+    out["config"] = json.loads(str(out["config"]))
+    return out
+
+
+@pytest.fixture(params=GOLDEN_FILES)
+def golden(request) -> dict:
+    g = load_golden(request.param)
+    g["file"] = request.param
+    return g
