@@ -1,0 +1,133 @@
+"""Keras weight orientations of a GRU, and the one gate reorder between Keras and cuDNN.
+
+Two Keras storage formats meet the canonical model (:mod:`gruconv.canonical`,
+cuDNN gate order r, z, h; matrices ``(units, in)``):
+
+``CuDNNGRU`` (Keras 2.0.9–2.3.1, tf.keras 1.x/2.x, tf_keras)
+    ``kernel (I, 3H)``, ``recurrent_kernel (H, 3H)``, ``bias (6H,)``; column
+    blocks in Keras gate order z, r, h; bias = input-side z, r, h then
+    recurrent-side z, r, h.  To run, the layer hands each gate's column block
+    to cuDNN *flattened as stored, without a transpose* (tf_keras
+    ``src/layers/rnn/cudnn_gru.py`` ``_process_batch`` calls
+    ``gru_lstm_utils.canonical_to_params`` with ``transpose_weights=False``),
+    and cuDNN reads that buffer as a row-major ``[H, in]`` matrix.  So the
+    cuDNN matrix of gate g is ``kernel_block.reshape(H, I)`` — a memory
+    reinterpretation, not ``kernel_block.T`` (they differ unless I == H and
+    the block is symmetric).  Keras 2's own converter agrees
+    (``keras/engine/saving.py`` ``_convert_rnn_weights``:
+    ``kernel.T.reshape(kernel.shape, order='F')`` for input kernels).
+
+``GRU(reset_after=True)`` (Keras 2.3+, Keras 3)
+    ``kernel (I, 3H)`` and ``recurrent_kernel (H, 3H)`` map row vectors
+    (``x @ kernel``), so each gate block is the canonical matrix transposed;
+    ``bias (2, 3H)`` = [input-side z, r, h; recurrent-side z, r, h].
+
+The gate reorder lives here alone: :data:`CUDNN_TO_KERAS`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .canonical import GateParams
+from .errors import InputError
+
+#: Keras gate block k holds cuDNN gate CUDNN_TO_KERAS[k]: Keras (z, r, h) = cuDNN (1, 0, 2).
+#: The permutation is its own inverse, so it also maps cuDNN order to Keras order.
+CUDNN_TO_KERAS = (1, 0, 2)
+
+
+def _blocks(a: np.ndarray, axis: int) -> list:
+    """Split a Keras ``(..., 3H)`` tensor into its three gate blocks, in cuDNN order."""
+    parts = np.split(np.asarray(a), 3, axis=axis)
+    return [parts[k] for k in CUDNN_TO_KERAS]
+
+
+def _check(name: str, arr, expected: tuple, where: str) -> np.ndarray:
+    arr = np.asarray(arr)
+    if tuple(arr.shape) != tuple(expected):
+        raise InputError(f"{where}: {name} has shape {tuple(arr.shape)}, expected {tuple(expected)}")
+    return arr
+
+
+def from_cudnngru(kernel, recurrent_kernel, bias, *, where: str = "CuDNNGRU") -> GateParams:
+    """Canonical params from a ``CuDNNGRU`` layer's stored (kernel, recurrent_kernel, bias)."""
+    kernel = np.asarray(kernel)
+    if kernel.ndim != 2 or kernel.shape[1] % 3:
+        raise InputError(f"{where}: kernel has shape {kernel.shape}, expected (input_size, 3*units)")
+    I, H = kernel.shape[0], kernel.shape[1] // 3
+    recurrent_kernel = _check("recurrent_kernel", recurrent_kernel, (H, 3 * H), where)
+    bias = _check("bias", bias, (6 * H,), where)
+    b = bias.reshape(2, 3 * H)
+    return GateParams(
+        input_weights=np.stack([blk.reshape(H, I) for blk in _blocks(kernel, 1)]),
+        recurrent_weights=np.stack([blk.reshape(H, H) for blk in _blocks(recurrent_kernel, 1)]),
+        input_bias=np.stack(_blocks(b[0], 0)),
+        recurrent_bias=np.stack(_blocks(b[1], 0)),
+    )
+
+
+def to_cudnngru(p: GateParams) -> tuple:
+    """Inverse of :func:`from_cudnngru` (used to build CuDNNGRU fixtures and planted errors)."""
+    H = p.recurrent_weights.shape[1]
+    if p.input_weights is None:
+        raise InputError("CuDNNGRU has no skip-input mode")
+    I = p.input_weights.shape[2]
+    kernel = np.concatenate([p.input_weights[g].reshape(I, H) for g in CUDNN_TO_KERAS], axis=1)
+    rkernel = np.concatenate([p.recurrent_weights[g].reshape(H, H) for g in CUDNN_TO_KERAS], axis=1)
+    bias = np.concatenate([p.input_bias[g] for g in CUDNN_TO_KERAS] +
+                          [p.recurrent_bias[g] for g in CUDNN_TO_KERAS])
+    return kernel, rkernel, bias
+
+
+def to_keras_gru(p: GateParams, input_size: int | None = None) -> list:
+    """``[kernel (I, 3H), recurrent_kernel (H, 3H), bias (2, 3H)]`` for ``GRU(reset_after=True)``.
+
+    A skip-input pseudo-layer (no input matrices) gets identity input blocks:
+    cuDNN adds the input as is (``CUDNN_SKIP_INPUT``), which an identity
+    kernel reproduces exactly.
+    """
+    H = p.recurrent_weights.shape[1]
+    dtype = p.recurrent_weights.dtype
+    if p.input_weights is None:
+        eye = np.eye(input_size or H, H, dtype=dtype)
+        kernel = np.concatenate([eye] * 3, axis=1)
+    else:
+        kernel = np.concatenate([p.input_weights[g].T for g in CUDNN_TO_KERAS], axis=1)
+    rkernel = np.concatenate([p.recurrent_weights[g].T for g in CUDNN_TO_KERAS], axis=1)
+    bias = np.stack([
+        np.concatenate([p.input_bias[g] for g in CUDNN_TO_KERAS]),
+        np.concatenate([p.recurrent_bias[g] for g in CUDNN_TO_KERAS]),
+    ])
+    return [np.ascontiguousarray(kernel), np.ascontiguousarray(rkernel), bias]
+
+
+def from_keras_gru(kernel, recurrent_kernel, bias, *, where: str = "GRU") -> GateParams:
+    """Canonical params from a ``GRU(reset_after=True)`` layer's weights (for verify)."""
+    kernel = np.asarray(kernel)
+    if kernel.ndim != 2 or kernel.shape[1] % 3:
+        raise InputError(f"{where}: kernel has shape {kernel.shape}, expected (input_size, 3*units)")
+    H = kernel.shape[1] // 3
+    recurrent_kernel = _check("recurrent_kernel", recurrent_kernel, (H, 3 * H), where)
+    bias = _check("bias", bias, (2, 3 * H), where)
+    return GateParams(
+        input_weights=np.stack([blk.T for blk in _blocks(kernel, 1)]),
+        recurrent_weights=np.stack([blk.T for blk in _blocks(recurrent_kernel, 1)]),
+        input_bias=np.stack(_blocks(bias[0], 0)),
+        recurrent_bias=np.stack(_blocks(bias[1], 0)),
+    )
+
+
+#: GRU settings that make a Keras GRU compute cuDNN's function (and keep its
+#: cuDNN fast path on a GPU).  Always written explicitly: GRU defaults changed
+#: across versions (``hard_sigmoid`` in Keras 2.0–2.2, ``reset_after=False``
+#: until 2.3), and Keras 2's converter never checked ``recurrent_activation``.
+CUDNN_COMPATIBLE_GRU = {
+    "activation": "tanh",
+    "recurrent_activation": "sigmoid",
+    "use_bias": True,
+    "reset_after": True,
+    "dropout": 0.0,
+    "recurrent_dropout": 0.0,
+    "unroll": False,
+}
