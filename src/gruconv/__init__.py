@@ -1,0 +1,8 @@
+"""gruconv: cuDNN-only GRU models (TF1 cudnn_rnn checkpoints, Keras CuDNNGRU HDF5) to Keras 3.
+
+The Python API mirrors the CLI: :func:`gruconv.api.inspect`,
+:func:`gruconv.api.convert`, :func:`gruconv.verify.verify`.
+Importing this package imports neither TensorFlow nor Keras.
+"""
+
+__version__ = "0.1.0"

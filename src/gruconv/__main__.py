@@ -1,0 +1,3 @@
+from gruconv.cli import run
+
+run()

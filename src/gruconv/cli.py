@@ -1,0 +1,139 @@
+"""The ``gruconv`` command: parse options, call :mod:`gruconv.api`, print, map errors to exit codes.
+
+Exit codes (one place: :class:`_Group`): 0 ok, 1 verification outside
+tolerance, 2 usage error, 3 input that cannot be read or converted.
+No logic lives here; no TensorFlow/Keras is imported at module level.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from . import __version__
+from .errors import GruconvError
+
+
+class _Group(click.Group):
+    """Turns every :class:`GruconvError` into one line on stderr and its exit code."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except GruconvError as e:
+            click.echo(f"gruconv: error: {e}", err=True)
+            ctx.exit(e.exit_code)
+
+
+def _warn(messages) -> None:
+    for m in messages:
+        click.echo(f"gruconv: warning: {m}", err=True)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="gruconv")
+def main():
+    """Convert cuDNN-only GRU models into portable Keras 3 models, and prove the numbers match.
+
+    Reads legacy Keras HDF5 files with CuDNNGRU layers and TensorFlow 1.x
+    tf.contrib.cudnn_rnn checkpoints (format detected from content).
+
+    \b
+    Examples:
+      gruconv inspect model.h5
+      gruconv convert model.h5 model.keras
+      gruconv verify model.h5 model.keras --tolerance 1e-5
+    """
+
+
+_hint_options = [
+    click.option("--num-units", type=click.IntRange(1), help="TF1 opaque buffer: units per layer."),
+    click.option("--input-size", type=click.IntRange(1), help="TF1 opaque buffer: input width."),
+    click.option("--num-layers", type=click.IntRange(1), help="TF1 opaque buffer: layer count."),
+    click.option("--direction", type=click.Choice(["uni", "bi"]), help="TF1 opaque buffer: directions."),
+    click.option("--input-mode", type=click.Choice(["linear", "skip"]), help="TF1 opaque buffer: input mode."),
+    click.option("--variable", help="TF1: the checkpoint key of an opaque buffer to use."),
+    click.option("--rnn", "rnn", help="TF1: convert only the stack with this scope."),
+    click.option("--prefer", type=click.Choice(["canonical", "opaque"]),
+                 help="TF1: which stored form defines the weights (default: canonical when present)."),
+]
+
+
+def hint_options(f):
+    for opt in reversed(_hint_options):
+        f = opt(f)
+    return f
+
+
+def _hints(kw: dict) -> dict:
+    hints = {k: kw.pop(k) for k in ("num_units", "input_size", "num_layers", "direction", "input_mode",
+                                    "variable") if k in kw}
+    return {k: v for k, v in hints.items() if v is not None}
+
+
+@main.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON document instead of a table.")
+@click.option("--config", type=click.Path(path_type=Path), help="Architecture JSON for a weights-only file.")
+@hint_options
+def inspect(path, as_json, config, rnn, prefer, **kw):
+    """List every cuDNN GRU in PATH and what `convert` will make of it.
+
+    Never imports TensorFlow or Keras; reads headers and the GRU weights only.
+
+    \b
+    Example:
+      gruconv inspect fixtures/keras/sequential.h5 --json
+    """
+    from . import api, report
+
+    info = api.inspect(path, config=config, hints=_hints(kw), rnn=rnn, prefer=prefer)
+    click.echo(json.dumps(info, indent=2) if as_json else report.inspect_text(info))
+
+
+@main.command()
+@click.argument("input", type=click.Path(path_type=Path))
+@click.argument("output", type=click.Path(path_type=Path))
+@click.option("--force", is_flag=True, help="Overwrite OUTPUT; also write a model with nothing to convert.")
+@click.option("--format", "fmt", type=click.Choice(["keras", "h5-weights"]),
+              help="Output format (default: from OUTPUT's extension, .keras or .h5).")
+@click.option("--config", type=click.Path(path_type=Path),
+              help="Architecture JSON (model.to_json()) to turn a weights-only file into a .keras model.")
+@click.option("--allow-unsafe-lambda", is_flag=True,
+              help="Carry Lambda layers through (never executed by gruconv; Keras loads them only unsafely).")
+@click.option("--initial-state", is_flag=True, help="TF1: add initial-state inputs, one per layer and direction.")
+@click.option("--return-state", is_flag=True, help="TF1: add final-state outputs, in cuDNN order.")
+@click.option("--verify", is_flag=True, help="Check numerical parity after converting (see `gruconv verify`).")
+@click.option("--tolerance", type=float, default=1e-5, show_default=True, help="Parity tolerance for --verify.")
+@hint_options
+def convert(input, output, force, fmt, config, allow_unsafe_lambda, initial_state, return_state, verify,
+            tolerance, rnn, prefer, **kw):
+    """Convert INPUT (Keras CuDNNGRU HDF5 or TF1 cudnn_rnn checkpoint) into OUTPUT.
+
+    OUTPUT is a Keras 3 .keras model, or for a weights-only HDF5 input a .h5
+    weights file that Keras 3 `model.load_weights()` accepts for the same
+    architecture with GRU in place of CuDNNGRU. Written atomically; an
+    existing OUTPUT is refused without --force.
+
+    \b
+    Examples:
+      gruconv convert model.h5 model.keras
+      gruconv convert ckpt_dir/ model.keras --rnn encoder/cudnn_gru
+    """
+    from . import api, report
+
+    result = api.convert(input, output, force=force, format=fmt, config=config,
+                         allow_unsafe_lambda=allow_unsafe_lambda, verify=verify, tolerance=tolerance,
+                         hints=_hints(kw), rnn=rnn, prefer=prefer, initial_state=initial_state,
+                         return_state=return_state)
+    _warn(result.warnings)
+    click.echo(report.convert_text(result))
+    if result.verification is not None and not result.verification["passed"]:
+        sys.exit(1)
+
+
+def run():  # pragma: no cover - console entry point for `python -m gruconv`
+    main(prog_name="gruconv")

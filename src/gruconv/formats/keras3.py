@@ -1,0 +1,140 @@
+"""Keras 3 ``.keras`` output: from a converted legacy HDF5 file, or built from GRU stacks.
+
+A ``.keras`` file is a zip of ``config.json``, ``metadata.json`` and
+``model.weights.h5`` (``keras/src/saving/saving_lib.py``); gruconv lets Keras
+3 write it, so the file is exactly what ``keras.saving.load_model`` expects
+on every backend, with no custom objects.
+
+Two routes in:
+
+* Keras HDF5 input: :func:`gruconv.formats.keras_h5.write` first writes a
+  legacy file with GRUs; Keras 3's own legacy loader then builds the model
+  (so every non-GRU layer is rebuilt by Keras itself) and ``Model.save``
+  writes the ``.keras`` file.
+* GRU stacks (TF1 checkpoints): :func:`build_stack_model` builds stacked
+  ``GRU`` / ``Bidirectional(GRU, merge_mode="concat")`` layers.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from pathlib import Path
+from typing import Optional
+
+from .._lazy import keras as _keras
+from ..canonical import GRUStack
+from ..errors import InputError, UnsupportedError
+from ..keras_layout import CUDNN_COMPATIBLE_GRU, to_keras_gru
+
+FORMAT = "keras"
+
+
+def load_legacy(h5_path: Path, *, compile: bool):
+    """Build a Keras 3 model from a (converted) legacy HDF5 file, never executing model code."""
+    keras = _keras()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return keras.saving.load_model(str(h5_path), compile=compile, safe_mode=True)
+    except Exception as e:  # Keras raises ValueError/TypeError/KeyError for unknown configs
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UnsupportedError(f"Keras 3 cannot rebuild this model: {msg[:300]}") from None
+
+
+def save(model, out_tmp: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.save(str(out_tmp))
+
+
+def _identifier(scope: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9_]+", "_", scope).strip("_")
+    return name or "gru_stack"
+
+
+def build_stack_model(stack: GRUStack, *, initial_state: bool = False, return_state: bool = False,
+                      name: Optional[str] = None):
+    """A Keras 3 model computing the cuDNN stack, batch-major.
+
+    Input ``(batch, time, input_size)`` [+ one ``(batch, units)`` initial
+    state per pseudo-layer]; output the top layer's full sequence
+    ``(batch, time, units * dirs)`` [+ final states in cuDNN's order: layer 0
+    forward, layer 0 backward, layer 1 forward, ...].  Skip-input layers get
+    identity input kernels (:func:`gruconv.keras_layout.to_keras_gru`).
+    """
+    keras = _keras()
+    s = stack.shape
+    dtype = s.dtype
+    base = _identifier(name or stack.name)
+    x_in = keras.Input((None, s.input_size), dtype=dtype, name="inputs")
+    inputs = [x_in]
+    states_in = []
+    if initial_state:
+        for layer in range(s.num_layers):
+            for d in range(s.num_directions):
+                t = keras.Input((s.units,), dtype=dtype, name=f"initial_state_l{layer}_{'bw' if d else 'fw'}")
+                states_in.append(t)
+                inputs.append(t)
+    x = x_in
+    finals = []
+    to_set = []
+    for layer in range(s.num_layers):
+        def gru(suffix=""):
+            return keras.layers.GRU(
+                s.units, return_sequences=True, return_state=return_state, dtype=dtype,
+                name=f"{base}_l{layer}{suffix}", **CUDNN_COMPATIBLE_GRU)
+        init = states_in[layer * s.num_directions:(layer + 1) * s.num_directions] or None
+        if s.bidirectional:
+            fw, bw = gru("_fw"), keras.layers.GRU(
+                s.units, return_sequences=True, return_state=return_state, go_backwards=True,
+                dtype=dtype, name=f"{base}_l{layer}_bw", **CUDNN_COMPATIBLE_GRU)
+            wrapper = keras.layers.Bidirectional(fw, backward_layer=bw, merge_mode="concat",
+                                                 dtype=dtype, name=f"{base}_l{layer}")
+            out = wrapper(x, initial_state=init) if init else wrapper(x)
+            to_set.append((wrapper, layer))
+        else:
+            g = gru()
+            out = g(x, initial_state=init) if init else g(x)
+            to_set.append((g, layer))
+        if return_state:
+            x, states = out[0], list(out[1:])
+            finals.extend(states)
+        else:
+            x = out
+    outputs = [x] + finals if return_state else x
+    model = keras.Model(inputs if len(inputs) > 1 else x_in, outputs, name=base)
+    for lyr, layer in to_set:
+        weights = []
+        for d in range(s.num_directions):
+            p = stack.params[s.pseudo_layer(layer, d)]
+            weights.extend(to_keras_gru(p, s.layer_input_size(layer)))
+        lyr.set_weights(weights)
+    return model
+
+
+def gru_layers(model) -> list:
+    """Every GRU in a Keras model (inside wrappers and nested models too), as (path, layer)."""
+    keras = _keras()
+    out = []
+
+    def visit(layer, prefix):
+        path = f"{prefix}{layer.name}"
+        if isinstance(layer, keras.layers.GRU):
+            out.append((path, layer))
+        for attr in ("forward_layer", "backward_layer", "layer"):
+            inner = getattr(layer, attr, None)
+            if isinstance(inner, keras.layers.Layer) and inner is not layer:
+                visit(inner, path + "/")
+        if isinstance(layer, keras.Model):
+            for sub in layer.layers:
+                visit(sub, path + "/")
+
+    for sub in model.layers:
+        visit(sub, "")
+    return out
+
+
+def check_nonempty(stack: GRUStack) -> None:
+    if stack.shape.num_layers < 1:
+        raise InputError(f"stack {stack.name!r} has no layers")

@@ -1,0 +1,465 @@
+"""Legacy Keras HDF5 files (Keras 2.x, tf.keras 1.x/2.x, tf_keras): read, and write with GRUs.
+
+File structure (Keras 2 ``keras/engine/saving.py``; tf_keras
+``src/saving/legacy/hdf5_format.py``; observed in ``fixtures/keras``, see
+``fixtures/README.md``):
+
+* full model: root attrs ``keras_version``, ``backend``, ``model_config``
+  (JSON), optional ``training_config``; group ``model_weights`` with attr
+  ``layer_names``; one group per top-level layer with attr ``weight_names``
+  (``cu_dnngru/kernel:0``, ``bidirectional/forward_cu_dnngru/kernel:0``, and
+  for a nested model the inner layers' own names); optional
+  ``optimizer_weights``.
+* weights only (``save_weights``): ``layer_names`` etc. at the root, no
+  ``model_config``.
+
+Reading produces a :class:`KerasH5Model`: the file's structure plus one
+:class:`KerasRNN` per ``CuDNNGRU``, whose weights are a canonical
+:class:`~gruconv.canonical.GRUStack`.  Writing produces the same legacy
+format with every ``CuDNNGRU`` replaced by ``GRU(reset_after=True, ...)``
+and its weights in GRU orientation — a file Keras 3's own legacy loader
+(``keras.saving.load_model`` / ``Model.load_weights``) accepts; every other
+layer, weight and attribute is copied unchanged, byte for byte (``H5Ocopy``).
+
+Code inside a model file is never executed: configs are read as JSON, and a
+``Lambda`` layer (marshalled Python bytecode) is refused unless the caller
+explicitly allows it to be carried through (Keras 3 then loads it only with
+``safe_mode=False``, which gruconv never does).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from .. import h5safe
+from ..canonical import GRUStack, StackShape
+from ..errors import InputError, UnsupportedError
+from ..keras_layout import CUDNN_COMPATIBLE_GRU, from_cudnngru, to_keras_gru
+
+FORMAT = "keras-h5"
+
+#: CuDNNGRU config keys that GRU also takes; anything else is dropped or refused.
+_CARRIED_KEYS = (
+    "name", "trainable", "dtype", "batch_input_shape", "input_shape", "batch_size", "units",
+    "kernel_initializer", "recurrent_initializer", "bias_initializer",
+    "kernel_regularizer", "recurrent_regularizer", "bias_regularizer", "activity_regularizer",
+    "kernel_constraint", "recurrent_constraint", "bias_constraint",
+    "return_sequences", "return_state", "go_backwards", "stateful",
+)
+_CONTAINER_CLASSES = {"Sequential", "Model", "Functional"}
+_WRAPPERS = {"Bidirectional", "TimeDistributed"}
+_UNSAFE_CLASSES = {"Lambda"}
+_WEIGHT_ROLES = ("kernel", "recurrent_kernel", "bias")
+
+
+@dataclass
+class KerasRNN:
+    """One CuDNNGRU (possibly inside Bidirectional / TimeDistributed / a nested model)."""
+
+    path: str                      # config path, e.g. "encoder/bidirectional/cu_dnngru"
+    top_layer: str                 # the top-level layer whose weight group holds it
+    config: dict                   # the CuDNNGRU layer config (Keras 2 form)
+    wrapper: Optional[str]         # "Bidirectional", "TimeDistributed" or None
+    merge_mode: Optional[str]
+    stack: GRUStack                # 1 layer; bidirectional when wrapped in Bidirectional
+    datasets: list                 # per direction: {role: dataset path} in the weight group
+
+    @property
+    def options(self) -> dict:
+        c = self.config
+        return {k: bool(c.get(k, False)) for k in ("return_sequences", "return_state", "go_backwards", "stateful")}
+
+
+@dataclass
+class KerasH5Model:
+    path: Path
+    kind: str                      # "model" or "weights"
+    keras_version: Optional[str]
+    backend: Optional[str]
+    model_config: Optional[dict]
+    training_config: Optional[str]
+    layer_names: list
+    rnns: list = field(default_factory=list)
+    optimizer_weight_count: int = 0
+    lambdas: list = field(default_factory=list)
+    other_gru_layers: list = field(default_factory=list)
+
+    @property
+    def weights_root(self) -> str:
+        return "model_weights" if self.kind == "model" else "/"
+
+
+def sniff(path: Path) -> bool:
+    if not path.is_file() or not h5safe.is_hdf5(path):
+        return False
+    return True
+
+
+def _open(path: Path):
+    import h5py
+
+    try:
+        return h5py.File(path, "r")
+    except (OSError, RuntimeError, ValueError) as e:
+        raise InputError(f"not a readable HDF5 file ({str(e).splitlines()[0]})", path=path) from None
+
+
+def _class_name(cfg) -> Optional[str]:
+    return cfg.get("class_name") if isinstance(cfg, dict) else None
+
+
+def _layers_of(cfg: dict) -> list:
+    inner = cfg.get("config")
+    if isinstance(inner, list):  # Keras 2.0–2.2.2 Sequential: config is the layer list
+        return inner
+    if isinstance(inner, dict) and isinstance(inner.get("layers"), list):
+        return inner["layers"]
+    return []
+
+
+def _name(cfg: dict) -> str:
+    c = cfg.get("config")
+    name = (c.get("name") if isinstance(c, dict) else None) or cfg.get("name")
+    return str(name) if name is not None else "?"
+
+
+def walk_layers(cfg: dict, top: Optional[str] = None, prefix: str = ""):
+    """Yield (layer_cfg, path, top_level_layer, wrapper_cfg) for every layer in a model config."""
+    for layer in _layers_of(cfg):
+        if not isinstance(layer, dict):
+            raise InputError(f"model_config has a layer entry that is not an object: {layer!r:.80}")
+        name = _name(layer)
+        path = f"{prefix}{name}"
+        this_top = top or name
+        yield layer, path, this_top, None
+        cls = _class_name(layer)
+        if cls in _CONTAINER_CLASSES or _layers_of(layer):
+            yield from walk_layers(layer, this_top, path + "/")
+        elif cls in _WRAPPERS or (isinstance(layer.get("config"), dict) and "layer" in layer["config"]):
+            inner_cfg = layer["config"]
+            for key in ("layer", "backward_layer"):
+                inner = inner_cfg.get(key)
+                if isinstance(inner, dict):
+                    yield inner, f"{path}/{_name(inner)}", this_top, layer
+
+
+def _weight_groups(f, root, path: Path, layer_names: list) -> dict:
+    """{top-level layer name: [(weight name, dataset)]} — weight order as stored."""
+    out = {}
+    for lname in layer_names:
+        g = h5safe.child(root, lname, path, "group")
+        names = h5safe.read_attr(g, "weight_names", []) or []
+        if isinstance(names, str):
+            names = [names]
+        entries = []
+        for wname in names:
+            ds = h5safe.resolve(g, wname, path, "dataset")
+            entries.append((wname, ds))
+        out[lname] = entries
+    return out
+
+
+def _owner_and_role(wname: str) -> tuple:
+    parts = wname.split("/")
+    role = parts[-1].split(":")[0]
+    return parts[:-1], role
+
+
+def _find_rnn_weights(entries: list, rnn_name: str, wrapper: Optional[str], where: str, path) -> list:
+    """Per direction, {role: dataset} of one CuDNNGRU inside its top-level layer's weight list."""
+    if wrapper == "Bidirectional":
+        owners = [f"forward_{rnn_name}", f"backward_{rnn_name}"]
+    else:
+        owners = [rnn_name]
+    out = []
+    for owner in owners:
+        found = {}
+        for wname, ds in entries:
+            parts, role = _owner_and_role(wname)
+            if parts and parts[-1] == owner and role in _WEIGHT_ROLES:
+                if role in found:
+                    raise InputError(f"{where}: two '{role}' weights for {owner}", path=path)
+                found[role] = ds
+        missing = [r for r in _WEIGHT_ROLES if r not in found]
+        if missing:
+            raise InputError(
+                f"{where}: weights {', '.join(missing)} of CuDNNGRU {owner!r} not found in the weight file",
+                path=path,
+            )
+        out.append(found)
+    return out
+
+
+def _rnn_from_weights(path: Path, rpath: str, top: str, cfg: dict, wrapper_cfg: Optional[dict],
+                      found: list) -> KerasRNN:
+    conf = cfg.get("config") or {}
+    units = conf.get("units")
+    params = []
+    dtypes = set()
+    for d, roles in enumerate(found):
+        arrays = {role: h5safe.read_dataset(ds, path) for role, ds in roles.items()}
+        dtypes.update(str(a.dtype) for a in arrays.values())
+        where = f"CuDNNGRU {rpath}" + ("" if len(found) == 1 else f" ({'forward' if d == 0 else 'backward'})")
+        try:
+            params.append(from_cudnngru(arrays["kernel"], arrays["recurrent_kernel"], arrays["bias"], where=where))
+        except InputError as e:
+            raise InputError(e.message, path=path) from None
+    if len(dtypes) != 1:
+        raise InputError(f"CuDNNGRU {rpath}: weights have mixed dtypes {sorted(dtypes)}", path=path)
+    dtype = dtypes.pop()
+    if dtype not in ("float16", "float32", "float64"):
+        raise InputError(f"CuDNNGRU {rpath}: weights have dtype {dtype}, expected a float type", path=path)
+    H = params[0].recurrent_weights.shape[1]
+    I = params[0].input_weights.shape[2]
+    if units is not None and units != H:
+        raise InputError(f"CuDNNGRU {rpath}: config says units={units}, weights have {H}", path=path)
+    if len(params) == 2 and params[1].input_weights.shape != params[0].input_weights.shape:
+        raise InputError(f"CuDNNGRU {rpath}: forward and backward weights differ in shape", path=path)
+    shape = StackShape(I, H, 1, len(params) == 2, "linear", dtype)
+    stack = GRUStack(rpath, shape, [p.astype(dtype) for p in params],
+                     provenance={"format": FORMAT, "datasets": [{r: ds.name for r, ds in roles.items()} for roles in found]})
+    merge = wrapper_cfg["config"].get("merge_mode", "concat") if wrapper_cfg else None
+    wrapper = _class_name(wrapper_cfg) if wrapper_cfg else None
+    if conf.get("time_major"):
+        raise UnsupportedError(f"CuDNNGRU {rpath} has time_major=True, which GRU does not offer", path=path)
+    return KerasRNN(rpath, top, cfg, wrapper, merge, stack,
+                    [{r: ds.name for r, ds in roles.items()} for roles in found])
+
+
+def read(path, *, config: Optional[dict] = None) -> KerasH5Model:
+    """Read a legacy Keras HDF5 model or weights file; ``config`` supplies an architecture
+    (``model.to_json()``) for a weights-only file."""
+    path = Path(path)
+    with _open(path) as f:
+        model_config = h5safe.read_json_attr(f, "model_config", path)
+        if model_config is not None:
+            kind = "model"
+            root = h5safe.child(f, "model_weights", path, "group")
+        elif h5safe.read_attr(f, "layer_names") is not None:
+            kind = "weights"
+            root = f
+        else:
+            raise InputError(
+                "HDF5 file has neither a Keras 'model_config' nor Keras weights ('layer_names'): "
+                "not a Keras model file", path=path)
+        if config is not None:
+            model_config = config
+        if model_config is not None and not (isinstance(model_config, dict) and _class_name(model_config)):
+            raise InputError("model_config is not a Keras model (no class_name)", path=path)
+        layer_names = h5safe.read_attr(root, "layer_names", []) or []
+        if isinstance(layer_names, str):
+            layer_names = [layer_names]
+        doc = KerasH5Model(
+            path=path, kind=kind,
+            keras_version=h5safe.read_attr(root, "keras_version") or h5safe.read_attr(f, "keras_version"),
+            backend=h5safe.read_attr(root, "backend") or h5safe.read_attr(f, "backend"),
+            model_config=model_config,
+            training_config=_joined(h5safe.read_attr(f, "training_config")),
+            layer_names=list(layer_names),
+        )
+        if "optimizer_weights" in f:
+            ow = h5safe.child(f, "optimizer_weights", path)
+            doc.optimizer_weight_count = len(h5safe.read_attr(ow, "weight_names", []) or [])
+        groups = _weight_groups(f, root, path, doc.layer_names)
+        if model_config is None:
+            doc.rnns = _rnns_without_config(path, groups)
+            return doc
+        for layer, rpath, top, wrapper in walk_layers(model_config):
+            cls = _class_name(layer)
+            if cls in _UNSAFE_CLASSES:
+                doc.lambdas.append(rpath)
+            elif cls == "GRU":
+                doc.other_gru_layers.append(rpath)
+            if cls != "CuDNNGRU":
+                continue
+            if top not in groups:
+                raise InputError(f"CuDNNGRU {rpath}: layer {top!r} has no weight group in the file", path=path)
+            found = _find_rnn_weights(groups[top], _name(layer), _class_name(wrapper) if wrapper else None,
+                                      f"CuDNNGRU {rpath}", path)
+            doc.rnns.append(_rnn_from_weights(path, rpath, top, layer, wrapper, found))
+    return doc
+
+
+def _joined(value):
+    return "".join(value) if isinstance(value, list) else value
+
+
+def _rnns_without_config(path: Path, groups: dict) -> list:
+    """Weights-only file without an architecture: CuDNNGRUs recognised by their weight names."""
+    rnns = []
+    for top, entries in groups.items():
+        owners: dict = {}
+        for wname, ds in entries:
+            parts, role = _owner_and_role(wname)
+            if parts and "cu_dnngru" in parts[-1] and role in _WEIGHT_ROLES:
+                owners.setdefault(tuple(parts), {})[role] = ds
+        pairs = {}
+        for parts, roles in owners.items():
+            last = parts[-1]
+            if last.startswith(("forward_", "backward_")):
+                base = last.split("_", 1)[1]
+                pairs.setdefault(parts[:-1] + (base,), [None, None])[0 if last.startswith("forward_") else 1] = roles
+            else:
+                pairs.setdefault(parts, [roles])
+        for parts, found in pairs.items():
+            if any(r is None for r in found):
+                raise InputError(f"{'/'.join(parts)}: only one direction of a bidirectional CuDNNGRU found", path=path)
+            name = parts[-1]
+            rpath = f"{top}/{name}" if top != name else name
+            fake_cfg = {"class_name": "CuDNNGRU", "config": {"name": name}}
+            wrapper = {"class_name": "Bidirectional", "config": {}} if len(found) == 2 else None
+            rnns.append(_rnn_from_weights(path, rpath, top, fake_cfg, wrapper, found))
+    return rnns
+
+
+# --------------------------------------------------------------------------- writing
+
+def gru_config(cudnn_cfg: dict, *, wrapped: bool = False) -> dict:
+    """The GRU layer config equivalent to a CuDNNGRU config, in the same serialization style.
+
+    Keras 3 picks its deserializer per config: with a ``module`` key the new
+    one (``serialization_lib``, which rejects legacy keys such as
+    ``batch_input_shape``), without it the legacy one
+    (``keras/src/models/sequential.py`` ``from_config``).  So the GRU keeps the
+    CuDNNGRU's style — except inside ``Bidirectional``/``TimeDistributed``,
+    whose ``from_config`` always uses the new deserializer and so needs
+    ``module`` (``keras/src/layers/rnn/bidirectional.py``).
+    """
+    conf = cudnn_cfg.get("config") or {}
+    new = {k: copy.deepcopy(conf[k]) for k in _CARRIED_KEYS if k in conf}
+    new.update(CUDNN_COMPATIBLE_GRU)
+    if wrapped:
+        for k in ("batch_input_shape", "input_shape", "batch_size"):
+            new.pop(k, None)
+    out = {"class_name": "GRU", "config": new}
+    if wrapped or "module" in cudnn_cfg:
+        out = {"module": "keras.layers", "class_name": "GRU", "config": new, "registered_name": None}
+    for k in ("name", "inbound_nodes"):
+        if k in cudnn_cfg:
+            out[k] = copy.deepcopy(cudnn_cfg[k])
+    return out
+
+
+def converted_config(model_config: dict) -> dict:
+    """A deep copy of ``model_config`` with every CuDNNGRU replaced by its GRU config."""
+    new = copy.deepcopy(model_config)
+
+    def visit(node, wrapped=False):
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for key, value in list(items):
+            if isinstance(value, dict) and value.get("class_name") == "CuDNNGRU":
+                node[key] = gru_config(value, wrapped=wrapped and key in ("layer", "backward_layer"))
+            elif isinstance(value, (dict, list)):
+                is_wrapper = isinstance(value, dict) and isinstance(value.get("config"), dict) \
+                    and "layer" in value["config"]
+                if is_wrapper:
+                    visit(value["config"], wrapped=True)
+                else:
+                    visit(value)
+
+    if new.get("class_name") == "CuDNNGRU":
+        return gru_config(new)
+    visit(new)
+    _normalise_for_keras3(new)
+    return new
+
+
+_RNN_CLASSES = {"GRU", "LSTM", "SimpleRNN", "RNN"}
+
+
+def _normalise_for_keras3(cfg: dict) -> None:
+    """Mend two tf.keras-isms that Keras 3's legacy loader (3.15) fails on, in place.
+
+    * ``time_major`` in RNN configs (tf.keras 2.x writes ``time_major: false``;
+      Keras 3 layers reject the unknown argument);
+    * node indices of nested models: tf.keras gives a nested model's first call
+      in the outer graph node index 1 (node 0 is the model's own graph), Keras 3
+      rebuilds it as node 0 and then reports "disconnected nodes".  Seen with
+      nested Sequential and Functional models (``fixtures/keras/nested.h5``).
+    """
+    if isinstance(cfg, dict):
+        if cfg.get("class_name") in _RNN_CLASSES and isinstance(cfg.get("config"), dict):
+            if cfg["config"].get("time_major") is True:
+                raise UnsupportedError(f"{cfg['class_name']} {_name(cfg)} has time_major=True")
+            cfg["config"].pop("time_major", None)
+        layers = _layers_of(cfg)
+        nested = {_name(l) for l in layers if isinstance(l, dict)
+                  and (_class_name(l) in _CONTAINER_CLASSES or _layers_of(l))}
+        if nested and isinstance(cfg.get("config"), dict):
+            for layer in layers:
+                for node in layer.get("inbound_nodes") or []:
+                    for ref in (node if isinstance(node, list) else []):
+                        _shift_ref(ref, nested)
+            for key in ("input_layers", "output_layers"):
+                refs = cfg["config"].get(key) or []
+                if refs and isinstance(refs[0], str):  # a single [name, node, tensor]
+                    refs = [refs]
+                for ref in refs:
+                    _shift_ref(ref, nested)
+        for value in cfg.values():
+            if isinstance(value, (dict, list)):
+                _normalise_for_keras3(value)
+    elif isinstance(cfg, list):
+        for value in cfg:
+            _normalise_for_keras3(value)
+
+
+def _shift_ref(ref, nested: set) -> None:
+    if (isinstance(ref, list) and len(ref) >= 3 and ref[0] in nested
+            and isinstance(ref[1], int) and ref[1] >= 1):
+        ref[1] -= 1
+
+
+def write(doc: KerasH5Model, out_path, *, include_model: bool = True, include_training: bool = True) -> None:
+    """Write a legacy Keras HDF5 file with GRUs in place of CuDNNGRUs.
+
+    ``include_model``: write ``model_config`` (a full model file); otherwise a
+    weights-only file (what ``save_weights`` writes).  Optimizer state is never
+    copied: its slots belong to CuDNNGRU's weight layout.
+    """
+    import json
+
+    import h5py
+
+    replaced = {}
+    for rnn in doc.rnns:
+        arrays = [to_keras_gru(p) for p in rnn.stack.params]
+        for d, roles in enumerate(rnn.datasets):
+            for i, role in enumerate(_WEIGHT_ROLES):
+                replaced[roles[role]] = arrays[d][i]
+    with _open(doc.path) as src, h5py.File(out_path, "w") as dst:
+        sroot = src["model_weights"] if doc.kind == "model" else src
+        if include_model and doc.model_config is not None:
+            dst.attrs["keras_version"] = doc.keras_version or "2.x"
+            dst.attrs["backend"] = doc.backend or "tensorflow"
+            dst.attrs["model_config"] = json.dumps(converted_config(doc.model_config)).encode("utf-8")
+            if include_training and doc.training_config:
+                dst.attrs["training_config"] = doc.training_config.encode("utf-8")
+            droot = dst.create_group("model_weights")
+        else:
+            droot = dst
+        for key, value in sroot.attrs.items():
+            droot.attrs[key] = value
+        for lname in doc.layer_names:
+            sg = h5safe.child(sroot, lname, doc.path, "group")
+            dg = droot.create_group(lname)
+            for key, value in sg.attrs.items():
+                dg.attrs[key] = value
+            names = h5safe.read_attr(sg, "weight_names", []) or []
+            for wname in ([names] if isinstance(names, str) else names):
+                sds = h5safe.resolve(sg, wname, doc.path, "dataset")
+                parent = os.path.dirname(wname)
+                dparent = dg.require_group(parent) if parent else dg
+                leaf = os.path.basename(wname)
+                if sds.name in replaced:
+                    dparent.create_dataset(leaf, data=replaced[sds.name])
+                else:
+                    src.copy(sds, dparent, name=leaf)
+        if "top_level_model_weights" in sroot and "top_level_model_weights" not in doc.layer_names:
+            src.copy(h5safe.child(sroot, "top_level_model_weights", doc.path), droot)
