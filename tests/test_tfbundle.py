@@ -557,7 +557,8 @@ def test_missing_header_entry(tmp_path):
     (entry_proto(1, (-1, 3), size=24), "negative dimension"),
     (entry_proto(0, (2, 3), size=24), "DT_INVALID"),
     (entry_proto(1, (2, 3), size=24)[:-3], "fixed32 runs past the end"),
-    (entry_proto(1, (2, 3), size=24) + b"\x2a\xff\xff", "length .* runs past the end"),
+    (entry_proto(1, (2, 3), size=24) + b"\x2a\x05ab", "field 5: length 5 runs past the end"),
+    (entry_proto(1, (2, 3), size=24) + b"\x2a\xff\xff", "varint runs past the end"),
     (_fv(1, 1) + _fb(2, _fv(3, 1)) + _fv(5, 4), "unknown rank"),
     (entry_proto(7, (5,), size=3), "string tensor of 5 elements cannot fit in 3 bytes"),
 ])
@@ -625,7 +626,7 @@ def test_restart_points_and_prefix_sharing_are_validated(tmp_path):
 def test_unsorted_keys_are_rejected(tmp_path):
     items = [(b"", header_proto()), (b"b", entry_proto(1, (1,), size=4)),
              (b"a", entry_proto(1, (1,), size=4))]
-    (tmp_path / "u.index").write_bytes(build_table(items))
+    (tmp_path / "u.index").write_bytes(build_table(items, block_entries=1))
     with pytest.raises(InputError, match="strictly increasing"):
         open_bundle(tmp_path / "u")
 
