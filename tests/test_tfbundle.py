@@ -154,6 +154,23 @@ def test_every_dtype_scalars_and_empty_tensors_match_tf(tf, tmp_path):
         assert b.total_bytes() == sum(i.size for i in b)
 
 
+def test_large_tensor_checksum_in_chunks(tf, tmp_path):
+    """12 MiB crosses the reader's 8 MiB crc chunk; a flip past the first chunk is caught."""
+    big = np.random.default_rng(6).standard_normal((3, 1 << 20)).astype(np.float32)
+    _save(tf, tmp_path / "big", {"big": tf.constant(big), "small": tf.constant([1, 2])})
+    _assert_same_as_tf(tf, tmp_path / "big")
+    with open_bundle(tmp_path / "big") as b:
+        info = b.info("big")
+    data = tmp_path / "big.data-00000-of-00001"
+    raw = bytearray(data.read_bytes())
+    raw[info.offset + 10_000_000] ^= 0x80
+    data.write_bytes(bytes(raw))
+    with open_bundle(tmp_path / "big") as b:
+        with pytest.raises(InputError, match="'big': checksum mismatch"):
+            b.read("big")
+        assert b.read("small").tolist() == [1, 2]
+
+
 def test_returned_arrays_are_writable_and_owned(small_ckpt):
     with open_bundle(small_ckpt) as b:
         a = b.read("kernel")
@@ -252,10 +269,11 @@ def test_object_based_checkpoint_directory(tf, tmp_path):
     reader = _assert_same_as_tf(tf, tmp_path)
     with open_bundle(tmp_path) as b:
         graph = b.read("_CHECKPOINTABLE_OBJECT_GRAPH")
-        assert graph.shape == () and graph.item() == reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH")
+        assert graph.shape == ()
+        assert graph.item() == reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH")
 
 
-SETTINGS = settings(max_examples=25, deadline=None,
+SETTINGS = settings(max_examples=100, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 _name = st.text(st.characters(codec="utf-8", exclude_characters="\x00",
@@ -331,10 +349,14 @@ def test_bad_directories(tmp_path, setup, match):
 
 
 def test_bad_paths(tmp_path):
-    with pytest.raises(InputError, match="does not exist"):
+    with pytest.raises(InputError, match="nor .*nope.index exists"):
         resolve_prefix(tmp_path / "nope")
-    with pytest.raises(InputError, match="does not exist"):
+    with pytest.raises(InputError, match="nor .*nope.index exists"):
         open_bundle(tmp_path / "nope.index")
+    (tmp_path / ".index").write_bytes(b"x")  # a name that is only the suffix
+    for odd in (tmp_path / ".index", tmp_path / ".meta", tmp_path, "x" * 5000, "a\x00b"):
+        with pytest.raises(InputError):
+            resolve_prefix(odd)
     h5 = tmp_path / "model.h5"
     h5.write_bytes(b"\x89HDF\r\n\x1a\n")
     with pytest.raises(InputError, match="not a TensorFlow V2 checkpoint") as exc:
@@ -392,7 +414,8 @@ def _block(items, restart_interval=16) -> bytes:
         prev = k
     if not restarts:
         restarts = [0]
-    return bytes(out) + struct.pack(f"<{len(restarts)}I", *restarts) + struct.pack("<I", len(restarts))
+    trailer = struct.pack(f"<{len(restarts)}I", *restarts) + struct.pack("<I", len(restarts))
+    return bytes(out) + trailer
 
 
 def _with_trailer(block: bytes, ctype=0) -> bytes:
@@ -504,6 +527,33 @@ def test_random_garbage_indexes(tmp_path):
         target.write_bytes(bytes(blob))
         with pytest.raises(GruconvError):
             open_bundle(tmp_path / "g")
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(header=st.one_of(st.binary(max_size=12), st.just(header_proto())),
+       protos=st.lists(st.one_of(
+           st.binary(max_size=40),
+           st.builds(entry_proto, st.sampled_from([1, 2, 3, 7, 10, 14, 21, 99]),
+                     st.lists(st.integers(0, 5), max_size=3),
+                     st.integers(-1, 2), st.integers(-2, 100), st.integers(-2, 100),
+                     st.integers(0, 2**32 - 1))), max_size=6))
+def test_fuzzed_entries_behind_valid_checksums(tmp_path, header, protos):
+    """Arbitrary protobuf bytes in a well-formed table: only GruconvErrors escape."""
+    prefix = tmp_path / "f"
+    items = [(b"", header)] + [(f"k{i}".encode(), p) for i, p in enumerate(protos)]
+    Path(f"{prefix}.index").write_bytes(build_table(items, block_entries=2))
+    Path(f"{prefix}.data-00000-of-00001").write_bytes(bytes(range(64)))
+    try:
+        b = open_bundle(prefix)
+    except GruconvError:
+        return
+    with b:
+        for key in b.keys():
+            try:
+                b.read(key)
+            except GruconvError:
+                pass
 
 
 def test_bad_magic_and_block_crc(tmp_path):

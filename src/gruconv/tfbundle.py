@@ -563,8 +563,31 @@ _STATE_RE = re.compile(
     re.MULTILINE)
 
 
+def _is_file(path: Path) -> bool:
+    """``Path.is_file`` that treats every OS error (name too long, embedded NUL,
+    permission) as "no such file" instead of raising."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):
+        return False
+
+
 def _index_exists(prefix: Path) -> bool:
-    return Path(str(prefix) + ".index").is_file()
+    return _is_file(Path(str(prefix) + ".index"))
+
+
+def _strip_suffix(path: Path, suffix: str) -> Path | None:
+    """``path`` without ``suffix``, or None when nothing would be left of the name."""
+    if path.name.endswith(suffix) and len(path.name) > len(suffix):
+        return path.with_name(path.name[:-len(suffix)])
+    return None
 
 
 def _from_state_file(directory: Path, state: Path) -> Path:
@@ -620,13 +643,17 @@ def resolve_prefix(path) -> Path:
     Raises :class:`InputError` otherwise.
     """
     p = Path(os.fspath(path))
-    if p.is_dir():
+    if _is_dir(p):
         state = p / "checkpoint"
-        if state.is_file():
+        if _is_file(state):
             return _from_state_file(p, state)
-        indexes = sorted(p.glob("*.index"))
+        try:
+            indexes = sorted(i for i in p.glob("*.index")
+                             if _is_file(i) and _strip_suffix(i, ".index"))
+        except OSError as e:
+            raise InputError(f"cannot list directory: {e.strerror or e}", path=p) from None
         if len(indexes) == 1:
-            return indexes[0].with_name(indexes[0].name[:-len(".index")])
+            return _strip_suffix(indexes[0], ".index")
         if indexes:
             names = ", ".join(i.name for i in indexes[:5]) + (" ..." if len(indexes) > 5 else "")
             raise InputError(
@@ -635,27 +662,24 @@ def resolve_prefix(path) -> Path:
         raise InputError("directory has no `checkpoint` file and no *.index file; "
                          "not a TensorFlow checkpoint directory", path=p)
 
-    name = p.name
     candidates = [p]
-    if name.endswith(".index"):
-        candidates.insert(0, p.with_name(name[:-len(".index")]))
-    elif name.endswith(".meta"):
-        candidates.insert(0, p.with_name(name[:-len(".meta")]))
-    else:
-        m = _DATA_FILE_RE.match(name)
-        if m:
-            candidates.insert(0, p.with_name(m.group("prefix")))
+    m = _DATA_FILE_RE.match(p.name)
+    stripped = (_strip_suffix(p, ".index") or _strip_suffix(p, ".meta")
+                or (p.with_name(m.group("prefix")) if m else None))
+    if stripped is not None:
+        candidates.insert(0, stripped)
     for prefix in candidates:
         if _index_exists(prefix):
             return prefix
     prefix = candidates[0]
-    if p.is_file():
+    if _is_file(p):
         raise InputError(
             f"not a TensorFlow V2 checkpoint: {prefix}.index does not exist (expected a "
             f"checkpoint prefix, its .index or .data-NNNNN-of-NNNNN file, or a directory "
             f"with a `checkpoint` file; TF1 V1 single-file checkpoints are not supported)",
             path=p)
-    raise InputError(f"no checkpoint here: {prefix}.index does not exist", path=p)
+    raise InputError(f"no checkpoint found: neither this path nor {prefix}.index exists",
+                     path=p)
 
 
 class Bundle:
@@ -789,8 +813,9 @@ class Bundle:
                     f"tensor {key!r}: shape {list(e.shape)} of {name} needs {need} bytes "
                     f"but the entry's size is {e.size}")
         elif name == "string":
-            # Each element has at least a 1-byte varint length (WriteStringTensor).
-            if e.size < nelem or (nelem and e.size < nelem + 4):
+            # Each element has at least a 1-byte varint length, and the lengths are
+            # followed by their 4-byte checksum (WriteStringTensor).
+            if e.size < (nelem + 4 if nelem else 0):
                 raise self._index_error(
                     f"tensor {key!r}: string tensor of {nelem} elements cannot fit in "
                     f"{e.size} bytes")
