@@ -95,8 +95,15 @@ def inspect(path, as_json, config, rnn, prefer, **kw):
 
 
 @main.command()
-@click.argument("input", type=click.Path(path_type=Path))
-@click.argument("output", type=click.Path(path_type=Path))
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--out-dir", type=click.Path(path_type=Path),
+              help="Batch mode: convert every input (files, directories, globs) into DIR, mirroring paths.")
+@click.option("--jobs", type=click.IntRange(1), help="Batch: worker processes (default: CPU count).")
+@click.option("--keep-going", is_flag=True, help="Batch: convert the rest after a failure (exit 3 at the end).")
+@click.option("--skip-existing", is_flag=True, help="Batch: skip inputs whose output is newer than the input.")
+@click.option("--shard", metavar="K/N", help="Batch: convert only the K-th of N deterministic parts (1-based).")
+@click.option("--report", "report_path", type=click.Path(path_type=Path), help="Batch: write a JSON report.")
+@click.option("--junit", type=click.Path(path_type=Path), help="Batch: write a JUnit XML report.")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT; also write a model with nothing to convert.")
 @click.option("--format", "fmt", type=click.Choice(["keras", "h5-weights"]),
               help="Output format (default: from OUTPUT's extension, .keras or .h5).")
@@ -109,9 +116,11 @@ def inspect(path, as_json, config, rnn, prefer, **kw):
 @click.option("--verify", is_flag=True, help="Check numerical parity after converting (see `gruconv verify`).")
 @click.option("--tolerance", type=float, default=1e-5, show_default=True, help="Parity tolerance for --verify.")
 @hint_options
-def convert(input, output, force, fmt, config, allow_unsafe_lambda, initial_state, return_state, verify,
-            tolerance, rnn, prefer, **kw):
+def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path, junit, force, fmt, config,
+            allow_unsafe_lambda, initial_state, return_state, verify, tolerance, rnn, prefer, **kw):
     """Convert INPUT (Keras CuDNNGRU HDF5 or TF1 cudnn_rnn checkpoint) into OUTPUT.
+
+    Usage: gruconv convert INPUT OUTPUT, or gruconv convert INPUT... --out-dir DIR.
 
     OUTPUT is a Keras 3 .keras model, or for a weights-only HDF5 input a .h5
     weights file that Keras 3 `model.load_weights()` accepts for the same
@@ -122,16 +131,74 @@ def convert(input, output, force, fmt, config, allow_unsafe_lambda, initial_stat
     Examples:
       gruconv convert model.h5 model.keras
       gruconv convert ckpt_dir/ model.keras --rnn encoder/cudnn_gru
+      gruconv convert models/ --out-dir converted/ --jobs 2 --keep-going --report r.json --junit r.xml
     """
     from . import api, report
+    from .errors import UsageError
 
-    result = api.convert(input, output, force=force, format=fmt, config=config,
-                         allow_unsafe_lambda=allow_unsafe_lambda, verify=verify, tolerance=tolerance,
-                         hints=_hints(kw), rnn=rnn, prefer=prefer, initial_state=initial_state,
-                         return_state=return_state)
+    options = dict(force=force, format=fmt, config=config, allow_unsafe_lambda=allow_unsafe_lambda,
+                   verify=verify, tolerance=tolerance, hints=_hints(kw), rnn=rnn, prefer=prefer,
+                   initial_state=initial_state, return_state=return_state)
+    if out_dir is not None:
+        from . import batch
+
+        summary = batch.convert_many(list(paths), out_dir, jobs=jobs, keep_going=keep_going,
+                                     skip_existing=skip_existing, shard=shard, report=report_path, junit=junit,
+                                     **options)
+        sys.exit(summary.exit_code)
+    batch_only = [n for n, v in (("--jobs", jobs), ("--keep-going", keep_going), ("--skip-existing", skip_existing),
+                                 ("--shard", shard), ("--report", report_path), ("--junit", junit)) if v]
+    if batch_only:
+        raise UsageError(f"{', '.join(batch_only)} only apply with --out-dir")
+    if len(paths) != 2:
+        raise UsageError(f"expected INPUT OUTPUT (or INPUT... --out-dir DIR), got {len(paths)} path(s)")
+    input, output = paths
+    result = api.convert(input, output, **options)
     _warn(result.warnings)
     click.echo(report.convert_text(result))
     if result.verification is not None and not result.verification["passed"]:
+        sys.exit(1)
+
+
+@main.command()
+@click.argument("input", type=click.Path(path_type=Path))
+@click.argument("converted", required=False, type=click.Path(path_type=Path))
+@click.option("--tolerance", type=float, default=1e-5, show_default=True, help="Max abs error allowed.")
+@click.option("--reference", type=click.Choice(["auto", "cudnn", "oracle"]), default="auto", show_default=True,
+              help="cudnn: real cuDNN on a GPU (ctypes); oracle: float64 NumPy; auto: cudnn if usable.")
+@click.option("--allow-tf32", is_flag=True, help="Let cuDNN use TF32 tensor cores (expect ~5e-4 errors).")
+@click.option("--batch", type=click.IntRange(1), default=2, show_default=True, help="Random input batch size.")
+@click.option("--steps", type=click.IntRange(1), default=8, show_default=True, help="Random input time steps.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
+@click.option("--inputs", type=click.Path(path_type=Path), help="An .npz of input arrays (model input order).")
+@click.option("--json", "json_path", type=click.Path(path_type=Path), help="Also write the report as JSON.")
+@click.option("--config", type=click.Path(path_type=Path), help="Architecture JSON for a weights-only file.")
+@hint_options
+def verify(input, converted, tolerance, reference, allow_tf32, batch, steps, seed, inputs, json_path, config,
+           rnn, prefer, **kw):
+    """Check that CONVERTED (or INPUT converted in memory) computes what INPUT computed.
+
+    Runs the ORIGINAL parameters through the reference (real cuDNN on a GPU,
+    or a float64 oracle) and the converted Keras 3 model on the CPU, per
+    recurrent layer and end to end. Exit 0 within tolerance, 1 outside.
+
+    \b
+    Example:
+      gruconv verify model.h5 model.keras --tolerance 1e-5
+    """
+    from . import report
+    from .verify import verify as _verify
+
+    rep = _verify(input, converted, tolerance=tolerance, reference=reference, allow_tf32=allow_tf32, batch=batch,
+                  steps=steps, seed=seed, inputs=inputs, config=config, hints=_hints(kw), prefer=prefer, rnn=rnn)
+    data = rep.to_json()
+    if json_path is not None:
+        from .outputs import atomic_path
+
+        with atomic_path(json_path, force=True) as tmp:
+            tmp.write_text(json.dumps(data, indent=2))
+    click.echo(report.verify_text(data))
+    if not rep.passed:
         sys.exit(1)
 
 

@@ -81,15 +81,18 @@ def convert_text(result) -> str:
 
 
 def verify_text(rep: dict) -> str:
-    lines = [f"reference: {rep['reference']} ({rep.get('reference_reason', '')})"]
+    if rep.get("nothing_to_convert"):
+        return f"{rep['input']}: nothing to convert (no CuDNNGRU / cuDNN GRU found); nothing to verify"
+    lines = [f"reference: {rep['reference']} ({rep.get('reference_reason', '')}), math: {rep['math_mode']}"]
     hdr = f"  {'check':<40} {'max abs':>10} {'max rel':>10} {'ref vs f64':>10} {'tol':>8}  result"
     lines.append(hdr)
     for c in rep["checks"]:
+        name = c["name"] if len(c["name"]) <= 40 else c["name"][:18] + "..." + c["name"][-19:]
         floor = c.get("reference_error")
         floor_s = "-" if floor is None else f"{floor:.2e}"
         lines.append(
-            f"  {c['name']:<40} {c['max_abs']:>10.2e} {c['max_rel']:>10.2e} {floor_s:>10} "
-            f"{rep['tolerance']:>8.0e}  {'ok' if c['passed'] else 'FAIL'}")
+            f"  {name:<40} {c['max_abs']:>10.2e} {c['max_rel']:>10.2e} {floor_s:>10} "
+            f"{c['tolerance']:>8.0e}  {'ok' if c['passed'] else 'FAIL'}")
     lines.append("parity: " + ("PASS" if rep["passed"] else "FAIL") +
                  f" ({sum(c['passed'] for c in rep['checks'])}/{len(rep['checks'])} checks within "
                  f"{rep['tolerance']:g})")

@@ -72,7 +72,7 @@ class KerasRNN:
 
     @property
     def options(self) -> dict:
-        c = self.config
+        c = self.config.get("config") or {}
         return {k: bool(c.get(k, False)) for k in ("return_sequences", "return_state", "go_backwards", "stateful")}
 
 

@@ -1,0 +1,481 @@
+"""Numerical parity: the ORIGINAL parameters through a reference GRU vs the converted Keras 3 model.
+
+References (``--reference``):
+
+``cudnn``
+    The real cuDNN GRU on a GPU (:mod:`gruconv.cudnn_ctypes`), fed the opaque
+    buffer exactly as the original framework fed it: for a TF1 checkpoint the
+    stored buffer itself; for a Keras ``CuDNNGRU`` the buffer its
+    ``_process_batch`` builds (each direction a separate unidirectional
+    cuDNN call, weights flattened in cuDNN gate order — see
+    :mod:`gruconv.keras_layout`).  Strict fp32 (``CUDNN_FMA_MATH``) unless
+    ``allow_tf32``: with TF32, cuDNN's own error against float64 is 1e-4–5e-4
+    (``shared/cudnn-golden/README.md``), so a 1e-5 check would fail on
+    correct weights.
+``oracle``
+    :mod:`gruconv.oracle`, float64 NumPy, on any machine.
+``auto``
+    ``cudnn`` when a GPU and libcudnn are usable, else ``oracle``; the report
+    says which ran and why.
+
+Every check also reports the reference's own error against float64 (the
+noise floor), so a chaotic GRU's amplified rounding is not mistaken for a
+conversion bug.  The converted side always runs on the CPU.
+
+Checks: per converted recurrent layer (fed exactly the activations that reach
+it in the converted model; every output compared: sequence/last output and
+final states), plus end to end where the reference can produce the model's
+outputs (a TF1 stack; a Sequential model).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from . import formats
+from .canonical import GRUStack, StackShape
+from .errors import InputError, ReferenceUnavailable, UsageError
+
+FLOAT16_TOLERANCE_FLOOR = 4e-3  # float16 rounding of a tanh output in [-1, 1] is ~5e-4 per step
+
+
+@dataclass
+class Check:
+    name: str
+    max_abs: float
+    max_rel: float
+    tolerance: float
+    passed: bool
+    reference_error: Optional[float]
+    shape: tuple
+    nonfinite: int = 0
+
+
+@dataclass
+class VerifyReport:
+    input: str
+    converted: Optional[str]
+    reference: str
+    reference_reason: str
+    tolerance: float
+    math_mode: str
+    seed: int
+    batch: int
+    steps: int
+    checks: list = field(default_factory=list)
+    environment: dict = field(default_factory=dict)
+    notes: list = field(default_factory=list)
+
+    nothing_to_convert: bool = False
+
+    @property
+    def passed(self) -> bool:
+        if self.nothing_to_convert:
+            return True
+        return bool(self.checks) and all(c.passed for c in self.checks)
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out["passed"] = self.passed
+        out["checks"] = [dict(asdict(c), shape=list(c.shape)) for c in self.checks]
+        return out
+
+
+# --------------------------------------------------------------------------- reference engines
+
+class _Engine:
+    """Runs a canonical stack; also returns its float64 run for the noise floor."""
+
+    def __init__(self, kind: str, allow_tf32: bool):
+        self.kind = kind
+        self.allow_tf32 = allow_tf32
+        self.info: dict = {}
+        if kind == "cudnn":
+            from . import cudnn_ctypes
+
+            ok, reason = cudnn_ctypes.available()
+            if not ok:
+                raise ReferenceUnavailable(f"cuDNN reference unavailable: {reason}")
+            self.info = cudnn_ctypes.library_info()
+
+    def run(self, stack: GRUStack, x_tm: np.ndarray, h0=None, lengths=None, opaque=None) -> tuple:
+        """(y, hy, y64, hy64): reference outputs and the float64 oracle's, time-major."""
+        from .oracle import run_stack
+
+        y64, hy64 = run_stack(stack, x_tm, h0, lengths)
+        if self.kind == "oracle":
+            return y64, hy64, y64, hy64
+        from . import cudnn_ctypes
+        from .cudnn_layout import pack
+
+        buf = pack(stack.params, stack.shape) if opaque is None else opaque
+        B = x_tm.shape[1]
+        h0c = np.zeros((stack.shape.num_pseudo_layers, B, stack.shape.units), buf.dtype) if h0 is None else h0
+        y, hy, info = cudnn_ctypes.run_gru(buf, stack.shape, x_tm.astype(buf.dtype), h0c.astype(buf.dtype),
+                                           lengths, allow_tf32=self.allow_tf32)
+        self.info.update(info)
+        return y, hy, y64, hy64
+
+
+def _choose_reference(reference: str) -> tuple:
+    if reference not in ("auto", "cudnn", "oracle"):
+        raise UsageError(f"--reference must be auto, cudnn or oracle, got {reference!r}")
+    if reference == "oracle":
+        return "oracle", "requested"
+    if reference == "cudnn":
+        return "cudnn", "requested"
+    try:
+        from . import cudnn_ctypes
+
+        ok, reason = cudnn_ctypes.available()
+    except Exception as e:  # noqa: BLE001 - availability probing must never fail verify
+        ok, reason = False, str(e)
+    if ok:
+        return "cudnn", f"auto: {reason}"
+    return "oracle", f"auto: no usable cuDNN ({reason}); float64 oracle instead"
+
+
+# --------------------------------------------------------------------------- comparison
+
+def _compare(name: str, got, ref, ref64, tolerance: float, dtype: str) -> Check:
+    got = np.asarray(got, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    if got.shape != ref.shape:
+        return Check(name, float("inf"), float("inf"), tolerance, False, None, tuple(got.shape))
+    both_nan = np.isnan(got) & np.isnan(ref)
+    diff = np.where(both_nan, 0.0, np.abs(got - ref))
+    nonfinite = int(np.count_nonzero(~np.isfinite(got)) + np.count_nonzero(~np.isfinite(ref)))
+    max_abs = float(np.max(diff)) if diff.size else 0.0
+    if np.isnan(max_abs):
+        max_abs = float("inf")
+    scale = float(np.max(np.abs(ref[np.isfinite(ref)]))) if np.isfinite(ref).any() else 0.0
+    max_rel = max_abs / scale if scale > 0 else max_abs
+    tol = max(tolerance, FLOAT16_TOLERANCE_FLOOR) if dtype == "float16" else tolerance
+    floor = None
+    if ref64 is not None:
+        r64 = np.asarray(ref64, dtype=np.float64)
+        floor = float(np.nanmax(np.abs(ref - r64))) if r64.size else 0.0
+    return Check(name, max_abs, max_rel, tol, bool(max_abs <= tol), floor, tuple(got.shape), nonfinite)
+
+
+def _np(keras, t):
+    return np.asarray(keras.ops.convert_to_numpy(t))
+
+
+# --------------------------------------------------------------------------- Keras HDF5 models
+
+def _random_inputs(keras, model, batch: int, steps: int, rng) -> list:
+    emb = [l.input_dim for l in _all_layers(keras, model) if isinstance(l, keras.layers.Embedding)]
+    vocab = min(emb) if emb else 10
+    out = []
+    for t in model.inputs:
+        shape = [d for d in t.shape]
+        if shape and shape[0] is None:
+            shape[0] = batch
+        shape = [steps if d is None else d for d in shape]
+        dtype = str(t.dtype)
+        if "int" in dtype:
+            out.append(rng.integers(0, vocab, size=shape).astype(dtype))
+        else:
+            out.append(rng.uniform(-1.0, 1.0, size=shape).astype(dtype))
+    return out
+
+
+def _all_layers(keras, model) -> list:
+    out = []
+    for layer in model.layers:
+        out.append(layer)
+        if isinstance(layer, keras.Model):
+            out.extend(_all_layers(keras, layer))
+        for attr in ("layer", "forward_layer", "backward_layer"):
+            inner = getattr(layer, attr, None)
+            if isinstance(inner, keras.layers.Layer):
+                out.append(inner)
+    return out
+
+
+def _activations_into(keras, model, parts: list, feed: list):
+    """Inputs reaching the layer at path ``parts`` (nested model names first), and that layer."""
+    container = model
+    for i, name in enumerate(parts):
+        try:
+            layer = container.get_layer(name)
+        except ValueError:
+            raise InputError(f"converted model has no layer {'/'.join(parts[:i + 1])!r}") from None
+        sub = keras.Model(container.inputs, layer.input)
+        acts = sub(feed if len(feed) > 1 else feed[0])
+        acts = acts if isinstance(acts, (list, tuple)) else [acts]
+        feed = [_np(keras, a) for a in acts]
+        container = layer
+    return container, feed
+
+
+def _reference_rnn(rnn, x_bt: np.ndarray, engine: _Engine) -> tuple:
+    """The ORIGINAL CuDNNGRU (or Bidirectional(CuDNNGRU)) outputs, as the original layer returned them.
+
+    Returns (outputs, outputs64) in the layer's output order.  Semantics (tf_keras
+    ``layers/rnn/base_cudnn_rnn.py``): ``go_backwards`` reverses the input and
+    returns outputs in processing order; Bidirectional runs a second layer on
+    the reversed input and re-reverses its sequence before merging.
+    """
+    s = rnn.stack.shape
+    opts = rnn.options
+    lead = x_bt.shape[:-2]
+    x = x_bt.reshape((-1,) + x_bt.shape[-2:])  # TimeDistributed folds its extra axes into the batch
+
+    def one(params, reverse_input):
+        xi = x[:, ::-1] if reverse_input else x
+        uni = GRUStack(rnn.path, StackShape(s.input_size, s.units, 1, False, "linear", s.dtype), [params])
+        y, hy, y64, hy64 = engine.run(uni, np.ascontiguousarray(xi.transpose(1, 0, 2)))
+        return (y.transpose(1, 0, 2), hy[0]), (y64.transpose(1, 0, 2), hy64[0])
+
+    def outputs(pairs):
+        if rnn.wrapper != "Bidirectional":
+            (y, h), = pairs
+            outs = [y if opts["return_sequences"] else h]
+            return outs + ([h] if opts["return_state"] else [])
+        (yf, hf), (yb, hb) = pairs
+        if opts["return_sequences"]:
+            fw, bw = yf, yb[:, ::-1]
+        else:
+            fw, bw = hf, hb
+        mode = rnn.merge_mode
+        merged = {"concat": lambda: [np.concatenate([fw, bw], -1)], "sum": lambda: [fw + bw],
+                  "mul": lambda: [fw * bw], "ave": lambda: [(fw + bw) / 2], None: lambda: [fw, bw]}[mode]()
+        return merged + ([hf, hb] if opts["return_state"] else [])
+
+    go_back = opts["go_backwards"]
+    runs = [one(rnn.stack.params[0], go_back)]
+    if rnn.wrapper == "Bidirectional":
+        runs.append(one(rnn.stack.params[1], not go_back))
+    ref = outputs([r[0] for r in runs])
+    ref64 = outputs([r[1] for r in runs])
+    fold = lambda a: a.reshape(lead + a.shape[1:])  # noqa: E731
+    return [fold(a) for a in ref], [fold(a) for a in ref64]
+
+
+def _verify_keras_h5(doc, model, engine, report, rng, tolerance, user_inputs):
+    keras = _keras()
+    feed = user_inputs or _random_inputs(keras, model, report.batch, report.steps, rng)
+    for rnn in doc.rnns:
+        parts = rnn.path.split("/")
+        if rnn.wrapper is not None:
+            parts = parts[:-1]
+        layer, acts = _activations_into(keras, model, parts, feed)
+        if getattr(layer, "stateful", False) or getattr(getattr(layer, "layer", None), "stateful", False):
+            for l in (layer, getattr(layer, "layer", None)):
+                if hasattr(l, "reset_states"):
+                    l.reset_states()
+        got = layer(acts[0])
+        got = [_np(keras, g) for g in (got if isinstance(got, (list, tuple)) else [got])]
+        ref, ref64 = _reference_rnn(rnn, acts[0].astype(np.float64), engine)
+        names = _output_names(rnn)
+        for name, g, r, r64 in zip(names, got, ref, ref64):
+            report.checks.append(_compare(f"{rnn.path}: {name}", g, r, r64, tolerance, rnn.stack.shape.dtype))
+        if len(got) != len(ref):
+            report.checks.append(Check(f"{rnn.path}: output count", float("inf"), float("inf"), tolerance,
+                                       False, None, (len(got), len(ref))))
+    if isinstance(model, keras.Sequential) and doc.rnns and all("/" not in r.path or r.wrapper and
+                                                               r.path.count("/") == 1 for r in doc.rnns):
+        _end_to_end_sequential(keras, doc, model, engine, report, feed, tolerance)
+
+
+def _output_names(rnn) -> list:
+    opts = rnn.options
+    first = "sequence" if opts["return_sequences"] else "last output"
+    if rnn.wrapper == "Bidirectional" and rnn.merge_mode is None:
+        names = [f"forward {first}", f"backward {first}"]
+    else:
+        names = [first]
+    if opts["return_state"]:
+        names += ["forward state", "backward state"] if rnn.wrapper == "Bidirectional" else ["state"]
+    return names
+
+
+def _end_to_end_sequential(keras, doc, model, engine, report, feed, tolerance):
+    by_top = {r.path.split("/")[0]: r for r in doc.rnns}
+    act = feed[0]
+    act64 = act.astype(np.float64)
+    for layer in model.layers:
+        rnn = by_top.get(layer.name)
+        if rnn is not None:
+            ref, ref64 = _reference_rnn(rnn, act64, engine)
+            act, act64 = ref[0], ref64[0]
+        else:
+            act = _np(keras, layer(act))  # non-recurrent layers: the converted model's own (unchanged) layers
+            act64 = act.astype(np.float64)
+    got = _np(keras, model(feed[0]))
+    report.checks.append(_compare("end to end: model output", got, act, None, tolerance, "float32"))
+
+
+# --------------------------------------------------------------------------- TF1 stacks
+
+def _verify_stack(found_stack, model, engine, report, rng, tolerance, user_inputs):
+    keras = _keras()
+    stack = found_stack
+    s = stack.shape
+    B, T = report.batch, report.steps
+    if user_inputs:
+        x = user_inputs[0]
+        B, T = x.shape[0], x.shape[1]
+    else:
+        x = rng.uniform(-1, 1, (B, T, s.input_size)).astype(s.dtype)
+    h0 = rng.uniform(-0.5, 0.5, (s.num_pseudo_layers, B, s.units)).astype(s.dtype)
+    n_in = len(model.inputs)
+    args = [x] + [h0[i] for i in range(s.num_pseudo_layers)] if n_in > 1 else x
+    outs = model(args)
+    outs = [_np(keras, o) for o in (outs if isinstance(outs, (list, tuple)) else [outs])]
+    h0_ref = h0 if n_in > 1 else None
+    y, hy, y64, hy64 = engine.run(stack, np.ascontiguousarray(x.transpose(1, 0, 2)), h0_ref, None,
+                                  opaque=stack.provenance.get("opaque_array"))
+    report.checks.append(_compare(f"{stack.name}: output sequence", outs[0], y.transpose(1, 0, 2),
+                                  y64.transpose(1, 0, 2), tolerance, s.dtype))
+    for i, o in enumerate(outs[1:]):
+        layer, d = divmod(i, s.num_directions)
+        report.checks.append(_compare(f"{stack.name}: final state l{layer} {'bw' if d else 'fw'}", o, hy[i],
+                                      hy64[i], tolerance, s.dtype))
+
+
+# --------------------------------------------------------------------------- entry point
+
+def _keras():
+    from ._lazy import keras
+
+    return keras()
+
+
+def _load_inputs(path) -> list:
+    try:
+        with np.load(path, allow_pickle=False) as d:
+            return [d[k] for k in d.files]
+    except (OSError, ValueError) as e:
+        raise InputError(f"cannot read inputs ({e})", path=path) from None
+
+
+def verify(input, converted=None, *, tolerance: float = 1e-5, reference: str = "auto", allow_tf32: bool = False,
+           batch: int = 2, steps: int = 8, seed: int = 0, inputs=None, config=None, hints=None, prefer=None,
+           rnn=None) -> VerifyReport:
+    """Run the original parameters through the reference and the converted model on the CPU; compare.
+
+    Without ``converted``, converts in memory (a temporary file) first.
+    Never raises for a parity failure: the report says; the CLI decides.
+    """
+    from . import api
+
+    input = Path(input)
+    kind, reason = _choose_reference(reference)
+    engine = _Engine(kind, allow_tf32)
+    report = VerifyReport(
+        input=str(input), converted=None if converted is None else str(converted), reference=kind,
+        reference_reason=reason, tolerance=tolerance,
+        math_mode=("float64" if kind == "oracle" else ("TF32 allowed (CUDNN_DEFAULT_MATH)" if allow_tf32
+                                                      else "strict fp32 (CUDNN_FMA_MATH)")),
+        seed=seed, batch=batch, steps=steps,
+    )
+    rng = np.random.default_rng(seed)
+    user_inputs = _load_inputs(inputs) if inputs else None
+    fmt = formats.detect(input)
+    keras = _keras()
+    report.environment = {"keras": keras.__version__, "backend": keras.backend.backend(), **engine.info}
+    with tempfile.TemporaryDirectory(prefix="gruconv-verify-") as td, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if fmt == "keras-h5":
+            from .formats import keras_h5
+
+            doc = keras_h5.read(input, config=api._load_config(config))
+            if not doc.rnns:
+                report.notes.append("nothing to convert: no CuDNNGRU layers")
+                report.nothing_to_convert = True
+                return report
+            model = _converted_keras_model(doc, converted, Path(td), config)
+            with _cpu(keras):
+                _verify_keras_h5(doc, model, engine, report, rng, tolerance, user_inputs)
+        else:
+            reader = formats.reader(fmt)
+            doc = reader.read(input, hints=hints, prefer=prefer, rnn=rnn)
+            for found in doc.stacks:
+                if found.stack is None:
+                    raise UsageError(f"stack {found.scope!r}: buffer shape is ambiguous; give shape hints",
+                                     path=input)
+                model = _converted_stack_model(found, converted, Path(td), len(doc.stacks))
+                with _cpu(keras):
+                    _verify_stack(found.stack, model, engine, report, rng, tolerance, user_inputs)
+    report.environment.update(engine.info)
+    return report
+
+
+class _cpu:
+    """Run the converted side on the CPU whatever the backend."""
+
+    def __init__(self, keras):
+        self.keras = keras
+        self.ctx = None
+
+    def __enter__(self):
+        try:
+            self.ctx = self.keras.device("cpu:0")
+            self.ctx.__enter__()
+        except Exception:  # noqa: BLE001 - older Keras without keras.device
+            self.ctx = None
+        return self
+
+    def __exit__(self, *exc):
+        if self.ctx is not None:
+            return self.ctx.__exit__(*exc)
+        return False
+
+
+def _converted_keras_model(doc, converted, td: Path, config):
+    keras = _keras()
+    from . import api
+    from .formats import keras3
+
+    if converted is None:
+        out = td / "converted.keras"
+        if doc.model_config is None:
+            raise UsageError("a weights-only file needs --config ARCH.json to be verified", path=doc.path)
+        api.convert(doc.path, out, config=config, allow_unsafe_lambda=True)
+        converted = out
+    converted = Path(converted)
+    if not converted.exists():
+        raise InputError("converted model not found", path=converted)
+    if converted.suffix == ".keras":
+        try:
+            return keras.saving.load_model(str(converted), safe_mode=True)
+        except Exception as e:  # noqa: BLE001 - any Keras failure means an unreadable model
+            raise InputError(f"cannot load converted model ({str(e).splitlines()[0][:200]})",
+                             path=converted) from None
+    # a converted weights-only .h5: rebuild the architecture (GRU in place of CuDNNGRU), then load it
+    from .formats import keras_h5
+
+    if doc.model_config is None:
+        raise UsageError("verifying a weights .h5 needs --config ARCH.json", path=doc.path)
+    legacy = td / "arch.h5"
+    keras_h5.write(doc, legacy, include_model=True, include_training=False)
+    model = keras3.load_legacy(legacy, compile=False)
+    try:
+        model.load_weights(str(converted))
+    except Exception as e:  # noqa: BLE001
+        raise InputError(f"cannot load converted weights ({str(e).splitlines()[0][:200]})", path=converted) from None
+    return model
+
+
+def _converted_stack_model(found, converted, td: Path, n_stacks: int):
+    keras = _keras()
+    from .formats import keras3
+
+    if converted is None:
+        return keras3.build_stack_model(found.stack, initial_state=True, return_state=True, name=found.scope)
+    converted = Path(converted)
+    if converted.is_dir():
+        converted = converted / (found.scope.replace("/", "__") + ".keras")
+    try:
+        return keras.saving.load_model(str(converted), safe_mode=True)
+    except Exception as e:  # noqa: BLE001
+        raise InputError(f"cannot load converted model ({str(e).splitlines()[0][:200]})", path=converted) from None
