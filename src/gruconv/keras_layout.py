@@ -80,6 +80,25 @@ def to_cudnngru(p: GateParams) -> tuple:
     return kernel, rkernel, bias
 
 
+def cudnngru_opaque(kernel, recurrent_kernel, bias) -> np.ndarray:
+    """The parameter buffer a ``CuDNNGRU`` layer hands to cuDNN, built the way the layer builds it.
+
+    tf_keras ``src/layers/rnn/cudnn_gru.py`` ``_process_batch``: six weight
+    slices in cuDNN order (kernel[:, H:2H] (r), kernel[:, :H] (z),
+    kernel[:, 2H:] (h), then the same of recurrent_kernel), each flattened
+    as stored, then six bias slices (bias[H:2H], bias[:H], bias[2H:3H],
+    bias[4H:5H], bias[3H:4H], bias[5H:]), concatenated
+    (``gru_lstm_utils.canonical_to_params``).  This deliberately does not use
+    :func:`from_cudnngru`: verification feeds this buffer to the reference so
+    the converter's own reading of the layout is checked, not assumed.
+    """
+    k, rk, b = (np.asarray(a) for a in (kernel, recurrent_kernel, bias))
+    H = rk.shape[0]
+    weights = [k[:, H:2 * H], k[:, :H], k[:, 2 * H:], rk[:, H:2 * H], rk[:, :H], rk[:, 2 * H:]]
+    biases = [b[H:2 * H], b[:H], b[2 * H:3 * H], b[4 * H:5 * H], b[3 * H:4 * H], b[5 * H:]]
+    return np.concatenate([w.reshape(-1) for w in weights] + [v.reshape(-1) for v in biases])
+
+
 def to_keras_gru(p: GateParams, input_size: int | None = None) -> list:
     """``[kernel (I, 3H), recurrent_kernel (H, 3H), bias (2, 3H)]`` for ``GRU(reset_after=True)``.
 

@@ -40,6 +40,8 @@ import numpy as np
 
 from . import formats
 from .canonical import GRUStack, StackShape
+from .cudnn_layout import unpack
+from .keras_layout import cudnngru_opaque, to_cudnngru
 from .errors import InputError, ReferenceUnavailable, UsageError
 
 FLOAT16_TOLERANCE_FLOOR = 4e-3  # float16 rounding of a tanh output in [-1, 1] is ~5e-4 per step
@@ -230,9 +232,13 @@ def _reference_rnn(rnn, x_bt: np.ndarray, engine: _Engine) -> tuple:
     x = x_bt.reshape((-1,) + x_bt.shape[-2:])  # TimeDistributed folds its extra axes into the batch
 
     def one(params, reverse_input):
+        # The buffer the ORIGINAL layer gave cuDNN: stored arrays (to_cudnngru, the exact inverse of the
+        # reader) packed as CuDNNGRU packs them (cudnngru_opaque), read back by the golden-tested layout.
         xi = x[:, ::-1] if reverse_input else x
-        uni = GRUStack(rnn.path, StackShape(s.input_size, s.units, 1, False, "linear", s.dtype), [params])
-        y, hy, y64, hy64 = engine.run(uni, np.ascontiguousarray(xi.transpose(1, 0, 2)))
+        shape = StackShape(s.input_size, s.units, 1, False, "linear", s.dtype)
+        buf = cudnngru_opaque(*to_cudnngru(params))
+        uni = GRUStack(rnn.path, shape, unpack(buf, shape))
+        y, hy, y64, hy64 = engine.run(uni, np.ascontiguousarray(xi.transpose(1, 0, 2)), opaque=buf)
         return (y.transpose(1, 0, 2), hy[0]), (y64.transpose(1, 0, 2), hy64[0])
 
     def outputs(pairs):
