@@ -12,7 +12,7 @@ def inspect_text(info: dict) -> str:
     if info["format"] == "keras-h5":
         what = "Keras HDF5 model" if info["kind"] == "model" else "Keras HDF5 weights (no architecture)"
         ver = f"keras {info['keras_version']}" if info.get("keras_version") else "keras version unknown"
-        lines.append(f"{info['file']}: {what} ({ver}), {info['layers']} layer(s) with weights")
+        lines.append(f"{info['file']}: {what} ({ver}), {info['layers']} top-level layer(s)")
         rnns = info["rnns"]
         if not rnns:
             lines.append("  no CuDNNGRU layers: nothing to convert")
