@@ -55,7 +55,7 @@ def test_inspect_text_output():
     lines = res.output.splitlines()
     assert lines[0].endswith("bidir_sum.h5: Keras HDF5 model (keras 2.21.0), 2 top-level layer(s)")
     assert lines[1] == ("  bidirectional/cu_dnngru: Bidirectional(CuDNNGRU), input 4, units 5, 1 layer(s), bi, "
-                        "linear input, float32, 360 params")
+                        "linear input, float32, 330 params")
     assert lines[2] == ("    -> Bidirectional(GRU(units=5, activation='tanh', recurrent_activation='sigmoid', "
                         "reset_after=True, return_sequences=True), merge_mode='sum')")
 
