@@ -140,7 +140,8 @@ def _choose_reference(reference: str) -> tuple:
         ok, reason = False, str(e)
     if ok:
         return "cudnn", f"auto: {reason}"
-    return "oracle", f"auto: no usable cuDNN ({reason}); float64 oracle instead"
+    short = reason.split(";")[0].split(": ")[-1][:80]
+    return "oracle", f"auto: no usable GPU/cuDNN here ({short}); float64 oracle instead"
 
 
 # --------------------------------------------------------------------------- comparison
