@@ -146,6 +146,10 @@ class CheckpointStack:
     slots: list = field(default_factory=list)        # optimizer slots of the opaque buffer
     canonical_params: Optional[list] = None          # GateParams from canonical tensors, if any
     opaque_params: Optional[list] = None             # GateParams unpacked from the buffer, if any
+    _shape: Optional[StackShape] = field(default=None, repr=False)   # from the canonical tensors
+    _cells: Optional[dict] = field(default=None, repr=False)         # (layer, dir) -> {name: key}
+    _group: Optional[object] = field(default=None, repr=False)
+    _error: Optional[Exception] = field(default=None, repr=False)    # raised if this stack is selected
 
     @property
     def shape(self) -> Optional[StackShape]:
@@ -353,8 +357,8 @@ def _find_groups(keys) -> list:
     return [groups[k] for k in sorted(groups)]
 
 
-def _canonical_stack(r: _Reader, g: _Group) -> tuple:
-    """Validate a canonical group; return (StackShape, [GateParams], keys, tf13 self-check warnings)."""
+def _canonical_shape(r: _Reader, g: _Group) -> tuple:
+    """Validate a canonical group from the index alone; return (StackShape, {(layer, dir): {name: key}})."""
     scope = g.scope or "(root)"
     D = 2 if g.bidirectional else 1
     layers = sorted({layer for (layer, _, _) in g.tensors})
@@ -371,7 +375,7 @@ def _canonical_stack(r: _Reader, g: _Group) -> tuple:
                 where = f"{g.base}stack_bidirectional_rnn/cell_{layer}/bidirectional_rnn/{'bw' if d else 'fw'}/{_CELL}"
             else:
                 where = f"{g.base}multi_rnn_cell/cell_{layer}/{_CELL}"
-            raise r.error(f"canonical GRU tensor {where}/{name!r} is missing (the other tensors of scope "
+            raise r.error(f"canonical GRU tensor '{where}/{name}' is missing (the other tensors of scope "
                           f"{scope!r} are present)")
         return k
 
@@ -392,7 +396,7 @@ def _canonical_stack(r: _Reader, g: _Group) -> tuple:
     except InputError as e:
         raise r.error(f"canonical GRU tensors of scope {scope!r}: {e.message}") from None
 
-    keys, params, warns = [], [], []
+    cells = {}
     for layer in range(L):
         n_in = shape.layer_input_size(layer)
         expect = {
@@ -402,10 +406,8 @@ def _canonical_stack(r: _Reader, g: _Group) -> tuple:
             "bias_cudnn 0": (2 * H,), "bias_cudnn 1": (2 * H,),
         }
         for d in range(D):
-            names = list(_CELL_TENSORS) + [n for n in _TF13_BIASES if (layer, d, n) in g.tensors]
-            if g.has_tf13_biases and len(names) != len(_CELL_TENSORS) + 2:
-                key_of(layer, d, "bias_cudnn 0"), key_of(layer, d, "bias_cudnn 1")
-            t = {}
+            names = _CELL_TENSORS + (_TF13_BIASES if g.has_tf13_biases else ())
+            cell = {}
             for name in names:
                 k = key_of(layer, d, name)
                 info = r.info(k)
@@ -416,17 +418,29 @@ def _canonical_stack(r: _Reader, g: _Group) -> tuple:
                     raise r.error(f"tensor {k!r} has shape {list(info.shape)}, expected "
                                   f"{list(expect[name])} (layer {layer} of a stack with input size {I}, "
                                   f"{H} units, {'bi' if D == 2 else 'uni'}directional)")
-                t[name] = r.read(k)
-                keys.append(k)
+                cell[name] = k
+            cells[layer, d] = cell
+    return shape, cells
+
+
+def _canonical_params(r: _Reader, scope: str, shape: StackShape, cells: dict) -> tuple:
+    """Read the canonical tensors into GateParams (pseudo-layer order); also return warnings."""
+    H = shape.units
+    params, warns = [], []
+    for layer in range(shape.num_layers):
+        n_in = shape.layer_input_size(layer)
+        for d in range(shape.num_directions):
+            t = {name: r.read(k) for name, k in cells[layer, d].items()}
             gk = t["gates/kernel"]
             gb = t["gates/bias"]
             if "bias_cudnn 0" in t:
                 b0, b1 = t["bias_cudnn 0"], t["bias_cudnn 1"]
                 bw_rz, br_rz = [b0[:H], b0[H:]], [b1[:H], b1[H:]]
-                summed = (b0 + b1).astype(gb.dtype)
-                if not np.array_equal(summed, gb):
-                    diff = float(np.max(np.abs(summed.astype(np.float64) - gb.astype(np.float64))))
-                    warns.append(f"scope {scope!r} layer {layer}: 'bias_cudnn 0' + 'bias_cudnn 1' differs from "
+                with np.errstate(all="ignore"):
+                    summed = (b0 + b1).astype(gb.dtype)
+                if not np.array_equal(summed, gb, equal_nan=True):
+                    diff = float(np.nanmax(np.abs(summed.astype(np.float64) - gb.astype(np.float64))))
+                    warns.append(f"{scope}: layer {layer}: 'bias_cudnn 0' + 'bias_cudnn 1' differs from "
                                  f"gates/bias by up to {diff:.3g}; the unsummed bias_cudnn halves were used")
             else:
                 bw_rz, br_rz = [gb[:H], gb[H:]], [np.zeros(H, gb.dtype), np.zeros(H, gb.dtype)]
@@ -438,57 +452,69 @@ def _canonical_stack(r: _Reader, g: _Group) -> tuple:
                 input_bias=np.stack(bw_rz + [t["candidate/input_projection/bias"]]),
                 recurrent_bias=np.stack(br_rz + [t["candidate/hidden_projection/bias"]]),
             ))
-    return shape, params, keys, warns
+    return params, warns
 
 
-def _cell_tensors(p: GateParams, n_in: int, dtype) -> dict:
-    """The canonical TF cell tensors an opaque pseudo-layer corresponds to (for the cross-check)."""
-    gk = np.concatenate([np.concatenate([p.input_weights[0], p.recurrent_weights[0]], axis=1),
-                         np.concatenate([p.input_weights[1], p.recurrent_weights[1]], axis=1)], axis=0).T
+def _cell_blocks(p: GateParams, n_in: int, H: int, dtype) -> dict:
+    """For each canonical cell tensor: (blocks of it as (row slice, column slice), the buffer's blocks).
+
+    The blocks are views (no copies), so comparing a large stack costs one
+    pass over memory; ``gates/bias`` is the sum, computed in the tensor dtype
+    as TF computed it."""
+    full = (slice(None), slice(None))
     with np.errstate(all="ignore"):
         gb = (np.concatenate([p.input_bias[0], p.input_bias[1]])
               + np.concatenate([p.recurrent_bias[0], p.recurrent_bias[1]])).astype(dtype)
     return {
-        "gates/kernel": gk, "gates/bias": gb,
-        "candidate/input_projection/kernel": p.input_weights[2].T,
-        "candidate/hidden_projection/kernel": p.recurrent_weights[2].T,
-        "candidate/input_projection/bias": p.input_bias[2],
-        "candidate/hidden_projection/bias": p.recurrent_bias[2],
-        "bias_cudnn 0": np.concatenate([p.input_bias[0], p.input_bias[1]]),
-        "bias_cudnn 1": np.concatenate([p.recurrent_bias[0], p.recurrent_bias[1]]),
+        "gates/kernel": [((slice(0, n_in), slice(0, H)), p.input_weights[0].T),
+                         ((slice(0, n_in), slice(H, 2 * H)), p.input_weights[1].T),
+                         ((slice(n_in, None), slice(0, H)), p.recurrent_weights[0].T),
+                         ((slice(n_in, None), slice(H, 2 * H)), p.recurrent_weights[1].T)],
+        "gates/bias": [((slice(None),), gb)],
+        "candidate/input_projection/kernel": [(full, p.input_weights[2].T)],
+        "candidate/hidden_projection/kernel": [(full, p.recurrent_weights[2].T)],
+        "candidate/input_projection/bias": [((slice(None),), p.input_bias[2])],
+        "candidate/hidden_projection/bias": [((slice(None),), p.recurrent_bias[2])],
+        "bias_cudnn 0": [((slice(0, H),), p.input_bias[0]), ((slice(H, None),), p.input_bias[1])],
+        "bias_cudnn 1": [((slice(0, H),), p.recurrent_bias[0]), ((slice(H, None),), p.recurrent_bias[1])],
     }
 
 
-def _cross_check(r: _Reader, g: _Group, shape: StackShape, opaque_params: list) -> CrossCheck:
-    """Compare every canonical tensor with the same tensor rebuilt from the unpacked buffer.
+def _cross_check(r: _Reader, shape: StackShape, cells: dict, opaque_params: list) -> CrossCheck:
+    """Compare every canonical tensor with the same values in the unpacked buffer.
 
     Matrices and separate biases must be identical; a summed gate bias may
-    differ by the rounding of the sum (2 ulp)."""
-    worst, where, exact_ok = 0.0, None, True
-    for (layer, d, name), key in sorted(g.tensors.items()):
+    differ by the rounding of the sum (2 ulp).  Reports the largest absolute
+    difference and where it is (tensor key and index)."""
+    worst, where, ok = 0.0, None, True
+    dtype = np.dtype(shape.dtype)
+    for (layer, d), cell in sorted(cells.items()):
         p = opaque_params[shape.pseudo_layer(layer, d)]
-        mine = _cell_tensors(p, shape.layer_input_size(layer), shape.dtype)[name]
-        theirs = r.read(key)
-        a, b = mine.astype(np.float64), theirs.astype(np.float64)
-        both_nan = np.isnan(a) & np.isnan(b)
-        with np.errstate(invalid="ignore"):
-            diff = np.where(both_nan, 0.0, np.abs(a - b))
-        diff = np.where(np.isnan(diff), np.inf, diff)
-        if diff.size == 0:
-            continue
-        i = int(np.argmax(diff))
-        m = float(diff.reshape(-1)[i])
-        if name == "gates/bias":
-            allowed = 2 * np.spacing(np.maximum(np.abs(a), np.abs(b)).astype(np.dtype(shape.dtype)))
-            bad = bool(np.any(diff > allowed.astype(np.float64)))
-        else:
-            bad = m > 0
-        exact_ok &= not bad
-        if m > worst or (where is None and bad):
-            worst = m
-            idx = np.unravel_index(i, diff.shape)
-            where = f"{key}[{', '.join(map(str, idx))}]"
-    if exact_ok:
+        blocks = _cell_blocks(p, shape.layer_input_size(layer), shape.units, dtype)
+        for name, key in cell.items():
+            theirs = r.read(key)
+            for idx, mine in blocks[name]:
+                part = theirs[idx]
+                if np.array_equal(part, mine):
+                    continue
+                a, b = part.astype(np.float64), mine.astype(np.float64)
+                with np.errstate(invalid="ignore"):
+                    diff = np.where(np.isnan(a) & np.isnan(b), 0.0, np.abs(a - b))
+                diff = np.where(np.isnan(diff), np.inf, diff)
+                if name == "gates/bias":
+                    allowed = 2 * np.spacing(np.maximum(np.abs(part), np.abs(mine)).astype(dtype))
+                    bad = bool(np.any(diff > allowed.astype(np.float64)))
+                else:
+                    bad = bool(np.any(diff > 0))
+                ok &= not bad
+                i = int(np.argmax(diff))
+                m = float(diff.reshape(-1)[i])
+                if m > worst or (bad and where is None):
+                    worst = m
+                    pos = np.unravel_index(i, diff.shape)
+                    pos = [s.start + q if s.start else q for s, q in zip(idx, pos)]
+                    where = f"{key}[{', '.join(map(str, pos))}]"
+    if ok:
         return CrossCheck("agree", worst, None)
     return CrossCheck("disagree", worst, where)
 
@@ -498,7 +524,13 @@ def _cross_check(r: _Reader, g: _Group, shape: StackShape, opaque_params: list) 
 
 def read(path, *, hints: Optional[dict] = None, prefer: Optional[str] = None,
          rnn: Optional[str] = None) -> CheckpointDoc:
-    """Find every cuDNN GRU stack in a TF 1.x checkpoint and read its weights (no TensorFlow)."""
+    """Find every cuDNN GRU stack in a TF 1.x checkpoint and read its weights (no TensorFlow).
+
+    Stacks are found from the index alone; then ``rnn`` (a scope or buffer
+    key), else a ``variable`` hint, selects among them, and only the
+    selected stacks' tensors are read.  The shape hints describe the
+    selected opaque-only stack(s).
+    """
     h = _norm_hints(hints)
     if prefer not in (None, "canonical", "opaque"):
         raise UsageError(f"prefer must be 'canonical' or 'opaque', got {prefer!r}")
@@ -507,6 +539,8 @@ def read(path, *, hints: Optional[dict] = None, prefer: Optional[str] = None,
     keys = b.keys()
     warnings: list = []
 
+    groups = _find_groups(keys)
+    canonical_all = {k for g in groups for k in g.tensors.values()}
     variable = h.get("variable")
     if variable is not None:
         if variable not in b:
@@ -514,9 +548,11 @@ def read(path, *, hints: Optional[dict] = None, prefer: Optional[str] = None,
             raise r.error(f"variable {variable!r} is not in the checkpoint; 1-D float tensors there: "
                           f"{', '.join(vecs) or 'none'}")
         vi = b.info(variable)
-        if not _is_float_vector(vi):
-            raise r.error(f"variable {variable!r} has dtype {vi.dtype} and shape {list(vi.shape)}; an opaque "
-                          f"cuDNN buffer is a 1-D float16/32/64 tensor")
+        if not _is_float_vector(vi) or variable in canonical_all:
+            what = "a canonical GRU tensor" if variable in canonical_all else \
+                f"dtype {vi.dtype} and shape {list(vi.shape)}"
+            raise r.error(f"variable {variable!r} is {what}; an opaque cuDNN buffer is a 1-D float16/32/64 "
+                          f"tensor")
 
     # Opaque buffers named as the TF 1.5+ layer names them.
     buffers = []
@@ -536,23 +572,27 @@ def read(path, *, hints: Optional[dict] = None, prefer: Optional[str] = None,
     if variable is not None and variable not in buffers:
         buffers.append(variable)
 
-    found: list = []
-    claimed: set = set()
-    canonical_all = set()
-    groups = _find_groups(keys)
-    for g in groups:
-        canonical_all.update(g.tensors.values())
     scopes_seen: dict = {}
     for g in groups:
         if g.scope in scopes_seen:
             raise r.error(f"scope {g.scope or '(root)'!r} holds two sets of canonical GRU tensors "
-                          f"({scopes_seen[g.scope]} and {g.base!r}); cannot tell which is the stack")
+                          f"({scopes_seen[g.scope]!r} and {g.base!r}); cannot tell which is the stack")
         scopes_seen[g.scope] = g.base
 
-    # 1. canonical groups, each matched with its buffer.
+    # 1. Canonical groups (index only), each matched with its buffer.
+    found: list = []
+    claimed: set = set()
+    vectors = {k for k in keys if _is_float_vector(b.info(k))}
     for g in groups:
-        shape, cparams, ckeys, cwarn = _canonical_stack(r, g)
-        warnings.extend(cwarn)
+        entry = CheckpointStack(scope=g.scope, stack=None, source="", style=g.style,
+                                canonical_keys=sorted(g.tensors.values()))
+        found.append(entry)
+        try:
+            shape, cells = _canonical_shape(r, g)
+        except InputError as e:  # raised only if this stack is selected
+            entry._error = e
+            continue
+        entry._shape, entry._cells, entry._group = shape, cells, g
         size = params_size(shape)
         own = (g.scope + "/opaque_kernel") if g.scope else "opaque_kernel"
         opaque = None
@@ -562,70 +602,36 @@ def read(path, *, hints: Optional[dict] = None, prefer: Optional[str] = None,
             opaque = variable
         else:
             others = {k for k in buffers if _scope_of_buffer(k) != g.scope}
-            pool = [k for k in keys if k not in claimed and k not in canonical_all and k not in others
-                    and _is_float_vector(b.info(k)) and b.info(k).shape[0] == size
-                    and b.info(k).dtype == shape.dtype]
-            pool = [k for k in pool if not any(k.startswith(o + "/") for o in pool if o != k)]
+            pool = {k for k in vectors if k not in claimed and k not in canonical_all and k not in others
+                    and b.info(k).shape[0] == size and b.info(k).dtype == shape.dtype}
+            pool = [k for k in pool if not ("/" in k and k.rsplit("/", 1)[0] in pool)]  # not a slot
             inside = sorted(k for k in pool if _under(k, g.scope))
-            if len(inside) >= 1:
+            if inside:
                 opaque = inside[0]
                 if len(inside) > 1:
                     warnings.append(f"scope {g.scope!r}: {len(inside)} tensors could be its opaque buffer "
                                     f"({', '.join(inside[:5])}); cross-checked {opaque!r}")
             elif len(pool) == 1:
                 opaque = pool[0]
-        style = g.style
-        if style == "1.5" and opaque is not None and not opaque.endswith("opaque_kernel"):
-            style = "1.4"
-        if style == "1.5" and opaque is None:
-            style = "1.4"
-        entry = CheckpointStack(scope=g.scope, stack=None, source="", style=style,
-                                canonical_keys=ckeys, canonical_params=cparams)
+        if entry.style == "1.5" and (opaque is None or not opaque.endswith("opaque_kernel")):
+            entry.style = "1.4"
         if opaque is not None:
             info = b.info(opaque)
             entry.opaque_key, entry.opaque_size, entry.opaque_dtype = opaque, info.shape[0], info.dtype
             claimed.add(opaque)
-            if info.dtype != shape.dtype:
-                entry.cross_check = CrossCheck("not checked", detail=f"buffer is {info.dtype}, canonical "
-                                               f"tensors are {shape.dtype}")
-            elif info.shape[0] != size:
-                entry.cross_check = CrossCheck(
-                    "disagree", detail=f"buffer has {info.shape[0]} values, the canonical shape needs {size}")
-            else:
-                entry.opaque_params = unpack(r.read(opaque), shape)
-                entry.cross_check = _cross_check(r, g, shape, entry.opaque_params)
-        else:
-            entry.cross_check = CrossCheck("not checked", detail="no opaque buffer found")
-        what = _STYLE_TEXT[style]
-        if style == "1.3" and g.has_tf13_biases:
-            what += ", unsummed biases from 'bias_cudnn 0/1'"
-        if prefer == "opaque":
-            if entry.opaque_params is None:
-                raise UsageError(f"prefer='opaque', but scope {g.scope!r} has no usable opaque buffer "
-                                 f"({entry.cross_check.text()})", path=r.where)
-            entry.source = f"opaque buffer (cuDNN 9.19 layout), shape from canonical tensors ({what})"
-            params = entry.opaque_params
-        else:
-            entry.source = f"canonical tensors ({what})"
-            params = cparams
-        entry.stack = GRUStack(g.scope, shape, params,
-                               provenance={"format": FORMAT, "scope": g.scope, "source": entry.source,
-                                           "opaque": entry.opaque_key, "style": style})
-        found.append(entry)
 
-    # 2. buffers without canonical tensors: shape from the size and the hints.
+    # 2. Buffers without canonical tensors.
     for k in buffers:
         if k in claimed:
             continue
         claimed.add(k)
         info = b.info(k)
-        scope = _scope_of_buffer(k)
-        entry = CheckpointStack(scope=scope, stack=None, source="", style="opaque-only", opaque_key=k,
-                                opaque_size=info.shape[0], opaque_dtype=info.dtype,
-                                cross_check=CrossCheck("no canonical"))
-        found.append(entry)
+        found.append(CheckpointStack(scope=_scope_of_buffer(k), stack=None, source="", style="opaque-only",
+                                     opaque_key=k, opaque_size=info.shape[0], opaque_dtype=info.dtype,
+                                     cross_check=CrossCheck("no canonical")))
+    found.sort(key=lambda e: (e.scope, e.opaque_key or ""))
 
-    # Slots of every buffer; keys of the other stacks.
+    # Optimizer slots of every buffer.
     for entry in found:
         if entry.opaque_key:
             entry.slots = sorted(k for k in keys if k.startswith(entry.opaque_key + "/")
@@ -641,27 +647,23 @@ def read(path, *, hints: Optional[dict] = None, prefer: Optional[str] = None,
     elif variable is not None:
         found = [e for e in found if e.opaque_key == variable]
 
-    # Shapes of the opaque-only stacks, now that the hints know which stack they describe.
+    # Read what the selected stacks need.
     for entry in found:
+        if entry._error is not None:
+            raise entry._error
         if entry.style == "opaque-only":
             _solve(r, entry, h)
-        elif entry.stack is not None:
-            bad = _hint_conflicts(entry.stack.shape, h)
-            if bad:
-                raise UsageError(f"scope {entry.scope!r}: hint(s) {', '.join(bad)} contradict its canonical "
-                                 f"tensors; drop them or pick another stack with --rnn", path=r.where)
+        else:
+            _load_canonical(r, entry, prefer, h, warnings)
         if entry.stack is not None:
             n = entry.stack.nonfinite_count()
             if n:
                 warnings.append(f"{entry.scope}: {n} NaN/Inf weight value(s), carried over unchanged")
 
-    used = set()
-    for e in found:
-        used.update(e.keys)
+    used = {k for e in found for k in e.keys}
     other = [k for k in keys if k not in used]
     possible = []
     if not found:
-        vectors = {k for k in keys if _is_float_vector(b.info(k))}
         for k in sorted(vectors):
             if not re.search(r"cudnn|rnn|gru|param|opaque", k, re.I):
                 continue
@@ -675,6 +677,44 @@ def read(path, *, hints: Optional[dict] = None, prefer: Optional[str] = None,
         total_bytes=b.total_bytes(), stacks=found, other_keys=other,
         other_bytes=sum(b.info(k).size for k in other), possible_buffers=possible, warnings=warnings,
         reader=r)
+
+
+def _load_canonical(r: _Reader, entry: CheckpointStack, prefer: Optional[str], h: dict, warnings: list) -> None:
+    shape, cells, g = entry._shape, entry._cells, entry._group
+    bad = _hint_conflicts(shape, h)
+    if bad:
+        raise UsageError(f"scope {entry.scope!r}: hint(s) {', '.join(bad)} contradict its canonical "
+                         f"tensors; drop them or pick another stack with --rnn", path=r.where)
+    cparams, cwarn = _canonical_params(r, entry.scope, shape, cells)
+    warnings.extend(cwarn)
+    entry.canonical_params = cparams
+    size = params_size(shape)
+    if entry.opaque_key is None:
+        entry.cross_check = CrossCheck("not checked", detail="no opaque buffer found")
+    elif entry.opaque_dtype != shape.dtype:
+        entry.cross_check = CrossCheck("not checked", detail=f"buffer is {entry.opaque_dtype}, canonical "
+                                       f"tensors are {shape.dtype}")
+    elif entry.opaque_size != size:
+        entry.cross_check = CrossCheck(
+            "disagree", detail=f"buffer has {entry.opaque_size} values, the canonical shape needs {size}")
+    else:
+        entry.opaque_params = unpack(r.read(entry.opaque_key), shape)
+        entry.cross_check = _cross_check(r, shape, cells, entry.opaque_params)
+    what = _STYLE_TEXT[entry.style]
+    if entry.style == "1.3" and g.has_tf13_biases:
+        what += ", unsummed biases from 'bias_cudnn 0/1'"
+    if prefer == "opaque":
+        if entry.opaque_params is None:
+            raise UsageError(f"prefer='opaque', but scope {entry.scope!r} has no usable opaque buffer "
+                             f"({entry.cross_check.text()})", path=r.where)
+        entry.source = f"opaque buffer (cuDNN 9.19 layout), shape from canonical tensors ({what})"
+        params = entry.opaque_params
+    else:
+        entry.source = f"canonical tensors ({what})"
+        params = cparams
+    entry.stack = GRUStack(entry.scope, shape, params,
+                           provenance={"format": FORMAT, "scope": entry.scope, "source": entry.source,
+                                       "opaque": entry.opaque_key, "style": entry.style})
 
 
 def _solve(r: _Reader, entry: CheckpointStack, h: dict) -> None:
