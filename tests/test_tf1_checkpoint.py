@@ -21,7 +21,7 @@ import pytest
 
 from conftest import FIXTURES, ROOT, load_golden
 from gruconv import report, tfbundle
-from gruconv.canonical import GRUStack, StackShape
+from gruconv.canonical import StackShape
 from gruconv.errors import InputError, OutputError, UsageError
 from gruconv.formats import tf1_checkpoint as t1
 from gruconv.oracle import run_stack
@@ -603,3 +603,45 @@ def test_api_plumbing(tmp_path):
                                             "(skip input: layer 0 input kernel = identity)")
     with zipfile.ZipFile(tmp_path / "s.keras") as z:
         assert {"config.json", "metadata.json", "model.weights.h5"} <= set(z.namelist())
+
+
+def test_broken_stack_not_selected(tf, tmp_path):
+    """A malformed stack is reported when selected, and does not block converting another one."""
+    tensors = _tensors("multi_stack")
+    bad = "encoder/cudnn_gru/stack_bidirectional_rnn/cell_1/bidirectional_rnn/bw/cudnn_compatible_gru_cell/gates/bias"
+    tensors[bad] = np.zeros(5, np.float32)
+    prefix = _save(tf, tmp_path / "half.ckpt", tensors)
+    with pytest.raises(InputError, match="cell_1/bidirectional_rnn/bw/.*gates/bias' has shape \\[5\\]"):
+        t1.read(prefix)
+    with pytest.raises(InputError, match="gates/bias"):
+        t1.read(prefix, rnn="encoder/cudnn_gru")
+    doc = t1.read(prefix, rnn="decoder/cudnn_gru")
+    assert [e.scope for e in doc.stacks] == ["decoder/cudnn_gru"]
+    assert "encoder/cudnn_gru/opaque_kernel" in doc.other_keys and bad in doc.other_keys
+
+
+def test_rest_npz_keeps_every_dtype(tf, tmp_path):
+    """Strings, bools, ints, scalars and bfloat16 (as raw bits, with a warning) reach rest.npz unchanged."""
+    tensors = {k: tf.constant(v) for k, v in _tensors("layer_uni_1l").items()}
+    tensors.update({
+        "vocab": tf.constant(np.array([b"a", b"bc", b""], dtype=object)),
+        "flags": tf.constant(np.array([True, False])),
+        "counts": tf.constant(np.arange(6, dtype=np.int16).reshape(2, 3)),
+        "scale": tf.constant(np.float64(2.5)),
+        "half": tf.constant([1.5, -2.0], dtype=tf.bfloat16),
+    })
+    prefix = tmp_path / "mixed.ckpt"
+    names = sorted(tensors)
+    tf.raw_ops.SaveV2(prefix=str(prefix), tensor_names=names, shape_and_slices=[""] * len(names),
+                      tensors=[tensors[n] for n in names])
+    res = t1.convert(prefix, tmp_path / "m.keras")
+    rest = _npz(tmp_path / "m.keras.rest.npz")
+    assert sorted(rest) == sorted(["beta1_power", "beta2_power", "global_step", "vocab", "flags", "counts",
+                                   "scale", "half"])
+    assert rest["vocab"].tolist() == [b"a", b"bc", b""]
+    assert rest["flags"].dtype == bool and rest["flags"].tolist() == [True, False]
+    assert rest["counts"].dtype == np.int16 and rest["counts"].tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert rest["scale"].dtype == np.float64 and rest["scale"] == 2.5
+    raw = tfbundle.open_bundle(prefix).read("half")
+    assert rest["half"].dtype == np.uint16 and rest["half"].tobytes() == raw.tobytes()
+    assert any("bfloat16 tensor 'half' stored as its raw uint16 bit patterns" in w for w in res.warnings)

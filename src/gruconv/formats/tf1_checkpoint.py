@@ -587,14 +587,17 @@ def read(path, *, hints: Optional[dict] = None, prefer: Optional[str] = None,
         entry = CheckpointStack(scope=g.scope, stack=None, source="", style=g.style,
                                 canonical_keys=sorted(g.tensors.values()))
         found.append(entry)
+        own = (g.scope + "/opaque_kernel") if g.scope else "opaque_kernel"
         try:
             shape, cells = _canonical_shape(r, g)
         except InputError as e:  # raised only if this stack is selected
             entry._error = e
+            if own in buffers and own not in claimed:
+                entry.opaque_key = own
+                claimed.add(own)
             continue
         entry._shape, entry._cells, entry._group = shape, cells, g
         size = params_size(shape)
-        own = (g.scope + "/opaque_kernel") if g.scope else "opaque_kernel"
         opaque = None
         if own in buffers and own not in claimed:
             opaque = own
@@ -760,7 +763,8 @@ def _require_shape(entry: CheckpointStack, where: str) -> None:
         return
     if entry.candidates:
         shown = "; ".join(_cand_text(c) for c in entry.candidates[:CANDIDATES_SHOWN])
-        more = f"; ... {len(entry.candidates) - CANDIDATES_SHOWN} more" if len(entry.candidates) > CANDIDATES_SHOWN else ""
+        extra = len(entry.candidates) - CANDIDATES_SHOWN
+        more = f"; ... {extra} more" if extra > 0 else ""
         raise UsageError(
             f"opaque buffer {entry.opaque_key!r} ({entry.opaque_size} values) has no stored shape and "
             f"{len(entry.candidates)} shapes fit: {shown}{more}. Pass {_disambiguation(entry.candidates)} "
