@@ -323,9 +323,9 @@ def _end_to_end_sequential(keras, doc, model, engine, report, feed, tolerance):
 
 # --------------------------------------------------------------------------- TF1 stacks
 
-def _verify_stack(found_stack, model, engine, report, rng, tolerance, user_inputs):
+def _verify_stack(stack, opaque, model, engine, report, rng, tolerance, user_inputs):
+    """A TF1 stack: the converted model vs the reference fed the checkpoint's own stored buffer."""
     keras = _keras()
-    stack = found_stack
     s = stack.shape
     B, T = report.batch, report.steps
     if user_inputs:
@@ -340,7 +340,7 @@ def _verify_stack(found_stack, model, engine, report, rng, tolerance, user_input
     outs = [_np(keras, o) for o in (outs if isinstance(outs, (list, tuple)) else [outs])]
     h0_ref = h0 if n_in > 1 else None
     y, hy, y64, hy64 = engine.run(stack, np.ascontiguousarray(x.transpose(1, 0, 2)), h0_ref, None,
-                                  opaque=stack.provenance.get("opaque_array"))
+                                  opaque=opaque)
     report.checks.append(_compare(f"{stack.name}: output sequence", outs[0], y.transpose(1, 0, 2),
                                   y64.transpose(1, 0, 2), tolerance, s.dtype))
     for i, o in enumerate(outs[1:]):
@@ -411,10 +411,28 @@ def verify(input, converted=None, *, tolerance: float = 1e-5, reference: str = "
                     raise UsageError(f"stack {found.scope!r}: buffer shape is ambiguous; give shape hints",
                                      path=input)
                 model = _converted_stack_model(found, converted, Path(td), len(doc.stacks))
+                opaque = _stored_buffer(input, found)
+                if opaque is None and engine.kind == "cudnn":
+                    report.notes.append(f"{found.scope}: no stored opaque buffer; cuDNN was fed the canonical "
+                                        "weights packed in this cuDNN's layout")
                 with _cpu(keras):
-                    _verify_stack(found.stack, model, engine, report, rng, tolerance, user_inputs)
+                    _verify_stack(found.stack, opaque, model, engine, report, rng, tolerance, user_inputs)
     report.environment.update(engine.info)
     return report
+
+
+def _stored_buffer(path, found) -> Optional[np.ndarray]:
+    """The checkpoint's own opaque buffer (what the original ran), when its size fits the stack."""
+    if not found.opaque_key:
+        return None
+    from .cudnn_layout import params_size
+    from .tfbundle import open_bundle
+
+    with open_bundle(path) as b:
+        buf = b.read(found.opaque_key)
+    if buf.size != params_size(found.stack.shape):
+        return None
+    return buf.astype(found.stack.shape.dtype, copy=False)
 
 
 class _cpu:
