@@ -39,7 +39,7 @@ import numpy as np
 
 from .. import h5safe
 from ..canonical import GRUStack, StackShape
-from ..errors import InputError, UnsupportedError
+from ..errors import GruconvError, InputError, OutputError, UnsupportedError
 from ..keras_layout import CUDNN_COMPATIBLE_GRU, from_cudnngru, to_keras_gru
 
 FORMAT = "keras-h5"
@@ -72,7 +72,7 @@ class KerasRNN:
 
     @property
     def options(self) -> dict:
-        c = self.config.get("config") or {}
+        c = _conf(self.config)
         return {k: bool(c.get(k, False)) for k in ("return_sequences", "return_state", "go_backwards", "stateful")}
 
 
@@ -111,7 +111,14 @@ def _open(path: Path):
 
 
 def _class_name(cfg) -> Optional[str]:
-    return cfg.get("class_name") if isinstance(cfg, dict) else None
+    name = cfg.get("class_name") if isinstance(cfg, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def _conf(cfg) -> dict:
+    """A layer's ``config`` object, or ``{}`` when it is missing or not an object."""
+    c = cfg.get("config") if isinstance(cfg, dict) else None
+    return c if isinstance(c, dict) else {}
 
 
 def _layers_of(cfg: dict) -> list:
@@ -141,7 +148,7 @@ def walk_layers(cfg: dict, top: Optional[str] = None, prefix: str = ""):
         cls = _class_name(layer)
         if cls in _CONTAINER_CLASSES or _layers_of(layer):
             yield from walk_layers(layer, this_top, path + "/")
-        elif cls in _WRAPPERS or (isinstance(layer.get("config"), dict) and "layer" in layer["config"]):
+        elif isinstance(layer.get("config"), dict) and (cls in _WRAPPERS or "layer" in layer["config"]):
             inner_cfg = layer["config"]
             for key in ("layer", "backward_layer"):
                 inner = inner_cfg.get(key)
@@ -154,15 +161,35 @@ def _weight_groups(f, root, path: Path, layer_names: list) -> dict:
     out = {}
     for lname in layer_names:
         g = h5safe.child(root, lname, path, "group")
-        names = h5safe.read_attr(g, "weight_names", []) or []
-        if isinstance(names, str):
-            names = [names]
         entries = []
-        for wname in names:
+        for wname in _weight_names(g, path):
             ds = h5safe.resolve(g, wname, path, "dataset")
+            # every weight, GRU or not, is checked from its header: Keras reads the others in full
+            h5safe.check_dataset(ds, path, numeric=False)
             entries.append((wname, ds))
         out[lname] = entries
     return out
+
+
+def _weight_names(group, path) -> list:
+    names = h5safe.read_attr(group, "weight_names", []) or []
+    if isinstance(names, str):
+        names = [names]
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise InputError(f"{group.name}: attribute 'weight_names' is not a list of strings", path=path)
+    dup = _first_duplicate(names)
+    if dup is not None:
+        raise InputError(f"{group.name}: attribute 'weight_names' lists {dup!r} twice", path=path)
+    return names
+
+
+def _first_duplicate(names: list) -> Optional[str]:
+    seen = set()
+    for n in names:
+        if n in seen:
+            return n
+        seen.add(n)
+    return None
 
 
 def _owner_and_role(wname: str) -> tuple:
@@ -198,7 +225,7 @@ def _find_rnn_weights(entries: list, rnn_name: str, wrapper: Optional[str], wher
 
 def _rnn_from_weights(path: Path, rpath: str, top: str, cfg: dict, wrapper_cfg: Optional[dict],
                       found: list) -> KerasRNN:
-    conf = cfg.get("config") or {}
+    conf = _conf(cfg)
     units = conf.get("units")
     params = []
     dtypes = set()
@@ -224,7 +251,7 @@ def _rnn_from_weights(path: Path, rpath: str, top: str, cfg: dict, wrapper_cfg: 
     shape = StackShape(I, H, 1, len(params) == 2, "linear", dtype)
     stack = GRUStack(rpath, shape, [p.astype(dtype) for p in params],
                      provenance={"format": FORMAT, "datasets": [{r: ds.name for r, ds in roles.items()} for roles in found]})
-    merge = wrapper_cfg["config"].get("merge_mode", "concat") if wrapper_cfg else None
+    merge = _conf(wrapper_cfg).get("merge_mode", "concat") if wrapper_cfg else None
     wrapper = _class_name(wrapper_cfg) if wrapper_cfg else None
     if conf.get("time_major"):
         raise UnsupportedError(f"CuDNNGRU {rpath} has time_major=True, which GRU does not offer", path=path)
@@ -234,8 +261,22 @@ def _rnn_from_weights(path: Path, rpath: str, top: str, cfg: dict, wrapper_cfg: 
 
 def read(path, *, config: Optional[dict] = None) -> KerasH5Model:
     """Read a legacy Keras HDF5 model or weights file; ``config`` supplies an architecture
-    (``model.to_json()``) for a weights-only file."""
+    (``model.to_json()``) for a weights-only file.
+
+    Every problem is a :class:`~gruconv.errors.GruconvError` naming ``path``.
+    """
     path = Path(path)
+    try:
+        return _read(path, config)
+    except GruconvError as e:
+        if e.path is None:
+            raise type(e)(e.message, path=path) from None
+        raise
+    except RecursionError:
+        raise InputError("model_config is nested too deeply", path=path) from None
+
+
+def _read(path: Path, config: Optional[dict]) -> KerasH5Model:
     with _open(path) as f:
         model_config = h5safe.read_json_attr(f, "model_config", path)
         if model_config is not None:
@@ -255,17 +296,22 @@ def read(path, *, config: Optional[dict] = None) -> KerasH5Model:
         layer_names = h5safe.read_attr(root, "layer_names", []) or []
         if isinstance(layer_names, str):
             layer_names = [layer_names]
+        if not isinstance(layer_names, list) or not all(isinstance(n, str) for n in layer_names):
+            raise InputError("attribute 'layer_names' is not a list of strings", path=path)
+        dup = _first_duplicate(layer_names)
+        if dup is not None:
+            raise InputError(f"attribute 'layer_names' lists {dup!r} twice", path=path)
         doc = KerasH5Model(
             path=path, kind=kind,
-            keras_version=h5safe.read_attr(root, "keras_version") or h5safe.read_attr(f, "keras_version"),
-            backend=h5safe.read_attr(root, "backend") or h5safe.read_attr(f, "backend"),
+            keras_version=_str_or_none(h5safe.read_attr(root, "keras_version") or h5safe.read_attr(f, "keras_version")),
+            backend=_str_or_none(h5safe.read_attr(root, "backend") or h5safe.read_attr(f, "backend")),
             model_config=model_config,
-            training_config=_joined(h5safe.read_attr(f, "training_config")),
+            training_config=_str_or_none(_joined(h5safe.read_attr(f, "training_config"))),
             layer_names=list(layer_names),
         )
-        if "optimizer_weights" in f:
-            ow = h5safe.child(f, "optimizer_weights", path)
-            doc.optimizer_weight_count = len(h5safe.read_attr(ow, "weight_names", []) or [])
+        if h5safe.child_exists(f, "optimizer_weights", path):
+            ow = h5safe.child(f, "optimizer_weights", path, "group")
+            doc.optimizer_weight_count = len(_weight_names(ow, path))
         groups = _weight_groups(f, root, path, doc.layer_names)
         if model_config is None:
             doc.rnns = _rnns_without_config(path, groups)
@@ -287,7 +333,15 @@ def read(path, *, config: Optional[dict] = None) -> KerasH5Model:
 
 
 def _joined(value):
-    return "".join(value) if isinstance(value, list) else value
+    if isinstance(value, list):
+        return "".join(v if isinstance(v, str) else str(v) for v in value)
+    return value
+
+
+def _str_or_none(value) -> Optional[str]:
+    if value is None or isinstance(value, str):
+        return value
+    return str(value)
 
 
 def _rnns_without_config(path: Path, groups: dict) -> list:
@@ -331,7 +385,7 @@ def gru_config(cudnn_cfg: dict, *, wrapped: bool = False) -> dict:
     whose ``from_config`` always uses the new deserializer and so needs
     ``module`` (``keras/src/layers/rnn/bidirectional.py``).
     """
-    conf = cudnn_cfg.get("config") or {}
+    conf = _conf(cudnn_cfg)
     new = {k: copy.deepcopy(conf[k]) for k in _CARRIED_KEYS if k in conf}
     new.update(CUDNN_COMPATIBLE_GRU)
     if wrapped:
@@ -384,7 +438,7 @@ def _normalise_for_keras3(cfg: dict) -> None:
       nested Sequential and Functional models (``fixtures/keras/nested.h5``).
     """
     if isinstance(cfg, dict):
-        if cfg.get("class_name") in _RNN_CLASSES and isinstance(cfg.get("config"), dict):
+        if _class_name(cfg) in _RNN_CLASSES and isinstance(cfg.get("config"), dict):
             if cfg["config"].get("time_major") is True:
                 raise UnsupportedError(f"{cfg['class_name']} {_name(cfg)} has time_major=True")
             cfg["config"].pop("time_major", None)
@@ -393,11 +447,14 @@ def _normalise_for_keras3(cfg: dict) -> None:
                   and (_class_name(l) in _CONTAINER_CLASSES or _layers_of(l))}
         if nested and isinstance(cfg.get("config"), dict):
             for layer in layers:
-                for node in layer.get("inbound_nodes") or []:
+                nodes = layer.get("inbound_nodes") if isinstance(layer, dict) else None
+                for node in (nodes if isinstance(nodes, list) else []):
                     for ref in (node if isinstance(node, list) else []):
                         _shift_ref(ref, nested)
             for key in ("input_layers", "output_layers"):
                 refs = cfg["config"].get(key) or []
+                if not isinstance(refs, list):
+                    continue
                 if refs and isinstance(refs[0], str):  # a single [name, node, tensor]
                     refs = [refs]
                 for ref in refs:
@@ -411,7 +468,7 @@ def _normalise_for_keras3(cfg: dict) -> None:
 
 
 def _shift_ref(ref, nested: set) -> None:
-    if (isinstance(ref, list) and len(ref) >= 3 and ref[0] in nested
+    if (isinstance(ref, list) and len(ref) >= 3 and isinstance(ref[0], str) and ref[0] in nested
             and isinstance(ref[1], int) and ref[1] >= 1):
         ref[1] -= 1
 
@@ -433,33 +490,49 @@ def write(doc: KerasH5Model, out_path, *, include_model: bool = True, include_tr
         for d, roles in enumerate(rnn.datasets):
             for i, role in enumerate(_WEIGHT_ROLES):
                 replaced[roles[role]] = arrays[d][i]
-    with _open(doc.path) as src, h5py.File(out_path, "w") as dst:
-        sroot = src["model_weights"] if doc.kind == "model" else src
-        if include_model and doc.model_config is not None:
-            dst.attrs["keras_version"] = doc.keras_version or "2.x"
-            dst.attrs["backend"] = doc.backend or "tensorflow"
-            dst.attrs["model_config"] = json.dumps(converted_config(doc.model_config)).encode("utf-8")
-            if include_training and doc.training_config:
-                dst.attrs["training_config"] = doc.training_config.encode("utf-8")
-            droot = dst.create_group("model_weights")
-        else:
-            droot = dst
-        for key, value in sroot.attrs.items():
-            droot.attrs[key] = value
-        for lname in doc.layer_names:
-            sg = h5safe.child(sroot, lname, doc.path, "group")
-            dg = droot.create_group(lname)
-            for key, value in sg.attrs.items():
-                dg.attrs[key] = value
-            names = h5safe.read_attr(sg, "weight_names", []) or []
-            for wname in ([names] if isinstance(names, str) else names):
-                sds = h5safe.resolve(sg, wname, doc.path, "dataset")
-                parent = os.path.dirname(wname)
-                dparent = dg.require_group(parent) if parent else dg
-                leaf = os.path.basename(wname)
-                if sds.name in replaced:
-                    dparent.create_dataset(leaf, data=replaced[sds.name])
-                else:
-                    src.copy(sds, dparent, name=leaf)
-        if "top_level_model_weights" in sroot and "top_level_model_weights" not in doc.layer_names:
-            src.copy(h5safe.child(sroot, "top_level_model_weights", doc.path), droot)
+    try:
+        dst_file = h5py.File(out_path, "w")
+    except (OSError, RuntimeError, ValueError) as e:
+        raise OutputError(f"cannot create {out_path} ({h5safe._first_line(e)})", path=out_path) from None
+    where = "the file's attributes"
+    try:
+        with _open(doc.path) as src, dst_file as dst:
+            sroot = h5safe.child(src, "model_weights", doc.path, "group") if doc.kind == "model" else src
+            if include_model and doc.model_config is not None:
+                dst.attrs["keras_version"] = doc.keras_version or "2.x"
+                dst.attrs["backend"] = doc.backend or "tensorflow"
+                dst.attrs["model_config"] = json.dumps(converted_config(doc.model_config)).encode("utf-8")
+                if include_training and doc.training_config:
+                    dst.attrs["training_config"] = doc.training_config.encode("utf-8")
+                droot = dst.create_group("model_weights")
+            else:
+                droot = dst
+            for key, value in sroot.attrs.items():
+                droot.attrs[key] = value
+            for lname in doc.layer_names:
+                where = f"layer {lname!r}"
+                sg = h5safe.child(sroot, lname, doc.path, "group")
+                dg = droot.create_group(lname)
+                for key, value in sg.attrs.items():
+                    dg.attrs[key] = value
+                for wname in _weight_names(sg, doc.path):
+                    where = f"weight {lname}/{wname}"
+                    sds = h5safe.resolve(sg, wname, doc.path, "dataset")
+                    parent = os.path.dirname(wname)
+                    dparent = dg.require_group(parent) if parent else dg
+                    leaf = os.path.basename(wname)
+                    if sds.name in replaced:
+                        dparent.create_dataset(leaf, data=replaced[sds.name])
+                    else:
+                        src.copy(sds, dparent, name=leaf)
+            if (h5safe.child_exists(sroot, "top_level_model_weights", doc.path)
+                    and "top_level_model_weights" not in doc.layer_names):
+                where = "top_level_model_weights"
+                src.copy(h5safe.child(sroot, "top_level_model_weights", doc.path, "group"), droot)
+    except GruconvError as e:
+        if e.path is None:
+            raise type(e)(e.message, path=doc.path) from None
+        raise
+    except (OSError, RuntimeError, KeyError, ValueError, TypeError) as e:
+        raise InputError(f"cannot copy {where} into the converted file ({h5safe._first_line(e)})",
+                         path=doc.path) from None
