@@ -1,0 +1,837 @@
+"""Batch conversion for CI: many inputs into one output directory, in parallel, with reports.
+
+:func:`convert_many` is what ``gruconv convert INPUT... --out-dir DIR`` runs:
+
+1. **Discover** inputs: files, directories (searched recursively; every file's format is detected
+   from its content with :func:`gruconv.formats.detect`; a TF1 checkpoint directory or prefix is
+   one input and is not descended into) and glob patterns (``**`` allowed). Files in a directory
+   that are not models are ignored; an explicitly named path that is not a model is a failure.
+   Inputs are deduplicated by their real path and sorted.
+2. **Shard** (``K/N``): input ``i`` of the sorted list belongs to shard ``i % N + 1``.
+3. **Plan** each input's output: its path relative to the argument it was found under, mirrored
+   under ``DIR`` (``.keras``; ``.h5`` for a weights-only HDF5 file without ``--config``; a
+   directory for a TF1 checkpoint with several GRU stacks). Outputs are resolved and must stay
+   inside ``DIR``; two inputs may not share one output. ``--skip-existing`` skips an input whose
+   output is newer than it (and rewrites a stale one).
+4. **Convert** with :func:`gruconv.api.convert`, in-process for ``jobs=1``, else in a pool of
+   spawned worker processes (each imports Keras once and is reused). A :class:`GruconvError`
+   fails one input; any other exception is a bug, recorded as ``internal error`` with its
+   traceback in the JSON report. Without ``keep_going`` the first failure stops the run (pending
+   work is cancelled); the reports still cover what ran.
+5. **Report**: one line per input on stderr (a progress line on a terminal), a summary table on
+   stdout, and optionally a JSON report and a JUnit XML file (both written atomically).
+
+Exit code (:attr:`Summary.exit_code`): 3 if any input failed, else 1 if any failed
+verification, else 0 (converted, skipped, nothing to convert, or no inputs at all).
+
+No TensorFlow/Keras is imported in the calling process unless ``jobs=1``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import datetime as _dt
+import glob
+import json
+import os
+import re
+import socket
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import click
+
+from . import __version__
+from .errors import GruconvError, InputError, OutputError, UsageError
+
+STATUSES = ("ok", "nothing-to-convert", "skipped", "parity-failed", "failed")
+CHECKPOINT = "tf1-checkpoint"
+KERAS_H5 = "keras-h5"
+_MODEL_SUFFIXES = (".h5", ".hdf5", ".keras")
+_GLOB_MAGIC = re.compile(r"[*?[]")
+
+
+# --------------------------------------------------------------------------- records
+
+@dataclass
+class Record:
+    """What happened to one input (one line of the console, one JSON entry, one JUnit testcase)."""
+
+    input: str
+    status: str = "failed"
+    format: Optional[str] = None
+    output: Optional[str] = None          # the planned output path (file or directory)
+    outputs: list = field(default_factory=list)
+    stacks: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)
+    verification: Optional[dict] = None
+    error: Optional[str] = None
+    error_type: Optional[str] = None
+    exit_code: int = 0
+    seconds: float = 0.0
+    traceback: Optional[str] = None
+
+    def to_json(self) -> dict:
+        out = {
+            "input": self.input, "format": self.format, "status": self.status, "output": self.output,
+            "outputs": self.outputs, "stacks": self.stacks, "warnings": self.warnings,
+            "verification": self.verification, "error": self.error, "exit_code": self.exit_code,
+            "seconds": round(self.seconds, 4),
+        }
+        if self.traceback is not None:
+            out["traceback"] = self.traceback
+        return out
+
+
+@dataclass
+class Summary:
+    """The outcome of :func:`convert_many`: per-input records (sorted by input) and the exit code."""
+
+    records: list
+    not_run: list = field(default_factory=list)   # inputs never started (the run stopped first)
+    started: str = ""
+    duration_s: float = 0.0
+    jobs: int = 1
+    shard: Optional[str] = None
+    out_dir: str = ""
+
+    @property
+    def counts(self) -> dict:
+        c = {s: 0 for s in STATUSES}
+        for r in self.records:
+            c[r.status] += 1
+        return c
+
+    @property
+    def exit_code(self) -> int:
+        c = self.counts
+        if c["failed"]:
+            return 3
+        if c["parity-failed"]:
+            return 1
+        return 0
+
+    @property
+    def converted(self) -> int:
+        return sum(1 for r in self.records if r.status in ("ok", "parity-failed"))
+
+    def to_json(self) -> dict:
+        return {
+            "gruconv_version": __version__, "started": self.started, "duration_s": round(self.duration_s, 4),
+            "jobs": self.jobs, "shard": self.shard, "out_dir": self.out_dir,
+            "summary": self.counts, "exit_code": self.exit_code,
+            "inputs": [r.to_json() for r in self.records], "not_run": list(self.not_run),
+        }
+
+
+# --------------------------------------------------------------------------- discovery
+
+@dataclass
+class _Input:
+    display: str                 # the path as the user will recognise it (built from the argument)
+    path: Path                   # what api.convert gets
+    rel: Optional[str]           # path relative to its root argument, for mirroring (posix)
+    key: str                     # real path, for deduplication
+    format: Optional[str] = None
+    error: Optional[GruconvError] = None
+
+
+def _detect(path: Path) -> Optional[str]:
+    """The format of ``path``, or None when it is no model (or its reader cannot even be imported)."""
+    from . import formats
+
+    try:
+        return formats.detect(path)
+    except GruconvError:
+        return None
+    except ImportError:  # a registered reader that does not import: treat as "not this format"
+        return None
+
+
+def _detect_explicit(path: Path) -> str:
+    from . import formats
+
+    try:
+        return formats.detect(path)
+    except ImportError as e:
+        raise InputError(f"cannot detect the format: a reader failed to import ({e})", path=path) from None
+
+
+def _checkpoint_prefix(path: Path) -> Path:
+    from .tfbundle import resolve_prefix
+
+    return Path(resolve_prefix(path))
+
+
+def _real(path) -> str:
+    return os.path.realpath(os.fspath(path))
+
+
+def _glob_root(pattern: str) -> Path:
+    """The directory part of ``pattern`` before its first component with glob magic."""
+    parts = Path(pattern).parts
+    static = []
+    for p in parts:
+        if _GLOB_MAGIC.search(p):
+            break
+        static.append(p)
+    return Path(*static) if static else Path(".")
+
+
+def _rel(item_path: Path, root: Path) -> str:
+    """``item_path`` (resolved) relative to ``root`` (resolved), posix; may start with ``..``."""
+    return Path(os.path.relpath(_real(item_path), _real(root))).as_posix()
+
+
+class _Discovery:
+    def __init__(self, out_dir: Path):
+        self.items: list[_Input] = []
+        self.seen: set[str] = set()
+        self.skip_dirs = {_real(out_dir)}
+
+    def add(self, item: _Input) -> None:
+        if item.key in self.seen:
+            return
+        self.seen.add(item.key)
+        self.items.append(item)
+
+    def fail(self, display: str, error: GruconvError) -> None:
+        self.add(_Input(display, Path(display), None, f"\0error:{display}", error=error))
+
+    # A model found under a root (walked directory or glob).
+    def found(self, path: Path, root: Path, fmt: str) -> bool:
+        """Add ``path``; False for a checkpoint directory whose prefix cannot be resolved (several
+        ``*.index`` files and no ``checkpoint`` file, or a broken one): walk it instead."""
+        if fmt == CHECKPOINT:
+            try:
+                prefix = _checkpoint_prefix(path)
+            except GruconvError:
+                return False
+            if not path.is_dir():      # its .index / .data-* / .meta file: the input is the prefix
+                path = prefix
+            self.add(_Input(str(path), path, _rel(path, root), "ckpt:" + _real(prefix), fmt))
+            return True
+        self.add(_Input(str(path), path, _rel(path, root), _real(path), fmt))
+        return True
+
+    def explicit(self, arg: Path) -> None:
+        """A path named on the command line: a model, a checkpoint (dir or prefix) or a directory."""
+        try:
+            is_dir = arg.is_dir()
+        except OSError:
+            is_dir = False
+        if is_dir:
+            if _real(arg) in self.skip_dirs:
+                self.fail(str(arg), UsageError("input directory is the output directory", path=arg))
+                return
+            if not (_detect(arg) == CHECKPOINT and self._explicit_checkpoint(arg, walk_on_error=True)):
+                self.walk(arg, arg)
+            return
+        try:
+            fmt = _detect_explicit(arg)
+        except GruconvError as e:
+            self.fail(str(arg), e)
+            return
+        if fmt == CHECKPOINT:
+            self._explicit_checkpoint(arg)
+            return
+        self.add(_Input(str(arg), arg, arg.name, _real(arg), fmt))
+
+    def _explicit_checkpoint(self, arg: Path, walk_on_error: bool = False) -> bool:
+        try:
+            prefix = _checkpoint_prefix(arg)
+        except GruconvError as e:
+            if walk_on_error:   # a directory of several checkpoints: each prefix is found by its .index
+                return False
+            self.fail(str(arg), e)
+            return True
+        if arg.is_dir():
+            name = Path(_real(arg)).name if arg.name in ("", ".", "..") else arg.name
+        else:
+            name = prefix.name
+        self.add(_Input(str(arg), arg, name, "ckpt:" + _real(prefix), CHECKPOINT))
+        return True
+
+    def pattern(self, pattern: str) -> None:
+        matches = sorted(glob.glob(pattern, recursive=True))
+        if not matches:
+            self.fail(pattern, InputError("no such file or directory, and the glob pattern matches nothing",
+                                          path=pattern))
+            return
+        root = _glob_root(pattern)
+        for m in matches:
+            p = Path(m)
+            if p.is_dir():
+                if _real(p) in self.skip_dirs:
+                    continue
+                if not (_detect(p) == CHECKPOINT and self.found(p, root, CHECKPOINT)):
+                    self.walk(p, root)
+            else:
+                fmt = _detect(p)
+                if fmt is not None:
+                    self.found(p, root, fmt)
+
+    def walk(self, top: Path, root: Path) -> None:
+        """Every model under ``top`` (sorted, symlinks followed once, ``out_dir`` excluded)."""
+        visited = {_real(top)}
+        for dirpath, dirnames, filenames in os.walk(top, followlinks=True):
+            base = Path(dirpath)
+            keep = []
+            for d in sorted(dirnames):
+                sub = base / d
+                real = _real(sub)
+                if real in visited or real in self.skip_dirs:
+                    continue
+                visited.add(real)
+                if not (_detect(sub) == CHECKPOINT and self.found(sub, root, CHECKPOINT)):
+                    keep.append(d)
+            dirnames[:] = keep
+            for f in sorted(filenames):
+                p = base / f
+                fmt = _detect(p)
+                if fmt is not None:
+                    self.found(p, root, fmt)
+
+
+def discover(paths, out_dir) -> list[_Input]:
+    """Expand ``paths`` (files, directories, globs) into deduplicated inputs sorted by their path."""
+    d = _Discovery(Path(out_dir))
+    for raw in paths:
+        arg = Path(raw)
+        s = os.fspath(raw)
+        exists = arg.exists() or Path(s + ".index").exists()
+        if not exists and _GLOB_MAGIC.search(s):
+            d.pattern(s)
+        else:
+            d.explicit(arg)
+    return sorted(d.items, key=lambda i: (i.display, i.key))
+
+
+# --------------------------------------------------------------------------- sharding
+
+def parse_shard(spec) -> Optional[tuple[int, int]]:
+    """``"K/N"`` (1 <= K <= N) -> ``(K, N)``; None -> None; anything else is a :class:`UsageError`."""
+    if spec is None:
+        return None
+    if isinstance(spec, tuple) and len(spec) == 2:
+        k, n = spec
+    else:
+        m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", str(spec))
+        if not m:
+            raise UsageError(f"--shard must be K/N (e.g. 2/4), got {spec!r}")
+        k, n = int(m.group(1)), int(m.group(2))
+    if not (isinstance(k, int) and isinstance(n, int) and 1 <= k <= n):
+        raise UsageError(f"--shard K/N needs 1 <= K <= N, got {k}/{n}")
+    return k, n
+
+
+def select_shard(items: list, shard: Optional[tuple[int, int]]) -> list:
+    """The K-th of N parts of the sorted list: index ``i`` goes to shard ``i % N + 1``."""
+    if shard is None:
+        return list(items)
+    k, n = shard
+    return [x for i, x in enumerate(items) if i % n == k - 1]
+
+
+# --------------------------------------------------------------------------- planning
+
+def safe_output(out_dir: Path, rel: str) -> Path:
+    """``out_dir / rel``, refusing anything that would land outside ``out_dir``.
+
+    Refuses absolute paths, ``..`` components and paths whose resolved location (following any
+    symlink already inside ``out_dir``) is not under the resolved ``out_dir``.
+    """
+    p = Path(rel)
+    if not rel or p.is_absolute() or p.drive or p.root:
+        raise OutputError(f"output path {rel!r} is absolute; refusing to write outside {str(out_dir)!r}")
+    if any(part == ".." for part in p.parts):
+        raise OutputError(f"output path {rel!r} has a '..' component (the input resolves outside the "
+                          f"argument it was found under, e.g. through a symlink); refusing to write "
+                          f"outside {str(out_dir)!r}")
+    target = Path(out_dir) / p
+    base = _real(out_dir)
+    real = _real(target)
+    if real != base and not real.startswith(base.rstrip(os.sep) + os.sep):
+        raise OutputError(f"output {str(target)!r} resolves to {real!r}, outside {str(out_dir)!r} "
+                          "(a symlink in the output tree?); refusing to write there")
+    if real == base:
+        raise OutputError(f"output {str(target)!r} is the output directory itself")
+    return target
+
+
+def _is_weights_only(path: Path) -> bool:
+    """A Keras HDF5 file without ``model_config`` (``save_weights``); False when unsure."""
+    try:
+        import h5py
+
+        with h5py.File(path, "r") as f:
+            return "model_config" not in f.attrs and "layer_names" in f.attrs
+    except Exception:  # noqa: BLE001 - the conversion itself will report what is wrong
+        return False
+
+
+def _stack_count(path: Path, options: dict) -> int:
+    """How many GRU stacks a TF1 checkpoint holds (1 when unsure: the conversion will say)."""
+    from . import api
+
+    try:
+        info = api.inspect(path, hints=options.get("hints") or {}, prefer=options.get("prefer"))
+    except Exception:  # noqa: BLE001 - reported by the conversion
+        return 1
+    for key in ("stacks", "rnns"):
+        if isinstance(info.get(key), list):
+            return len(info[key])
+    return 1
+
+
+def _output_rel(item: _Input, options: dict) -> str:
+    rel = item.rel
+    if item.format == CHECKPOINT:
+        if options.get("rnn") is None and _stack_count(item.path, options) > 1:
+            return rel  # a directory: one .keras per stack (the TF1 writer's convention)
+        return rel + ".keras"
+    stem = rel[: -len(Path(rel).suffix)] if Path(rel).suffix.lower() in _MODEL_SUFFIXES else rel
+    fmt = options.get("format")
+    if fmt == "h5-weights":
+        return stem + ".h5"
+    if fmt == "keras" or options.get("config") is not None:
+        return stem + ".keras"
+    if item.format == KERAS_H5 and _is_weights_only(item.path):
+        return stem + ".h5"
+    return stem + ".keras"
+
+
+def _input_mtime(item: _Input) -> int:
+    p = item.path
+    if item.format != CHECKPOINT:
+        return p.stat().st_mtime_ns
+    prefix = _checkpoint_prefix(p)
+    files = [Path(str(prefix) + ".index")] + list(prefix.parent.glob(glob.escape(prefix.name) + ".data-*"))
+    if p.is_dir() and (p / "checkpoint").is_file():
+        files.append(p / "checkpoint")
+    return max(f.stat().st_mtime_ns for f in files if f.exists())
+
+
+def _output_mtime(out: Path) -> Optional[int]:
+    """The output's age: a file's mtime, or a directory output's oldest file; None if absent."""
+    try:
+        if out.is_file():
+            return out.stat().st_mtime_ns
+        if out.is_dir():
+            times = [f.stat().st_mtime_ns for f in out.rglob("*") if f.is_file()]
+            return min(times) if times else None
+    except OSError:
+        return None
+    return None
+
+
+@dataclass
+class _Job:
+    record: Record
+    item: _Input
+    output: Optional[Path] = None
+    force: bool = False
+    todo: bool = False        # needs converting (else: the record is final: failed or skipped)
+
+
+def _plan(items: list[_Input], out_dir: Path, options: dict, skip_existing: bool) -> list[_Job]:
+    jobs = []
+    taken: dict[str, str] = {}   # real output path -> input that claimed it
+    for item in items:
+        rec = Record(input=item.display, format=item.format)
+        job = _Job(rec, item)
+        jobs.append(job)
+        try:
+            if item.error is not None:
+                raise item.error
+            out = safe_output(out_dir, _output_rel(item, options))
+            real = _real(out)
+            for other_real, other in taken.items():
+                if real == other_real or real.startswith(other_real + os.sep) or other_real.startswith(real + os.sep):
+                    raise OutputError(f"output {str(out)!r} collides with the output of {other}")
+            taken[real] = item.display
+            rec.output = str(out)
+            job.output = out
+            if skip_existing:
+                out_t = _output_mtime(out)
+                if out_t is not None:
+                    if out_t > _input_mtime(item):
+                        rec.status, rec.outputs = "skipped", [str(out)]
+                        continue
+                    job.force = True  # stale: rebuilding it is what --skip-existing asks for
+            job.todo = True
+        except GruconvError as e:
+            _fail(rec, e)
+        except OSError as e:
+            _fail(rec, InputError(f"cannot plan the output ({e.strerror or e})", path=item.display))
+    return jobs
+
+
+def _fail(rec: Record, e: GruconvError) -> None:
+    rec.status = "parity-failed" if e.exit_code == 1 else "failed"
+    rec.error, rec.error_type, rec.exit_code = str(e), type(e).__name__, e.exit_code
+
+
+# --------------------------------------------------------------------------- workers
+
+def _worker_init(threads: int) -> None:
+    """Pool initializer: cap the framework's thread pools at this worker's share of the CPUs (N
+    workers each spinning up one thread per core only fight each other), then pay the framework
+    start-up once per worker, before its first job."""
+    for var in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS"):
+        os.environ.setdefault(var, str(threads))
+    try:
+        from ._lazy import keras
+
+        keras()
+    except Exception:  # noqa: BLE001 - the first conversion reports it properly
+        pass
+
+
+def _jsonable(obj):
+    return json.loads(json.dumps(obj, default=str))
+
+
+def _convert_one(input: str, output: str, options: dict) -> dict:
+    """Convert one input; never raises for a per-input problem (returns the record's fields)."""
+    from . import api
+
+    t0 = time.perf_counter()
+    out: dict = {"status": "failed", "exit_code": 3}
+    try:
+        result = api.convert(input, output, **options)
+        res = _jsonable(result.to_json())
+        out.update(format=res.get("format"), outputs=res.get("outputs") or [], stacks=res.get("stacks") or [],
+                   warnings=res.get("warnings") or [], verification=res.get("verification"))
+        ver = res.get("verification")
+        if result.nothing_to_convert and not res.get("outputs"):
+            out.update(status="nothing-to-convert", exit_code=0)
+        elif ver is not None and not ver.get("passed", True):
+            out.update(status="parity-failed", exit_code=1, error_type="ParityError", error=_parity_message(ver))
+        else:
+            out.update(status="ok", exit_code=0)
+    except GruconvError as e:
+        out.update(status="parity-failed" if e.exit_code == 1 else "failed", exit_code=e.exit_code,
+                   error=str(e), error_type=type(e).__name__)
+    except Exception as e:  # noqa: BLE001 - a bug: record it, keep the batch alive
+        out.update(status="failed", exit_code=3, error=f"internal error: {type(e).__name__}: {e}",
+                   error_type="InternalError", traceback=traceback.format_exc())
+    out["seconds"] = time.perf_counter() - t0
+    return out
+
+
+def _parity_message(ver: dict) -> str:
+    bad = [c for c in ver.get("checks") or [] if not c.get("passed", True)]
+    if not bad:
+        return "verification failed"
+    parts = [f"{c.get('name')}: max abs {c.get('max_abs'):.3g} > {c.get('tolerance'):.3g}" for c in bad[:3]]
+    more = f" (+{len(bad) - 3} more)" if len(bad) > 3 else ""
+    return "converted model outside tolerance: " + "; ".join(parts) + more
+
+
+def _apply(rec: Record, res: dict) -> None:
+    rec.status = res["status"]
+    rec.exit_code = res.get("exit_code", 0)
+    rec.format = res.get("format") or rec.format
+    for k in ("outputs", "stacks", "warnings"):
+        setattr(rec, k, res.get(k) or [])
+    rec.verification = res.get("verification")
+    rec.error, rec.error_type = res.get("error"), res.get("error_type")
+    rec.traceback = res.get("traceback")
+    rec.seconds = res.get("seconds", 0.0)
+
+
+# --------------------------------------------------------------------------- console
+
+class _Console:
+    def __init__(self, total: int, enabled: bool):
+        self.total, self.done, self.enabled = total, 0, enabled
+        self.tty = enabled and _isatty(sys.stderr)
+        self.width = 0
+
+    def record(self, rec: Record) -> None:
+        self.done += 1
+        if not self.enabled:
+            return
+        line = _line(rec)
+        if self.tty:
+            self._clear()
+            if rec.status in ("failed", "parity-failed"):
+                click.echo(line, err=True)
+            progress = f"[{self.done}/{self.total}] {rec.status}  {rec.input}"
+            cols = _columns()
+            progress = progress if len(progress) < cols else progress[: cols - 4] + "..."
+            click.echo("\r" + progress, err=True, nl=False)
+            self.width = len(progress)
+        else:
+            click.echo(line, err=True)
+
+    def _clear(self) -> None:
+        if self.width:
+            click.echo("\r" + " " * self.width + "\r", err=True, nl=False)
+            self.width = 0
+
+    def close(self) -> None:
+        if self.tty:
+            self._clear()
+
+
+def _isatty(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _columns() -> int:
+    try:
+        return max(20, os.get_terminal_size(sys.stderr.fileno()).columns)
+    except (OSError, ValueError, AttributeError):
+        return 80
+
+
+def _short_error(rec: Record) -> str:
+    err = rec.error or rec.status
+    prefix = f"{rec.input}: "
+    return err[len(prefix):] if err.startswith(prefix) else err
+
+
+def _line(rec: Record) -> str:
+    t = f"({rec.seconds:.1f}s)"
+    if rec.status == "ok":
+        outs = ", ".join(rec.outputs) or rec.output or "?"
+        return f"ok  {rec.input} -> {outs} {t}"
+    if rec.status == "nothing-to-convert":
+        return f"ok  {rec.input}: nothing to convert {t}"
+    if rec.status == "skipped":
+        return f"skipped {rec.input}"
+    return f"FAILED {rec.input}: {_short_error(rec)}"
+
+
+def summary_text(summary: Summary) -> str:
+    """The table printed on stdout at the end of a batch."""
+    c = summary.counts
+    rows = [(s, str(c[s])) for s in STATUSES]
+    if summary.not_run:
+        rows.append(("not run", str(len(summary.not_run))))
+    rows.append(("total", str(len(summary.records) + len(summary.not_run))))
+    rate = summary.converted / summary.duration_s if summary.duration_s > 0 else 0.0
+    rows += [("time", f"{summary.duration_s:.1f} s"), ("throughput", f"{rate:.2f} models/s"),
+             ("jobs", str(summary.jobs))]
+    if summary.shard:
+        rows.append(("shard", summary.shard))
+    w = max(len(k) for k, _ in rows)
+    v = max(len(x) for _, x in rows)
+    return "\n".join(f"{k:<{w}}  {x:>{v}}" for k, x in rows)
+
+
+# --------------------------------------------------------------------------- reports
+
+_XML_BAD = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _xml_text(s) -> str:
+    s = str(s).encode("utf-8", "backslashreplace").decode("utf-8")  # lone surrogates from odd file names
+    return _XML_BAD.sub(lambda m: f"\\x{ord(m.group()):02x}", s)
+
+
+def junit_xml(summary: Summary) -> bytes:
+    """One ``<testsuite name="gruconv">``, one ``<testcase>`` per input that ran (or was skipped)."""
+    import xml.etree.ElementTree as ET
+
+    c = summary.counts
+    failures = c["failed"] + c["parity-failed"]
+    suite = ET.Element("testsuite", {
+        "name": "gruconv", "tests": str(len(summary.records)), "failures": str(failures), "errors": "0",
+        "skipped": str(c["skipped"]), "time": f"{summary.duration_s:.3f}", "timestamp": summary.started,
+        "hostname": _xml_text(socket.gethostname() or "localhost"),
+    })
+    props = ET.SubElement(suite, "properties")
+    for name, value in (("gruconv_version", __version__), ("jobs", summary.jobs), ("shard", summary.shard or ""),
+                        ("out_dir", summary.out_dir)):
+        ET.SubElement(props, "property", {"name": name, "value": _xml_text(value)})
+    for r in summary.records:
+        case = ET.SubElement(suite, "testcase", {"classname": "gruconv.convert", "name": _xml_text(r.input),
+                                                 "time": f"{r.seconds:.3f}"})
+        if r.status in ("failed", "parity-failed"):
+            fail = ET.SubElement(case, "failure", {"message": _xml_text(_short_error(r)),
+                                                   "type": _xml_text(r.error_type or r.status)})
+            fail.text = _xml_text(r.error or "") + ("\n\n" + _xml_text(r.traceback) if r.traceback else "")
+        elif r.status == "skipped":
+            ET.SubElement(case, "skipped", {"message": "output is newer than the input"})
+        out_lines = [f"status: {r.status}"] + [f"output: {o}" for o in r.outputs] + \
+                    [f"warning: {w}" for w in r.warnings]
+        ET.SubElement(case, "system-out").text = _xml_text("\n".join(out_lines))
+    ET.indent(suite)
+    return ET.tostring(suite, encoding="utf-8", xml_declaration=True) + b"\n"
+
+
+def _write(path: Path, data: bytes) -> None:
+    from .outputs import atomic_path
+
+    path = Path(path)
+    if str(path.parent):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path, force=True) as tmp:
+        tmp.write_bytes(data)
+
+
+def write_reports(summary: Summary, report=None, junit=None) -> None:
+    if report is not None:
+        _write(Path(report), (json.dumps(summary.to_json(), indent=2) + "\n").encode("utf-8"))
+    if junit is not None:
+        _write(Path(junit), junit_xml(summary))
+
+
+# --------------------------------------------------------------------------- driver
+
+def convert_many(paths, out_dir, *, jobs: Optional[int] = None, keep_going: bool = False,
+                 skip_existing: bool = False, shard=None, report=None, junit=None, echo: bool = True,
+                 **options) -> Summary:
+    """Convert every model in ``paths`` into ``out_dir``; see the module docstring.
+
+    ``options`` are :func:`gruconv.api.convert`'s (``force``, ``format``, ``config``, ``verify``,
+    ``tolerance``, ``hints``, ``rnn``, ``prefer``, ...). ``echo=False`` silences the console.
+    With ``jobs > 1`` the workers are *spawned* (TensorFlow is not fork-safe), so a script calling
+    this must guard its top level with ``if __name__ == "__main__":``, as for any spawn pool.
+    Raises :class:`UsageError` for a bad ``shard``/``jobs``/``format``; per-input problems are
+    records in the returned :class:`Summary`, never exceptions.
+    """
+    from .api import OUTPUT_FORMATS
+
+    t0 = time.perf_counter()
+    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    shard_t = parse_shard(shard)
+    if jobs is None:
+        jobs = _cpu_count()
+    if not isinstance(jobs, int) or jobs < 1:
+        raise UsageError(f"--jobs must be a positive integer, got {jobs!r}")
+    if options.get("format") is not None and options["format"] not in OUTPUT_FORMATS:
+        raise UsageError(f"--format must be one of {', '.join(OUTPUT_FORMATS)}, got {options['format']!r}")
+    if not paths:
+        raise UsageError("no inputs given")
+    if options.get("config") is not None and not isinstance(options["config"], dict):
+        options["config"] = str(Path(options["config"]).resolve())  # workers may not share our cwd
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UsageError(f"--out-dir {str(out_dir)!r} exists and is not a directory")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputError(f"cannot create the output directory ({e.strerror or e})", path=out_dir) from None
+
+    items = select_shard(discover(paths, out_dir), shard_t)
+    plan = _plan(items, out_dir, options, skip_existing)
+    summary = Summary(records=[], started=started, jobs=jobs,
+                      shard=None if shard_t is None else f"{shard_t[0]}/{shard_t[1]}", out_dir=str(out_dir))
+    console = _Console(len(plan), echo)
+    done: list[_Job] = []
+    try:
+        _run(plan, jobs, keep_going, options, console, done)
+    finally:
+        console.close()
+        done_ids = {id(j) for j in done}
+        summary.records = [j.record for j in plan if id(j) in done_ids]
+        summary.not_run = [j.record.input for j in plan if id(j) not in done_ids]
+        summary.duration_s = time.perf_counter() - t0
+        write_reports(summary, report, junit)
+    if echo:
+        click.echo(summary_text(summary))
+    return summary
+
+
+def _cpu_count() -> int:
+    """CPUs this process may use (its affinity mask where the OS has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _prepare(job: _Job) -> None:
+    if job.output is not None and str(job.output.parent):
+        job.output.parent.mkdir(parents=True, exist_ok=True)
+
+
+def _job_options(job: _Job, options: dict) -> dict:
+    return dict(options, force=True) if job.force else options
+
+
+def _run(plan: list[_Job], jobs: int, keep_going: bool, options: dict, console: _Console, done: list) -> None:
+    """Execute the plan; append each finished job to ``done`` (in completion order)."""
+    # Without keep_going, nothing after a failure decided while planning is started.
+    runnable = []
+    for job in plan:
+        runnable.append(job)
+        if job.record.status == "failed" and not job.todo and not keep_going:
+            break
+
+    def finish(job: _Job) -> bool:
+        done.append(job)
+        console.record(job.record)
+        return job.record.status in ("failed", "parity-failed")
+
+    todo = [j for j in runnable if j.todo]
+    workers = min(jobs, len(todo))
+    if workers <= 1:
+        for job in runnable:
+            if job.todo:
+                try:
+                    _prepare(job)
+                except OSError as e:
+                    _fail(job.record, OutputError(f"cannot create the output directory ({e.strerror or e})",
+                                                  path=job.output))
+                else:
+                    _apply(job.record, _convert_one(str(job.item.path), str(job.output),
+                                                    _job_options(job, options)))
+            if finish(job) and not keep_going:
+                return
+        return
+
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    threads = max(1, _cpu_count() // workers)
+    pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
+                                  initargs=(threads,))
+    futures: dict = {}
+    try:
+        for job in runnable:
+            if not job.todo:
+                finish(job)  # skipped, or failed while planning (then last in `runnable`: earlier jobs run)
+                continue
+            try:
+                _prepare(job)
+            except OSError as e:
+                _fail(job.record, OutputError(f"cannot create the output directory ({e.strerror or e})",
+                                              path=job.output))
+                if finish(job) and not keep_going:
+                    break
+                continue
+            futures[pool.submit(_convert_one, str(job.item.path), str(job.output),
+                                _job_options(job, options))] = job
+        for fut in cf.as_completed(futures):
+            job = futures[fut]
+            if fut.cancelled():
+                continue
+            try:
+                _apply(job.record, fut.result())
+            except cf.CancelledError:
+                continue
+            except Exception as e:  # noqa: BLE001 - a worker died (BrokenProcessPool) or the result broke
+                job.record.status, job.record.exit_code = "failed", 3
+                job.record.error = (f"internal error: worker process failed: {type(e).__name__}: {e}"
+                                    + (" (a worker died: out of memory, killed, or a spawned worker could not "
+                                       "import the calling script's __main__)"
+                                       if isinstance(e, cf.process.BrokenProcessPool) else ""))
+                job.record.error_type = "InternalError"
+                job.record.traceback = "".join(traceback.format_exception(e))
+            if finish(job) and not keep_going:
+                for f in futures:
+                    f.cancel()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
