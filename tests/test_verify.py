@@ -108,6 +108,27 @@ def test_cudnn_reference_unavailable_is_a_clear_error():
     assert "cuDNN reference unavailable" in res.output
 
 
+@pytest.mark.parametrize("case", TF1)
+def test_oracle_verify_passes_on_every_tf1_fixture(case):
+    mf = json.loads((FIXTURES / "tf1" / "manifest.json").read_text())["cases"][case]
+    st = mf["stacks"][0]
+    hints = {}
+    if not st.get("canonical"):
+        sh = st["shape"]
+        hints = {"num_units": sh["units"], "num_layers": sh["num_layers"], "variable": st["opaque"]["name"],
+                 "direction": "bi" if sh["bidirectional"] else "uni", "input_mode": sh["input_mode"]}
+    rep = verify(FIXTURES / "tf1" / case, reference="oracle", tolerance=1e-5, hints=hints)
+    assert rep.passed, [c for c in rep.checks if not c.passed]
+    assert len(rep.checks) >= 2  # the sequence and at least one final state per stack
+
+
+def test_tf1_buffer_without_known_name_needs_variable():
+    from gruconv.errors import UsageError
+
+    with pytest.raises(UsageError, match="--variable"):
+        verify(FIXTURES / "tf1" / "tf14_opaque_only", reference="oracle")
+
+
 def test_auto_reference_says_which_ran():
     rep = verify(KERAS / "sequential.h5")
     assert rep.reference in ("cudnn", "oracle")
@@ -142,7 +163,7 @@ def test_gpu_cudnn_verify_tf1_fixture(case):
     st = mf["stacks"][0]
     if not st.get("canonical"):
         sh = st["shape"]
-        hints = {"num_units": sh["units"], "num_layers": sh["num_layers"],
+        hints = {"num_units": sh["units"], "num_layers": sh["num_layers"], "variable": st["opaque"]["name"],
                  "direction": "bi" if sh["bidirectional"] else "uni", "input_mode": sh["input_mode"]}
     prefer = "canonical" if case == "disagree" else None
     rep = verify(FIXTURES / "tf1" / case, reference="cudnn", tolerance=1e-5, hints=hints, prefer=prefer)

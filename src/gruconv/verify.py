@@ -390,7 +390,8 @@ def verify(input, converted=None, *, tolerance: float = 1e-5, reference: str = "
     fmt = formats.detect(input)
     keras = _keras()
     report.environment = {"keras": keras.__version__, "backend": keras.backend.backend(), **engine.info}
-    with tempfile.TemporaryDirectory(prefix="gruconv-verify-") as td, warnings.catch_warnings():
+    # The converted side is built, loaded and run on the CPU whatever the backend's default device.
+    with tempfile.TemporaryDirectory(prefix="gruconv-verify-") as td, warnings.catch_warnings(), _cpu(keras):
         warnings.simplefilter("ignore")
         if fmt == "keras-h5":
             from .formats import keras_h5
@@ -401,11 +402,18 @@ def verify(input, converted=None, *, tolerance: float = 1e-5, reference: str = "
                 report.nothing_to_convert = True
                 return report
             model = _converted_keras_model(doc, converted, Path(td), config)
-            with _cpu(keras):
-                _verify_keras_h5(doc, model, engine, report, rng, tolerance, user_inputs)
+            _verify_keras_h5(doc, model, engine, report, rng, tolerance, user_inputs)
         else:
             reader = formats.reader(fmt)
             doc = reader.read(input, hints=hints, prefer=prefer, rnn=rnn)
+            if not doc.stacks:
+                if doc.possible_buffers:
+                    keys = ", ".join(b["key"] for b in doc.possible_buffers[:5])
+                    raise UsageError(f"no cuDNN GRU found by name; possible opaque buffers: {keys} "
+                                     "(pass --variable KEY and shape hints)", path=input)
+                report.notes.append("nothing to convert: no cuDNN GRU stacks")
+                report.nothing_to_convert = True
+                return report
             for found in doc.stacks:
                 if found.stack is None:
                     raise UsageError(f"stack {found.scope!r}: buffer shape is ambiguous; give shape hints",
@@ -415,8 +423,7 @@ def verify(input, converted=None, *, tolerance: float = 1e-5, reference: str = "
                 if opaque is None and engine.kind == "cudnn":
                     report.notes.append(f"{found.scope}: no stored opaque buffer; cuDNN was fed the canonical "
                                         "weights packed in this cuDNN's layout")
-                with _cpu(keras):
-                    _verify_stack(found.stack, opaque, model, engine, report, rng, tolerance, user_inputs)
+                _verify_stack(found.stack, opaque, model, engine, report, rng, tolerance, user_inputs)
     report.environment.update(engine.info)
     return report
 
