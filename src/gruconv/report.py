@@ -44,6 +44,8 @@ def checkpoint_text(info: dict) -> str:
                 f"{sh['dtype']}, {s['params']} params")
         else:
             lines.append(f"  {s['scope']}: cuDNN GRU buffer, shape ambiguous")
+        if s.get("converts_to") and sh:
+            lines.append(f"    -> {s['converts_to']}")
         lines.append(f"    defined by: {s['source']}")
         if s.get("opaque"):
             lines.append(f"    opaque buffer: {s['opaque']}")
@@ -58,8 +60,15 @@ def checkpoint_text(info: dict) -> str:
                     f"{'bi' if c['bidirectional'] else 'uni'}, {c['input_mode']}")
             if len(cands) > 20:
                 lines.append(f"      ... {len(cands) - 20} more (add --num-units/--num-layers/--direction)")
+        if s.get("nonfinite_weights"):
+            lines.append(f"    ! {s['nonfinite_weights']} NaN/Inf weight value(s)")
         if s.get("slots"):
             lines.append(f"    optimizer slots (dropped by convert): {', '.join(s['slots'])}")
+    for b in info.get("possible_buffers", []):
+        lines.append(f"  possible opaque buffer: {b['key']} ({b['size']} {b['dtype']} values): "
+                     f"pass --variable {b['key']} and shape hints to use it")
+    for w in info.get("warnings", []):
+        lines.append(f"  ! {w}")
     other = info.get("other_tensors", {})
     lines.append(f"  other tensors: {other.get('count', 0)} ({other.get('bytes', 0)} bytes), "
                  "copied to OUT.rest.npz by convert")
