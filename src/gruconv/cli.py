@@ -113,11 +113,13 @@ def inspect(path, as_json, config, rnn, prefer, **kw):
               help="Carry Lambda layers through (never executed by gruconv; Keras loads them only unsafely).")
 @click.option("--initial-state", is_flag=True, help="TF1: add initial-state inputs, one per layer and direction.")
 @click.option("--return-state", is_flag=True, help="TF1: add final-state outputs, in cuDNN order.")
+@click.option("--mask-input", is_flag=True,
+              help="TF1: add a (batch, time) bool mask input for variable lengths (right-padded).")
 @click.option("--verify", is_flag=True, help="Check numerical parity after converting (see `gruconv verify`).")
 @click.option("--tolerance", type=float, default=1e-5, show_default=True, help="Parity tolerance for --verify.")
 @hint_options
 def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path, junit, force, fmt, config,
-            allow_unsafe_lambda, initial_state, return_state, verify, tolerance, rnn, prefer, **kw):
+            allow_unsafe_lambda, initial_state, return_state, mask_input, verify, tolerance, rnn, prefer, **kw):
     """Convert INPUT (Keras CuDNNGRU HDF5 or TF1 cudnn_rnn checkpoint) into OUTPUT.
 
     Usage: gruconv convert INPUT OUTPUT, or gruconv convert INPUT... --out-dir DIR.
@@ -138,7 +140,7 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
 
     options = dict(force=force, format=fmt, config=config, allow_unsafe_lambda=allow_unsafe_lambda,
                    verify=verify, tolerance=tolerance, hints=_hints(kw), rnn=rnn, prefer=prefer,
-                   initial_state=initial_state, return_state=return_state)
+                   initial_state=initial_state, return_state=return_state, mask_input=mask_input)
     if out_dir is not None:
         from . import batch
 

@@ -54,7 +54,7 @@ def _identifier(scope: str) -> str:
 
 
 def build_stack_model(stack: GRUStack, *, initial_state: bool = False, return_state: bool = False,
-                      name: Optional[str] = None):
+                      mask_input: bool = False, name: Optional[str] = None):
     """A Keras 3 model computing the cuDNN stack, batch-major.
 
     Input ``(batch, time, input_size)`` [+ one ``(batch, units)`` initial
@@ -62,6 +62,13 @@ def build_stack_model(stack: GRUStack, *, initial_state: bool = False, return_st
     ``(batch, time, units * dirs)`` [+ final states in cuDNN's order: layer 0
     forward, layer 0 backward, layer 1 forward, ...].  Skip-input layers get
     identity input kernels (:func:`gruconv.keras_layout.to_keras_gru`).
+
+    ``mask_input`` adds a last input ``mask (batch, time)`` (bool, True for
+    valid steps, right-padded) passed explicitly to every layer: cuDNN's
+    variable sequence lengths.  An explicit input is needed because Keras 3
+    drops a model-level ``mask=`` as soon as a layer also receives initial
+    states (``Layer.__call__`` fills ``mask`` only for a single tensor
+    argument; ``tests/test_tf1_checkpoint.py`` shows it).
     """
     keras = _keras()
     s = stack.shape
@@ -76,6 +83,10 @@ def build_stack_model(stack: GRUStack, *, initial_state: bool = False, return_st
                 t = keras.Input((s.units,), dtype=dtype, name=f"initial_state_l{layer}_{'bw' if d else 'fw'}")
                 states_in.append(t)
                 inputs.append(t)
+    mask = None
+    if mask_input:
+        mask = keras.Input((None,), dtype="bool", name="mask")
+        inputs.append(mask)
     x = x_in
     finals = []
     to_set = []
@@ -91,11 +102,11 @@ def build_stack_model(stack: GRUStack, *, initial_state: bool = False, return_st
                 dtype=dtype, name=f"{base}_l{layer}_bw", **CUDNN_COMPATIBLE_GRU)
             wrapper = keras.layers.Bidirectional(fw, backward_layer=bw, merge_mode="concat",
                                                  dtype=dtype, name=f"{base}_l{layer}")
-            out = wrapper(x, initial_state=init) if init else wrapper(x)
+            out = wrapper(x, initial_state=init, mask=mask)
             to_set.append((wrapper, layer))
         else:
             g = gru()
-            out = g(x, initial_state=init) if init else g(x)
+            out = g(x, initial_state=init, mask=mask)
             to_set.append((g, layer))
         if return_state:
             x, states = out[0], list(out[1:])

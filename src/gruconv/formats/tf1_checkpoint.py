@@ -857,7 +857,8 @@ def _write_rest(r: _Reader, keys: list, target: Path, force: bool, warnings: lis
 
 
 def convert(input, output, *, force: bool = False, hints: Optional[dict] = None, prefer: Optional[str] = None,
-            rnn: Optional[str] = None, initial_state: bool = False, return_state: bool = False, **ignored):
+            rnn: Optional[str] = None, initial_state: bool = False, return_state: bool = False,
+            mask_input: bool = False, **ignored):
     """Convert the checkpoint's GRU stack(s) into Keras 3 ``.keras`` model(s) plus ``rest.npz``.
 
     One stack: ``output`` is a ``.keras`` file and the other tensors go to
@@ -946,7 +947,7 @@ def convert(input, output, *, force: bool = False, hints: Optional[dict] = None,
     try:
         for e, target in zip(doc.stacks, targets):
             model = keras3.build_stack_model(e.stack, initial_state=initial_state, return_state=return_state,
-                                             name=e.scope or "gru_stack")
+                                             mask_input=mask_input, name=e.scope or "gru_stack")
             with atomic_path(target, force=True if as_dir else force, suffix=".keras") as tmp:
                 keras3.save(model, tmp)
             result.outputs.append(str(target))
