@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,8 +66,7 @@ def inspect(path, **hints) -> dict:
 
 
 def _rnn_summary(rnn) -> dict:
-    from .formats.keras_h5 import KerasRNN  # noqa: F401  (type only)
-
+    """One CuDNNGRU (a ``formats.keras_h5.KerasRNN``) as inspect and convert report it."""
     s = rnn.stack.shape
     kind = "CuDNNGRU" if rnn.wrapper is None else f"{rnn.wrapper}(CuDNNGRU)"
     opts = {k: v for k, v in rnn.options.items() if v}
@@ -106,7 +104,7 @@ def _inspect_keras_h5(path: Path, config=None) -> dict:
 
 # --------------------------------------------------------------------------- convert
 
-def _output_format(out: Path, fmt: Optional[str], input_kind: str) -> str:
+def _output_format(out: Path, fmt: Optional[str]) -> str:
     if fmt is not None:
         if fmt not in OUTPUT_FORMATS:
             raise UsageError(f"--format must be one of {', '.join(OUTPUT_FORMATS)}, got {fmt!r}")
@@ -149,7 +147,7 @@ def _convert_keras_h5(input: Path, output: Path, *, force: bool, fmt: Optional[s
 
     doc = keras_h5.read(input, config=config)
     result = ConvertResult(input=str(input), format="keras-h5")
-    out_fmt = _output_format(output, fmt, doc.kind)
+    out_fmt = _output_format(output, fmt)
     if doc.lambdas and not allow_unsafe_lambda:
         raise UnsupportedError(
             f"model has Lambda layer(s) {', '.join(doc.lambdas)} holding Python code; gruconv never runs it "

@@ -24,7 +24,7 @@ from typing import Optional
 
 from .._lazy import keras as _keras
 from ..canonical import GRUStack
-from ..errors import InputError, UnsupportedError
+from ..errors import UnsupportedError
 from ..keras_layout import CUDNN_COMPATIBLE_GRU, to_keras_gru
 
 FORMAT = "keras"
@@ -122,30 +122,3 @@ def build_stack_model(stack: GRUStack, *, initial_state: bool = False, return_st
             weights.extend(to_keras_gru(p, s.layer_input_size(layer)))
         lyr.set_weights(weights)
     return model
-
-
-def gru_layers(model) -> list:
-    """Every GRU in a Keras model (inside wrappers and nested models too), as (path, layer)."""
-    keras = _keras()
-    out = []
-
-    def visit(layer, prefix):
-        path = f"{prefix}{layer.name}"
-        if isinstance(layer, keras.layers.GRU):
-            out.append((path, layer))
-        for attr in ("forward_layer", "backward_layer", "layer"):
-            inner = getattr(layer, attr, None)
-            if isinstance(inner, keras.layers.Layer) and inner is not layer:
-                visit(inner, path + "/")
-        if isinstance(layer, keras.Model):
-            for sub in layer.layers:
-                visit(sub, path + "/")
-
-    for sub in model.layers:
-        visit(sub, "")
-    return out
-
-
-def check_nonempty(stack: GRUStack) -> None:
-    if stack.shape.num_layers < 1:
-        raise InputError(f"stack {stack.name!r} has no layers")
