@@ -4,20 +4,36 @@ A crash, a kill or an error leaves either the previous file untouched or no
 file at all at the output path — never a partial one.  Two conversions
 racing for the same path each rename a complete file, so the survivor is
 complete too.
+
+Temporary files are named ``.NAME.PID-XXXXXXXX.tmpSUFFIX`` beside ``NAME``.
+An error removes its own; a process killed with SIGKILL cannot, so the next
+:func:`atomic_path` for the same target removes those whose writing process
+no longer exists (and that are older than :data:`STALE_AFTER_S`, so a
+writer on another host sharing the directory is left alone while it works).
+
+The finished file gets the permissions a plain ``open(..., "w")`` would give
+(``0666 & ~umask``), or keeps those of the file it replaces — not
+``mkstemp``'s private ``0600``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tempfile
+import time
 from pathlib import Path
 
 from .errors import OutputError
 
+#: A temporary file of a dead process is removed once it is at least this old (seconds).
+STALE_AFTER_S = 60.0
+
 
 def check_target(out: Path, *, force: bool) -> None:
     """Refuse an output path that cannot or must not be written, before any work is done."""
+    out = Path(out)
     parent = out.parent if str(out.parent) else Path(".")
     if not parent.is_dir():
         raise OutputError(f"output directory {str(parent)!r} does not exist", path=out)
@@ -29,23 +45,120 @@ def check_target(out: Path, *, force: bool) -> None:
         raise OutputError(f"output directory {str(parent)!r} is not writable", path=out)
 
 
+def _umask() -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)  # not thread-safe, only used where /proc is missing
+    os.umask(mask)
+    return mask
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return True  # not ours to judge
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
+def temp_pattern(out: Path) -> "re.Pattern[str]":
+    """The names :func:`atomic_path` gives its temporary files for ``out`` (group 1: the pid)."""
+    return re.compile(rf"^\.{re.escape(Path(out).name)}\.(\d+)-[A-Za-z0-9_]+\.tmp.*$")
+
+
+def remove_stale_temps(out: Path, *, older_than: float = STALE_AFTER_S) -> list:
+    """Remove temporary files left beside ``out`` by writers that were killed; return their paths."""
+    out = Path(out)
+    parent = out.parent if str(out.parent) else Path(".")
+    pat = temp_pattern(out)
+    removed = []
+    now = time.time()
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return removed
+    for name in names:
+        m = pat.match(name)
+        if not m or int(m.group(1)) == os.getpid() or _pid_alive(int(m.group(1))):
+            continue
+        p = parent / name
+        try:
+            if now - p.lstat().st_mtime < older_than or not p.is_file():
+                continue
+            p.unlink()
+            removed.append(p)
+        except OSError:
+            continue
+    return removed
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _place_new(tmp: Path, out: Path) -> None:
+    """Move ``tmp`` to ``out`` only if ``out`` does not exist, atomically where the filesystem
+    has hard links (``link`` fails if the name exists), so a racing writer is never clobbered."""
+    appeared = OutputError("output appeared while converting; pass --force to overwrite it", path=out)
+    try:
+        os.link(tmp, out)
+    except FileExistsError:
+        raise appeared from None
+    except OSError:  # no hard links here (some network/FUSE filesystems): check, then rename
+        if os.path.lexists(out):
+            raise appeared from None
+        os.replace(tmp, out)
+        return
+    tmp.unlink()
+
+
 @contextlib.contextmanager
 def atomic_path(out: Path, *, force: bool, suffix: str = ""):
     """Yield a temporary path in ``out``'s directory; rename it to ``out`` if the block succeeds."""
     out = Path(out)
     check_target(out, force=force)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=f".tmp{suffix}", dir=out.parent or ".")
+    parent = out.parent if str(out.parent) else Path(".")
+    remove_stale_temps(out)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.{os.getpid()}-", suffix=f".tmp{suffix}", dir=parent)
+    except OSError as e:
+        raise OutputError(f"cannot write output ({e.strerror or e})", path=out) from None
     os.close(fd)
     tmp = Path(tmp)
     try:
         yield tmp
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
-        if out.exists() and not force:  # lost a race with another writer that did not force
-            raise OutputError("output appeared while converting; pass --force to overwrite it", path=out)
-        os.replace(tmp, out)
+        try:
+            mode = os.stat(out).st_mode & 0o7777
+        except OSError:
+            mode = 0o666 & ~_umask()
+        os.chmod(tmp, mode)
+        if force:
+            os.replace(tmp, out)
+        else:
+            _place_new(tmp, out)
+        _fsync_dir(parent)
     except OSError as e:
         raise OutputError(f"cannot write output ({e.strerror or e})", path=out) from None
     finally:
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(FileNotFoundError, OSError):
             tmp.unlink()
