@@ -282,3 +282,12 @@ def test_attributes_stored_as_bytes_also_read(tmp_path):
                                           dtype="S")
     a, b = api.inspect(src), api.inspect(copy)
     assert [r["units"] for r in a["rnns"]] == [r["units"] for r in b["rnns"]]
+
+
+def test_training_config_carried_over(converted, keras):
+    """tf.keras wrote optimizer 'Custom>Adam' and loss 'mse'; the converted model is compiled with both."""
+    assert not any("training config" in w for w in converted["options.h5"].warnings)
+    model = keras.saving.load_model(converted["options.h5"].outputs[0])
+    assert type(model.optimizer).__name__ == "Adam"
+    assert abs(float(keras.ops.convert_to_numpy(model.optimizer.learning_rate)) - 1e-3) < 1e-9
+    assert model.loss == "mse"

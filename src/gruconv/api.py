@@ -177,14 +177,11 @@ def _convert_keras_h5(input: Path, output: Path, *, force: bool, fmt: Optional[s
     with tempfile.TemporaryDirectory(prefix=".gruconv-", dir=output.parent or ".") as td:
         legacy = Path(td) / "converted.h5"
         keras_h5.write(doc, legacy, include_model=True)
-        compile_ok = doc.training_config is not None
-        try:
-            model = keras3.load_legacy(legacy, compile=compile_ok)
-        except UnsupportedError:
-            if not compile_ok:
-                raise
-            model = keras3.load_legacy(legacy, compile=False)
-            result.warnings.append("training config not accepted by Keras 3; model written uncompiled")
+        model = keras3.load_legacy(legacy, compile=False)
+        if doc.training_config:
+            problem = keras3.compile_from_training_config(model, doc.training_config)
+            if problem:
+                result.warnings.append(problem)
         with atomic_path(output, force=force, suffix=".keras") as tmp:
             keras3.save(model, tmp)
     result.outputs.append(str(output))

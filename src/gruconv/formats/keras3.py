@@ -42,6 +42,39 @@ def load_legacy(h5_path: Path, *, compile: bool):
         raise UnsupportedError(f"Keras 3 cannot rebuild this model: {msg[:300]}") from None
 
 
+def compile_from_training_config(model, training_config: str) -> Optional[str]:
+    """Compile ``model`` as the legacy ``training_config`` says; return a warning if Keras 3 refuses it.
+
+    Keras 3.15's own legacy path fails on what tf.keras 2.x wrote (optimizer
+    ``"Custom>Adam"``; ``loss: "mse"`` -> "Could not deserialize
+    'keras.metrics.mse'"; optimizer keys such as ``is_legacy_optimizer``), so
+    the config is read here: the optimizer class name without its ``Custom>``
+    prefix, only the arguments its Keras 3 constructor takes, and loss,
+    metrics and loss weights as stored.
+    """
+    import inspect
+    import json
+
+    keras = _keras()
+    try:
+        tc = json.loads(training_config)
+        opt = tc.get("optimizer_config") or {}
+        cls_name = str(opt.get("class_name", "")).split(">")[-1]
+        cls = getattr(keras.optimizers, cls_name, None)
+        if cls is None:
+            raise ValueError(f"unknown optimizer {cls_name!r}")
+        accepted = inspect.signature(cls.__init__).parameters
+        cfg = {k: v for k, v in (opt.get("config") or {}).items() if k in accepted}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model.compile(optimizer=cls(**cfg), loss=tc.get("loss"), metrics=tc.get("metrics"),
+                          loss_weights=tc.get("loss_weights"), weighted_metrics=tc.get("weighted_metrics"))
+        return None
+    except Exception as e:  # noqa: BLE001 - any refusal means: write the model uncompiled, and say so
+        msg = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        return f"training config not accepted by Keras 3 ({msg}); model written uncompiled"
+
+
 def save(model, out_tmp: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
