@@ -291,3 +291,37 @@ def test_training_config_carried_over(converted, keras):
     assert type(model.optimizer).__name__ == "Adam"
     assert abs(float(keras.ops.convert_to_numpy(model.optimizer.learning_rate)) - 1e-3) < 1e-9
     assert model.loss == "mse"
+
+
+def test_keras_2_2_style_config_converts(tmp_path):
+    """A Keras <= 2.2.2-style file (derived from sequential.h5: no "module" keys, the Sequential config a
+    bare layer list, no InputLayer, attributes as bytes) converts and matches the reference."""
+    from gruconv.verify import verify
+
+    path = tmp_path / "k22.h5"
+    shutil.copy(KERAS / "sequential.h5", path)
+
+    def strip(o):
+        if isinstance(o, dict):
+            o.pop("module", None)
+            o.pop("registered_name", None)
+            for v in o.values():
+                strip(v)
+        elif isinstance(o, list):
+            for v in o:
+                strip(v)
+
+    with h5py.File(path, "r+") as f:
+        cfg = json.loads(f.attrs["model_config"])
+        strip(cfg)
+        layers = cfg["config"]["layers"]
+        layers[1]["config"]["batch_input_shape"] = layers[0]["config"]["batch_input_shape"]
+        for layer in layers:
+            layer["config"].pop("time_major", None)
+        cfg["config"] = layers[1:]
+        f.attrs["model_config"] = np.bytes_(json.dumps(cfg).encode())
+        f.attrs["keras_version"] = np.bytes_(b"2.2.2")
+    out = tmp_path / "k22.keras"
+    api.convert(path, out)
+    rep = verify(path, out, reference="oracle")
+    assert rep.passed and len(rep.checks) == 3

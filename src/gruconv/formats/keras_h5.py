@@ -428,8 +428,13 @@ _RNN_CLASSES = {"GRU", "LSTM", "SimpleRNN", "RNN"}
 
 
 def _normalise_for_keras3(cfg: dict) -> None:
-    """Mend two tf.keras-isms that Keras 3's legacy loader (3.15) fails on, in place.
+    """Mend three Keras 2 / tf.keras-isms that Keras 3's legacy loader (3.15) fails on, in place.
 
+    * a Sequential config that is a bare layer list (Keras 2.0–2.2.2; Keras
+      2.2.3 made it ``{"name", "layers"}``, the only form Keras 3 reads), and
+      a Sequential whose first layer carries ``batch_input_shape`` with no
+      ``InputLayer`` before it (Keras 3 then adds a second batch axis): an
+      explicit ``InputLayer`` is put in front, as tf.keras 2.x itself writes;
     * ``time_major`` in RNN configs (tf.keras 2.x writes ``time_major: false``;
       Keras 3 layers reject the unknown argument);
     * node indices of nested models: tf.keras gives a nested model's first call
@@ -438,6 +443,10 @@ def _normalise_for_keras3(cfg: dict) -> None:
       nested Sequential and Functional models (``fixtures/keras/nested.h5``).
     """
     if isinstance(cfg, dict):
+        if _class_name(cfg) == "Sequential" and isinstance(cfg.get("config"), list):
+            cfg["config"] = {"name": cfg.get("name") or "sequential", "layers": cfg["config"]}
+        if _class_name(cfg) == "Sequential":
+            _explicit_input_layer(cfg)
         if _class_name(cfg) in _RNN_CLASSES and isinstance(cfg.get("config"), dict):
             if cfg["config"].get("time_major") is True:
                 raise UnsupportedError(f"{cfg['class_name']} {_name(cfg)} has time_major=True")
@@ -465,6 +474,20 @@ def _normalise_for_keras3(cfg: dict) -> None:
     elif isinstance(cfg, list):
         for value in cfg:
             _normalise_for_keras3(value)
+
+
+def _explicit_input_layer(seq_cfg: dict) -> None:
+    layers = _layers_of(seq_cfg)
+    if not layers or not isinstance(layers[0], dict) or _class_name(layers[0]) == "InputLayer":
+        return
+    first = layers[0].get("config")
+    if not isinstance(first, dict) or "batch_input_shape" not in first:
+        return
+    shape = first.pop("batch_input_shape")
+    input_layer = {"class_name": "InputLayer",
+                   "config": {"batch_input_shape": shape, "dtype": first.get("dtype", "float32"),
+                              "name": f"{first.get('name', 'layer')}_input"}}
+    layers.insert(0, input_layer)
 
 
 def _shift_ref(ref, nested: set) -> None:
