@@ -325,3 +325,19 @@ def test_keras_2_2_style_config_converts(tmp_path):
     api.convert(path, out)
     rep = verify(path, out, reference="oracle")
     assert rep.passed and len(rep.checks) == 3
+
+
+def test_regularizers_constraints_initializers_carried(converted, keras):
+    model = keras.saving.load_model(converted["options.h5"].outputs[0])
+    cfg = model.get_layer("regularized_gru").get_config()
+    with h5py.File(KERAS / "options.h5", "r") as f:
+        original = next(l for l in json.loads(f.attrs["model_config"])["config"]["layers"]
+                        if l["class_name"] == "CuDNNGRU")["config"]
+    for key in ("kernel_initializer", "recurrent_initializer", "bias_initializer", "kernel_regularizer",
+                "recurrent_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint",
+                "recurrent_constraint", "bias_constraint"):
+        assert cfg[key]["class_name"] == original[key]["class_name"], key
+        # Keras 3 may add arguments with their defaults (HeNormal: input_axes/output_axes = None)
+        assert {k: v for k, v in cfg[key]["config"].items() if k in original[key]["config"]} == \
+            original[key]["config"], key
+    assert any("bias_constraint" in w for w in converted["options.h5"].warnings)

@@ -161,6 +161,10 @@ def _convert_keras_h5(input: Path, output: Path, *, force: bool, fmt: Optional[s
                          "a .keras model; or write a .h5 weights file", path=input)
     for rnn in doc.rnns:
         result.stacks.append(_rnn_summary(rnn))
+        if (rnn.config.get("config") or {}).get("bias_constraint"):
+            result.warnings.append(
+                f"{rnn.path}: bias_constraint carried over, but GRU's bias is (2, 3*units) where CuDNNGRU's was "
+                "(6*units,): an axis-based constraint (e.g. MaxNorm) acts differently if you train further")
         bad = rnn.stack.nonfinite_count()
         if bad:
             result.warnings.append(f"{rnn.path}: {bad} NaN/Inf weight value(s) carried over unchanged")
