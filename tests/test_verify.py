@@ -122,6 +122,14 @@ def test_oracle_verify_passes_on_every_tf1_fixture(case):
     assert len(rep.checks) >= 2  # the sequence and at least one final state per stack
 
 
+def test_verify_mask_input_model_exercises_variable_lengths(tmp_path):
+    out = tmp_path / "v.keras"
+    api.convert(FIXTURES / "tf1" / "layer_varlen", out, initial_state=True, return_state=True, mask_input=True)
+    rep = verify(FIXTURES / "tf1" / "layer_varlen", out, reference="oracle", batch=4, steps=9, seed=5)
+    assert rep.passed and len(rep.checks) == 5
+    assert any(n.startswith("encoder/cudnn_gru: variable lengths") or "variable lengths" in n for n in rep.notes)
+
+
 def test_tf1_buffer_without_known_name_needs_variable():
     from gruconv.errors import UsageError
 
