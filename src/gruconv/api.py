@@ -180,8 +180,12 @@ def _convert_keras_h5(input: Path, output: Path, *, force: bool, fmt: Optional[s
         return result
     with tempfile.TemporaryDirectory(prefix=".gruconv-", dir=output.parent or ".") as td:
         legacy = Path(td) / "converted.h5"
-        keras_h5.write(doc, legacy, include_model=True)
+        keras_h5.write(doc, legacy, include_model=True, zero_init=True)
+        originals = keras_h5.original_initializers(doc)
+        for rnn in doc.rnns:  # the weights now live in `legacy`; free them before Keras builds its own
+            rnn.stack.params = []
         model = keras3.load_legacy(legacy, compile=False)
+        keras3.restore_initializers(model, originals)
         if doc.training_config:
             problem = keras3.compile_from_training_config(model, doc.training_config)
             if problem:

@@ -75,6 +75,38 @@ def compile_from_training_config(model, training_config: str) -> Optional[str]:
         return f"training config not accepted by Keras 3 ({msg}); model written uncompiled"
 
 
+def restore_initializers(model, originals: dict) -> None:
+    """Put each converted GRU's original initializers back after a ``zero_init`` build.
+
+    ``originals`` maps a CuDNNGRU config path (``nested/cu_dnngru``,
+    ``bidirectional/cu_dnngru``) to its legacy initializer configs
+    (:func:`gruconv.formats.keras_h5.original_initializers`).  Initializers
+    act only when a layer builds its weights, so this changes what the saved
+    config says, not any weight.
+    """
+    keras = _keras()
+
+    def put(gru, path):
+        for arg, cfg in originals.get(path, {}).items():
+            setattr(gru.cell, arg, keras.initializers.deserialize(cfg))
+
+    def visit(layer, path):
+        if isinstance(layer, keras.layers.GRU):
+            put(layer, path)
+        inner = getattr(layer, "layer", None)
+        if isinstance(inner, keras.layers.Layer):  # Bidirectional / TimeDistributed
+            inner_path = f"{path}/{inner.name}"
+            for g in (inner, getattr(layer, "forward_layer", None), getattr(layer, "backward_layer", None)):
+                if isinstance(g, keras.layers.GRU):
+                    put(g, inner_path)
+        if isinstance(layer, keras.Model):
+            for sub in layer.layers:
+                visit(sub, f"{path}/{sub.name}")
+
+    for sub in model.layers:
+        visit(sub, sub.name)
+
+
 def save(model, out_tmp: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -105,9 +105,15 @@ def _open(path: Path):
     import h5py
 
     try:
-        return h5py.File(path, "r")
+        f = h5py.File(path, "r")
     except (OSError, RuntimeError, ValueError) as e:
-        raise InputError(f"not a readable HDF5 file ({str(e).splitlines()[0]})", path=path) from None
+        raise InputError(f"not a readable HDF5 file ({h5safe._first_line(e)})", path=path) from None
+    try:
+        h5safe.check_global_heaps(path)
+    except BaseException:
+        f.close()
+        raise
+    return f
 
 
 def _class_name(cfg) -> Optional[str]:
@@ -374,7 +380,10 @@ def _rnns_without_config(path: Path, groups: dict) -> list:
 
 # --------------------------------------------------------------------------- writing
 
-def gru_config(cudnn_cfg: dict, *, wrapped: bool = False) -> dict:
+_INITIALIZERS = ("kernel_initializer", "recurrent_initializer", "bias_initializer")
+
+
+def gru_config(cudnn_cfg: dict, *, wrapped: bool = False, zero_init: bool = False) -> dict:
     """The GRU layer config equivalent to a CuDNNGRU config, in the same serialization style.
 
     Keras 3 picks its deserializer per config: with a ``module`` key the new
@@ -384,10 +393,20 @@ def gru_config(cudnn_cfg: dict, *, wrapped: bool = False) -> dict:
     CuDNNGRU's style — except inside ``Bidirectional``/``TimeDistributed``,
     whose ``from_config`` always uses the new deserializer and so needs
     ``module`` (``keras/src/layers/rnn/bidirectional.py``).
+
+    ``zero_init``: build-time initializers set to ``Zeros`` — for a file that
+    is only loaded to be saved again, whose weights are overwritten at once;
+    the caller puts the original initializers back on the built layers
+    (:func:`gruconv.formats.keras3.restore_initializers`).  Orthogonal
+    initialisation of large recurrent kernels (a QR per layer) otherwise costs
+    seconds (``docs/benchmarks.md``).
     """
     conf = _conf(cudnn_cfg)
     new = {k: copy.deepcopy(conf[k]) for k in _CARRIED_KEYS if k in conf}
     new.update(CUDNN_COMPATIBLE_GRU)
+    if zero_init:
+        for k in _INITIALIZERS:
+            new[k] = {"class_name": "Zeros", "config": {}}
     if wrapped:
         for k in ("batch_input_shape", "input_shape", "batch_size"):
             new.pop(k, None)
@@ -400,7 +419,7 @@ def gru_config(cudnn_cfg: dict, *, wrapped: bool = False) -> dict:
     return out
 
 
-def converted_config(model_config: dict) -> dict:
+def converted_config(model_config: dict, *, zero_init: bool = False) -> dict:
     """A deep copy of ``model_config`` with every CuDNNGRU replaced by its GRU config."""
     new = copy.deepcopy(model_config)
 
@@ -408,7 +427,8 @@ def converted_config(model_config: dict) -> dict:
         items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
         for key, value in list(items):
             if isinstance(value, dict) and value.get("class_name") == "CuDNNGRU":
-                node[key] = gru_config(value, wrapped=wrapped and key in ("layer", "backward_layer"))
+                node[key] = gru_config(value, wrapped=wrapped and key in ("layer", "backward_layer"),
+                                       zero_init=zero_init)
             elif isinstance(value, (dict, list)):
                 is_wrapper = isinstance(value, dict) and isinstance(value.get("config"), dict) \
                     and "layer" in value["config"]
@@ -418,7 +438,7 @@ def converted_config(model_config: dict) -> dict:
                     visit(value)
 
     if new.get("class_name") == "CuDNNGRU":
-        return gru_config(new)
+        return gru_config(new, zero_init=zero_init)
     visit(new)
     _normalise_for_keras3(new)
     return new
@@ -496,7 +516,14 @@ def _shift_ref(ref, nested: set) -> None:
         ref[1] -= 1
 
 
-def write(doc: KerasH5Model, out_path, *, include_model: bool = True, include_training: bool = True) -> None:
+def original_initializers(doc: KerasH5Model) -> dict:
+    """{CuDNNGRU path: {initializer argument: its legacy config}} (for ``zero_init`` writes)."""
+    return {r.path: {k: _conf(r.config).get(k) for k in _INITIALIZERS if _conf(r.config).get(k) is not None}
+            for r in doc.rnns}
+
+
+def write(doc: KerasH5Model, out_path, *, include_model: bool = True, include_training: bool = True,
+          zero_init: bool = False) -> None:
     """Write a legacy Keras HDF5 file with GRUs in place of CuDNNGRUs.
 
     ``include_model``: write ``model_config`` (a full model file); otherwise a
@@ -507,12 +534,22 @@ def write(doc: KerasH5Model, out_path, *, include_model: bool = True, include_tr
 
     import h5py
 
+    # dataset name -> (pseudo-layer params, role index); each direction is transformed when its first
+    # dataset is written and dropped with the next, so only one layer's GRU arrays exist at a time.
     replaced = {}
     for rnn in doc.rnns:
-        arrays = [to_keras_gru(p) for p in rnn.stack.params]
         for d, roles in enumerate(rnn.datasets):
             for i, role in enumerate(_WEIGHT_ROLES):
-                replaced[roles[role]] = arrays[d][i]
+                replaced[roles[role]] = (rnn.stack.params[d], i)
+    current: dict = {}
+
+    def gru_array(name):
+        params, i = replaced[name]
+        if current.get("params") is not params:
+            current.clear()
+            current.update(params=params, arrays=to_keras_gru(params))
+        return current["arrays"][i]
+
     try:
         dst_file = h5py.File(out_path, "w")
     except (OSError, RuntimeError, ValueError) as e:
@@ -524,7 +561,8 @@ def write(doc: KerasH5Model, out_path, *, include_model: bool = True, include_tr
             if include_model and doc.model_config is not None:
                 dst.attrs["keras_version"] = doc.keras_version or "2.x"
                 dst.attrs["backend"] = doc.backend or "tensorflow"
-                dst.attrs["model_config"] = json.dumps(converted_config(doc.model_config)).encode("utf-8")
+                dst.attrs["model_config"] = json.dumps(
+                    converted_config(doc.model_config, zero_init=zero_init)).encode("utf-8")
                 if include_training and doc.training_config:
                     dst.attrs["training_config"] = doc.training_config.encode("utf-8")
                 droot = dst.create_group("model_weights")
@@ -545,7 +583,7 @@ def write(doc: KerasH5Model, out_path, *, include_model: bool = True, include_tr
                     dparent = dg.require_group(parent) if parent else dg
                     leaf = os.path.basename(wname)
                     if sds.name in replaced:
-                        dparent.create_dataset(leaf, data=replaced[sds.name])
+                        dparent.create_dataset(leaf, data=gru_array(sds.name))
                     else:
                         src.copy(sds, dparent, name=leaf)
             if (h5safe.child_exists(sroot, "top_level_model_weights", doc.path)
