@@ -108,9 +108,30 @@ def restore_initializers(model, originals: dict) -> None:
 
 
 def save(model, out_tmp: Path) -> None:
+    """``model.save``, with the weights file staged on disk rather than in memory.
+
+    Keras 3 (``keras/src/saving/saving_lib.py`` ``_save_model_to_fileobj``)
+    builds ``model.weights.h5`` in a BytesIO — a second full copy of every
+    weight — unless ``is_memory_sufficient(model)`` says no, in which case it
+    writes a temporary file beside the output and zips that.  gruconv always
+    asks for the disk path: same bytes, one model's worth of memory less
+    (``docs/benchmarks.md``).  If a Keras version lacks the hook, the default
+    path is used.
+    """
+    try:
+        from keras.src.saving import saving_lib
+    except ImportError:  # pragma: no cover - another Keras layout
+        saving_lib = None
+    original = getattr(saving_lib, "is_memory_sufficient", None)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model.save(str(out_tmp))
+        if original is not None:
+            saving_lib.is_memory_sufficient = lambda model: False
+        try:
+            model.save(str(out_tmp))
+        finally:
+            if original is not None:
+                saving_lib.is_memory_sufficient = original
 
 
 def _identifier(scope: str) -> str:
