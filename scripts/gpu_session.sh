@@ -18,4 +18,5 @@ for f in fixtures/keras/sequential.h5 fixtures/keras/bidir_none.h5; do
 done 2>&1 | tee "$OUT/verify-cli.txt"
 python3 -m gruconv verify fixtures/tf1/layer_80x256 --reference cudnn --steps 100 --batch 4 2>&1 | tee -a "$OUT/verify-cli.txt"
 python3 -m gruconv verify fixtures/tf1/layer_80x256 --reference cudnn --steps 100 --batch 4 --allow-tf32 2>&1 | tee -a "$OUT/verify-cli.txt"
+python3 scripts/gpu_verify_table.py 2>&1 | tee "$OUT/verify-table.md"
 python3 bench/gpu_forward.py 2>&1 | tee "$OUT/gpu-forward.txt"
