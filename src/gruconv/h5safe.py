@@ -11,6 +11,7 @@ have stored them: bytes or str, scalar or array, and split into
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,9 +41,108 @@ def is_hdf5(path) -> bool:
     return False
 
 
+def _superblock_sizes(f, base: int) -> tuple:
+    """(size of offsets, size of lengths) from the superblock at ``base`` (HDF5 spec, Level 0A)."""
+    f.seek(base + 8)
+    head = f.read(8)
+    if len(head) < 7:
+        return 8, 8
+    version = head[0]
+    if version in (0, 1):
+        return head[5] or 8, head[6] or 8
+    return head[1] or 8, head[2] or 8
+
+
+#: HDF5 global heap collections (``GCOL``) hold variable-length data: every Keras string attribute.
+_GCOL = b"GCOL"
+_SCAN_CHUNK = 1 << 20
+_checked: dict = {}
+
+
+def check_global_heaps(path) -> None:
+    """Refuse a file whose global heap collections would hang or overrun libhdf5's parser.
+
+    libhdf5 (1.14.6, ``H5HG__cache_heap_deserialize`` in ``H5HGcache.c``) walks a collection's
+    objects with ``p = begin + need``, where ``need`` comes from the file: a zeroed object header
+    (index 0, size 0) makes ``need`` 0 and the loop never ends (found by ``tests/test_fuzz.py``: a
+    zeroed run of bytes over a ``layer_names`` or ``model_config`` string hangs ``attrs[...]``
+    forever), and a huge size wraps the pointer.  HDF5 reads a collection the first time any
+    variable-length string in it is read, so this walks every collection first, the same way,
+    and stops at the first object that does not fit.  The file is scanned in 1 MiB pieces
+    (constant memory); a collection is recognised by its signature, version 1 and a size that
+    fits the file, so weight bytes that happen to spell ``GCOL`` are not mistaken for one.
+    """
+    p = Path(path)
+    try:
+        st = p.stat()
+        key = (str(p.resolve()), st.st_size, st.st_mtime_ns, st.st_ino)
+    except OSError:
+        return
+    if _checked.get(key):
+        return
+    try:
+        with open(p, "rb") as f:
+            base = next((o for o in (0, 512, 1024, 2048, 4096) if _sig_at(f, o)), 0)
+            _, size_len = _superblock_sizes(f, base)
+            if size_len not in (2, 4, 8, 16):
+                return  # HDF5 itself refuses such a superblock
+            file_size = st.st_size
+            offset, tail = 0, b""
+            while True:
+                f.seek(offset)
+                chunk = f.read(_SCAN_CHUNK)
+                if not chunk:
+                    break
+                buf = tail + chunk
+                start = offset - len(tail)
+                at = buf.find(_GCOL)
+                while at >= 0:
+                    _check_collection(f, start + at, size_len, file_size, path)
+                    at = buf.find(_GCOL, at + 1)
+                tail = buf[-3:]
+                offset += len(chunk)
+    except OSError:
+        return  # unreadable: h5py reports it
+    _checked[key] = True
+
+
+def _sig_at(f, offset: int) -> bool:
+    f.seek(offset)
+    return f.read(8) == HDF5_SIGNATURE
+
+
+def _check_collection(f, at: int, size_len: int, file_size: int, path) -> None:
+    hdr = 8 + size_len
+    f.seek(at)
+    head = f.read(hdr)
+    if len(head) < hdr or head[4] != 1:
+        return
+    coll = int.from_bytes(head[8:hdr], "little")
+    if coll < hdr or coll > file_size - at:
+        return  # not a collection libhdf5 could load either
+    f.seek(at)
+    image = f.read(coll)
+    objhdr = 8 + size_len
+    pos = hdr
+    while pos < coll:
+        if pos + objhdr > coll:
+            return  # trailing free space, as libhdf5 treats it
+        idx = int.from_bytes(image[pos:pos + 2], "little")
+        size = int.from_bytes(image[pos + 8:pos + objhdr], "little")
+        need = objhdr + ((size + 7) & ~7) if idx > 0 else size
+        if need == 0 or pos + need > coll:
+            raise InputError(
+                f"corrupt HDF5 global heap (variable-length strings) at byte {at}: object {idx} "
+                f"claims {size} bytes at offset {pos} of a {coll}-byte collection", path=path)
+        pos += need
+
+
 def _text(value: Any) -> Any:
     if isinstance(value, (bytes, np.bytes_)):
         return value.decode("utf-8")
+    if isinstance(value, str):
+        value.encode("utf-8")  # h5py decodes with surrogateescape: refuse bytes that are not UTF-8
+        return value
     if isinstance(value, np.ndarray):
         if value.ndim == 0:
             return _text(value[()])
@@ -52,16 +152,68 @@ def _text(value: Any) -> Any:
     return value
 
 
+#: IEEE 754 layouts libhdf5 writes: size -> (sign pos, exponent pos, exponent size, mantissa pos,
+#: mantissa size, exponent bias).  A float type described otherwise is corrupt (or exotic), and
+#: libhdf5's soft conversion of such types is where corrupted files crash it.
+_IEEE = {2: (15, 10, 5, 0, 10, 15), 4: (31, 23, 8, 0, 23, 127), 8: (63, 52, 11, 0, 52, 1023)}
+
+
+class _BadType(ValueError):
+    """An HDF5 datatype refused by :func:`_check_type` (message: "has ... type ...")."""
+
+
+def _check_type(tid, *, text: bool, empty: bool) -> None:
+    """Refuse an HDF5 datatype gruconv must not hand to libhdf5's converter.
+
+    ``text``: the object should hold strings (fixed or variable length, the only string forms
+    HDF5 has); numbers are then accepted only in an empty array (Keras writes an empty float64
+    ``weight_names`` for weightless layers).  Otherwise integers and IEEE floats only.
+    """
+    import h5py
+
+    h5t = h5py.h5t
+    cls = tid.get_class()
+    if text and cls == h5t.STRING:
+        return
+    if cls == h5t.INTEGER:
+        if tid.get_size() in (1, 2, 4, 8) and (not text or empty):
+            return
+    elif cls == h5t.FLOAT:
+        size = tid.get_size()
+        if size in _IEEE and (not text or empty):
+            if tuple(tid.get_fields()) + (tid.get_ebias(),) == _IEEE[size]:
+                return
+            raise _BadType(f"has a non-IEEE {size * 8}-bit float type (corrupt datatype)")
+    names = {h5t.STRING: "string", h5t.INTEGER: "integer", h5t.FLOAT: "float", h5t.VLEN: "variable-length sequence",
+             h5t.COMPOUND: "compound", h5t.REFERENCE: "reference", h5t.ENUM: "enum", h5t.OPAQUE: "opaque",
+             h5t.ARRAY: "array", h5t.BITFIELD: "bitfield", h5t.TIME: "time"}
+    want = "text" if text else "integers or floats"
+    raise _BadType(f"has HDF5 type class {names.get(cls, cls)}, expected {want}")
+
+
+def _attr(obj, name: str) -> Any:
+    aid = obj.attrs.get_id(name)
+    space = aid.get_space()
+    _check_type(aid.get_type(), text=True, empty=space.get_simple_extent_npoints() == 0)
+    return _text(obj.attrs[name])
+
+
 def read_attr(obj, name: str, default: Any = None) -> Any:
-    """An attribute as str / list of str, joining ``name0``, ``name1``, ... splits."""
+    """An attribute as str / list of str, joining ``name0``, ``name1``, ... splits.
+
+    Its HDF5 type is checked before anything is read (:func:`_check_type`)."""
     try:
         if name in obj.attrs:
-            return _text(obj.attrs[name])
+            return _attr(obj, name)
         chunks = []
         while f"{name}{len(chunks)}" in obj.attrs:
-            chunks.append(_text(obj.attrs[f"{name}{len(chunks)}"]))
+            chunks.append(_attr(obj, f"{name}{len(chunks)}"))
+    except UnicodeError:
+        raise InputError(f"attribute {name!r} of {obj.name} is not valid UTF-8 text") from None
+    except _BadType as e:
+        raise InputError(f"attribute {name!r} of {obj.name} {e}") from None
     except (OSError, RuntimeError, KeyError, TypeError, ValueError) as e:
-        raise InputError(f"attribute {name!r} of {obj.name} cannot be read ({e})") from None
+        raise InputError(f"attribute {name!r} of {obj.name} cannot be read ({_first_line(e)})") from None
     if not chunks:
         return default
     out: list = []
@@ -135,6 +287,8 @@ def resolve(root, dotted: str, path, kind: str = "any"):
     """Walk a ``a/b/c`` path one hard link at a time."""
     obj = root
     parts = [p for p in dotted.split("/") if p]
+    if not parts:
+        raise InputError(f"{root.name}: member name {dotted!r} names no object", path=path)
     for i, part in enumerate(parts):
         obj = child(obj, part, path, kind if i == len(parts) - 1 else "group")
     return obj
@@ -167,6 +321,13 @@ def check_dataset(ds, path, *, max_bytes: int = MAX_TENSOR_BYTES, numeric: bool 
         raise InputError(f"{ds.name} has no data (null dataspace)", path=path)
     if numeric and dtype.kind not in "fiub":
         raise InputError(f"{ds.name} has dtype {dtype}, expected a numeric tensor", path=path)
+    if numeric:
+        try:
+            _check_type(ds.id.get_type(), text=False, empty=False)
+        except _BadType as e:
+            raise InputError(f"{ds.name} {e}", path=path) from None
+        except (OSError, RuntimeError, TypeError) as e:
+            raise InputError(f"{ds.name} cannot be read ({_first_line(e)})", path=path) from None
     nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
     if nbytes > max_bytes:
         raise InputError(f"{ds.name} claims {nbytes} bytes (shape {shape}); refused (limit {max_bytes})",
