@@ -168,7 +168,34 @@ def test_large_tensor_checksum_in_chunks(tf, tmp_path):
     with open_bundle(tmp_path / "big") as b:
         with pytest.raises(InputError, match="'big': checksum mismatch"):
             b.read("big")
+        with pytest.raises(InputError, match="'big': checksum mismatch"):
+            b.view("big")
         assert b.read("small").tolist() == [1, 2]
+        assert b.view("big", verify=False)[2, 0] == big[2, 0]
+
+
+def test_views_match_reads_for_every_dtype(tf, tmp_path):
+    """Bundle.view maps numeric tensors read-only (no copy) and hands the rest to read."""
+    rng = np.random.default_rng(11)
+    named = {}
+    for dt in ALL_DTYPES:
+        named[f"{dt}/matrix"] = _make_value(tf, dt, (3, 5), rng)
+        named[f"{dt}/scalar"] = _make_value(tf, dt, (), rng)
+        named[f"{dt}/empty"] = _make_value(tf, dt, (2, 0, 4), rng)
+    _save(tf, tmp_path / "all", named)
+    with open_bundle(tmp_path / "all") as b:
+        for info in b:
+            a, v = b.read(info.key), b.view(info.key)
+            assert v.shape == a.shape and v.dtype == a.dtype, info.key
+            if info.dtype == "string":
+                assert v.tolist() == a.tolist()
+                continue
+            assert v.tobytes() == a.tobytes(), info.key
+            if info.dtype != "bool" and info.size:
+                assert not v.flags.writeable, info.key
+        m = b.view("float64/matrix")
+        b.release()  # pages dropped from RSS, values read again from the file
+        assert m.tobytes() == b.read("float64/matrix").tobytes()
 
 
 def test_returned_arrays_are_writable_and_owned(small_ckpt):
@@ -633,6 +660,10 @@ def test_claimed_terabytes_are_refused_without_allocating(tmp_path):
                 b.read("a/kernel")
             with pytest.raises(InputError, match="claims bytes"):
                 b.read("a/bias")
+            with pytest.raises(InputError, match=r"claims bytes \[0, 1099511627776\)"):
+                b.view("a/kernel")
+            with pytest.raises(InputError, match="claims bytes"):
+                b.view("a/bias")
             _, peak = tracemalloc.get_traced_memory()
         finally:
             tracemalloc.stop()
@@ -695,6 +726,8 @@ def test_flipped_data_byte_is_a_checksum_error_naming_the_key(small_ckpt, tmp_pa
             b.read(info.key)
         assert "'rnn/cudnn_gru/opaque_kernel'" in str(exc.value)
         assert str(data) in str(exc.value)
+        with pytest.raises(InputError, match="'rnn/cudnn_gru/opaque_kernel': checksum mismatch"):
+            b.view(info.key)
         assert b.read(info.key, verify=False).tobytes() != good.tobytes()
         np.testing.assert_array_equal(b.read("kernel"), b.read("kernel", verify=True))
 
@@ -723,12 +756,17 @@ def test_missing_and_truncated_shard(small_ckpt, tmp_path):
         with pytest.raises(InputError, match="truncated") as exc:
             b.read(last.key)
         assert repr(last.key) in str(exc.value)
+        with pytest.raises(InputError, match="truncated") as exc:
+            b.view(last.key)
+        assert repr(last.key) in str(exc.value)
     data.unlink()
     with open_bundle(prefix) as b:  # lazy: the index alone still opens
         assert b.info("kernel") == info
         with pytest.raises(InputError, match=r"data shard 0 of 1 is missing.*'kernel'") as exc:
             b.read("kernel")
         assert str(data) in str(exc.value)
+        with pytest.raises(InputError, match=r"data shard 0 of 1 is missing.*'kernel'"):
+            b.view("kernel")
 
 
 def test_missing_key(small_ckpt):

@@ -48,6 +48,7 @@ are stored *masked*: ``((crc >> 15) | (crc << 17)) + 0xa282ead8 (mod 2**32)``.
 
 from __future__ import annotations
 
+import mmap
 import os
 import re
 import struct
@@ -706,6 +707,7 @@ class Bundle:
         self.closed = False
         self._infos: dict[str, TensorInfo] = {}
         self._hidden_bytes = 0
+        self._maps: dict = {}  # shard -> mmap (view)
         self._load_index()
 
     # -- index --------------------------------------------------------------
@@ -855,6 +857,7 @@ class Bundle:
 
     def close(self) -> None:
         self.closed = True
+        self._maps.clear()  # arrays from view() keep their mapping alive
 
     def __enter__(self) -> "Bundle":
         return self
@@ -908,6 +911,65 @@ class Bundle:
         if info.dtype == "bool":
             return np.not_equal(raw, 0).reshape(info.shape)
         return raw.view(np_dtype).reshape(info.shape)
+
+    def view(self, key: str, verify: bool = True) -> np.ndarray:
+        """Tensor ``key`` as a read-only array mapped from its data file (no copy).
+
+        The same checks as :meth:`read` (size against the file, crc32c over the
+        mapped bytes when ``verify``); ``string``, ``bool``, empty, partitioned
+        and refused tensors go through :meth:`read`.  The data file must not
+        change while the array is in use.  Pages it touches count in the
+        process's RSS until :meth:`release`.
+        """
+        info = self.info(key)
+        np_dtype = _NP_BY_NAME.get(info.dtype)
+        if (info.slices or np_dtype is None or info.dtype == "bool" or info.size == 0
+                or (self.max_tensor_bytes is not None and info.size > self.max_tensor_bytes)):
+            return self.read(key, verify)
+        mm = self._mapped(info)
+        raw = np.frombuffer(mm, dtype=np.uint8, count=info.size, offset=info.offset)
+        if verify:
+            self._check_crc(info, _crc32c(raw))
+        return raw.view(np_dtype).reshape(info.shape)
+
+    def release(self) -> None:
+        """Drop the mapped data pages from this process's resident set.
+
+        They stay in the page cache; arrays from :meth:`view` read them again
+        when touched (``MADV_DONTNEED`` on a shared read-only file mapping)."""
+        advice = getattr(mmap, "MADV_DONTNEED", None)
+        for mm in self._maps.values():
+            if mm is not None and advice is not None and hasattr(mm, "madvise"):
+                mm.madvise(advice)
+
+    def _mapped(self, info: TensorInfo):
+        path = self.data_path(info.shard)
+        if info.shard not in self._maps:
+            try:
+                f = open(path, "rb")
+            except FileNotFoundError:
+                raise InputError(
+                    f"data shard {info.shard} of {self.num_shards} is missing; it holds "
+                    f"tensor {info.key!r}", path=path) from None
+            except OSError as e:
+                raise InputError(f"cannot open data file for tensor {info.key!r}: "
+                                 f"{e.strerror or e}", path=path) from None
+            with f:
+                try:
+                    size = os.fstat(f.fileno()).st_size
+                    mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else None
+                except (OSError, ValueError) as e:
+                    raise InputError(f"cannot map data file for tensor {info.key!r}: {e}",
+                                     path=path) from None
+            self._maps[info.shard] = mm
+        mm = self._maps[info.shard]
+        file_size = len(mm) if mm is not None else 0
+        if info.offset > file_size or info.size > file_size - info.offset:
+            raise InputError(
+                f"tensor {info.key!r} claims bytes [{info.offset}, "
+                f"{info.offset + info.size}) but the file is only {file_size} "
+                f"bytes (truncated data file or corrupt index)", path=path)
+        return mm
 
     def _read_range(self, info: TensorInfo) -> np.ndarray:
         path = self.data_path(info.shard)
