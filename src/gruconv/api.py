@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import formats
+from .cudnn_layout import params_size
 from .errors import InputError, UsageError
 from .outputs import atomic_path, check_target
 
@@ -65,9 +66,15 @@ def inspect(path, **hints) -> dict:
     return formats.reader(fmt).inspect(path, **hints)
 
 
-def _rnn_summary(rnn) -> dict:
-    """One CuDNNGRU (a ``formats.keras_h5.KerasRNN``) as inspect and convert report it."""
-    s = rnn.stack.shape
+def _rnn_summary(rnn, nonfinite: Optional[int] = None) -> dict:
+    """One CuDNNGRU (a ``formats.keras_h5.KerasRNN``) as inspect and convert report it.
+
+    ``nonfinite`` None: count NaN/Inf by reading this layer's weights now (inspect), then let them go.
+    """
+    s = rnn.shape
+    if nonfinite is None:
+        nonfinite = rnn.stack.nonfinite_count()
+        rnn.release()
     kind = "CuDNNGRU" if rnn.wrapper is None else f"{rnn.wrapper}(CuDNNGRU)"
     opts = {k: v for k, v in rnn.options.items() if v}
     gru = "GRU(units={}, activation='tanh', recurrent_activation='sigmoid', reset_after=True{})".format(
@@ -78,8 +85,8 @@ def _rnn_summary(rnn) -> dict:
     return {
         "path": rnn.path, "kind": kind, "input_size": s.input_size, "units": s.units,
         "layers": s.num_layers, "directions": s.num_directions, "input_mode": s.input_mode,
-        "dtype": s.dtype, "params": rnn.stack.param_count(), "options": opts,
-        "merge_mode": rnn.merge_mode, "nonfinite_weights": rnn.stack.nonfinite_count(),
+        "dtype": s.dtype, "params": params_size(s), "options": opts,
+        "merge_mode": rnn.merge_mode, "nonfinite_weights": nonfinite,
         "converts_to": produces,
     }
 
@@ -140,6 +147,14 @@ def convert(input, output, *, force: bool = False, format: Optional[str] = None,
     return result
 
 
+def _summarise(result: ConvertResult, doc, nonfinite: dict) -> None:
+    for rnn in doc.rnns:
+        bad = nonfinite.get(rnn.path, 0)
+        result.stacks.append(_rnn_summary(rnn, bad))
+        if bad:
+            result.warnings.append(f"{rnn.path}: {bad} NaN/Inf weight value(s) carried over unchanged")
+
+
 def _convert_keras_h5(input: Path, output: Path, *, force: bool, fmt: Optional[str], config: Optional[dict],
                       allow_unsafe_lambda: bool) -> ConvertResult:
     from .errors import UnsupportedError
@@ -160,14 +175,10 @@ def _convert_keras_h5(input: Path, output: Path, *, force: bool, fmt: Optional[s
         raise UsageError("a weights-only file needs --config ARCH.json (the model's to_json()) to become "
                          "a .keras model; or write a .h5 weights file", path=input)
     for rnn in doc.rnns:
-        result.stacks.append(_rnn_summary(rnn))
         if (rnn.config.get("config") or {}).get("bias_constraint"):
             result.warnings.append(
                 f"{rnn.path}: bias_constraint carried over, but GRU's bias is (2, 3*units) where CuDNNGRU's was "
                 "(6*units,): an axis-based constraint (e.g. MaxNorm) acts differently if you train further")
-        bad = rnn.stack.nonfinite_count()
-        if bad:
-            result.warnings.append(f"{rnn.path}: {bad} NaN/Inf weight value(s) carried over unchanged")
     check_target(output, force=force)
     if doc.optimizer_weight_count:
         result.warnings.append(
@@ -175,15 +186,15 @@ def _convert_keras_h5(input: Path, output: Path, *, force: bool, fmt: Optional[s
             "weight layout; the converted model starts with a fresh optimizer")
     if out_fmt == "h5-weights":
         with atomic_path(output, force=force, suffix=".h5") as tmp:
-            keras_h5.write(doc, tmp, include_model=False)
+            nonfinite = keras_h5.write(doc, tmp, include_model=False)
+        _summarise(result, doc, nonfinite)
         result.outputs.append(str(output))
         return result
     with tempfile.TemporaryDirectory(prefix=".gruconv-", dir=output.parent or ".") as td:
         legacy = Path(td) / "converted.h5"
-        keras_h5.write(doc, legacy, include_model=True, zero_init=True)
+        nonfinite = keras_h5.write(doc, legacy, include_model=True, zero_init=True)
+        _summarise(result, doc, nonfinite)
         originals = keras_h5.original_initializers(doc)
-        for rnn in doc.rnns:  # the weights now live in `legacy`; free them before Keras builds its own
-            rnn.stack.params = []
         model = keras3.load_legacy(legacy, compile=False)
         keras3.restore_initializers(model, originals)
         if doc.training_config:

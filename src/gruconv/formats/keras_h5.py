@@ -67,8 +67,25 @@ class KerasRNN:
     config: dict                   # the CuDNNGRU layer config (Keras 2 form)
     wrapper: Optional[str]         # "Bidirectional", "TimeDistributed" or None
     merge_mode: Optional[str]
-    stack: GRUStack                # 1 layer; bidirectional when wrapped in Bidirectional
+    shape: StackShape              # 1 layer; bidirectional when wrapped in Bidirectional
     datasets: list                 # per direction: {role: dataset path} in the weight group
+    source: Path = None            # the HDF5 file the weights are read from, on demand
+    _stack: Optional[GRUStack] = field(default=None, repr=False)
+
+    @property
+    def stack(self) -> GRUStack:
+        """The canonical weights, read from :attr:`source` when first asked for.
+
+        Reading on demand keeps one layer's weights in memory at a time when
+        converting (``write``) and lets ``read`` check a file from its
+        metadata alone; :meth:`release` drops them again.
+        """
+        if self._stack is None:
+            self._stack = _load_stack(self)
+        return self._stack
+
+    def release(self) -> None:
+        self._stack = None
 
     @property
     def options(self) -> dict:
@@ -231,38 +248,68 @@ def _find_rnn_weights(entries: list, rnn_name: str, wrapper: Optional[str], wher
 
 def _rnn_from_weights(path: Path, rpath: str, top: str, cfg: dict, wrapper_cfg: Optional[dict],
                       found: list) -> KerasRNN:
+    """A :class:`KerasRNN` checked from dataset metadata only (shapes, dtypes); values come later."""
     conf = _conf(cfg)
     units = conf.get("units")
-    params = []
+    dims = []
     dtypes = set()
     for d, roles in enumerate(found):
-        arrays = {role: h5safe.read_dataset(ds, path) for role, ds in roles.items()}
-        dtypes.update(str(a.dtype) for a in arrays.values())
         where = f"CuDNNGRU {rpath}" + ("" if len(found) == 1 else f" ({'forward' if d == 0 else 'backward'})")
-        try:
-            params.append(from_cudnngru(arrays["kernel"], arrays["recurrent_kernel"], arrays["bias"], where=where))
-        except InputError as e:
-            raise InputError(e.message, path=path) from None
+        shapes = {}
+        for role, ds in roles.items():
+            try:
+                shapes[role], dt = tuple(ds.shape or ()), ds.dtype
+            except (OSError, RuntimeError, ValueError, TypeError) as e:
+                raise InputError(f"{where}: {role} cannot be read ({h5safe._first_line(e)})", path=path) from None
+            if dt.kind not in "fiub":
+                raise InputError(f"{ds.name} has dtype {dt}, expected a numeric tensor", path=path)
+            dtypes.add(str(dt))
+        k = shapes["kernel"]
+        if len(k) != 2 or k[1] % 3 or k[1] == 0 or k[0] == 0:
+            raise InputError(f"{where}: kernel has shape {k}, expected (input_size, 3*units)", path=path)
+        I, H = k[0], k[1] // 3
+        for role, expected in (("recurrent_kernel", (H, 3 * H)), ("bias", (6 * H,))):
+            if shapes[role] != expected:
+                raise InputError(f"{where}: {role} has shape {shapes[role]}, expected {expected}", path=path)
+        dims.append((I, H))
     if len(dtypes) != 1:
         raise InputError(f"CuDNNGRU {rpath}: weights have mixed dtypes {sorted(dtypes)}", path=path)
     dtype = dtypes.pop()
     if dtype not in ("float16", "float32", "float64"):
         raise InputError(f"CuDNNGRU {rpath}: weights have dtype {dtype}, expected a float type", path=path)
-    H = params[0].recurrent_weights.shape[1]
-    I = params[0].input_weights.shape[2]
+    I, H = dims[0]
     if units is not None and units != H:
         raise InputError(f"CuDNNGRU {rpath}: config says units={units}, weights have {H}", path=path)
-    if len(params) == 2 and params[1].input_weights.shape != params[0].input_weights.shape:
+    if len(dims) == 2 and dims[1] != dims[0]:
         raise InputError(f"CuDNNGRU {rpath}: forward and backward weights differ in shape", path=path)
-    shape = StackShape(I, H, 1, len(params) == 2, "linear", dtype)
-    stack = GRUStack(rpath, shape, [p.astype(dtype) for p in params],
-                     provenance={"format": FORMAT, "datasets": [{r: ds.name for r, ds in roles.items()} for roles in found]})
     merge = _conf(wrapper_cfg).get("merge_mode", "concat") if wrapper_cfg else None
     wrapper = _class_name(wrapper_cfg) if wrapper_cfg else None
     if conf.get("time_major"):
         raise UnsupportedError(f"CuDNNGRU {rpath} has time_major=True, which GRU does not offer", path=path)
-    return KerasRNN(rpath, top, cfg, wrapper, merge, stack,
-                    [{r: ds.name for r, ds in roles.items()} for roles in found])
+    try:
+        shape = StackShape(I, H, 1, len(dims) == 2, "linear", dtype)
+    except InputError as e:
+        raise InputError(f"CuDNNGRU {rpath}: {e.message}", path=path) from None
+    return KerasRNN(rpath, top, cfg, wrapper, merge, shape,
+                    [{r: ds.name for r, ds in roles.items()} for roles in found], source=path)
+
+
+def _load_stack(rnn: KerasRNN) -> GRUStack:
+    """Read one CuDNNGRU's tensors and turn them into canonical weights (cuDNN orientation)."""
+    path = rnn.source
+    params = []
+    with _open(path) as f:
+        for d, roles in enumerate(rnn.datasets):
+            where = f"CuDNNGRU {rnn.path}" + ("" if len(rnn.datasets) == 1 else
+                                              f" ({'forward' if d == 0 else 'backward'})")
+            arrays = {role: h5safe.read_dataset(h5safe.resolve(f, name, path, "dataset"), path)
+                      for role, name in roles.items()}
+            try:
+                params.append(from_cudnngru(arrays["kernel"], arrays["recurrent_kernel"], arrays["bias"],
+                                            where=where))
+            except InputError as e:
+                raise InputError(e.message, path=path) from None
+    return GRUStack(rnn.path, rnn.shape, params, provenance={"format": FORMAT, "datasets": rnn.datasets})
 
 
 def read(path, *, config: Optional[dict] = None) -> KerasH5Model:
@@ -523,12 +570,14 @@ def original_initializers(doc: KerasH5Model) -> dict:
 
 
 def write(doc: KerasH5Model, out_path, *, include_model: bool = True, include_training: bool = True,
-          zero_init: bool = False) -> None:
+          zero_init: bool = False) -> dict:
     """Write a legacy Keras HDF5 file with GRUs in place of CuDNNGRUs.
 
     ``include_model``: write ``model_config`` (a full model file); otherwise a
     weights-only file (what ``save_weights`` writes).  Optimizer state is never
-    copied: its slots belong to CuDNNGRU's weight layout.
+    copied: its slots belong to CuDNNGRU's weight layout.  Returns
+    ``{CuDNNGRU path: number of NaN/Inf weight values}`` (counted on the way,
+    so the weights are read once).
     """
     import json
 
@@ -540,14 +589,19 @@ def write(doc: KerasH5Model, out_path, *, include_model: bool = True, include_tr
     for rnn in doc.rnns:
         for d, roles in enumerate(rnn.datasets):
             for i, role in enumerate(_WEIGHT_ROLES):
-                replaced[roles[role]] = (rnn.stack.params[d], i)
+                replaced[roles[role]] = (rnn, d, i)
     current: dict = {}
+    nonfinite: dict = {}
 
     def gru_array(name):
-        params, i = replaced[name]
-        if current.get("params") is not params:
+        rnn, d, i = replaced[name]
+        if current.get("key") != (id(rnn), d):
+            previous = current.get("rnn")
+            if previous is not None and previous is not rnn:
+                previous.release()
             current.clear()
-            current.update(params=params, arrays=to_keras_gru(params))
+            current.update(key=(id(rnn), d), rnn=rnn, arrays=to_keras_gru(rnn.stack.params[d]))
+            nonfinite[rnn.path] = rnn.stack.nonfinite_count()
         return current["arrays"][i]
 
     try:
@@ -597,3 +651,7 @@ def write(doc: KerasH5Model, out_path, *, include_model: bool = True, include_tr
     except (OSError, RuntimeError, KeyError, ValueError, TypeError) as e:
         raise InputError(f"cannot copy {where} into the converted file ({h5safe._first_line(e)})",
                          path=doc.path) from None
+    finally:
+        if current.get("rnn") is not None:
+            current["rnn"].release()
+    return nonfinite
