@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -519,13 +520,15 @@ def test_inspect_big_checkpoint_is_fast(tf, tmp_path, monkeypatch):
     prefix = _save(tf, tmp_path / "big.ckpt", tensors)
     assert Path(str(prefix) + ".data-00000-of-00001").stat().st_size > 150 * 2**20
     read_keys = []
-    real = tfbundle.Bundle.read
 
-    def spy(self, key, verify=True):
-        read_keys.append(key)
-        return real(self, key, verify)
+    def spy(real):
+        def read(self, key, verify=True):
+            read_keys.append(key)
+            return real(self, key, verify)
+        return read
 
-    monkeypatch.setattr(tfbundle.Bundle, "read", spy)
+    monkeypatch.setattr(tfbundle.Bundle, "read", spy(tfbundle.Bundle.read))
+    monkeypatch.setattr(tfbundle.Bundle, "view", spy(tfbundle.Bundle.view))
     best = min(_timed(lambda: t1.inspect(prefix)) for _ in range(3))
     assert "embedding/embeddings" not in read_keys
     assert best < 0.3, f"inspect took {best:.3f} s"
@@ -566,6 +569,9 @@ def test_nonfinite_weights_warned(tf, tmp_path):
     doc = t1.read(prefix)
     assert any("2 NaN/Inf" in w for w in doc.warnings)
     assert doc.stacks[0].cross_check.status == "disagree"  # the buffer still holds finite values
+    assert doc.stacks[0].stack.nonfinite_count() == 2
+    assert t1.inspect(prefix)["stacks"][0]["nonfinite_weights"] == 2
+    assert t1.inspect(prefix, prefer="opaque")["stacks"][0]["nonfinite_weights"] == 0
 
 
 def test_lstm_buffer_is_not_a_gru(tf, tmp_path):
@@ -652,3 +658,222 @@ def test_rest_npz_keeps_every_dtype(tf, tmp_path):
     raw = tfbundle.open_bundle(prefix).read("half")
     assert rest["half"].dtype == np.uint16 and rest["half"].tobytes() == raw.tobytes()
     assert any("bfloat16 tensor 'half' stored as its raw uint16 bit patterns" in w for w in res.warnings)
+
+
+# --------------------------------------------------------------------------- mapped reads, lean convert
+
+
+def _big(tf, path: Path, I=96, H=256, L=2, bidir=True, seed=3, edit=None, scale=1.0):
+    """A TF 1.5 layer checkpoint large enough for the tiled comparison (blocks of >= 64K values),
+    written with the fixture generator's own packing and canonical transform."""
+    sys.path.insert(0, str(FIXTURES))
+    import make_tf1_fixtures as mk
+
+    g = object.__new__(mk.Golden)
+    g.name, g.I, g.H, g.L, g.bidir, g.skip = "big", I, H, L, bidir, False
+    g.D = 2 if bidir else 1
+    g.P = g.L * g.D
+    rng = np.random.default_rng(seed)
+    g.W = {(p, k): (scale * rng.standard_normal((H, g.layer_input_size(p // g.D) if k < 3 else H)))
+           .astype(np.float32) for p in range(g.P) for k in range(6)}
+    g.b = {(p, k): (scale * rng.standard_normal(H)).astype(np.float32) for p in range(g.P) for k in range(6)}
+    tensors = {"rnn/cudnn_gru/opaque_kernel": mk.pack_cudnn919(g)}
+    tensors.update(mk.canonical_tf15(g, "rnn/cudnn_gru"))
+    if edit:
+        edit(tensors)
+    return _save(tf, path, tensors)
+
+
+BIG_CELL = "rnn/cudnn_gru/stack_bidirectional_rnn/cell_1/bidirectional_rnn/bw/cudnn_compatible_gru_cell/"
+
+
+@pytest.mark.parametrize("row, col", [(512 + 200, 256 + 77), (300, 5), (511, 511), (512 + 255, 0)])
+def test_cross_check_finds_one_changed_value_anywhere(tf, tmp_path, row, col):
+    """Every value is compared (tiled path: 512 x 256 input and 256 x 256 recurrent blocks)."""
+    def edit(t):
+        t[BIG_CELL + "gates/kernel"] = t[BIG_CELL + "gates/kernel"].copy()
+        t[BIG_CELL + "gates/kernel"][row, col] += np.float32(0.25)
+
+    (e,) = t1.read(_big(tf, tmp_path / "big.ckpt", edit=edit)).stacks
+    assert e.cross_check.status == "disagree"
+    assert e.cross_check.where == f"{BIG_CELL}gates/kernel[{row}, {col}]"
+    assert e.cross_check.max_abs_diff == pytest.approx(0.25, rel=1e-5)
+    # the canonical tensors define the weights: the changed cell is a copy of them, the rest are the buffer
+    p = e.stack.params[3]
+    gate, unit = divmod(col, 256)
+    mats = p.input_weights if row < 512 else p.recurrent_weights
+    assert mats[gate][unit, row % 512] == e.opaque_params[3].__dict__[
+        "input_weights" if row < 512 else "recurrent_weights"][gate][unit, row % 512] + np.float32(0.25)
+    assert not np.shares_memory(p.recurrent_weights, e.opaque_params[3].recurrent_weights)
+    for q in (0, 1, 2):
+        assert np.shares_memory(e.stack.params[q].recurrent_weights, e.opaque_params[q].recurrent_weights)
+
+
+def test_params_are_views_of_an_identical_buffer_and_signed_zeros_count(tf, tmp_path):
+    """Matrices come from the buffer only where they are bit for bit the canonical ones: a -0.0
+    in a canonical tensor where the buffer holds +0.0 agrees (diff 0) but the weight stays -0.0."""
+    from gruconv.cudnn_layout import iter_matrix_regions
+
+    shape = StackShape(96, 256, 2, True)
+    (off,) = [o for p, kind, lin, o, dims in iter_matrix_regions(shape) if (p, kind, lin) == (3, "matrix", 4)]
+
+    def edit(t):
+        t["rnn/cudnn_gru/opaque_kernel"] = t["rnn/cudnn_gru/opaque_kernel"].copy()
+        t["rnn/cudnn_gru/opaque_kernel"][off + 77 * 256 + 200] = 0.0  # R[1][77, 200] of pseudo-layer 3
+        t[BIG_CELL + "gates/kernel"] = t[BIG_CELL + "gates/kernel"].copy()
+        t[BIG_CELL + "gates/kernel"][512 + 200, 256 + 77] = -0.0
+
+    doc = t1.read(_big(tf, tmp_path / "z.ckpt", edit=edit))
+    (e,) = doc.stacks
+    assert e.cross_check.status == "agree" and e.cross_check.max_abs_diff == 0.0
+    assert np.signbit(e.stack.params[3].recurrent_weights[1][77, 200])
+    assert not np.signbit(e.opaque_params[3].recurrent_weights[1][77, 200])
+    for q, p in enumerate(e.stack.params):
+        for name in ("input_weights", "recurrent_weights"):
+            a = getattr(p, name)
+            assert np.shares_memory(a, getattr(e.opaque_params[q], name)) == (q != 3)
+            assert a.flags.owndata == (q == 3) and a.flags.c_contiguous
+    # what inspect and convert see
+    info = t1.inspect(tmp_path / "z.ckpt")
+    assert info["stacks"][0]["cross_check_detail"]["status"] == "agree"
+    assert info["stacks"][0]["nonfinite_weights"] == 0
+
+
+def _all_stacks():
+    for case in CASES:
+        for prefer in (None, "opaque"):
+            try:
+                doc = _read(case, prefer=prefer)
+            except UsageError:  # prefer='opaque' without a usable buffer
+                continue
+            for e in doc.stacks:
+                if e.stack is not None:
+                    yield f"{case}/{prefer}/{e.scope}", doc, e
+
+
+def test_keras_arrays_equal_to_keras_gru():
+    """The lean convert path (Keras arrays straight from the canonical tensors, one at a time)
+    gives exactly the arrays to_keras_gru gives from the stack's params."""
+    from gruconv.keras_layout import to_keras_gru
+
+    seen = 0
+    for name, doc, e in _all_stacks():
+        s = e.stack.shape
+        weight = t1._layer_weights(doc.reader, e)
+        for layer in range(s.num_layers):
+            for d in range(s.num_directions):
+                ref = to_keras_gru(e.stack.params[s.pseudo_layer(layer, d)], s.layer_input_size(layer))
+                for i in range(3):
+                    got = weight(layer, d, i)
+                    assert got.dtype == ref[i].dtype and got.shape == ref[i].shape, name
+                    assert got.tobytes() == ref[i].tobytes(), (name, layer, d, i)
+        seen += 1
+    assert seen > 20
+
+
+def test_unpack_views_equal_unpack():
+    from gruconv.cudnn_layout import pack, unpack
+
+    rng = np.random.default_rng(5)
+    for shape in (StackShape(5, 7, 2, True), StackShape(7, 7, 3, False, "skip"), StackShape(7, 7, 1, True, "skip"),
+                  StackShape(3, 4, 1, False, dtype="float16"), StackShape(9, 2, 4, True, dtype="float64")):
+        from gruconv.cudnn_layout import params_size
+
+        buf = rng.standard_normal(params_size(shape)).astype(shape.dtype)
+        views, ref = t1._unpack_views(buf, shape), unpack(buf, shape)
+        for a, b in zip(views, ref):
+            for k in ("input_weights", "recurrent_weights", "input_bias", "recurrent_bias"):
+                x, y = getattr(a, k), getattr(b, k)
+                assert (x is None) == (y is None)
+                if x is not None:
+                    assert x.shape == y.shape and x.tobytes() == y.tobytes() and np.shares_memory(x, buf)
+        np.testing.assert_array_equal(pack(views, shape), buf)
+    with pytest.raises(InputError, match="needs"):
+        t1._unpack_views(np.zeros(10, np.float32), StackShape(5, 7))
+
+
+def test_nonfinite_fast_path_is_exact():
+    from gruconv.canonical import GateParams
+
+    def params(v, dtype):
+        a = np.full((3, 4, 4), v, dtype)
+        return GateParams(a.copy(), a.copy(), np.zeros((3, 4), dtype), np.zeros((3, 4), dtype))
+
+    assert t1._nonfinite(params(3e38, np.float32)) == 0      # the sum overflows; no value is Inf
+    assert t1._nonfinite(params(60000, np.float16)) == 0
+    p = params(1.0, np.float32)
+    p.recurrent_weights[1, 2, 3] = np.nan
+    p.input_bias[0, 0] = -np.inf
+    assert t1._nonfinite(p) == 2
+    p = params(np.inf, np.float64)
+    assert t1._nonfinite(p) == 96
+
+
+def test_same_bits():
+    a = np.arange(300 * 400, dtype=np.float32).reshape(300, 400)
+    b = np.ascontiguousarray(a.T).T
+    assert t1._same_bits(a, b)
+    b = b.copy()
+    b[299, 399] = -b[299, 399]
+    assert not t1._same_bits(a, b)
+    z = np.zeros((300, 400), np.float32)
+    assert not t1._same_bits(z, -z)              # -0.0 is not +0.0 bit for bit
+    assert not t1._same_bits(a, a[:, :399])       # shapes differ
+
+
+@pytest.mark.parametrize("kw", [{}, {"initial_state": True, "return_state": True}, {"mask_input": True}])
+@pytest.mark.parametrize("case", ["layer_bidir", "layer_uni", "opaque_only_skip_bidir"])
+def test_given_initializers_leave_the_default_config(case, kw, tmp_path):
+    """GRUs built from the converted arrays (no random/orthogonal init) save exactly the config and
+    weights of a default build followed by set_weights."""
+    from gruconv.formats import keras3
+
+    keras = _keras()
+    (e,) = _read(case).stacks
+    fast = keras3.build_stack_model(e.stack, name="m", **kw)
+    ref = keras3.build_stack_model(e.stack, name="m", given_init=False, **kw)
+    assert json.dumps(fast.get_config(), sort_keys=True) == json.dumps(ref.get_config(), sort_keys=True)
+    assert [w.path for w in fast.weights] == [w.path for w in ref.weights]
+    for a, b in zip(fast.weights, ref.weights):
+        assert np.asarray(a).tobytes() == np.asarray(b).tobytes(), a.path
+    keras3.save(fast, tmp_path / "f.keras")
+    keras3.save(ref, tmp_path / "r.keras")
+    configs = []
+    for f in ("f.keras", "r.keras"):
+        with zipfile.ZipFile(tmp_path / f) as z:
+            text = z.read("config.json").decode()
+        ids: dict = {}  # Keras writes id()s as shared_object_id: number them by first appearance
+        configs.append(json.loads(re.sub(r'"shared_object_id": (\d+)',
+                                         lambda m: f'"shared_object_id": {ids.setdefault(m[1], len(ids))}', text)))
+    assert configs[0] == configs[1]
+    inits = set()
+
+    def walk(node):
+        if isinstance(node, dict):
+            if node.get("class_name") == "GRU":
+                c = node["config"]
+                inits.add(tuple(c[k]["class_name"] for k in ("kernel_initializer", "recurrent_initializer",
+                                                             "bias_initializer")))
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(configs[0])
+    assert inits == {("GlorotUniform", "Orthogonal", "Zeros")}
+    assert keras.saving.load_model(str(tmp_path / "f.keras")) is not None
+
+
+def test_convert_big_stack_matches_oracle(tf, tmp_path):
+    """A stack large enough for the tiled and mapped paths converts to the same function."""
+    prefix = _big(tf, tmp_path / "big.ckpt", I=24, H=96, L=2, scale=0.1)
+    (e,) = t1.read(prefix).stacks
+    assert e.cross_check.status == "agree"
+    t1.convert(prefix, tmp_path / "b.keras", initial_state=True, return_state=True)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((5, 3, 24)).astype(np.float32)
+    h0 = rng.standard_normal((4, 3, 96)).astype(np.float32)
+    y, hy = _run(tmp_path / "b.keras", x, h0)
+    oy, ohy = run_stack(e.stack, x, h0)
+    assert _errors(y, hy, oy, ohy) <= TOL

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 import warnings
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from .._lazy import keras as _keras
 from ..canonical import GRUStack
@@ -139,8 +139,64 @@ def _identifier(scope: str) -> str:
     return name or "gru_stack"
 
 
+_GRU_INITIALIZERS = ("kernel_initializer", "recurrent_initializer", "bias_initializer")
+
+
+def _restore_gru_defaults(keras, grus) -> None:
+    """Put the ``GRU`` constructor's default initializers back on GRUs built with given weights.
+
+    Initializers act only when a layer builds its weights, so this changes
+    what the saved config says, not any weight: the config is exactly that
+    of a GRU built with the defaults (``tests/test_tf1_checkpoint.py``)."""
+    import inspect
+
+    params = inspect.signature(keras.layers.GRU.__init__).parameters
+    defaults = {k: params[k].default for k in _GRU_INITIALIZERS}
+    for gru in grus:
+        for arg, value in defaults.items():
+            setattr(gru.cell, arg, keras.initializers.get(value))
+
+
+class _Given:
+    """A build-time initializer that returns the converted array itself.
+
+    The variable is created holding the weight (one copy, by the backend);
+    no random/orthogonal initialisation to throw away (a QR per layer costs
+    seconds on large units) and no second full-size buffer to overwrite."""
+
+    def __init__(self, weight: Callable, key: tuple, pending: set):
+        self.weight, self.key, self.pending = weight, key, pending
+
+    def __call__(self, shape, dtype=None):
+        value = self.weight(*self.key)
+        if tuple(value.shape) != tuple(shape):
+            raise ValueError(f"converted weight {self.key} has shape {tuple(value.shape)}, the GRU "
+                             f"asks for {tuple(shape)}")
+        self.pending.discard(self.key)
+        return value
+
+
+def _params_weights(stack: GRUStack) -> Callable:
+    """``layer_weights`` from ``stack.params`` (:func:`gruconv.keras_layout.to_keras_gru`), one
+    pseudo-layer's arrays at a time, each handed out once."""
+    s = stack.shape
+    cache: dict = {}
+
+    def weight(layer: int, d: int, i: int):
+        arrays = cache.get((layer, d))
+        if arrays is None or arrays[i] is None:
+            cache.clear()
+            arrays = cache[layer, d] = to_keras_gru(stack.params[s.pseudo_layer(layer, d)],
+                                                    s.layer_input_size(layer))
+        value, arrays[i] = arrays[i], None
+        return value
+
+    return weight
+
+
 def build_stack_model(stack: GRUStack, *, initial_state: bool = False, return_state: bool = False,
-                      mask_input: bool = False, name: Optional[str] = None):
+                      mask_input: bool = False, name: Optional[str] = None,
+                      layer_weights: Optional[Callable] = None, given_init: bool = True):
     """A Keras 3 model computing the cuDNN stack, batch-major.
 
     Input ``(batch, time, input_size)`` [+ one ``(batch, units)`` initial
@@ -155,6 +211,17 @@ def build_stack_model(stack: GRUStack, *, initial_state: bool = False, return_st
     drops a model-level ``mask=`` as soon as a layer also receives initial
     states (``Layer.__call__`` fills ``mask`` only for a single tensor
     argument; ``tests/test_tf1_checkpoint.py`` shows it).
+
+    Weights: ``layer_weights(layer, direction, i)`` returns a pseudo-layer's
+    ``i``-th Keras array (0 ``kernel``, 1 ``recurrent_kernel``, 2 ``bias``;
+    default: :func:`gruconv.keras_layout.to_keras_gru` of ``stack.params``).
+    Each GRU is built with initializers that return these arrays, so every
+    variable is created holding its weight, one array at a time (no random or
+    orthogonal initialisation, no second full-size buffer); the ``GRU``
+    default initializers are put back afterwards, so the config is exactly
+    that of a default build.  Any variable the build did not create through
+    its initializer is assigned afterwards.  ``given_init=False``: build with
+    the defaults and assign every weight afterwards (the reference in tests).
     """
     keras = _keras()
     s = stack.shape
@@ -175,7 +242,17 @@ def build_stack_model(stack: GRUStack, *, initial_state: bool = False, return_st
         inputs.append(mask)
     x = x_in
     finals = []
-    to_set = []
+    weight = layer_weights or _params_weights(stack)
+    pending: set = set()
+    grus = {}  # (layer, direction) -> GRU
+
+    def given(gru, layer, d):
+        grus[layer, d] = gru
+        for i in range(3):
+            pending.add((layer, d, i))
+            if given_init:
+                setattr(gru.cell, _GRU_INITIALIZERS[i], _Given(weight, (layer, d, i), pending))
+
     for layer in range(s.num_layers):
         def gru(suffix=""):
             return keras.layers.GRU(
@@ -188,12 +265,14 @@ def build_stack_model(stack: GRUStack, *, initial_state: bool = False, return_st
                 dtype=dtype, name=f"{base}_l{layer}_bw", **CUDNN_COMPATIBLE_GRU)
             wrapper = keras.layers.Bidirectional(fw, backward_layer=bw, merge_mode="concat",
                                                  dtype=dtype, name=f"{base}_l{layer}")
+            # the wrapper rebuilt its forward layer from fw's config: set the layers it builds
+            given(wrapper.forward_layer, layer, 0)
+            given(wrapper.backward_layer, layer, 1)
             out = wrapper(x, initial_state=init, mask=mask)
-            to_set.append((wrapper, layer))
         else:
             g = gru()
+            given(g, layer, 0)
             out = g(x, initial_state=init, mask=mask)
-            to_set.append((g, layer))
         if return_state:
             x, states = out[0], list(out[1:])
             finals.extend(states)
@@ -201,10 +280,14 @@ def build_stack_model(stack: GRUStack, *, initial_state: bool = False, return_st
             x = out
     outputs = [x] + finals if return_state else x
     model = keras.Model(inputs if len(inputs) > 1 else x_in, outputs, name=base)
-    for lyr, layer in to_set:
-        weights = []
-        for d in range(s.num_directions):
-            p = stack.params[s.pseudo_layer(layer, d)]
-            weights.extend(to_keras_gru(p, s.layer_input_size(layer)))
-        lyr.set_weights(weights)
+    if given_init:
+        _restore_gru_defaults(keras, grus.values())
+    for layer, d, i in sorted(pending):  # not created from its initializer: assign it
+        var = grus[layer, d].weights[i]
+        value = weight(layer, d, i)
+        if tuple(value.shape) != tuple(var.shape):
+            raise ValueError(f"GRU {grus[layer, d].name!r} weight {var.path!r} has shape {tuple(var.shape)}, "
+                             f"got {tuple(value.shape)}")
+        var.assign(value)
+        del value
     return model

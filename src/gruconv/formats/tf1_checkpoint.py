@@ -41,7 +41,12 @@ that start with ``<buffer key>/`` are its optimizer slots (``/Adam``,
 ``/Adam_1``, ``/Momentum`` ...): raw opaque buffers, dropped by ``convert``.
 
 :func:`inspect` and :func:`read` never import TensorFlow or Keras; they read
-the index, the canonical tensors and the opaque buffers, nothing else.
+the index, the canonical tensors and the opaque buffers, nothing else.  Data
+are memory-mapped read-only views (crc32c checked on first use, never
+copied): an opaque buffer's pseudo-layer matrices are one view each, and a
+stack defined by canonical tensors takes its matrices from those views when
+the cross-check found them bit for bit equal (else from copies of the
+canonical blocks); mapped pages are dropped from RSS after each cell.
 """
 
 from __future__ import annotations
@@ -57,8 +62,9 @@ from typing import Optional
 import numpy as np
 
 from ..canonical import GateParams, GRUStack, StackShape
-from ..cudnn_layout import params_size, solve_shapes, unpack
+from ..cudnn_layout import iter_matrix_regions, params_size, solve_shapes
 from ..errors import GruconvError, InputError, OutputError, UnsupportedError, UsageError
+from ..keras_layout import CUDNN_TO_KERAS
 from .. import tfbundle
 
 FORMAT = "tf1-checkpoint"
@@ -150,6 +156,7 @@ class CheckpointStack:
     _cells: Optional[dict] = field(default=None, repr=False)         # (layer, dir) -> {name: key}
     _group: Optional[object] = field(default=None, repr=False)
     _error: Optional[Exception] = field(default=None, repr=False)    # raised if this stack is selected
+    _nonfinite: Optional[int] = field(default=None, repr=False)      # NaN/Inf among the stack's weights
 
     @property
     def shape(self) -> Optional[StackShape]:
@@ -278,7 +285,12 @@ def _hint_conflicts(shape: StackShape, h: dict) -> list:
 
 
 class _Reader:
-    """A bundle plus the error context (file) for messages."""
+    """A bundle plus the error context (file) for messages.
+
+    Tensors are read as read-only views of the memory-mapped data file
+    (:meth:`gruconv.tfbundle.Bundle.view`): no copies, crc32c verified on the
+    first read of each.  :meth:`release` drops the mapped pages from the
+    process's RSS between stages (they come back from the page cache)."""
 
     def __init__(self, path):
         self.bundle = tfbundle.open_bundle(path)
@@ -290,8 +302,11 @@ class _Reader:
 
     def read(self, key) -> np.ndarray:
         if key not in self.cache:
-            self.cache[key] = self.bundle.read(key)
+            self.cache[key] = self.bundle.view(key)
         return self.cache[key]
+
+    def release(self) -> None:
+        self.bundle.release()
 
     def error(self, message: str, cls=InputError) -> GruconvError:
         return cls(message, path=self.where)
@@ -423,36 +438,103 @@ def _canonical_shape(r: _Reader, g: _Group) -> tuple:
     return shape, cells
 
 
-def _canonical_params(r: _Reader, scope: str, shape: StackShape, cells: dict) -> tuple:
-    """Read the canonical tensors into GateParams (pseudo-layer order); also return warnings."""
-    H = shape.units
-    params, warns = [], []
-    for layer in range(shape.num_layers):
-        n_in = shape.layer_input_size(layer)
-        for d in range(shape.num_directions):
-            t = {name: r.read(k) for name, k in cells[layer, d].items()}
-            gk = t["gates/kernel"]
-            gb = t["gates/bias"]
-            if "bias_cudnn 0" in t:
-                b0, b1 = t["bias_cudnn 0"], t["bias_cudnn 1"]
-                bw_rz, br_rz = [b0[:H], b0[H:]], [b1[:H], b1[H:]]
-                with np.errstate(all="ignore"):
-                    summed = (b0 + b1).astype(gb.dtype)
-                if not np.array_equal(summed, gb, equal_nan=True):
-                    diff = float(np.nanmax(np.abs(summed.astype(np.float64) - gb.astype(np.float64))))
-                    warns.append(f"{scope}: layer {layer}: 'bias_cudnn 0' + 'bias_cudnn 1' differs from "
-                                 f"gates/bias by up to {diff:.3g}; the unsummed bias_cudnn halves were used")
-            else:
-                bw_rz, br_rz = [gb[:H], gb[H:]], [np.zeros(H, gb.dtype), np.zeros(H, gb.dtype)]
-            params.append(GateParams(
-                input_weights=np.ascontiguousarray(np.stack(
-                    [gk[:n_in, :H].T, gk[:n_in, H:].T, t["candidate/input_projection/kernel"].T])),
-                recurrent_weights=np.ascontiguousarray(np.stack(
-                    [gk[n_in:, :H].T, gk[n_in:, H:].T, t["candidate/hidden_projection/kernel"].T])),
-                input_bias=np.stack(bw_rz + [t["candidate/input_projection/bias"]]),
-                recurrent_bias=np.stack(br_rz + [t["candidate/hidden_projection/bias"]]),
-            ))
-    return params, warns
+def _unpack_views(buffer: np.ndarray, shape: StackShape) -> list:
+    """:func:`gruconv.cudnn_layout.unpack` without copies: each pseudo-layer's three gate matrices
+    (and biases) lie next to each other in the buffer, so each ``(3, H, in)`` stack is one view."""
+    flat = buffer.reshape(-1)
+    expected = params_size(shape)
+    if flat.size != expected:
+        raise InputError(f"opaque buffer has {flat.size} values, a {shape.describe()} GRU needs {expected}")
+    regions: dict = {}
+    for p, kind, lin, offset, dims in iter_matrix_regions(shape):
+        regions.setdefault((p, kind, lin >= 3), []).append((offset, dims))
+
+    def gates(p, kind, recurrent):
+        parts = regions.get((p, kind, recurrent))
+        if parts is None:
+            return None
+        (first, dims), n = parts[0], int(np.prod(parts[0][1]))
+        if len(parts) == 3 and all(o == first + g * n and d == dims for g, (o, d) in enumerate(parts)):
+            return flat[first:first + 3 * n].reshape((3,) + tuple(dims))
+        return np.stack([flat[o:o + n].reshape(d) for o, d in parts])  # pragma: no cover - not cuDNN 9.19
+
+    return [GateParams(input_weights=gates(p, "matrix", False), recurrent_weights=gates(p, "matrix", True),
+                       input_bias=gates(p, "bias", False), recurrent_bias=gates(p, "bias", True))
+            for p in range(shape.num_pseudo_layers)]
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Bitwise equality of two same-dtype arrays, compared in 16-column tiles.
+
+    The canonical tensors are row-major ``[in, H]`` blocks and the buffer's
+    matrices their transposes: comparing whole blocks walks one of them
+    column-wise through memory; 16-column tiles keep both sides in cache
+    (about 4x faster) and allocate only a tile-sized temporary."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    u = np.dtype(f"u{a.dtype.itemsize}")
+    a, b = a.view(u), b.view(u)
+    if a.ndim != 2 or a.size < 1 << 16:
+        return bool(np.array_equal(a, b))
+    for j in range(0, a.shape[1], 16):
+        if not np.array_equal(a[:, j:j + 16], b[:, j:j + 16]):
+            return False
+    return True
+
+
+def _nonfinite(p: GateParams) -> int:
+    """NaN/Inf values among one pseudo-layer's weights (as GRUStack.nonfinite_count counts them).
+
+    A finite sum proves there are none (NaN and Inf propagate through a sum;
+    an overflowing sum of finite values only sends it to the exact count), so
+    the common case is one fast reduction per array."""
+    n = 0
+    for a in p.arrays().values():
+        with np.errstate(all="ignore"):
+            total = a.sum(dtype=np.float32 if a.dtype == np.float16 else None)
+        if not np.isfinite(total):
+            n += int(np.count_nonzero(~np.isfinite(a)))
+    return n
+
+
+def _stacked(blocks: list) -> np.ndarray:
+    """``np.ascontiguousarray(np.stack(blocks))`` in one copy."""
+    out = np.empty((len(blocks),) + blocks[0].shape, blocks[0].dtype)
+    for g, b in enumerate(blocks):
+        out[g] = b
+    return out
+
+
+def _cell_params(t: dict, n_in: int, H: int, matrices: Optional[GateParams]) -> tuple:
+    """(GateParams of one canonical cell (its tensors ``t``), by how much 'bias_cudnn 0' + 'bias_cudnn 1'
+    differ from gates/bias, or None when they agree or are absent).
+
+    ``matrices``: the buffer's pseudo-layer when its matrices were found bit-for-bit equal to the
+    canonical ones; its (3, H, in) views are then used as they are instead of stacking copies of the
+    transposed canonical blocks (same values, no copy).  Biases always come from the canonical tensors.
+    """
+    gk = t["gates/kernel"]
+    gb = t["gates/bias"]
+    diff = None
+    if "bias_cudnn 0" in t:
+        b0, b1 = t["bias_cudnn 0"], t["bias_cudnn 1"]
+        bw_rz, br_rz = [b0[:H], b0[H:]], [b1[:H], b1[H:]]
+        with np.errstate(all="ignore"):
+            summed = (b0 + b1).astype(gb.dtype)
+        if not np.array_equal(summed, gb, equal_nan=True):
+            diff = float(np.nanmax(np.abs(summed.astype(np.float64) - gb.astype(np.float64))))
+    else:
+        bw_rz, br_rz = [gb[:H], gb[H:]], [np.zeros(H, gb.dtype), np.zeros(H, gb.dtype)]
+    if matrices is not None:
+        iw, rw = matrices.input_weights, matrices.recurrent_weights
+    else:
+        iw = _stacked([gk[:n_in, :H].T, gk[:n_in, H:].T, t["candidate/input_projection/kernel"].T])
+        rw = _stacked([gk[n_in:, :H].T, gk[n_in:, H:].T, t["candidate/hidden_projection/kernel"].T])
+    return GateParams(
+        input_weights=iw, recurrent_weights=rw,
+        input_bias=np.stack(bw_rz + [t["candidate/input_projection/bias"]]),
+        recurrent_bias=np.stack(br_rz + [t["candidate/hidden_projection/bias"]]),
+    ), diff
 
 
 def _cell_blocks(p: GateParams, n_in: int, H: int, dtype) -> dict:
@@ -480,43 +562,61 @@ def _cell_blocks(p: GateParams, n_in: int, H: int, dtype) -> dict:
     }
 
 
-def _cross_check(r: _Reader, shape: StackShape, cells: dict, opaque_params: list) -> CrossCheck:
-    """Compare every canonical tensor with the same values in the unpacked buffer.
+_MATRICES = ("gates/kernel", "candidate/input_projection/kernel", "candidate/hidden_projection/kernel")
+
+
+class _CrossCheck:
+    """Compare every canonical tensor with the same values in the unpacked buffer, cell by cell.
 
     Matrices and separate biases must be identical; a summed gate bias may
     differ by the rounding of the sum (2 ulp).  Reports the largest absolute
-    difference and where it is (tensor key and index)."""
-    worst, where, ok = 0.0, None, True
-    dtype = np.dtype(shape.dtype)
-    for (layer, d), cell in sorted(cells.items()):
-        p = opaque_params[shape.pseudo_layer(layer, d)]
-        blocks = _cell_blocks(p, shape.layer_input_size(layer), shape.units, dtype)
-        for name, key in cell.items():
-            theirs = r.read(key)
+    difference and where it is (tensor key and index).  Every value is
+    compared, on the mapped views (no copies)."""
+
+    def __init__(self, dtype):
+        self.dtype = np.dtype(dtype)
+        self.worst, self.where, self.ok = 0.0, None, True
+
+    def cell(self, t: dict, keys: dict, p: GateParams, n_in: int, H: int) -> bool:
+        """Compare one cell; return True if its matrices are bit-for-bit the buffer's."""
+        identical = True
+        blocks = _cell_blocks(p, n_in, H, self.dtype)
+        for name, key in keys.items():
+            theirs = t[name]
             for idx, mine in blocks[name]:
                 part = theirs[idx]
-                if np.array_equal(part, mine):
+                if _same_bits(part, mine):
                     continue
-                a, b = part.astype(np.float64), mine.astype(np.float64)
-                with np.errstate(invalid="ignore"):
-                    diff = np.where(np.isnan(a) & np.isnan(b), 0.0, np.abs(a - b))
-                diff = np.where(np.isnan(diff), np.inf, diff)
-                if name == "gates/bias":
-                    allowed = 2 * np.spacing(np.maximum(np.abs(part), np.abs(mine)).astype(dtype))
-                    bad = bool(np.any(diff > allowed.astype(np.float64)))
-                else:
-                    bad = bool(np.any(diff > 0))
-                ok &= not bad
-                i = int(np.argmax(diff))
-                m = float(diff.reshape(-1)[i])
-                if m > worst or (bad and where is None):
-                    worst = m
-                    pos = np.unravel_index(i, diff.shape)
-                    pos = [s.start + q if s.start else q for s, q in zip(idx, pos)]
-                    where = f"{key}[{', '.join(map(str, pos))}]"
-    if ok:
-        return CrossCheck("agree", worst, None)
-    return CrossCheck("disagree", worst, where)
+                if name in _MATRICES:
+                    identical = False
+                if np.array_equal(part, mine):  # +0 vs -0
+                    continue
+                self._differ(name, key, idx, part, mine)
+        return identical
+
+    def _differ(self, name, key, idx, part, mine) -> None:
+        a, b = part.astype(np.float64), mine.astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            diff = np.where(np.isnan(a) & np.isnan(b), 0.0, np.abs(a - b))
+        diff = np.where(np.isnan(diff), np.inf, diff)
+        if name == "gates/bias":
+            allowed = 2 * np.spacing(np.maximum(np.abs(part), np.abs(mine)).astype(self.dtype))
+            bad = bool(np.any(diff > allowed.astype(np.float64)))
+        else:
+            bad = bool(np.any(diff > 0))
+        self.ok &= not bad
+        i = int(np.argmax(diff))
+        m = float(diff.reshape(-1)[i])
+        if m > self.worst or (bad and self.where is None):
+            self.worst = m
+            pos = np.unravel_index(i, diff.shape)
+            pos = [s.start + q if s.start else q for s, q in zip(idx, pos)]
+            self.where = f"{key}[{', '.join(map(str, pos))}]"
+
+    def result(self) -> CrossCheck:
+        if self.ok:
+            return CrossCheck("agree", self.worst, None)
+        return CrossCheck("disagree", self.worst, self.where)
 
 
 # --------------------------------------------------------------------------- read
@@ -659,7 +759,7 @@ def read(path, *, hints: Optional[dict] = None, prefer: Optional[str] = None,
         else:
             _load_canonical(r, entry, prefer, h, warnings)
         if entry.stack is not None:
-            n = entry.stack.nonfinite_count()
+            n = entry._nonfinite
             if n:
                 warnings.append(f"{entry.scope}: {n} NaN/Inf weight value(s), carried over unchanged")
 
@@ -683,15 +783,19 @@ def read(path, *, hints: Optional[dict] = None, prefer: Optional[str] = None,
 
 
 def _load_canonical(r: _Reader, entry: CheckpointStack, prefer: Optional[str], h: dict, warnings: list) -> None:
+    """Read a canonical group, cross-check it with its buffer, build the stack.
+
+    One pass, cell by cell: read (and crc-check) the cell's canonical
+    tensors, compare every value with the buffer's, build the cell's
+    GateParams, count NaN/Inf, then drop the mapped pages so that at most one
+    cell's data is resident."""
     shape, cells, g = entry._shape, entry._cells, entry._group
     bad = _hint_conflicts(shape, h)
     if bad:
         raise UsageError(f"scope {entry.scope!r}: hint(s) {', '.join(bad)} contradict its canonical "
                          f"tensors; drop them or pick another stack with --rnn", path=r.where)
-    cparams, cwarn = _canonical_params(r, entry.scope, shape, cells)
-    warnings.extend(cwarn)
-    entry.canonical_params = cparams
     size = params_size(shape)
+    check = None
     if entry.opaque_key is None:
         entry.cross_check = CrossCheck("not checked", detail="no opaque buffer found")
     elif entry.opaque_dtype != shape.dtype:
@@ -701,15 +805,36 @@ def _load_canonical(r: _Reader, entry: CheckpointStack, prefer: Optional[str], h
         entry.cross_check = CrossCheck(
             "disagree", detail=f"buffer has {entry.opaque_size} values, the canonical shape needs {size}")
     else:
-        entry.opaque_params = unpack(r.read(entry.opaque_key), shape)
-        entry.cross_check = _cross_check(r, shape, cells, entry.opaque_params)
+        entry.opaque_params = _unpack_views(r.read(entry.opaque_key), shape)  # crc32c checked here
+        check = _CrossCheck(shape.dtype)
+    if prefer == "opaque" and entry.opaque_params is None:
+        raise UsageError(f"prefer='opaque', but scope {entry.scope!r} has no usable opaque buffer "
+                         f"({entry.cross_check.text()})", path=r.where)
+    r.release()
+    H = shape.units
+    cparams, nonfinite = [], 0
+    for layer in range(shape.num_layers):
+        n_in = shape.layer_input_size(layer)
+        for d in range(shape.num_directions):
+            keys = cells[layer, d]
+            t = {name: r.read(k) for name, k in keys.items()}
+            op = None if check is None else entry.opaque_params[shape.pseudo_layer(layer, d)]
+            identical = op is not None and check.cell(t, keys, op, n_in, H)
+            p, diff = _cell_params(t, n_in, H, op if identical else None)
+            if diff is not None:
+                warnings.append(f"{entry.scope}: layer {layer}: 'bias_cudnn 0' + 'bias_cudnn 1' differs from "
+                                f"gates/bias by up to {diff:.3g}; the unsummed bias_cudnn halves were used")
+            cparams.append(p)
+            nonfinite += _nonfinite(op if prefer == "opaque" else p)
+            r.release()
+    if check is not None:
+        entry.cross_check = check.result()
+    entry.canonical_params = cparams
+    entry._nonfinite = nonfinite
     what = _STYLE_TEXT[entry.style]
     if entry.style == "1.3" and g.has_tf13_biases:
         what += ", unsummed biases from 'bias_cudnn 0/1'"
     if prefer == "opaque":
-        if entry.opaque_params is None:
-            raise UsageError(f"prefer='opaque', but scope {entry.scope!r} has no usable opaque buffer "
-                             f"({entry.cross_check.text()})", path=r.where)
         entry.source = f"opaque buffer (cuDNN 9.19 layout), shape from canonical tensors ({what})"
         params = entry.opaque_params
     else:
@@ -733,8 +858,13 @@ def _solve(r: _Reader, entry: CheckpointStack, h: dict) -> None:
     if len(cands) == 1:
         shape = cands[0]
         entry.source = f"opaque buffer (cuDNN 9.19 layout), {shape_src}"
-        params = unpack(r.read(entry.opaque_key), shape)
+        params = _unpack_views(r.read(entry.opaque_key), shape)
+        r.release()
         entry.opaque_params = params
+        entry._nonfinite = 0
+        for p in params:
+            entry._nonfinite += _nonfinite(p)
+            r.release()
         entry.stack = GRUStack(entry.scope, shape, params,
                                provenance={"format": FORMAT, "scope": entry.scope, "source": entry.source,
                                            "opaque": entry.opaque_key, "style": entry.style})
@@ -798,7 +928,8 @@ def inspect(path, *, hints: Optional[dict] = None, prefer: Optional[str] = None,
             "candidate_count": len(e.candidates),
             "canonical_tensors": len(e.canonical_keys),
             "slots": e.slots,
-            "nonfinite_weights": e.stack.nonfinite_count() if e.stack is not None else 0,
+            "nonfinite_weights": (e._nonfinite if e._nonfinite is not None else e.stack.nonfinite_count())
+            if e.stack is not None else 0,
             "converts_to": e.converts_to(),
         })
     return {
@@ -847,13 +978,58 @@ def _write_rest(r: _Reader, keys: list, target: Path, force: bool, warnings: lis
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
             for k in keys:
                 try:
-                    arr = r.bundle.read(k)
+                    arr = r.bundle.view(k)  # mapped; written straight from the file's pages
                 except UnsupportedError as e:
                     warnings.append(f"rest.npz: tensor {k!r} not copied ({e.message})")
                     continue
                 arr, pickle = _npz_array(arr, k, warnings)
                 with zf.open(k + ".npy", "w", force_zip64=True) as f:
                     np.lib.format.write_array(f, np.asanyarray(arr), allow_pickle=pickle)
+                del arr
+                r.release()
+
+
+def _layer_weights(r: _Reader, e: CheckpointStack):
+    """``layer_weights`` for :func:`gruconv.formats.keras3.build_stack_model`: one Keras array at a time.
+
+    From canonical tensors the Keras blocks are the stored ``[in, H]`` blocks
+    as they are (``W[g].T``; no transposing copy): gates/kernel columns
+    ``[:H]`` (reset) and ``[H:]`` (update), and the candidate kernel, put in
+    Keras gate order (:data:`gruconv.keras_layout.CUDNN_TO_KERAS`); equal to
+    :func:`gruconv.keras_layout.to_keras_gru` of the stack's params
+    (``tests/test_tf1_checkpoint.py``).  Other stacks use ``to_keras_gru``.
+    The mapped pages an array was copied from are dropped at once, so about
+    one array's worth of checkpoint data is resident at a time."""
+    from .keras3 import _params_weights
+
+    s = e.stack.shape
+    if e._cells is None or e.stack.params is not e.canonical_params:
+        default = _params_weights(e.stack)
+
+        def weight(layer: int, d: int, i: int) -> np.ndarray:
+            value = default(layer, d, i)
+            r.release()
+            return value
+
+        return weight
+
+    def canonical(layer: int, d: int, i: int) -> np.ndarray:
+        p = e.stack.params[s.pseudo_layer(layer, d)]
+        n_in, H = s.layer_input_size(layer), s.units
+        if i == 2:
+            return np.stack([np.concatenate([p.input_bias[g] for g in CUDNN_TO_KERAS]),
+                             np.concatenate([p.recurrent_bias[g] for g in CUDNN_TO_KERAS])])
+        t = {name: r.read(k) for name, k in e._cells[layer, d].items()}
+        gk = t["gates/kernel"]
+        if i == 0:
+            blocks = (gk[:n_in, :H], gk[:n_in, H:], t["candidate/input_projection/kernel"])   # W[g].T
+        else:
+            blocks = (gk[n_in:, :H], gk[n_in:, H:], t["candidate/hidden_projection/kernel"])  # R[g].T
+        value = np.concatenate([blocks[g] for g in CUDNN_TO_KERAS], axis=1)
+        r.release()
+        return value
+
+    return canonical
 
 
 def convert(input, output, *, force: bool = False, hints: Optional[dict] = None, prefer: Optional[str] = None,
@@ -947,7 +1123,9 @@ def convert(input, output, *, force: bool = False, hints: Optional[dict] = None,
     try:
         for e, target in zip(doc.stacks, targets):
             model = keras3.build_stack_model(e.stack, initial_state=initial_state, return_state=return_state,
-                                             mask_input=mask_input, name=e.scope or "gru_stack")
+                                             mask_input=mask_input, name=e.scope or "gru_stack",
+                                             layer_weights=_layer_weights(r, e))
+            r.release()
             with atomic_path(target, force=True if as_dir else force, suffix=".keras") as tmp:
                 keras3.save(model, tmp)
             result.outputs.append(str(target))
