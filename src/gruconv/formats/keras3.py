@@ -116,8 +116,14 @@ def save(model, out_tmp: Path) -> None:
     writes a temporary file beside the output and zips that.  gruconv always
     asks for the disk path: same bytes, one model's worth of memory less
     (``docs/benchmarks.md``).  If a Keras version lacks the hook, the default
-    path is used.
+    path is used.  Keras puts that temporary file beside the file it is
+    given, so the model is saved inside a private ``.gruconv-*`` directory
+    and then moved onto ``out_tmp``: a killed process leaves no Keras
+    ``tmpXXXX`` file among the user's files (``tests/test_crash_safety.py``).
     """
+    import os
+    import tempfile
+
     try:
         from keras.src.saving import saving_lib
     except ImportError:  # pragma: no cover - another Keras layout
@@ -128,7 +134,10 @@ def save(model, out_tmp: Path) -> None:
         if original is not None:
             saving_lib.is_memory_sufficient = lambda model: False
         try:
-            model.save(str(out_tmp))
+            with tempfile.TemporaryDirectory(prefix=".gruconv-", dir=Path(out_tmp).parent) as td:
+                staged = Path(td) / "model.keras"
+                model.save(str(staged))
+                os.replace(staged, out_tmp)
         finally:
             if original is not None:
                 saving_lib.is_memory_sufficient = original
