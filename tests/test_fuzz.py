@@ -6,7 +6,11 @@ chunk duplications (inserted or overwritten) — are fed to each reader:
 * ``keras-h5``: several legacy Keras HDF5 fixtures (mutations biased towards the first 4 KB,
   where HDF5 keeps most of its metadata);
 * ``tf1-index``: the ``.index`` file of several TF1 checkpoints;
-* ``tf1-data``: their data shards.
+* ``tf1-data``: their data shards;
+* ``tf1-tensors``: structured changes behind valid checksums (rewritten with
+  ``make_bad_inputs.write_bundle``) — keys renamed or dropped, tensors re-typed, reshaped,
+  shortened, lengthened, duplicated under another scope, NaN-filled — since byte damage rarely
+  gets past the index's checksums to the checkpoint reader's own logic.
 
 Every case runs :func:`gruconv.api.inspect` (no Keras), then for a readable Keras file the
 legacy writer :func:`gruconv.formats.keras_h5.write` (no Keras either), and for one case in
@@ -15,7 +19,8 @@ bug.  Each reader runs in its own worker process, so a crash inside a C library 
 is caught too, with the case that caused it.
 
 Number of cases per reader: ``GRUCONV_FUZZ_CASES`` (default 300); ``make fuzz`` runs 5000.
-Seed: ``GRUCONV_FUZZ_SEED`` (default fixed).  A failure prints the reader, case number, fixture
+Seed: ``GRUCONV_FUZZ_SEED`` (default fixed); ``GRUCONV_FUZZ_READERS=keras-h5,tf1-tensors`` runs only
+those.  A failure prints the reader, case number, fixture
 and mutation; reproduce one case with::
 
     .venv/bin/python tests/test_fuzz.py --reproduce READER CASE OUT_DIR   # writes the mutated input
@@ -51,6 +56,9 @@ READERS = {
                                      "weights_only.h5", "options.h5", "functional_two_gru.h5")],
     "tf1-index": [TF1 / n for n in ("layer_uni", "layer_bidir", "tf13", "multi_stack", "sharded")],
     "tf1-data": [TF1 / n for n in ("layer_uni", "layer_bidir", "tf13", "float16", "sharded")],
+    # structured mutations behind valid checksums: what the reader's own logic sees
+    "tf1-tensors": [TF1 / n for n in ("layer_uni", "layer_bidir", "tf13", "tf14_opaque_only", "multi_stack",
+                                      "opaque_only_skip_uni", "float16", "layer_uni_1l")],
 }
 
 
@@ -108,6 +116,8 @@ def build_case(reader: str, case: int, work: Path) -> tuple:
         target = work / fixture.name
         target.write_bytes(data)
         return target, f"{fixture.relative_to(ROOT)}: {what}"
+    if reader == "tf1-tensors":
+        return _tensor_case(fixture, rng, work)
     shutil.copytree(fixture, work)
     if reader == "tf1-index":
         victim = work / "model.ckpt.index"
@@ -116,6 +126,52 @@ def build_case(reader: str, case: int, work: Path) -> tuple:
     data, what = mutate(victim.read_bytes(), rng)
     victim.write_bytes(data)
     return work, f"{fixture.relative_to(ROOT)} {victim.name}: {what}"
+
+
+def _tensor_case(fixture: Path, rng: random.Random, work: Path) -> tuple:
+    import numpy as np
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from make_bad_inputs import read_bundle, write_bundle
+
+    ts = read_bundle(fixture)
+    done = []
+    for _ in range(rng.randint(1, 3)):
+        if not ts:
+            break
+        key = rng.choice(sorted(ts))
+        a = ts[key]
+        op = rng.choice(["rename", "drop", "dtype", "reshape", "shorten", "lengthen", "duplicate", "nan", "scalar"])
+        if op == "rename":
+            parts = key.split("/")
+            i = rng.randrange(len(parts))
+            parts[i] = rng.choice(["", "cell_9", "fw", "bw", "opaque_kernel", "kernel", "bias", parts[i][::-1],
+                                   parts[i] + "_1", "multi_rnn_cell", "cudnn_compatible_gru_cell"])
+            ts["/".join(parts)] = ts.pop(key)
+        elif op == "drop":
+            ts.pop(key)
+        elif op == "dtype":
+            ts[key] = a.astype(rng.choice([np.float16, np.float32, np.float64, np.int32, np.int64, np.uint8]))
+        elif op == "reshape":
+            if a.ndim == 2:
+                ts[key] = np.ascontiguousarray(a.T)
+            elif a.size:
+                ts[key] = a.reshape((1,) + a.shape) if rng.random() < 0.5 else a.reshape(-1, 1)
+        elif op == "shorten" and a.size:
+            ts[key] = a.reshape(-1)[:rng.randrange(a.size)]
+        elif op == "lengthen":
+            ts[key] = np.concatenate([a.reshape(-1), np.zeros(rng.randint(1, 50), a.dtype)])
+        elif op == "duplicate":
+            ts["copy/" + key] = a.copy()
+        elif op == "nan" and a.dtype.kind == "f" and a.size:
+            b = a.copy().reshape(-1)
+            b[rng.randrange(b.size)] = rng.choice([np.nan, np.inf, -np.inf])
+            ts[key] = b.reshape(a.shape)
+        elif op == "scalar":
+            ts[key] = np.asarray(a.reshape(-1)[:1].sum(), dtype=a.dtype)
+        done.append(f"{op} {key}")
+    write_bundle(work / "model.ckpt", ts)
+    return work, f"{fixture.relative_to(ROOT)}: " + "; ".join(done)
 
 
 # --------------------------------------------------------------------------- the worker
@@ -131,6 +187,8 @@ def _worker(reader: str, start: int, count: int, out_dir: Path, progress: Path) 
     work = out_dir / "case"
     with open(progress, "a") as prog:
         for case in range(start, count):
+            prog.write(f"{case}\t(building the case)\n")
+            prog.flush()
             path, what = build_case(reader, case, work)
             prog.write(f"{case}\t{what}\n")
             prog.flush()
@@ -217,7 +275,7 @@ class _Runner:
     def _resume(self, why: str, err: str) -> bool:
         case, what = self._current()
         self.problems.append({"case": case, "what": what, "stage": why, "traceback": err})
-        if case < 0 or case + 1 >= CASES:
+        if case < 0 or case + 1 >= CASES or len(self.problems) > 50:
             return True
         self._start(case + 1)
         return False
@@ -253,10 +311,13 @@ def _check(runners: list) -> None:
                           + (f"\n... {len(problems) - 10} more" if len(problems) > 10 else ""))
 
 
-@pytest.mark.parametrize("readers", [["keras-h5", "tf1-index", "tf1-data"]], ids=["all-readers"])
+@pytest.mark.parametrize("readers", [["keras-h5", "tf1-index", "tf1-data", "tf1-tensors"]], ids=["all-readers"])
 def test_mutated_fixtures_only_succeed_or_raise_gruconv_errors(readers, tmp_path):
     if not _have_tf1():
         readers = [r for r in readers if not r.startswith("tf1")]
+    only = os.environ.get("GRUCONV_FUZZ_READERS")
+    if only:
+        readers = [r for r in readers if r in only.split(",")]
     _check(_run_workers(readers, tmp_path))
 
 
