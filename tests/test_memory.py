@@ -1,0 +1,201 @@
+"""Memory: claimed sizes are refused from headers; a real conversion stays within a small multiple of the model.
+
+Peak resident memory of one ``gruconv`` run is measured with
+``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss`` in a small wrapper process that runs the
+command as its only child (``RUSAGE_CHILDREN`` is a maximum over all waited-for children, so
+each measurement gets a fresh wrapper).  Baselines are measured the same way:
+
+* ``import``: a process that only imports Keras (through ``gruconv._lazy``, as convert does);
+* ``tiny``: converting ``fixtures/keras/sequential.h5`` (a 20 KB model): import plus Keras's
+  fixed costs of building, loading and saving a model;
+* ``numpy``: a process that imports gruconv's reader side only (h5py, NumPy) — for ``inspect``.
+
+The big model is generated here (h5py only, legacy Keras layout, 3 × Bidirectional(CuDNNGRU(512))
+on 32 inputs: 11.1 M parameters, 44.5 MB of float32 weights).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FIX = ROOT / "fixtures" / "keras"
+GRUCONV = Path(sys.executable).with_name("gruconv")
+MB = 2**20
+
+_WRAPPER = (
+    "import resource, subprocess, sys, json\n"
+    "r = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+    "print(json.dumps({'maxrss_kb': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,\n"
+    "                  'code': r.returncode, 'stderr': r.stderr[-2000:]}))\n"
+)
+
+
+def peak_rss(argv: list, cwd=None) -> tuple:
+    """(peak RSS in bytes, exit code, stderr) of ``argv`` run as the only child of a fresh process."""
+    r = subprocess.run([sys.executable, "-c", _WRAPPER, *map(str, argv)], capture_output=True, text=True,
+                       timeout=600, cwd=cwd)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout.strip().splitlines()[-1])
+    return d["maxrss_kb"] * 1024, d["code"], d["stderr"]
+
+
+def make_big_cudnngru_h5(path: Path, *, units: int = 512, layers: int = 3, input_size: int = 32,
+                         seed: int = 0) -> int:
+    """A legacy Keras HDF5 model: Input -> ``layers`` x Bidirectional(CuDNNGRU(units, rs)); returns weight bytes.
+
+    Built with h5py in the layout of ``fixtures/keras/bidir_concat.h5`` (tf_keras 2.21's writer).
+    """
+    import h5py
+
+    with h5py.File(FIX / "bidir_concat.h5", "r") as f:
+        cfg = json.loads(f.attrs["model_config"])
+    inp, bidir = cfg["config"]["layers"]
+    inp["config"]["batch_input_shape"] = [None, None, input_size]
+    model_layers = [inp]
+    prev = "input_1"
+    names = []
+    for k in range(layers):
+        b = json.loads(json.dumps(bidir))
+        name = "bidirectional" if k == 0 else f"bidirectional_{k}"
+        inner = "cu_dnngru" if k == 0 else f"cu_dnngru_{k}"
+        b["name"] = b["config"]["name"] = name
+        b["config"]["layer"]["config"]["name"] = inner
+        b["config"]["layer"]["config"]["units"] = units
+        b["inbound_nodes"] = [[[prev, 0, 0, {}]]]
+        model_layers.append(b)
+        names.append((name, inner))
+        prev = name
+    cfg["config"]["layers"] = model_layers
+    cfg["config"]["output_layers"] = [[prev, 0, 0]]
+    rng = np.random.default_rng(seed)
+    total = 0
+    s = h5py.string_dtype()
+    with h5py.File(path, "w") as f:
+        f.attrs["keras_version"] = "2.21.0"
+        f.attrs["backend"] = "tensorflow"
+        f.attrs["model_config"] = json.dumps(cfg).encode()
+        mw = f.create_group("model_weights")
+        mw.attrs["backend"] = "tensorflow"
+        mw.attrs["keras_version"] = "2.21.0"
+        mw.attrs["layer_names"] = np.array(["input_1"] + [n for n, _ in names], dtype=s)
+        for empty in ("input_1", "top_level_model_weights"):
+            mw.create_group(empty).attrs["weight_names"] = np.array([], dtype=np.float64)
+        in_size = input_size
+        for name, inner in names:
+            g = mw.create_group(name)
+            wnames = []
+            for d in ("forward", "backward"):
+                for role, shape in (("kernel", (in_size, 3 * units)), ("recurrent_kernel", (units, 3 * units)),
+                                    ("bias", (6 * units,))):
+                    wname = f"{name}/{d}_{inner}/{role}:0"
+                    data = rng.uniform(-0.1, 0.1, shape).astype(np.float32)
+                    g.create_dataset(wname, data=data)
+                    total += data.nbytes
+                    wnames.append(wname)
+            g.attrs["weight_names"] = np.array(wnames, dtype=s)
+            in_size = 2 * units
+    return total
+
+
+@pytest.fixture(scope="module")
+def big_model(tmp_path_factory) -> tuple:
+    d = tmp_path_factory.mktemp("big")
+    path = d / "big_cudnngru.h5"
+    return path, make_big_cudnngru_h5(path)
+
+
+@pytest.fixture(scope="module")
+def baselines(tmp_path_factory) -> dict:
+    d = tmp_path_factory.mktemp("base")
+    imp, code, err = peak_rss([sys.executable, "-c", "from gruconv._lazy import keras; keras()"])
+    assert code == 0, err
+    tiny, code, err = peak_rss([GRUCONV, "convert", FIX / "sequential.h5", d / "tiny.keras"])
+    assert code == 0, err
+    npy, code, err = peak_rss([sys.executable, "-c", "import gruconv.api, gruconv.formats.keras_h5, h5py"])
+    assert code == 0, err
+    return {"import": imp, "tiny": tiny, "numpy": npy}
+
+
+def test_normal_conversion_stays_within_three_times_the_model(big_model, baselines, tmp_path):
+    path, model_bytes = big_model
+    out = tmp_path / "big.keras"
+    peak, code, err = peak_rss([GRUCONV, "convert", path, out])
+    assert code == 0, err
+    assert out.stat().st_size > model_bytes  # every weight made it into the archive
+    above_import = peak - baselines["import"]
+    above_tiny = peak - baselines["tiny"]
+    print(f"\nmodel: {model_bytes / MB:.1f} MiB of weights ({path.stat().st_size / MB:.1f} MiB file)"
+          f"\npeak RSS, convert big model:       {peak / MB:8.1f} MiB"
+          f"\npeak RSS, import Keras only:       {baselines['import'] / MB:8.1f} MiB"
+          f"\npeak RSS, convert 20 KB fixture:   {baselines['tiny'] / MB:8.1f} MiB"
+          f"\nabove the import baseline:         {above_import / MB:8.1f} MiB = {above_import / model_bytes:.2f} x model"
+          f"\nabove the tiny-conversion baseline:{above_tiny / MB:8.1f} MiB = {above_tiny / model_bytes:.2f} x model")
+    assert above_import <= 3 * model_bytes, f"{above_import / model_bytes:.2f} x the model above the baseline"
+
+
+def test_inspect_of_the_big_model_reads_only_gru_weights(big_model, baselines):
+    path, model_bytes = big_model
+    peak, code, err = peak_rss([GRUCONV, "inspect", path])
+    assert code == 0, err
+    above = peak - baselines["numpy"]
+    print(f"\ninspect big model: peak {peak / MB:.1f} MiB, {above / MB:.1f} MiB above the reader-only baseline "
+          f"({above / model_bytes:.2f} x model)")
+    assert above <= 3 * model_bytes
+
+
+@pytest.mark.parametrize("command", ["inspect", "convert"])
+@pytest.mark.parametrize("bomb", ["terabytes", "sparse_gru"])
+def test_claimed_sizes_are_refused_from_the_header(bomb, command, baselines, tmp_path):
+    """A file claiming huge tensors: refused before allocating (peak RSS barely above the baseline)."""
+    import h5py
+
+    src = tmp_path / "bomb.h5"
+    src.write_bytes((FIX / "sequential.h5").read_bytes())
+    k1 = "model_weights/cu_dnngru/cu_dnngru"
+    with h5py.File(src, "r+") as f:
+        if bomb == "terabytes":  # 24 TiB declared, nothing stored
+            del f[k1 + "/kernel:0"]
+            f[k1].create_dataset("kernel:0", shape=(2**38, 24), dtype="f4", chunks=(1, 24))
+        else:  # a self-consistent 20000-unit GRU: 4.8 GB declared (under any size cap), 0 bytes stored
+            H = 20000
+            cfg = json.loads(f.attrs["model_config"])
+            cfg["config"]["layers"][1]["config"]["units"] = H
+            f.attrs["model_config"] = json.dumps(cfg).encode()
+            for w, shape in (("kernel:0", (6, 3 * H)), ("recurrent_kernel:0", (H, 3 * H)), ("bias:0", (6 * H,))):
+                del f[k1 + "/" + w]
+                f[k1].create_dataset(w, shape=shape, dtype="f4", chunks=True)
+    assert src.stat().st_size < 100_000
+    argv = [GRUCONV, command, src] + ([tmp_path / "out.keras"] if command == "convert" else [])
+    peak, code, err = peak_rss(argv)
+    assert code == 3, err
+    assert "refused" in err and err.count("\n") == 1, err
+    above = peak - baselines["numpy"]
+    print(f"\n{bomb} via {command}: peak {peak / MB:.1f} MiB, {above / MB:+.1f} MiB vs the reader-only baseline")
+    assert above < 32 * MB
+    assert not (tmp_path / "out.keras").exists()
+
+
+def test_checkpoint_claiming_terabytes_is_refused_without_allocating(baselines, tmp_path):
+    """A TF1 index entry claiming a 4 TiB opaque buffer (the data file holds 2 KB)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from make_bad_inputs import read_bundle, write_bundle
+
+    ts = read_bundle(ROOT / "fixtures" / "tf1" / "opaque_only_skip_uni")
+    write_bundle(tmp_path / "ckpt" / "model.ckpt", ts, override={"cudnn_gru/opaque_kernel": ((2**40,), 2**42)})
+    for argv in ([GRUCONV, "inspect", tmp_path / "ckpt"],
+                 [GRUCONV, "convert", tmp_path / "ckpt", tmp_path / "out.keras", "--num-units", "7"]):
+        peak, code, err = peak_rss(argv)
+        assert code in (0, 3), err
+        assert code == 0 or err.count("\n") == 1, err
+        above = peak - baselines["numpy"]
+        print(f"\ncheckpoint claiming 4 TiB, {argv[1]}: exit {code}, peak {peak / MB:.1f} MiB, "
+              f"{above / MB:+.1f} MiB vs the reader-only baseline")
+        assert above < 32 * MB
+    assert not (tmp_path / "out.keras").exists()
