@@ -519,3 +519,25 @@ def test_permission_cases_as_an_unprivileged_user(what):
             with contextlib.suppress(OSError):
                 os.chmod(p, 0o755)
         shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.skipif(not HAVE["batch"], reason="gruconv.batch is not available")
+def test_batch_over_the_whole_corpus_keeps_going_without_a_crash(corpus, tmp_path):
+    """``--out-dir`` over every Keras and TF1 corpus input: each failure is one record, nothing crashes,
+    only complete outputs appear, all inside the output directory."""
+    root = next(iter(corpus.values())).input
+    while root.name != "corpus":
+        root = root.parent
+    out = tmp_path / "converted"
+    argv = ["convert", str(root / "h5"), str(root / "tf1"), "--out-dir", str(out), "--keep-going", "--jobs", "2"]
+    code, stdout, stderr, exc = _run(argv, True, tmp_path)
+    assert exc is None
+    assert code == 3, stderr
+    assert not FORBIDDEN.search(stderr), stderr
+    made = sorted(p for p in out.rglob("*") if p.is_file())
+    assert made, "nothing converted"
+    for p in made:
+        assert p.resolve().is_relative_to(out.resolve())
+        assert not TEMP.match(p.name), p
+        assert p.suffix in (".keras", ".npz", ".h5"), p
+    assert not any(c.marker and c.marker.exists() for c in corpus.values())
