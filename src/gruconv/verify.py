@@ -463,7 +463,11 @@ class _cpu:
 
     def __enter__(self):
         try:
-            self.ctx = self.keras.device("cpu:0")
+            # torch: "cpu:0" makes Keras create the GRU's integer seed variable as a trainable
+            # Parameter ("Only Tensors of floating point ... can require gradients", Keras 3.15);
+            # plain "cpu" does not.  TensorFlow and JAX take "cpu:0".
+            name = "cpu" if self.keras.backend.backend() == "torch" else "cpu:0"
+            self.ctx = self.keras.device(name)
             self.ctx.__enter__()
         except Exception:  # noqa: BLE001 - older Keras without keras.device
             self.ctx = None
@@ -477,15 +481,19 @@ class _cpu:
 
 def _converted_keras_model(doc, converted, td: Path, config):
     keras = _keras()
-    from . import api
-    from .formats import keras3
+    from .formats import keras3, keras_h5
 
     if converted is None:
-        out = td / "converted.keras"
+        # The model `convert` would save, built the same way (legacy file with GRUs, Keras 3's loader,
+        # original initializers put back) but not saved and re-loaded: loading a float16 .keras on the
+        # torch backend fails in Keras's Orthogonal initializer (no QR for Half in torch).
         if doc.model_config is None:
             raise UsageError("a weights-only file needs --config ARCH.json to be verified", path=doc.path)
-        api.convert(doc.path, out, config=config, allow_unsafe_lambda=True)
-        converted = out
+        legacy = td / "converted.h5"
+        keras_h5.write(doc, legacy, include_model=True, include_training=False, zero_init=True)
+        model = keras3.load_legacy(legacy, compile=False)
+        keras3.restore_initializers(model, keras_h5.original_initializers(doc))
+        return model
     converted = Path(converted)
     if not converted.exists():
         raise InputError("converted model not found", path=converted)
@@ -496,12 +504,10 @@ def _converted_keras_model(doc, converted, td: Path, config):
             raise InputError(f"cannot load converted model ({str(e).splitlines()[0][:200]})",
                              path=converted) from None
     # a converted weights-only .h5: rebuild the architecture (GRU in place of CuDNNGRU), then load it
-    from .formats import keras_h5
-
     if doc.model_config is None:
         raise UsageError("verifying a weights .h5 needs --config ARCH.json", path=doc.path)
     legacy = td / "arch.h5"
-    keras_h5.write(doc, legacy, include_model=True, include_training=False)
+    keras_h5.write(doc, legacy, include_model=True, include_training=False, zero_init=True)
     model = keras3.load_legacy(legacy, compile=False)
     try:
         model.load_weights(str(converted))
