@@ -11,8 +11,8 @@ first temporary file appears (the write window, a few tens of ms).  Afterwards:
   legacy HDF5 file in).  Both DO remain after a SIGKILL.  The next conversion to the same target
   removes the ``.NAME.PID-*.tmp*`` files of dead processes (once a minute old, see
   ``outputs.STALE_AFTER_S``); the ``.gruconv-*`` directories are NOT cleaned by anyone (api.py
-  stages them beside the output instead of in the system temp directory) — reported, and
-  asserted here so a fix shows up.
+  stages them beside the output instead of in the system temp directory) — reported; the
+  test tolerates them and prints what each kill left behind.
 
 Two conversions racing for one output with ``--force`` both succeed and leave one complete file
 that Keras loads.
