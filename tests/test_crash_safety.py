@@ -210,3 +210,26 @@ def test_racing_without_force_one_wins_the_other_refuses(tmp_path):
     assert loser.count("\n") == 1 and re.search(r"output (exists|appeared while converting)", loser), loser
     assert _complete_keras(out)
     assert _others(tmp_path) == [], _others(tmp_path)
+
+
+def test_staging_dirs_of_killed_writers_are_removed_by_the_next_staging_dir(tmp_path):
+    """``outputs.staging_dir`` (for api.py/keras3.py's ``.gruconv-*`` work directories): pid-named, and
+    the next one removes those of dead processes once they are a minute old."""
+    from gruconv import outputs
+
+    dead = _dead_pid()
+    old = time.time() - 3600
+    stale = tmp_path / f".gruconv-{dead}-abc"
+    (stale / "sub").mkdir(parents=True)
+    (stale / "sub" / "converted.h5").write_bytes(b"x")
+    recent = tmp_path / f".gruconv-{dead}-def"
+    recent.mkdir()
+    live = tmp_path / f".gruconv-{os.getppid()}-ghi"
+    live.mkdir()
+    for p in (stale, live):
+        os.utime(p, (old, old))
+    with outputs.staging_dir(tmp_path) as td:
+        assert td.is_dir() and outputs.staging_pattern().match(td.name)
+        assert int(outputs.staging_pattern().match(td.name).group(1)) == os.getpid()
+    assert not td.exists() and not stale.exists()
+    assert recent.exists() and live.exists()

@@ -101,6 +101,45 @@ def remove_stale_temps(out: Path, *, older_than: float = STALE_AFTER_S) -> list:
     return removed
 
 
+def staging_pattern() -> "re.Pattern[str]":
+    """Names of :func:`staging_dir` directories (group 1: the pid)."""
+    return re.compile(r"^\.gruconv-(\d+)-[A-Za-z0-9_]+$")
+
+
+@contextlib.contextmanager
+def staging_dir(directory: Path):
+    """A private temporary directory inside ``directory`` (``.gruconv-PID-XXXX``), removed on exit.
+
+    For work files that must live on the output's filesystem.  A SIGKILLed process cannot remove
+    its own; the next :func:`staging_dir` in the same directory removes those of dead processes
+    (older than :data:`STALE_AFTER_S`), as :func:`remove_stale_temps` does for temporary files.
+    """
+    import shutil
+
+    directory = Path(directory) if str(directory) else Path(".")
+    pat, now = staging_pattern(), time.time()
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        names = []
+    for name in names:
+        m = pat.match(name)
+        if not m or int(m.group(1)) == os.getpid() or _pid_alive(int(m.group(1))):
+            continue
+        p = directory / name
+        try:
+            if p.is_dir() and not p.is_symlink() and now - p.lstat().st_mtime >= STALE_AFTER_S:
+                shutil.rmtree(p, ignore_errors=True)
+        except OSError:
+            continue
+    try:
+        td = tempfile.TemporaryDirectory(prefix=f".gruconv-{os.getpid()}-", dir=directory)
+    except OSError as e:
+        raise OutputError(f"cannot create a working directory ({e.strerror or e})", path=directory) from None
+    with td as name:
+        yield Path(name)
+
+
 def _fsync_dir(directory: Path) -> None:
     try:
         fd = os.open(directory, os.O_RDONLY)
