@@ -39,7 +39,7 @@ FIX = ROOT / "fixtures" / "keras"
 GRUCONV = Path(sys.executable).with_name("gruconv")
 SEED = 20240611
 TEMP_FILE = re.compile(r"^\.model\.keras\.(\d+)-\w+\.tmp.*$")
-TEMP_DIR = re.compile(r"^\.gruconv-\w+$")
+TEMP_DIR = re.compile(r"^\.gruconv-[\w-]+$")
 
 
 def _start(src: Path, out: Path, *extra) -> subprocess.Popen:
