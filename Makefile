@@ -28,7 +28,7 @@ bench: setup
 	$(PY) bench/run.py
 
 fuzz: setup
-	$(PY) -m pytest -q tests/test_fuzz.py --fuzz-cases=5000
+	GRUCONV_FUZZ_CASES=5000 $(PY) -m pytest -q tests/test_fuzz.py
 
 fixtures: setup
 	$(PY) fixtures/make_keras_fixtures.py

@@ -192,27 +192,7 @@ EXPECTED: dict = {
 }
 
 #: Bugs outside this suite's files (see the module docstring).  Each entry: case -> what is wrong.
-PENDING = {
-    # The Keras 3 rebuild fails correctly, but the line does not name the file:
-    # api._convert_keras_h5 / verify._converted_keras_model call keras3.load_legacy(), whose
-    # UnsupportedError carries no path.
-    "h5_layer_sizes_disagree": "path: Keras 3 rebuild error does not name the input (api/keras3)",
-    "h5_lambda_marshal_code_allow": "path: Keras 3 rebuild error does not name the input (api/keras3)",
-    "h5_lambda_marshal_code_verify": "path: Keras 3 rebuild error does not name the input (verify/keras3)",
-    "h5_unknown_custom_layer": "path: Keras 3 rebuild error does not name the input (api/keras3)",
-    "h5_custom_object_module_os": "path: Keras 3 rebuild error does not name the input (api/keras3)",
-    # verify passes NaN-vs-NaN silently: its text report never mentions NaN/Inf (verify/report)
-    "h5_nan_inf_weights_verify": "verify's report does not mention the NaN/Inf weights (verify.py/report.py)",
-    # api._output_format raises UsageError without path=output: the line names no file
-    "out_unknown_extension": "path: the usage error does not name the output (api._output_format)",
-    # tf1_checkpoint: canonical tensors of layer 1 missing -> silently converts a 1-layer stack
-    "tf1_canonical_missing_layer": "tf1 converts 1 of 2 layers when layer 1's canonical tensors are gone",
-    # tf1_checkpoint: a buffer whose index entry claims 4 TiB (beyond the data file) is called
-    # 'not in cuDNN 9.19 layout' and ignored, instead of reported as corrupt
-    "tf1_opaque_claims_terabytes": "tf1 ignores a corrupt opaque-buffer entry instead of refusing",
-    # tf1_checkpoint: hints contradicting the buffer exit 3 (InputError), hints contradicting the
-    # canonical tensors exit 2 (UsageError); errors.py: UsageError = options contradicting the input
-    "tf1_hints_contradict_buffer": "hints vs buffer is InputError (3), hints vs canonical UsageError (2)",
+PENDING: dict = {
 }
 
 #: Run through the installed console script (real process, real stderr).

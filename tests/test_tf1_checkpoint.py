@@ -432,9 +432,9 @@ def test_ambiguous_opaque_only():
 
 
 def test_contradicting_hints():
-    with pytest.raises(InputError, match=r"525 float32 values; no cuDNN GRU with num_units=8"):
+    with pytest.raises(UsageError, match=r"525 float32 values; no cuDNN GRU with num_units=8"):
         t1.read(TF1 / "opaque_only_skip_uni", hints={"num_units": 8})
-    with pytest.raises(InputError, match=r"num_units=7, direction=bi"):
+    with pytest.raises(UsageError, match=r"num_units=7, direction=bi"):
         t1.read(TF1 / "opaque_only_skip_uni", hints={"num_units": 7, "direction": "bi"})
     with pytest.raises(UsageError, match="num_units=8 .stored: 7.*contradict"):
         t1.read(TF1 / "layer_uni", hints={"num_units": 8})

@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import json
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -16,7 +15,7 @@ from typing import Optional
 from . import formats
 from .cudnn_layout import params_size
 from .errors import InputError, UsageError
-from .outputs import atomic_path, check_target
+from .outputs import atomic_path, check_target, staging_dir
 
 OUTPUT_FORMATS = ("keras", "h5-weights")
 
@@ -114,13 +113,14 @@ def _inspect_keras_h5(path: Path, config=None) -> dict:
 def _output_format(out: Path, fmt: Optional[str]) -> str:
     if fmt is not None:
         if fmt not in OUTPUT_FORMATS:
-            raise UsageError(f"--format must be one of {', '.join(OUTPUT_FORMATS)}, got {fmt!r}")
+            raise UsageError(f"--format must be one of {', '.join(OUTPUT_FORMATS)}, got {fmt!r}", path=out)
         return fmt
     if out.suffix.lower() in (".h5", ".hdf5"):
         return "h5-weights"
     if out.suffix.lower() == ".keras":
         return "keras"
-    raise UsageError(f"cannot tell the output format from {out.name!r}: use a .keras or .h5 name, or --format")
+    raise UsageError(f"cannot tell the output format from {out.name!r}: use a .keras or .h5 name, or --format",
+                     path=out)
 
 
 def convert(input, output, *, force: bool = False, format: Optional[str] = None, config=None,
@@ -190,13 +190,13 @@ def _convert_keras_h5(input: Path, output: Path, *, force: bool, fmt: Optional[s
         _summarise(result, doc, nonfinite)
         result.outputs.append(str(output))
         return result
-    with tempfile.TemporaryDirectory(prefix=".gruconv-", dir=output.parent or ".") as td:
+    with staging_dir(output.parent) as td:
         legacy = Path(td) / "converted.h5"
         nonfinite = keras_h5.write(doc, legacy, include_model=True, zero_init=True)
         _summarise(result, doc, nonfinite)
         originals = keras_h5.original_initializers(doc)
-        model = keras3.load_legacy(legacy, compile=False)
-        keras3.restore_initializers(model, originals)
+        model = keras3.load_legacy(legacy, compile=False, source=input)
+        keras3.restore_initializers(model, originals, source=input)
         if doc.training_config:
             problem = keras3.compile_from_training_config(model, doc.training_config)
             if problem:

@@ -75,9 +75,9 @@ def _hints(kw: dict) -> dict:
 
 
 @main.command()
-@click.argument("path", type=click.Path(path_type=Path))
+@click.argument("path", type=click.Path(path_type=Path, readable=False))
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON document instead of a table.")
-@click.option("--config", type=click.Path(path_type=Path), help="Architecture JSON for a weights-only file.")
+@click.option("--config", type=click.Path(path_type=Path, readable=False), help="Architecture JSON for a weights-only file.")
 @hint_options
 def inspect(path, as_json, config, rnn, prefer, **kw):
     """List every cuDNN GRU in PATH and what `convert` will make of it.
@@ -95,19 +95,19 @@ def inspect(path, as_json, config, rnn, prefer, **kw):
 
 
 @main.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--out-dir", type=click.Path(path_type=Path),
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, readable=False))
+@click.option("--out-dir", type=click.Path(path_type=Path, readable=False),
               help="Batch mode: convert every input (files, directories, globs) into DIR, mirroring paths.")
 @click.option("--jobs", type=click.IntRange(1), help="Batch: worker processes (default: CPU count).")
 @click.option("--keep-going", is_flag=True, help="Batch: convert the rest after a failure (exit 3 at the end).")
 @click.option("--skip-existing", is_flag=True, help="Batch: skip inputs whose output is newer than the input.")
 @click.option("--shard", metavar="K/N", help="Batch: convert only the K-th of N deterministic parts (1-based).")
-@click.option("--report", "report_path", type=click.Path(path_type=Path), help="Batch: write a JSON report.")
-@click.option("--junit", type=click.Path(path_type=Path), help="Batch: write a JUnit XML report.")
+@click.option("--report", "report_path", type=click.Path(path_type=Path, readable=False), help="Batch: write a JSON report.")
+@click.option("--junit", type=click.Path(path_type=Path, readable=False), help="Batch: write a JUnit XML report.")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT; also write a model with nothing to convert.")
 @click.option("--format", "fmt", type=click.Choice(["keras", "h5-weights"]),
               help="Output format (default: from OUTPUT's extension, .keras or .h5).")
-@click.option("--config", type=click.Path(path_type=Path),
+@click.option("--config", type=click.Path(path_type=Path, readable=False),
               help="Architecture JSON (model.to_json()) to turn a weights-only file into a .keras model.")
 @click.option("--allow-unsafe-lambda", is_flag=True,
               help="Carry Lambda layers through (never executed by gruconv; Keras loads them only unsafely).")
@@ -163,8 +163,8 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
 
 
 @main.command()
-@click.argument("input", type=click.Path(path_type=Path))
-@click.argument("converted", required=False, type=click.Path(path_type=Path))
+@click.argument("input", type=click.Path(path_type=Path, readable=False))
+@click.argument("converted", required=False, type=click.Path(path_type=Path, readable=False))
 @click.option("--tolerance", type=float, default=1e-5, show_default=True, help="Max abs error allowed.")
 @click.option("--reference", type=click.Choice(["auto", "cudnn", "oracle"]), default="auto", show_default=True,
               help="cudnn: real cuDNN on a GPU (ctypes); oracle: float64 NumPy; auto: cudnn if usable.")
@@ -172,9 +172,9 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
 @click.option("--batch", type=click.IntRange(1), default=2, show_default=True, help="Random input batch size.")
 @click.option("--steps", type=click.IntRange(1), default=8, show_default=True, help="Random input time steps.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
-@click.option("--inputs", type=click.Path(path_type=Path), help="An .npz of input arrays (model input order).")
-@click.option("--json", "json_path", type=click.Path(path_type=Path), help="Also write the report as JSON.")
-@click.option("--config", type=click.Path(path_type=Path), help="Architecture JSON for a weights-only file.")
+@click.option("--inputs", type=click.Path(path_type=Path, readable=False), help="An .npz of input arrays (model input order).")
+@click.option("--json", "json_path", type=click.Path(path_type=Path, readable=False), help="Also write the report as JSON.")
+@click.option("--config", type=click.Path(path_type=Path, readable=False), help="Architecture JSON for a weights-only file.")
 @hint_options
 def verify(input, converted, tolerance, reference, allow_tf32, batch, steps, seed, inputs, json_path, config,
            rnn, prefer, **kw):

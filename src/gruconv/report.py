@@ -102,6 +102,11 @@ def verify_text(rep: dict) -> str:
         lines.append(
             f"  {name:<40} {c['max_abs']:>10.2e} {c['max_rel']:>10.2e} {floor_s:>10} "
             f"{c['tolerance']:>8.0e}  {'ok' if c['passed'] else 'FAIL'}")
+    for n in rep.get("notes", []):
+        lines.append(f"note: {n}")
+    nonfinite = sum(c.get("nonfinite", 0) for c in rep["checks"])
+    if nonfinite:
+        lines.append(f"note: {nonfinite} NaN/Inf output value(s) among the compared outputs")
     lines.append("parity: " + ("PASS" if rep["passed"] else "FAIL") +
                  f" ({sum(c['passed'] for c in rep['checks'])}/{len(rep['checks'])} checks within "
                  f"{rep['tolerance']:g})")

@@ -271,6 +271,10 @@ def _verify_keras_h5(doc, model, engine, report, rng, tolerance, user_inputs):
     keras = _keras()
     feed = user_inputs or _random_inputs(keras, model, report.batch, report.steps, rng)
     for rnn in doc.rnns:
+        bad = rnn.stack.nonfinite_count()
+        if bad:
+            report.notes.append(f"{rnn.path}: {bad} NaN/Inf weight value(s) in the original; NaN outputs "
+                                "at the same places on both sides count as equal")
         parts = rnn.path.split("/")
         if rnn.wrapper is not None:
             parts = parts[:-1]
@@ -327,6 +331,10 @@ def _verify_stack(stack, opaque, model, engine, report, rng, tolerance, user_inp
     """A TF1 stack: the converted model vs the reference fed the checkpoint's own stored buffer."""
     keras = _keras()
     s = stack.shape
+    bad = stack.nonfinite_count()
+    if bad:
+        report.notes.append(f"{stack.name}: {bad} NaN/Inf weight value(s) in the original; NaN outputs "
+                            "at the same places on both sides count as equal")
     B, T = report.batch, report.steps
     if user_inputs:
         x = user_inputs[0]
@@ -491,8 +499,8 @@ def _converted_keras_model(doc, converted, td: Path, config):
             raise UsageError("a weights-only file needs --config ARCH.json to be verified", path=doc.path)
         legacy = td / "converted.h5"
         keras_h5.write(doc, legacy, include_model=True, include_training=False, zero_init=True)
-        model = keras3.load_legacy(legacy, compile=False)
-        keras3.restore_initializers(model, keras_h5.original_initializers(doc))
+        model = keras3.load_legacy(legacy, compile=False, source=doc.path)
+        keras3.restore_initializers(model, keras_h5.original_initializers(doc), source=doc.path)
         return model
     converted = Path(converted)
     if not converted.exists():
@@ -508,7 +516,7 @@ def _converted_keras_model(doc, converted, td: Path, config):
         raise UsageError("verifying a weights .h5 needs --config ARCH.json", path=doc.path)
     legacy = td / "arch.h5"
     keras_h5.write(doc, legacy, include_model=True, include_training=False, zero_init=True)
-    model = keras3.load_legacy(legacy, compile=False)
+    model = keras3.load_legacy(legacy, compile=False, source=doc.path)
     try:
         model.load_weights(str(converted))
     except Exception as e:  # noqa: BLE001

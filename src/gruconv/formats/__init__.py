@@ -6,6 +6,7 @@ new format is one module and one line in :data:`READERS`.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from ..errors import InputError
@@ -28,6 +29,11 @@ def detect(path) -> str:
     path = Path(path)
     if not path.exists() and not Path(str(path) + ".index").exists():
         raise InputError("no such file or directory", path=path)
+    if path.is_dir():
+        try:
+            os.listdir(path)
+        except OSError as e:
+            raise InputError(f"directory cannot be read ({e.strerror})", path=path) from None
     if path.is_file():
         try:
             with open(path, "rb"):

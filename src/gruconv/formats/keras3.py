@@ -30,8 +30,11 @@ from ..keras_layout import CUDNN_COMPATIBLE_GRU, to_keras_gru
 FORMAT = "keras"
 
 
-def load_legacy(h5_path: Path, *, compile: bool):
-    """Build a Keras 3 model from a (converted) legacy HDF5 file, never executing model code."""
+def load_legacy(h5_path: Path, *, compile: bool, source=None):
+    """Build a Keras 3 model from a (converted) legacy HDF5 file, never executing model code.
+
+    ``source``: the user's input file, named in the error (the legacy file is a temporary).
+    """
     keras = _keras()
     try:
         with warnings.catch_warnings():
@@ -39,7 +42,9 @@ def load_legacy(h5_path: Path, *, compile: bool):
             return keras.saving.load_model(str(h5_path), compile=compile, safe_mode=True)
     except Exception as e:  # Keras raises ValueError/TypeError/KeyError for unknown configs
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UnsupportedError(f"Keras 3 cannot rebuild this model: {msg[:300]}") from None
+        if len(msg) > 300:
+            msg = msg[:300].rsplit(" ", 1)[0] + " ..."
+        raise UnsupportedError(f"Keras 3 cannot rebuild this model: {msg}", path=source) from None
 
 
 def compile_from_training_config(model, training_config: str) -> Optional[str]:
@@ -75,7 +80,7 @@ def compile_from_training_config(model, training_config: str) -> Optional[str]:
         return f"training config not accepted by Keras 3 ({msg}); model written uncompiled"
 
 
-def restore_initializers(model, originals: dict) -> None:
+def restore_initializers(model, originals: dict, source=None) -> None:
     """Put each converted GRU's original initializers back after a ``zero_init`` build.
 
     ``originals`` maps a CuDNNGRU config path (``nested/cu_dnngru``,
@@ -88,7 +93,13 @@ def restore_initializers(model, originals: dict) -> None:
 
     def put(gru, path):
         for arg, cfg in originals.get(path, {}).items():
-            setattr(gru.cell, arg, keras.initializers.deserialize(cfg))
+            try:
+                init = keras.initializers.deserialize(cfg)
+            except Exception as e:  # noqa: BLE001 - a damaged config: say which, never a traceback
+                msg = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+                raise UnsupportedError(f"{path}: {arg} is not an initializer Keras 3 knows ({msg})",
+                                       path=source) from None
+            setattr(gru.cell, arg, init)
 
     def visit(layer, path):
         if isinstance(layer, keras.layers.GRU):
@@ -122,7 +133,8 @@ def save(model, out_tmp: Path) -> None:
     ``tmpXXXX`` file among the user's files (``tests/test_crash_safety.py``).
     """
     import os
-    import tempfile
+
+    from ..outputs import staging_dir
 
     try:
         from keras.src.saving import saving_lib
@@ -134,7 +146,7 @@ def save(model, out_tmp: Path) -> None:
         if original is not None:
             saving_lib.is_memory_sufficient = lambda model: False
         try:
-            with tempfile.TemporaryDirectory(prefix=".gruconv-", dir=Path(out_tmp).parent) as td:
+            with staging_dir(Path(out_tmp).parent) as td:
                 staged = Path(td) / "model.keras"
                 model.save(str(staged))
                 os.replace(staged, out_tmp)

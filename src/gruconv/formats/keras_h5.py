@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
 
 from .. import h5safe
 from ..canonical import GRUStack, StackShape

@@ -802,6 +802,18 @@ def _load_canonical(r: _Reader, entry: CheckpointStack, prefer: Optional[str], h
         entry.cross_check = CrossCheck("not checked", detail=f"buffer is {entry.opaque_dtype}, canonical "
                                        f"tensors are {shape.dtype}")
     elif entry.opaque_size != size:
+        r.read(entry.opaque_key)  # a corrupt entry (size beyond the data file, bad crc) is an error, not a mismatch
+        r.release()
+        deeper = [c for c in solve_shapes(entry.opaque_size, dtype=shape.dtype, units=shape.units,
+                                          input_size=shape.input_size, bidirectional=shape.bidirectional,
+                                          input_mode=shape.input_mode)
+                  if c.num_layers > shape.num_layers]
+        if deeper:
+            raise InputError(
+                f"scope {entry.scope!r}: canonical tensors describe {shape.num_layers} layer(s) but its opaque "
+                f"buffer {entry.opaque_key!r} holds {deeper[0].num_layers}: the canonical tensors of layer(s) "
+                f"{', '.join(str(l) for l in range(shape.num_layers, deeper[0].num_layers))} are missing "
+                f"(use --prefer opaque to take the buffer)", path=r.where)
         entry.cross_check = CrossCheck(
             "disagree", detail=f"buffer has {entry.opaque_size} values, the canonical shape needs {size}")
     else:
@@ -850,7 +862,7 @@ def _solve(r: _Reader, entry: CheckpointStack, h: dict) -> None:
     cands = solve_shapes(size, dtype=dtype, **_shape_hints(h))
     entry.candidates = cands
     if not cands and any(k != "variable" for k in h):
-        raise InputError(
+        raise UsageError(
             f"opaque buffer {entry.opaque_key!r} has {size} {dtype} values; no cuDNN GRU with "
             f"{_hint_text(h)} has that many (up to {8 if 'num_layers' not in h else h['num_layers']} layers "
             f"searched); check the hints", path=r.where)
