@@ -859,6 +859,8 @@ def _load_canonical(r: _Reader, entry: CheckpointStack, prefer: Optional[str], h
 
 def _solve(r: _Reader, entry: CheckpointStack, h: dict) -> None:
     size, dtype = entry.opaque_size, entry.opaque_dtype
+    r.read(entry.opaque_key)  # a corrupt entry (beyond the data file, bad crc) is an input error, not a shape
+    r.release()
     cands = solve_shapes(size, dtype=dtype, **_shape_hints(h))
     entry.candidates = cands
     if not cands and any(k != "variable" for k in h):
