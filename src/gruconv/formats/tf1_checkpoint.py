@@ -64,7 +64,6 @@ import numpy as np
 from ..canonical import GateParams, GRUStack, StackShape
 from ..cudnn_layout import iter_matrix_regions, params_size, solve_shapes
 from ..errors import GruconvError, InputError, OutputError, UnsupportedError, UsageError
-from ..keras_layout import CUDNN_TO_KERAS
 from .. import tfbundle
 
 FORMAT = "tf1-checkpoint"
@@ -1006,44 +1005,20 @@ def _write_rest(r: _Reader, keys: list, target: Path, force: bool, warnings: lis
 def _layer_weights(r: _Reader, e: CheckpointStack):
     """``layer_weights`` for :func:`gruconv.formats.keras3.build_stack_model`: one Keras array at a time.
 
-    From canonical tensors the Keras blocks are the stored ``[in, H]`` blocks
-    as they are (``W[g].T``; no transposing copy): gates/kernel columns
-    ``[:H]`` (reset) and ``[H:]`` (update), and the candidate kernel, put in
-    Keras gate order (:data:`gruconv.keras_layout.CUDNN_TO_KERAS`); equal to
-    :func:`gruconv.keras_layout.to_keras_gru` of the stack's params
-    (``tests/test_tf1_checkpoint.py``).  Other stacks use ``to_keras_gru``.
-    The mapped pages an array was copied from are dropped at once, so about
-    one array's worth of checkpoint data is resident at a time."""
+    The arrays come from the stack's params through the one gate reorder
+    (:func:`gruconv.keras_layout.to_keras_gru`); the params may be views of
+    the mapped checkpoint, whose pages are dropped as soon as an array is
+    built, so about one array's worth of checkpoint data is resident at a time."""
     from .keras3 import _params_weights
 
-    s = e.stack.shape
-    if e._cells is None or e.stack.params is not e.canonical_params:
-        default = _params_weights(e.stack)
+    default = _params_weights(e.stack)
 
-        def weight(layer: int, d: int, i: int) -> np.ndarray:
-            value = default(layer, d, i)
-            r.release()
-            return value
-
-        return weight
-
-    def canonical(layer: int, d: int, i: int) -> np.ndarray:
-        p = e.stack.params[s.pseudo_layer(layer, d)]
-        n_in, H = s.layer_input_size(layer), s.units
-        if i == 2:
-            return np.stack([np.concatenate([p.input_bias[g] for g in CUDNN_TO_KERAS]),
-                             np.concatenate([p.recurrent_bias[g] for g in CUDNN_TO_KERAS])])
-        t = {name: r.read(k) for name, k in e._cells[layer, d].items()}
-        gk = t["gates/kernel"]
-        if i == 0:
-            blocks = (gk[:n_in, :H], gk[:n_in, H:], t["candidate/input_projection/kernel"])   # W[g].T
-        else:
-            blocks = (gk[n_in:, :H], gk[n_in:, H:], t["candidate/hidden_projection/kernel"])  # R[g].T
-        value = np.concatenate([blocks[g] for g in CUDNN_TO_KERAS], axis=1)
+    def weight(layer: int, d: int, i: int) -> np.ndarray:
+        value = default(layer, d, i)
         r.release()
         return value
 
-    return canonical
+    return weight
 
 
 def convert(input, output, *, force: bool = False, hints: Optional[dict] = None, prefer: Optional[str] = None,
