@@ -942,39 +942,10 @@ class Bundle:
             if mm is not None and advice is not None and hasattr(mm, "madvise"):
                 mm.madvise(advice)
 
-    def _mapped(self, info: TensorInfo):
-        path = self.data_path(info.shard)
-        if info.shard not in self._maps:
-            try:
-                f = open(path, "rb")
-            except FileNotFoundError:
-                raise InputError(
-                    f"data shard {info.shard} of {self.num_shards} is missing; it holds "
-                    f"tensor {info.key!r}", path=path) from None
-            except OSError as e:
-                raise InputError(f"cannot open data file for tensor {info.key!r}: "
-                                 f"{e.strerror or e}", path=path) from None
-            with f:
-                try:
-                    size = os.fstat(f.fileno()).st_size
-                    mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else None
-                except (OSError, ValueError) as e:
-                    raise InputError(f"cannot map data file for tensor {info.key!r}: {e}",
-                                     path=path) from None
-            self._maps[info.shard] = mm
-        mm = self._maps[info.shard]
-        file_size = len(mm) if mm is not None else 0
-        if info.offset > file_size or info.size > file_size - info.offset:
-            raise InputError(
-                f"tensor {info.key!r} claims bytes [{info.offset}, "
-                f"{info.offset + info.size}) but the file is only {file_size} "
-                f"bytes (truncated data file or corrupt index)", path=path)
-        return mm
-
-    def _read_range(self, info: TensorInfo) -> np.ndarray:
+    def _open_shard(self, info: TensorInfo):
         path = self.data_path(info.shard)
         try:
-            f = open(path, "rb")
+            return open(path, "rb")
         except FileNotFoundError:
             raise InputError(
                 f"data shard {info.shard} of {self.num_shards} is missing; it holds "
@@ -982,14 +953,34 @@ class Bundle:
         except OSError as e:
             raise InputError(f"cannot open data file for tensor {info.key!r}: "
                              f"{e.strerror or e}", path=path) from None
-        with f:
+
+    def _check_range(self, info: TensorInfo, file_size: int) -> None:
+        """Refuse a claimed byte range beyond the data file before anything is allocated."""
+        if info.offset > file_size or info.size > file_size - info.offset:
+            raise InputError(
+                f"tensor {info.key!r} claims bytes [{info.offset}, "
+                f"{info.offset + info.size}) but the file is only {file_size} "
+                f"bytes (truncated data file or corrupt index)", path=self.data_path(info.shard))
+
+    def _mapped(self, info: TensorInfo):
+        if info.shard not in self._maps:
+            with self._open_shard(info) as f:
+                try:
+                    size = os.fstat(f.fileno()).st_size
+                    mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else None
+                except (OSError, ValueError) as e:
+                    raise InputError(f"cannot map data file for tensor {info.key!r}: {e}",
+                                     path=self.data_path(info.shard)) from None
+            self._maps[info.shard] = mm
+        mm = self._maps[info.shard]
+        self._check_range(info, len(mm) if mm is not None else 0)
+        return mm
+
+    def _read_range(self, info: TensorInfo) -> np.ndarray:
+        path = self.data_path(info.shard)
+        with self._open_shard(info) as f:
             try:
-                file_size = os.fstat(f.fileno()).st_size
-                if info.offset > file_size or info.size > file_size - info.offset:
-                    raise InputError(
-                        f"tensor {info.key!r} claims bytes [{info.offset}, "
-                        f"{info.offset + info.size}) but the file is only {file_size} "
-                        f"bytes (truncated data file or corrupt index)", path=path)
+                self._check_range(info, os.fstat(f.fileno()).st_size)
                 buf = np.empty(info.size, dtype=np.uint8)
                 f.seek(info.offset)
                 got = 0
