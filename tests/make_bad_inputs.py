@@ -43,6 +43,9 @@ from typing import Callable, Optional
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bundle_proto import _fb, _fv, _mask, _vint  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
 KERAS = FIXTURES / "keras"
@@ -132,32 +135,8 @@ K2 = "model_weights/cu_dnngru_1/cu_dnngru_1"    # 8 -> 5
 
 # --------------------------------------------------------------------------- TF bundle writer
 
-_VINT_MAX = (1 << 64) - 1
 _TF_ENUM = {"float32": 1, "float64": 2, "int32": 3, "uint8": 4, "int16": 5, "int8": 6, "int64": 9,
             "float16": 19}
-
-
-def _vint(n: int) -> bytes:
-    n &= _VINT_MAX
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def _fv(fieldno: int, value: int) -> bytes:
-    return _vint(fieldno << 3) + _vint(value) if value else b""
-
-
-def _fb(fieldno: int, payload: bytes) -> bytes:
-    return _vint(fieldno << 3 | 2) + _vint(len(payload)) + payload
-
-
-def _mask(crc: int) -> int:
-    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
 
 
 def _entry(dtype: int, shape, shard: int, offset: int, size: int, crc: int) -> bytes:

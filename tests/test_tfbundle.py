@@ -29,6 +29,8 @@ from gruconv import tfbundle
 from gruconv.errors import GruconvError, InputError, UnsupportedError
 from gruconv.tfbundle import TensorInfo, TensorNotFound, open_bundle, resolve_prefix
 
+from bundle_proto import _fb, _fv, _mask, _vint
+
 # --------------------------------------------------------------------------- TF
 
 
@@ -393,29 +395,6 @@ def test_bad_paths(tmp_path):
 
 
 # ------------------------------------------------- crafted bundles (hostile)
-
-
-def _vint(n: int) -> bytes:
-    n &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def _fv(field: int, value: int) -> bytes:
-    return _vint(field << 3) + _vint(value) if value else b""
-
-
-def _fb(field: int, payload: bytes) -> bytes:
-    return _vint(field << 3 | 2) + _vint(len(payload)) + payload
-
-
-def _mask(crc: int) -> int:
-    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
 
 
 def header_proto(num_shards=1, endianness=0, producer=1, min_consumer=0) -> bytes:
