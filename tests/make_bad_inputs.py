@@ -515,8 +515,8 @@ def make_corpus(dest) -> list:
     marker = dest / "MARKER_lambda_code_ran"
     lam = _h5_edit(SEQ, h / "lambda.h5", lambda f: _insert_layer(f, _lambda_layer(marker), 1, "evil_lambda"))
     add("h5_lambda_marshal_code", lam, marker=marker)
-    add("h5_lambda_marshal_code_allow", lam, extra=("--allow-unsafe-lambda",), marker=marker,
-        note="carrying a Lambda through still never runs it: Keras 3 loads it only with safe_mode=False")
+    add("h5_lambda_marshal_code_weights", lam, extra=("--format", "h5-weights"), marker=marker,
+        note="the converted weights alone carry no code: written, and the Lambda never runs")
     add("h5_lambda_marshal_code_verify", lam, command="verify", output="none", marker=marker)
     add("h5_lambda_marshal_code_inspect", lam, command="inspect", output="none", marker=marker)
     add("h5_unknown_custom_layer", _h5_edit(SEQ, h / "custom.h5", lambda f: _insert_layer(

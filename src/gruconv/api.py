@@ -124,7 +124,7 @@ def _output_format(out: Path, fmt: Optional[str]) -> str:
 
 
 def convert(input, output, *, force: bool = False, format: Optional[str] = None, config=None,
-            allow_unsafe_lambda: bool = False, verify: bool = False, tolerance: float = 1e-5,
+            verify: bool = False, tolerance: float = 1e-5,
             **tf1_options) -> ConvertResult:
     """Convert one input file into a Keras 3 model (``.keras``) or a legacy weights file (``.h5``).
 
@@ -134,8 +134,7 @@ def convert(input, output, *, force: bool = False, format: Optional[str] = None,
     input, output = Path(input), Path(output)
     fmt = formats.detect(input)
     if fmt == "keras-h5":
-        result = _convert_keras_h5(input, output, force=force, fmt=format, config=_load_config(config),
-                                   allow_unsafe_lambda=allow_unsafe_lambda)
+        result = _convert_keras_h5(input, output, force=force, fmt=format, config=_load_config(config))
     else:
         result = formats.reader(fmt).convert(input, output, force=force, **tf1_options)
     if verify and not result.nothing_to_convert:
@@ -155,18 +154,20 @@ def _summarise(result: ConvertResult, doc, nonfinite: dict) -> None:
             result.warnings.append(f"{rnn.path}: {bad} NaN/Inf weight value(s) carried over unchanged")
 
 
-def _convert_keras_h5(input: Path, output: Path, *, force: bool, fmt: Optional[str], config: Optional[dict],
-                      allow_unsafe_lambda: bool) -> ConvertResult:
+def _convert_keras_h5(input: Path, output: Path, *, force: bool, fmt: Optional[str],
+                      config: Optional[dict]) -> ConvertResult:
     from .errors import UnsupportedError
     from .formats import keras3, keras_h5
 
     doc = keras_h5.read(input, config=config)
     result = ConvertResult(input=str(input), format="keras-h5")
     out_fmt = _output_format(output, fmt)
-    if doc.lambdas and not allow_unsafe_lambda:
+    if doc.lambdas and out_fmt == "keras":
+        # Building a Keras model calls every layer on symbolic inputs: a Lambda's code would run.
         raise UnsupportedError(
-            f"model has Lambda layer(s) {', '.join(doc.lambdas)} holding Python code; gruconv never runs it "
-            "(pass --allow-unsafe-lambda to carry it through unexecuted)", path=input)
+            f"model has Lambda layer(s) {', '.join(doc.lambdas)} holding Python code; gruconv never runs it, "
+            "and a .keras model cannot be built without running it (--format h5-weights writes the "
+            "converted weights alone, no code)", path=input)
     if not doc.rnns:
         result.nothing_to_convert = True
         if not force:

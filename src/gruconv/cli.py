@@ -109,8 +109,6 @@ def inspect(path, as_json, config, rnn, prefer, **kw):
               help="Output format (default: from OUTPUT's extension, .keras or .h5).")
 @click.option("--config", type=click.Path(path_type=Path, readable=False),
               help="Architecture JSON (model.to_json()) to turn a weights-only file into a .keras model.")
-@click.option("--allow-unsafe-lambda", is_flag=True,
-              help="Carry Lambda layers through (never executed by gruconv; Keras loads them only unsafely).")
 @click.option("--initial-state", is_flag=True, help="TF1: add initial-state inputs, one per layer and direction.")
 @click.option("--return-state", is_flag=True, help="TF1: add final-state outputs, in cuDNN order.")
 @click.option("--mask-input", is_flag=True,
@@ -119,7 +117,7 @@ def inspect(path, as_json, config, rnn, prefer, **kw):
 @click.option("--tolerance", type=float, default=1e-5, show_default=True, help="Parity tolerance for --verify.")
 @hint_options
 def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path, junit, force, fmt, config,
-            allow_unsafe_lambda, initial_state, return_state, mask_input, verify, tolerance, rnn, prefer, **kw):
+            initial_state, return_state, mask_input, verify, tolerance, rnn, prefer, **kw):
     """Convert INPUT (Keras CuDNNGRU HDF5 or TF1 cudnn_rnn checkpoint) into OUTPUT.
 
     Usage: gruconv convert INPUT OUTPUT, or gruconv convert INPUT... --out-dir DIR.
@@ -138,7 +136,7 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
     from . import api, report
     from .errors import UsageError
 
-    options = dict(force=force, format=fmt, config=config, allow_unsafe_lambda=allow_unsafe_lambda,
+    options = dict(force=force, format=fmt, config=config,
                    verify=verify, tolerance=tolerance, hints=_hints(kw), rnn=rnn, prefer=prefer,
                    initial_state=initial_state, return_state=return_state, mask_input=mask_input)
     if out_dir is not None:
