@@ -64,7 +64,7 @@ def test_inspect_json_output():
     res = CliRunner().invoke(main, ["inspect", str(KERAS / "sequential.h5"), "--json"])
     info = json.loads(res.output)
     assert info["format"] == "keras-h5" and info["kind"] == "model"
-    assert [(r["path"], r["units"], r["input_size"]) for r in info["rnns"]] == [("cu_dnngru", 8, 6),
+    assert [(r["name"], r["shape"]["units"], r["shape"]["input_size"]) for r in info["rnns"]] == [("cu_dnngru", 8, 6),
                                                                                  ("cu_dnngru_1", 5, 8)]
 
 

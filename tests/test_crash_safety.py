@@ -190,7 +190,7 @@ def test_two_forced_conversions_racing_leave_one_complete_file(tmp_path):
         assert _others(tmp_path) == [], _others(tmp_path)
     code = (
         "import sys, warnings; warnings.simplefilter('ignore')\n"
-        "from gruconv._lazy import keras\n"
+        "from gruconv.formats.keras3 import keras\n"
         "m = keras().saving.load_model(sys.argv[1], safe_mode=True)\n"
         "print(m.name, len(m.layers))\n"
     )

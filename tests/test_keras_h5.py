@@ -18,7 +18,7 @@ import pytest
 
 from conftest import FIXTURES
 from gruconv import api
-from gruconv.canonical import GRUStack, StackShape
+from gruconv.canonical import RNNStack, StackShape
 from gruconv.cudnn_layout import unpack
 from gruconv.formats import keras_h5
 from gruconv.keras_layout import cudnngru_opaque, from_cudnngru, to_cudnngru
@@ -47,7 +47,7 @@ def reference(entry, raw, x):
     def run(arrays, reverse):
         buf = tf_keras_pack(*arrays).astype(np.float64)
         xi = x[:, ::-1] if reverse else x
-        y, hy = run_stack(GRUStack("ref", shape, unpack(buf, shape)), xi.transpose(1, 0, 2))
+        y, hy, _ = run_stack(RNNStack("ref", shape, unpack(buf, shape)), xi.transpose(1, 0, 2))
         return y.transpose(1, 0, 2), hy[0]
 
     seq = entry["return_sequences"]
@@ -77,7 +77,7 @@ def find_layer(keras, model, entry):
 
 @pytest.fixture(scope="module")
 def keras():
-    from gruconv._lazy import keras as k
+    from gruconv.formats.keras3 import keras as k
 
     return k()
 
@@ -94,8 +94,9 @@ def test_inspect_matches_manifest(name):
     expected = MANIFEST[name]["cudnngru_layers"]
     assert len(info["rnns"]) == len(expected)
     for got, exp in zip(info["rnns"], expected):
-        assert (got["units"], got["input_size"], got["dtype"]) == (exp["units"], exp["input_size"], exp["dtype"])
-        assert got["directions"] == (2 if exp["wrapper"] == "Bidirectional" else 1)
+        sh = got["shape"]
+        assert (sh["units"], sh["input_size"], sh["dtype"]) == (exp["units"], exp["input_size"], exp["dtype"])
+        assert sh["bidirectional"] == (exp["wrapper"] == "Bidirectional") and got["cell"] == "gru"
         for flag in ("return_sequences", "return_state", "go_backwards", "stateful"):
             assert got["options"].get(flag, False) == exp[flag], flag
         if exp["wrapper"] == "Bidirectional":
@@ -281,7 +282,7 @@ def test_attributes_stored_as_bytes_also_read(tmp_path):
         g.attrs["layer_names"] = np.array([n.encode() if isinstance(n, str) else n for n in g.attrs["layer_names"]],
                                           dtype="S")
     a, b = api.inspect(src), api.inspect(copy)
-    assert [r["units"] for r in a["rnns"]] == [r["units"] for r in b["rnns"]]
+    assert [r["shape"]["units"] for r in a["rnns"]] == [r["shape"]["units"] for r in b["rnns"]]
 
 
 def test_training_config_carried_over(converted, keras):

@@ -5,7 +5,7 @@ Peak resident memory of one ``gruconv`` run is measured with
 command as its only child (``RUSAGE_CHILDREN`` is a maximum over all waited-for children, so
 each measurement gets a fresh wrapper).  Baselines are measured the same way:
 
-* ``import``: a process that only imports Keras (through ``gruconv._lazy``, as convert does);
+* ``import``: a process that only imports Keras (through ``gruconv.formats.keras3``, as convert does);
 * ``tiny``: converting ``fixtures/keras/sequential.h5`` (a 20 KB model): import plus Keras's
   fixed costs of building, loading and saving a model;
 * ``numpy``: a process that imports gruconv's reader side only (h5py, NumPy) — for ``inspect``.
@@ -114,7 +114,7 @@ def big_model(tmp_path_factory) -> tuple:
 @pytest.fixture(scope="module")
 def baselines(tmp_path_factory) -> dict:
     d = tmp_path_factory.mktemp("base")
-    imp, code, err = peak_rss([sys.executable, "-c", "from gruconv._lazy import keras; keras()"])
+    imp, code, err = peak_rss([sys.executable, "-c", "from gruconv.formats.keras3 import keras; keras()"])
     assert code == 0, err
     tiny, code, err = peak_rss([GRUCONV, "convert", FIX / "sequential.h5", d / "tiny.keras"])
     assert code == 0, err

@@ -24,7 +24,29 @@ from conftest import FIXTURES, ROOT, load_golden
 from gruconv import report, tfbundle
 from gruconv.canonical import StackShape
 from gruconv.errors import InputError, OutputError, UsageError
-from gruconv.formats import tf1_checkpoint as t1
+from gruconv.formats import tf1_checkpoint as _t1
+from gruconv.results import Options
+
+
+class _Verbs:
+    """The TF1 format module's registry verbs, called from a path as :mod:`gruconv.api` calls them."""
+
+    def __getattr__(self, name):  # everything else: the module's own function
+        return getattr(_t1, name)
+
+    read = staticmethod(_t1.read)
+
+    @staticmethod
+    def inspect(path, **kw):
+        return _t1.inspect(_t1.read(path, **kw))
+
+    @staticmethod
+    def convert(path, out, **kw):
+        opts = Options.of(**kw)
+        return _t1.convert(_t1.read(path, opts), Path(out), opts)
+
+
+t1 = _Verbs()
 from gruconv.oracle import run_stack
 
 TF1 = FIXTURES / "tf1"
@@ -160,7 +182,7 @@ def test_weights_equal_golden(case):
 
 
 def _keras():
-    from gruconv._lazy import keras
+    from gruconv.formats.keras3 import keras
 
     return keras()
 
@@ -192,9 +214,9 @@ def test_convert_matches_cudnn(case, tmp_path):
     res = t1.convert(TF1 / case, out, hints=HINTS.get(case), initial_state=True, return_state=True)
     doc = _read(case)
     by_scope = {e.scope: e for e in doc.stacks}
-    assert len(res.stacks) == len(m["stacks"])
+    assert len(res.rnns) == len(m["stacks"])
     for ms in m["stacks"]:
-        entry = next(s for s in res.stacks if s["scope"] == ms["scope"])
+        entry = next(s for s in res.rnns if s["name"] == ms["scope"])
         path = Path(entry["output"])
         assert path == (out / (ms["scope"].replace("/", "__") + ".keras") if multi else out)
         assert entry["kind"] == "cuDNN GRU" and entry["shape"] == _shape(ms["shape"]).to_dict()
@@ -206,7 +228,7 @@ def test_convert_matches_cudnn(case, tmp_path):
         y, hy = _run(path, g["x"], g["h0"])
         err_cudnn = _errors(y, hy, g["y"], g["hy"])
         err_f64 = _errors(y, hy, g["y_f64"], g["hy_f64"])
-        oy, ohy = run_stack(by_scope[ms["scope"]].stack, g["x"], g["h0"])
+        oy, ohy, _ = run_stack(by_scope[ms["scope"]].stack, g["x"], g["h0"])
         err_oracle = _errors(y, hy, oy, ohy)
         MEASURED[f"{case}:{ms['scope']}"] = (err_cudnn, err_f64, err_oracle)
         print(f"{case} {ms['scope']}: vs cuDNN fp32 {err_cudnn:.2e}, vs cuDNN f64 {err_f64:.2e}, "
@@ -226,7 +248,7 @@ def test_float16(tmp_path):
     y, hy = _run(out, x16, h16)
     assert y.dtype == np.float16
     stack = _read("float16").stacks[0].stack
-    oy, ohy = run_stack(stack, x16, h16)  # float64 run of the float16 weights and inputs
+    oy, ohy, _ = run_stack(stack, x16, h16)  # float64 run of the float16 weights and inputs
     err_oracle = _errors(y, hy, oy, ohy)
     err_cudnn = _errors(y, hy, g["y"], g["hy"])  # cuDNN fp32 on the unrounded weights
     print(f"float16: vs oracle(f16 weights) {err_oracle:.2e}, vs cuDNN fp32 {err_cudnn:.2e}")
@@ -251,7 +273,7 @@ def test_varlen_model_call_with_mask(tmp_path):
     y = np.transpose(np.asarray(res[0]), (1, 0, 2))
     hy = np.stack([np.asarray(o) for o in res[1:]])
     stack = _read("layer_varlen").stacks[0].stack
-    oy, ohy = run_stack(stack, g["x"], None, g["seq_lengths"])  # zero initial state
+    oy, ohy, _ = run_stack(stack, g["x"], None, g["seq_lengths"])  # zero initial state
     valid = mask.T[:, :, None]
     err = max(np.abs(np.where(valid, y - oy, 0)).max(), np.abs(hy - ohy).max())
     print(f"layer_varlen (h0 = 0, model(x, mask=)): vs oracle {err:.2e}")
@@ -354,7 +376,7 @@ def test_multi_stack_directory(tmp_path):
 def test_multi_stack_one_rnn(tmp_path):
     out = tmp_path / "dec.keras"
     res = t1.convert(TF1 / "multi_stack", out, rnn="decoder/cudnn_gru")
-    assert [s["scope"] for s in res.stacks] == ["decoder/cudnn_gru"]
+    assert [s["name"] for s in res.rnns] == ["decoder/cudnn_gru"]
     enc = [e for e in _read("multi_stack").stacks if e.scope == "encoder/cudnn_gru"][0]
     # the stack not converted is kept whole (buffer, canonical tensors, slots) with the other tensors
     _assert_rest(_npz(tmp_path / "dec.keras.rest.npz"), "multi_stack", extra=enc.keys)
@@ -427,8 +449,8 @@ def test_ambiguous_opaque_only():
     with pytest.raises(UsageError, match=r"2 shapes fit.*Pass --input-size, --num-layers, --input-mode \("):
         t1.convert(TF1 / "opaque_only_skip_uni", Path("/nonexistent/never.keras"), hints={"num_units": 7})
     info = t1.inspect(TF1 / "opaque_only_skip_uni")
-    assert info["stacks"][0]["shape"] is None and info["stacks"][0]["candidate_count"] == 13
-    assert "shape ambiguous" in report.checkpoint_text(info)
+    assert info["rnns"][0]["shape"] is None and info["rnns"][0]["candidate_count"] == 13
+    assert "shape ambiguous" in report.inspect_text(info)
 
 
 def test_contradicting_hints():
@@ -464,19 +486,19 @@ def test_variable_selects_stack():
 
 @pytest.mark.parametrize("case", CASES)
 def test_inspect_json_and_text(case):
-    info = t1.inspect(TF1 / case, hints=HINTS.get(case), config=None)
+    info = t1.inspect(TF1 / case, hints=HINTS.get(case) or {})
     json.dumps(info)
     m = MANIFEST[case]
     assert info["format"] == "tf1-checkpoint" and info["tensor_count"] == len(m["tensors"])
     assert info["other_tensors"]["count"] == len(m["unrelated_variables"])
     assert info["total_bytes"] == sum(f["bytes"] for n, f in m["files"].items() if ".data-" in n)
-    for s, ms in zip(sorted(info["stacks"], key=lambda s: s["scope"]),
+    for s, ms in zip(sorted(info["rnns"], key=lambda s: s["name"]),
                      sorted(m["stacks"], key=lambda s: s["scope"])):
-        assert s["scope"] == ms["scope"] and s["shape"] == _shape(ms["shape"]).to_dict()
+        assert s["name"] == ms["scope"] and s["shape"] == _shape(ms["shape"]).to_dict()
         assert s["cross_check"].lower().startswith(ms["cross_check"])
         assert s["buffer_size"] == ms["opaque"]["size"] and s["params"] == ms["opaque"]["size"]
-    text = report.checkpoint_text(info)
-    assert all(s["scope"] in text for s in info["stacks"])
+    text = report.inspect_text(info)
+    assert all(s["name"] in text for s in info["rnns"])
 
 
 def test_inspect_imports_no_framework():
@@ -570,8 +592,8 @@ def test_nonfinite_weights_warned(tf, tmp_path):
     assert any("2 NaN/Inf" in w for w in doc.warnings)
     assert doc.stacks[0].cross_check.status == "disagree"  # the buffer still holds finite values
     assert doc.stacks[0].stack.nonfinite_count() == 2
-    assert t1.inspect(prefix)["stacks"][0]["nonfinite_weights"] == 2
-    assert t1.inspect(prefix, prefer="opaque")["stacks"][0]["nonfinite_weights"] == 0
+    assert t1.inspect(prefix)["rnns"][0]["nonfinite_weights"] == 2
+    assert t1.inspect(prefix, prefer="opaque")["rnns"][0]["nonfinite_weights"] == 0
 
 
 def test_lstm_buffer_is_not_a_gru(tf, tmp_path):
@@ -609,10 +631,10 @@ def test_api_plumbing(tmp_path):
 
     info = api.inspect(TF1 / "opaque_only_skip_bidir", hints={"input_mode": "skip"}, rnn=None, prefer=None,
                        config=None)
-    assert info["stacks"][0]["shape"]["input_mode"] == "skip"
+    assert info["rnns"][0]["shape"]["input_mode"] == "skip"
     res = api.convert(TF1 / "opaque_only_skip_bidir", tmp_path / "s.keras", hints={"input_mode": "skip"},
                       initial_state=False, return_state=False)
-    assert res.stacks[0]["converts_to"] == ("1 x Bidirectional(GRU(7), merge_mode='concat') "
+    assert res.rnns[0]["converts_to"] == ("1 x Bidirectional(GRU(7), merge_mode='concat') "
                                             "(skip input: layer 0 input kernel = identity)")
     with zipfile.ZipFile(tmp_path / "s.keras") as z:
         assert {"config.json", "metadata.json", "model.weights.h5"} <= set(z.namelist())
@@ -735,8 +757,8 @@ def test_params_are_views_of_an_identical_buffer_and_signed_zeros_count(tf, tmp_
             assert a.flags.owndata == (q == 3) and a.flags.c_contiguous
     # what inspect and convert see
     info = t1.inspect(tmp_path / "z.ckpt")
-    assert info["stacks"][0]["cross_check_detail"]["status"] == "agree"
-    assert info["stacks"][0]["nonfinite_weights"] == 0
+    assert info["rnns"][0]["cross_check_detail"]["status"] == "agree"
+    assert info["rnns"][0]["nonfinite_weights"] == 0
 
 
 def _all_stacks():
@@ -875,5 +897,5 @@ def test_convert_big_stack_matches_oracle(tf, tmp_path):
     x = rng.standard_normal((5, 3, 24)).astype(np.float32)
     h0 = rng.standard_normal((4, 3, 96)).astype(np.float32)
     y, hy = _run(tmp_path / "b.keras", x, h0)
-    oy, ohy = run_stack(e.stack, x, h0)
+    oy, ohy, _ = run_stack(e.stack, x, h0)
     assert _errors(y, hy, oy, ohy) <= TOL

@@ -55,7 +55,7 @@ def _tamper(keras, path, out, layer_name, how):
 
 @pytest.mark.parametrize("how", ["swap_zr", "transposed_kernel", "dropped_recurrent_bias"])
 def test_corrupted_conversion_fails_and_names_the_layer(how, tmp_path):
-    from gruconv._lazy import keras
+    from gruconv.formats.keras3 import keras
 
     good = tmp_path / "good.keras"
     api.convert(KERAS / "sequential.h5", good)

@@ -1,208 +1,99 @@
 """The Python API: every CLI command is one function here (the CLI only parses and prints).
 
 >>> from gruconv import api
->>> api.inspect("fixtures/keras/sequential.h5")["rnns"][0]["units"]   # doctest: +SKIP
->>> api.convert("in.h5", "out.keras")                                 # doctest: +SKIP
+>>> api.inspect("fixtures/keras/sequential.h5")["rnns"][0]["shape"]["units"]   # doctest: +SKIP
+>>> api.convert("in.h5", "out.keras")                                          # doctest: +SKIP
+
+Each function detects the input's format and hands it to that format's module
+(:mod:`gruconv.formats`), which reads it into the canonical model and writes
+the output; this module knows no format.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
+import dataclasses
+import os
 from pathlib import Path
-from typing import Optional
 
 from . import formats
-from .cudnn_layout import params_size
-from .errors import InputError, UsageError
-from .outputs import atomic_path, check_target, staging_dir
+from .results import ConvertResult, Options
 
-OUTPUT_FORMATS = ("keras", "h5-weights")
+__all__ = ["inspect", "convert", "verify", "ConvertResult", "Options"]
 
 
-@dataclass
-class ConvertResult:
-    """What a conversion did: for reports, batch summaries and the CLI."""
-
-    input: str
-    format: str
-    outputs: list = field(default_factory=list)
-    stacks: list = field(default_factory=list)
-    warnings: list = field(default_factory=list)
-    nothing_to_convert: bool = False
-    verification: Optional[dict] = None
-
-    def to_json(self) -> dict:
-        return {
-            "input": self.input, "format": self.format, "outputs": self.outputs,
-            "stacks": self.stacks, "warnings": self.warnings,
-            "nothing_to_convert": self.nothing_to_convert, "verification": self.verification,
-        }
-
-
-def _load_config(config) -> Optional[dict]:
-    if config is None or isinstance(config, dict):
-        return config
-    p = Path(config)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise InputError(f"cannot read architecture ({e.strerror})", path=p) from None
-    try:
-        return json.loads(text)
-    except ValueError as e:
-        raise InputError(f"architecture is not valid JSON ({e})", path=p) from None
-
-
-# --------------------------------------------------------------------------- inspect
-
-def inspect(path, **hints) -> dict:
+def inspect(path, options=None, **kw) -> dict:
     """Describe every cuDNN RNN in a file, and what ``convert`` would produce. No TensorFlow/Keras."""
-    path = Path(path)
-    fmt = formats.detect(path)
-    if fmt == "keras-h5":
-        return _inspect_keras_h5(path, hints.get("config"))
-    return formats.reader(fmt).inspect(path, **hints)
+    opts = Options.of(options, **kw)
+    module = formats.module(formats.detect(path))
+    return module.inspect(module.read(Path(path), opts))
 
 
-def _rnn_summary(rnn, nonfinite: Optional[int] = None) -> dict:
-    """One CuDNNGRU (a ``formats.keras_h5.KerasRNN``) as inspect and convert report it.
-
-    ``nonfinite`` None: count NaN/Inf by reading this layer's weights now (inspect), then let them go.
-    """
-    s = rnn.shape
-    if nonfinite is None:
-        nonfinite = rnn.stack.nonfinite_count()
-        rnn.release()
-    kind = "CuDNNGRU" if rnn.wrapper is None else f"{rnn.wrapper}(CuDNNGRU)"
-    opts = {k: v for k, v in rnn.options.items() if v}
-    gru = "GRU(units={}, activation='tanh', recurrent_activation='sigmoid', reset_after=True{})".format(
-        s.units, "".join(f", {k}=True" for k in opts))
-    produces = gru if rnn.wrapper is None else (
-        f"Bidirectional({gru}, merge_mode={rnn.merge_mode!r})" if rnn.wrapper == "Bidirectional"
-        else f"{rnn.wrapper}({gru})")
-    return {
-        "path": rnn.path, "kind": kind, "input_size": s.input_size, "units": s.units,
-        "layers": s.num_layers, "directions": s.num_directions, "input_mode": s.input_mode,
-        "dtype": s.dtype, "params": params_size(s), "options": opts,
-        "merge_mode": rnn.merge_mode, "nonfinite_weights": nonfinite,
-        "converts_to": produces,
-    }
-
-
-def _inspect_keras_h5(path: Path, config=None) -> dict:
-    from .formats import keras_h5
-
-    doc = keras_h5.read(path, config=_load_config(config))
-    return {
-        "file": str(path), "format": "keras-h5", "kind": doc.kind,
-        "keras_version": doc.keras_version, "backend": doc.backend,
-        "model_name": (doc.model_config or {}).get("config", {}).get("name")
-        if isinstance((doc.model_config or {}).get("config"), dict) else None,
-        "layers": len(doc.layer_names),
-        "rnns": [_rnn_summary(r) for r in doc.rnns],
-        "plain_gru_layers": doc.other_gru_layers,
-        "lambda_layers": doc.lambdas,
-        "optimizer_weights": doc.optimizer_weight_count,
-        "training_config": doc.training_config is not None,
-    }
-
-
-# --------------------------------------------------------------------------- convert
-
-def _output_format(out: Path, fmt: Optional[str]) -> str:
-    if fmt is not None:
-        if fmt not in OUTPUT_FORMATS:
-            raise UsageError(f"--format must be one of {', '.join(OUTPUT_FORMATS)}, got {fmt!r}", path=out)
-        return fmt
-    if out.suffix.lower() in (".h5", ".hdf5"):
-        return "h5-weights"
-    if out.suffix.lower() == ".keras":
-        return "keras"
-    raise UsageError(f"cannot tell the output format from {out.name!r}: use a .keras or .h5 name, or --format",
-                     path=out)
-
-
-def convert(input, output, *, force: bool = False, format: Optional[str] = None, config=None,
-            verify: bool = False, tolerance: float = 1e-5,
-            **tf1_options) -> ConvertResult:
-    """Convert one input file into a Keras 3 model (``.keras``) or a legacy weights file (``.h5``).
+def convert(input, output, options=None, *, verify: bool = False, tolerance: float = 1e-5,
+            **kw) -> ConvertResult:
+    """Convert one input into a Keras 3 model (``.keras``) or a weights file (``.h5``).
 
     Raises a :class:`~gruconv.errors.GruconvError` for anything the user can
-    fix; writes nothing unless the whole conversion succeeds.
+    fix and writes nothing unless the whole conversion succeeds.  With
+    ``verify`` the outputs are written to a private staging directory beside
+    ``output``, verified there, and moved into place only when parity holds:
+    a failed check leaves no file behind (the report says why).
     """
+    opts = Options.of(options, **kw)
     input, output = Path(input), Path(output)
-    fmt = formats.detect(input)
-    if fmt == "keras-h5":
-        result = _convert_keras_h5(input, output, force=force, fmt=format, config=_load_config(config))
-    else:
-        result = formats.reader(fmt).convert(input, output, force=force, **tf1_options)
-    if verify and not result.nothing_to_convert:
-        from .verify import verify as _verify
+    module = formats.module(formats.detect(input))
+    doc = module.read(input, opts)
+    if not verify:
+        return module.convert(doc, output, opts)
+    from .outputs import staging_dir
+    from .verify import verify as _verify
 
-        report = _verify(input, result.outputs[0] if result.outputs else None, tolerance=tolerance,
-                         config=config, **{k: v for k, v in tf1_options.items() if k in ("hints", "prefer", "rnn")})
-        result.verification = report.to_json()
-    return result
-
-
-def _summarise(result: ConvertResult, doc, nonfinite: dict) -> None:
-    for rnn in doc.rnns:
-        bad = nonfinite.get(rnn.path, 0)
-        result.stacks.append(_rnn_summary(rnn, bad))
-        if bad:
-            result.warnings.append(f"{rnn.path}: {bad} NaN/Inf weight value(s) carried over unchanged")
-
-
-def _convert_keras_h5(input: Path, output: Path, *, force: bool, fmt: Optional[str],
-                      config: Optional[dict]) -> ConvertResult:
-    from .errors import UnsupportedError
-    from .formats import keras3, keras_h5
-
-    doc = keras_h5.read(input, config=config)
-    result = ConvertResult(input=str(input), format="keras-h5")
-    out_fmt = _output_format(output, fmt)
-    if doc.lambdas and out_fmt == "keras":
-        # Building a Keras model calls every layer on symbolic inputs: a Lambda's code would run.
-        raise UnsupportedError(
-            f"model has Lambda layer(s) {', '.join(doc.lambdas)} holding Python code; gruconv never runs it, "
-            "and a .keras model cannot be built without running it (--format h5-weights writes the "
-            "converted weights alone, no code)", path=input)
-    if not doc.rnns:
-        result.nothing_to_convert = True
-        if not force:
+    module.check_outputs(doc, output, opts)
+    parent = output.parent if str(output.parent) else Path(".")
+    with staging_dir(parent) as td:
+        staged = Path(td) / output.name
+        result = module.convert(doc, staged, dataclasses.replace(opts, force=True))
+        if result.nothing_to_convert and not result.outputs:
             return result
-    if out_fmt == "keras" and doc.model_config is None:
-        raise UsageError("a weights-only file needs --config ARCH.json (the model's to_json()) to become "
-                         "a .keras model; or write a .h5 weights file", path=input)
-    for rnn in doc.rnns:
-        if (rnn.config.get("config") or {}).get("bias_constraint"):
-            result.warnings.append(
-                f"{rnn.path}: bias_constraint carried over, but GRU's bias is (2, 3*units) where CuDNNGRU's was "
-                "(6*units,): an axis-based constraint (e.g. MaxNorm) acts differently if you train further")
-    check_target(output, force=force)
-    if doc.optimizer_weight_count:
-        result.warnings.append(
-            f"optimizer state ({doc.optimizer_weight_count} tensors) dropped: its slots follow the CuDNNGRU "
-            "weight layout; the converted model starts with a fresh optimizer")
-    if out_fmt == "h5-weights":
-        with atomic_path(output, force=force, suffix=".h5") as tmp:
-            nonfinite = keras_h5.write(doc, tmp, include_model=False)
-        _summarise(result, doc, nonfinite)
-        result.outputs.append(str(output))
-        return result
-    with staging_dir(output.parent) as td:
-        legacy = Path(td) / "converted.h5"
-        nonfinite = keras_h5.write(doc, legacy, include_model=True, zero_init=True)
-        _summarise(result, doc, nonfinite)
-        originals = keras_h5.original_initializers(doc)
-        model = keras3.load_legacy(legacy, compile=False, source=input)
-        keras3.restore_initializers(model, originals, source=input)
-        if doc.training_config:
-            problem = keras3.compile_from_training_config(model, doc.training_config)
-            if problem:
-                result.warnings.append(problem)
-        with atomic_path(output, force=force, suffix=".keras") as tmp:
-            keras3.save(model, tmp)
-    result.outputs.append(str(output))
+        report = _verify(input, staged, tolerance=tolerance, options=opts)
+        result.verification = report.to_json()
+        if not report.passed:
+            result.outputs = []
+            return result
+        result.outputs = _promote(staged, output, result.outputs, force=opts.force)
     return result
+
+
+def _promote(staged: Path, output: Path, produced: list, *, force: bool) -> list:
+    """Move verified outputs from the staging directory to where the user asked for them."""
+    from .errors import OutputError
+    from .outputs import _place_new, check_target
+
+    moved = []
+    for p in produced:
+        p = Path(p)
+        rel = p.relative_to(staged) if p != staged and staged in p.parents else None
+        if p == staged:
+            target = output
+        elif rel is not None:
+            target = output / rel
+        else:  # a sibling of the staged output (OUT.rest.npz)
+            target = output.parent / (output.name + p.name[len(staged.name):])
+        try:
+            if rel is not None:
+                os.makedirs(target.parent, exist_ok=True)
+            check_target(target, force=force)
+            if force:
+                os.replace(p, target)
+            else:
+                _place_new(p, target)
+        except OSError as e:
+            raise OutputError(f"cannot write output ({e.strerror or e})", path=target) from None
+        moved.append(str(target))
+    return moved
+
+
+def verify(input, converted=None, options=None, **kw):
+    """:func:`gruconv.verify.verify` (kept here so the API mirrors the CLI)."""
+    from .verify import verify as _verify
+
+    return _verify(input, converted, options=options, **kw)

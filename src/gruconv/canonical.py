@@ -1,19 +1,24 @@
-"""The canonical model of a cuDNN GRU stack: the one vocabulary every format shares.
+"""The canonical model of a cuDNN RNN stack: the one vocabulary every format shares.
 
-Readers produce :class:`GRUStack`; writers and the verifier consume it.  It
+Readers produce :class:`RNNStack`; writers and the verifier consume it.  It
 knows nothing of any file format or framework.
+
+The cell table (:data:`CELLS`) is the only place that says how many gates a
+cell has, what they are called and which states it carries; every other
+module asks ``shape.cell_spec`` instead of writing ``3`` or ``4``.
 
 Orientation and gate order (chosen to be cuDNN's own, so that the golden
 files in ``shared/cudnn-golden`` compare without any transform):
 
-* gate index ``g`` is cuDNN's: 0 = reset ``r``, 1 = update ``z``,
-  2 = candidate ``h`` (``linLayerID`` g for the input side, g + 3 for the
-  recurrent side);
+* gate index ``g`` is cuDNN's (``linLayerID`` g for the input side,
+  g + G for the recurrent side, G the cell's gate count): GRU 0 = reset
+  ``r``, 1 = update ``z``, 2 = candidate ``h``; LSTM 0 = input ``i``,
+  1 = forget ``f``, 2 = new memory ``c'``, 3 = output ``o``;
 * a matrix maps a column vector: ``W[g]`` has shape ``(units, in)`` and the
   gate pre-activation is ``W[g] @ x`` (cuDNN's ``[H, in]`` row-major matrix);
 * two bias vectors per gate, input-side ``bW[g]`` and recurrent-side ``bR[g]``.
 
-The equations (``shared/DESIGN.md``, reproduced to 1e-15 by
+The GRU equations (``shared/DESIGN.md``, reproduced to 1e-15 by
 :mod:`gruconv.oracle` on every golden file)::
 
     r  = σ(W[0] x + bW[0] + R[0] h + bR[0])
@@ -37,14 +42,46 @@ import numpy as np
 
 from .errors import InputError
 
-GATES = ("reset", "update", "candidate")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One row of the cell table: what a cuDNN cell type is made of.
+
+    ``gates``: gate names in cuDNN's ``linLayerID`` order (input side
+    0..G-1, recurrent side G..2G-1, one bias vector per linear layer);
+    ``states``: the recurrent states it carries, in cuDNN's argument order
+    (``hx``/``hy``, then ``cx``/``cy``).  Evidence: cuDNN's
+    ``cudnnGetRNNWeightParams`` documentation for ``CUDNN_GRU`` /
+    ``CUDNN_LSTM``; the GRU row is proven by ``shared/cudnn-golden``.
+    """
+
+    name: str
+    title: str
+    gates: tuple
+    states: tuple
+
+    @property
+    def num_gates(self) -> int:
+        return len(self.gates)
+
+    @property
+    def num_linear_layers(self) -> int:
+        return 2 * len(self.gates)
+
+
+#: The cell table.  A new cell is a row here plus its equations in the oracle.
+CELLS = {
+    "gru": Cell("gru", "GRU", ("reset", "update", "candidate"), ("h",)),
+    "lstm": Cell("lstm", "LSTM", ("input", "forget", "cell", "output"), ("h", "c")),
+}
 INPUT_MODES = ("linear", "skip")
 DTYPES = ("float16", "float32", "float64")
 
 
 @dataclass(frozen=True)
 class StackShape:
-    """Shape facts of a cuDNN GRU stack (what ``cudnnSetRNNDescriptor_v8`` takes)."""
+    """Shape facts of a cuDNN RNN stack (what ``cudnnSetRNNDescriptor_v8`` takes)."""
 
     input_size: int
     units: int
@@ -52,6 +89,7 @@ class StackShape:
     bidirectional: bool = False
     input_mode: str = "linear"
     dtype: str = "float32"
+    cell: str = "gru"
 
     def __post_init__(self) -> None:
         for name in ("input_size", "units", "num_layers"):
@@ -62,11 +100,21 @@ class StackShape:
             raise InputError(f"input_mode must be one of {INPUT_MODES}, got {self.input_mode!r}")
         if self.dtype not in DTYPES:
             raise InputError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.cell not in CELLS:
+            raise InputError(f"cell must be one of {tuple(CELLS)}, got {self.cell!r}")
         if self.input_mode == "skip" and self.input_size != self.units:
             raise InputError(
                 f"skip input mode needs input_size == units, got input_size={self.input_size}, "
                 f"units={self.units}"
             )
+
+    @property
+    def cell_spec(self) -> Cell:
+        return CELLS[self.cell]
+
+    @property
+    def gates(self) -> int:
+        return CELLS[self.cell].num_gates
 
     @property
     def num_directions(self) -> int:
@@ -91,6 +139,9 @@ class StackShape:
         return (
             f"{self.num_layers} layer(s) x {self.units} units, {d}, input size {self.input_size}, "
             f"{self.input_mode} input, {self.dtype}"
+        ) if self.cell == "gru" else (
+            f"{CELLS[self.cell].title}, {self.num_layers} layer(s) x {self.units} units, {d}, input size "
+            f"{self.input_size}, {self.input_mode} input, {self.dtype}"
         )
 
     def to_dict(self) -> dict:
@@ -101,9 +152,10 @@ class StackShape:
 class GateParams:
     """Weights of one pseudo-layer (one layer, one direction), canonical orientation.
 
-    ``input_weights``: ``(3, units, in)`` or ``None`` (skip-input layer 0);
-    ``recurrent_weights``: ``(3, units, units)``; ``input_bias`` and
-    ``recurrent_bias``: ``(3, units)``.  Gate order r, z, h.
+    ``input_weights``: ``(G, units, in)`` or ``None`` (skip-input layer 0);
+    ``recurrent_weights``: ``(G, units, units)``; ``input_bias`` and
+    ``recurrent_bias``: ``(G, units)``; G and the gate order from the
+    stack's :class:`Cell`.
     """
 
     input_weights: Optional[np.ndarray]
@@ -127,8 +179,8 @@ class GateParams:
 
 
 @dataclass
-class GRUStack:
-    """A named cuDNN GRU stack: shape facts plus one :class:`GateParams` per pseudo-layer.
+class RNNStack:
+    """A named cuDNN RNN stack: shape facts plus one :class:`GateParams` per pseudo-layer.
 
     ``name`` is where the stack came from (a Keras layer path, a checkpoint
     scope); ``provenance`` says which stored tensors defined it, for reports.
@@ -149,18 +201,18 @@ class GRUStack:
             raise InputError(
                 f"stack {self.name!r} needs {s.num_pseudo_layers} pseudo-layers, got {len(self.params)}"
             )
-        H = s.units
+        H, G = s.units, s.gates
         for layer in range(s.num_layers):
             for direction in range(s.num_directions):
                 p = self.params[s.pseudo_layer(layer, direction)]
                 where = f"stack {self.name!r} layer {layer} direction {direction}"
                 expected = {
-                    "recurrent_weights": (3, H, H),
-                    "input_bias": (3, H),
-                    "recurrent_bias": (3, H),
+                    "recurrent_weights": (G, H, H),
+                    "input_bias": (G, H),
+                    "recurrent_bias": (G, H),
                 }
                 if s.has_input_weights(layer):
-                    expected["input_weights"] = (3, H, s.layer_input_size(layer))
+                    expected["input_weights"] = (G, H, s.layer_input_size(layer))
                     if p.input_weights is None:
                         raise InputError(f"{where}: input weights missing")
                 elif p.input_weights is not None:
@@ -177,9 +229,8 @@ class GRUStack:
         return np.dtype(self.shape.dtype)
 
     def param_count(self) -> int:
-        from .cudnn_layout import params_size
-
-        return params_size(self.shape)
+        """Scalars held (equal to the opaque buffer's size: ``cudnn_layout.params_size``)."""
+        return int(sum(a.size for p in self.params for a in p.arrays().values()))
 
     def nonfinite_count(self) -> int:
         """Number of NaN/Inf values among the weights (reported, never silently fixed)."""

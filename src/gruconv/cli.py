@@ -1,8 +1,9 @@
 """The ``gruconv`` command: parse options, call :mod:`gruconv.api`, print, map errors to exit codes.
 
-Exit codes (one place: :class:`_Group`): 0 ok, 1 verification outside
-tolerance, 2 usage error, 3 input that cannot be read or converted.
-No logic lives here; no TensorFlow/Keras is imported at module level.
+Exit codes come from the error classes (:mod:`gruconv.errors`: 1 parity,
+2 usage, 3 input/output) and are turned into one stderr line in one place,
+:class:`_Group`.  No logic lives here; no TensorFlow/Keras is imported at
+module level.
 """
 
 from __future__ import annotations
@@ -134,17 +135,17 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
       gruconv convert models/ --out-dir converted/ --jobs 2 --keep-going --report r.json --junit r.xml
     """
     from . import api, report
-    from .errors import UsageError
+    from .errors import ParityError, UsageError
+    from .results import Options
 
-    options = dict(force=force, format=fmt, config=config,
-                   verify=verify, tolerance=tolerance, hints=_hints(kw), rnn=rnn, prefer=prefer,
-                   initial_state=initial_state, return_state=return_state, mask_input=mask_input)
+    options = Options(force=force, format=fmt, config=config, hints=_hints(kw), rnn=rnn, prefer=prefer,
+                      initial_state=initial_state, return_state=return_state, mask_input=mask_input)
     if out_dir is not None:
         from . import batch
 
         summary = batch.convert_many(list(paths), out_dir, jobs=jobs, keep_going=keep_going,
                                      skip_existing=skip_existing, shard=shard, report=report_path, junit=junit,
-                                     **options)
+                                     verify=verify, tolerance=tolerance, **options.to_json())
         sys.exit(summary.exit_code)
     batch_only = [n for n, v in (("--jobs", jobs), ("--keep-going", keep_going), ("--skip-existing", skip_existing),
                                  ("--shard", shard), ("--report", report_path), ("--junit", junit)) if v]
@@ -153,11 +154,11 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
     if len(paths) != 2:
         raise UsageError(f"expected INPUT OUTPUT (or INPUT... --out-dir DIR), got {len(paths)} path(s)")
     input, output = paths
-    result = api.convert(input, output, **options)
+    result = api.convert(input, output, options, verify=verify, tolerance=tolerance)
     _warn(result.warnings)
     click.echo(report.convert_text(result))
     if result.verification is not None and not result.verification["passed"]:
-        sys.exit(1)
+        sys.exit(ParityError.exit_code)
 
 
 @main.command()
@@ -187,6 +188,7 @@ def verify(input, converted, tolerance, reference, allow_tf32, batch, steps, see
       gruconv verify model.h5 model.keras --tolerance 1e-5
     """
     from . import report
+    from .errors import ParityError
     from .verify import verify as _verify
 
     rep = _verify(input, converted, tolerance=tolerance, reference=reference, allow_tf32=allow_tf32, batch=batch,
@@ -199,7 +201,7 @@ def verify(input, converted, tolerance, reference, allow_tf32, batch, steps, see
             tmp.write_text(json.dumps(data, indent=2))
     click.echo(report.verify_text(data))
     if not rep.passed:
-        sys.exit(1)
+        sys.exit(ParityError.exit_code)
 
 
 def run():  # pragma: no cover - console entry point for `python -m gruconv`

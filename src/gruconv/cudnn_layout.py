@@ -1,4 +1,4 @@
-"""Everything gruconv knows about cuDNN's opaque GRU weight space, and nothing else.
+"""Everything gruconv knows about cuDNN's opaque RNN weight space, and nothing else.
 
 Layout (cuDNN 9.19, measured; evidence: every file in ``shared/cudnn-golden``,
 whose ``opaque`` was read back after copying each canonical matrix/bias to the
@@ -7,13 +7,16 @@ address ``cudnnGetRNNWeightParams(pseudoLayer, linLayerID)`` returned, and
 
 1. all matrices first, pseudo-layer by pseudo-layer (layer 0 fw, layer 0 bw,
    layer 1 fw, ...), each pseudo-layer's matrices in ``linLayerID`` order
-   0..5 (input-side r, z, h; recurrent-side r, z, h), each ``[H, in]``
-   row-major;
+   0..2G-1 (input side, gates in the cell's order, then recurrent side; for
+   GRU r, z, h; r, z, h), each ``[H, in]`` row-major;
 2. then all biases in the same order, each ``[H]``;
 3. no padding between regions.
 
 ``CUDNN_SKIP_INPUT`` (only when input size == units): layer 0 has no input
-matrices (cuDNN returns none for linLayerID 0..2) but keeps all six biases.
+matrices (cuDNN returns none for linLayerID 0..G-1) but keeps all 2G biases.
+
+The gate count G comes from the cell table (:data:`gruconv.canonical.CELLS`);
+nothing here is specific to one cell.
 
 TensorFlow never hard-coded this layout — ``CudnnRNNCanonicalToParams`` asks
 cuDNN for each region's address — so a TF 1.x checkpoint's buffer has the
@@ -29,7 +32,7 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from .canonical import DTYPES, GateParams, StackShape
+from .canonical import CELLS, DTYPES, GateParams, StackShape
 from .errors import InputError
 
 #: Default upper bound on the layer count tried by :func:`solve_shapes` when no
@@ -39,40 +42,35 @@ MAX_LAYERS_SEARCHED = 8
 
 def _regions(shape: StackShape):
     """Yield (pseudo_layer, kind, gate, count, dims) in storage order; kind is 'W', 'R', 'bW', 'bR'."""
-    H = shape.units
+    H, G = shape.units, shape.gates
     for layer in range(shape.num_layers):
         for direction in range(shape.num_directions):
             p = shape.pseudo_layer(layer, direction)
             if shape.has_input_weights(layer):
                 n_in = shape.layer_input_size(layer)
-                for g in range(3):
+                for g in range(G):
                     yield p, "W", g, H * n_in, (H, n_in)
-            for g in range(3):
+            for g in range(G):
                 yield p, "R", g, H * H, (H, H)
     for layer in range(shape.num_layers):
         for direction in range(shape.num_directions):
             p = shape.pseudo_layer(layer, direction)
             for kind in ("bW", "bR"):
-                for g in range(3):
+                for g in range(G):
                     yield p, kind, g, H, (H,)
 
 
 def params_size(shape: StackShape) -> int:
-    """Number of scalars in the opaque buffer (``cudnnGetRNNWeightSpaceSize`` / itemsize)."""
-    H, D = shape.units, shape.num_directions
-    total = 0
-    for layer in range(shape.num_layers):
-        per_dir = 3 * H * H + 6 * H
-        if shape.has_input_weights(layer):
-            per_dir += 3 * H * shape.layer_input_size(layer)
-        total += D * per_dir
-    return total
+    """Number of scalars in the opaque buffer (``cudnnGetRNNWeightSpaceSize`` / itemsize): the sum
+    of the regions :func:`_regions` lays out, so size and layout cannot disagree."""
+    return sum(count for _, _, _, count, _ in _regions(shape))
 
 
 def unpack(buffer: np.ndarray, shape: StackShape) -> list:
     """Split an opaque buffer into canonical :class:`GateParams`, one per pseudo-layer.
 
-    The returned arrays are views of ``buffer`` where it is contiguous (no copy).
+    Each returned array is a fresh stack of the gate blocks (a copy); for
+    mapped zero-copy views see ``formats.tf1_checkpoint``.
     """
     flat = np.asarray(buffer)
     if flat.ndim != 1:
@@ -80,12 +78,13 @@ def unpack(buffer: np.ndarray, shape: StackShape) -> list:
     expected = params_size(shape)
     if flat.size != expected:
         raise InputError(
-            f"opaque buffer has {flat.size} values, a {shape.describe()} GRU needs {expected}"
+            f"opaque buffer has {flat.size} values, a {shape.describe()} {shape.cell_spec.title} "
+            f"needs {expected}"
         )
     parts: dict = {}
     offset = 0
     for p, kind, g, count, dims in _regions(shape):
-        parts.setdefault((p, kind), [None, None, None])[g] = flat[offset : offset + count].reshape(dims)
+        parts.setdefault((p, kind), [None] * shape.gates)[g] = flat[offset : offset + count].reshape(dims)
         offset += count
     out = []
     for p in range(shape.num_pseudo_layers):
@@ -119,16 +118,18 @@ def pack(params: list, shape: StackShape, dtype=None) -> np.ndarray:
     return out
 
 
-def _candidates_for(size: int, D: int, L: int, mode: str, units_range, input_size: Optional[int]):
+def _candidates_for(size: int, G: int, D: int, L: int, mode: str, units_range, input_size: Optional[int]):
+    """(input_size, units) pairs whose buffer size is ``size``: each pseudo-layer holds G recurrent
+    matrices and 2G biases, layers above 0 G input matrices of width D*H, layer 0 G of width I."""
     for H in units_range:
-        per_layer_common = D * (3 * H * H + 6 * H)
-        upper = D * (L - 1) * 3 * H * D * H
+        per_layer_common = D * (G * H * H + 2 * G * H)
+        upper = D * (L - 1) * G * H * D * H
         rest = size - L * per_layer_common - upper
         if mode == "skip":
             if rest == 0 and (input_size is None or input_size == H):
                 yield H, H
             continue
-        denom = D * 3 * H
+        denom = D * G * H
         if rest > 0 and rest % denom == 0:
             I = rest // denom
             if input_size is None or input_size == I:
@@ -145,12 +146,14 @@ def solve_shapes(
     bidirectional: Optional[bool] = None,
     input_mode: Optional[str] = None,
     max_layers: int = MAX_LAYERS_SEARCHED,
+    cell: Optional[str] = None,
 ) -> list:
     """Every :class:`StackShape` whose :func:`params_size` equals ``size`` and fits the hints.
 
     Without a ``num_layers`` hint, layer counts 1..``max_layers`` are searched.
-    Results are sorted by (layers, directions, units) so the first is the
-    simplest explanation, but callers must treat more than one as ambiguous.
+    Without a ``cell`` hint every cell of the table is tried.  Results are
+    sorted by (layers, directions, units) so the first is the simplest
+    explanation, but callers must treat more than one as ambiguous.
     """
     if dtype not in DTYPES:
         raise InputError(f"dtype must be one of {DTYPES}, got {dtype!r}")
@@ -159,21 +162,25 @@ def solve_shapes(
     directions = [1, 2] if bidirectional is None else [2 if bidirectional else 1]
     layers = range(1, max_layers + 1) if num_layers is None else [num_layers]
     modes = ["linear", "skip"] if input_mode is None else [input_mode]
+    cells = list(CELLS) if cell is None else [cell]
     out = []
-    for L in layers:
-        for D in directions:
-            for mode in modes:
-                if units is not None:
-                    units_range = [units]
-                else:
-                    # 3H^2 + 6H <= size / (D L)  bounds H.
-                    hmax = int(math.isqrt(max(size // (3 * D * L), 0))) + 1
-                    units_range = range(1, hmax + 1)
-                for I, H in _candidates_for(size, D, L, mode, units_range, input_size):
-                    s = StackShape(I, H, L, D == 2, mode, dtype)
-                    if params_size(s) == size:
-                        out.append(s)
-    out.sort(key=lambda s: (s.num_layers, s.num_directions, s.units, s.input_mode))
+    for name in cells:
+        G = CELLS[name].num_gates
+        for L in layers:
+            for D in directions:
+                for mode in modes:
+                    if units is not None:
+                        units_range = [units]
+                    else:
+                        # G H^2 + 2 G H <= size / (D L)  bounds H.
+                        hmax = int(math.isqrt(max(size // (G * D * L), 0))) + 1
+                        units_range = range(1, hmax + 1)
+                    for I, H in _candidates_for(size, G, D, L, mode, units_range, input_size):
+                        s = StackShape(I, H, L, D == 2, mode, dtype, name)
+                        if params_size(s) == size:
+                            out.append(s)
+    order = list(CELLS)
+    out.sort(key=lambda s: (order.index(s.cell), s.num_layers, s.num_directions, s.units, s.input_mode))
     return out
 
 
@@ -181,6 +188,6 @@ def iter_matrix_regions(shape: StackShape) -> Iterator[tuple]:
     """(pseudo_layer, linLayerID, offset, dims) of each matrix and bias, for reports and tests."""
     offset = 0
     for p, kind, g, count, dims in _regions(shape):
-        lin = g + (3 if kind in ("R", "bR") else 0)
+        lin = g + (shape.gates if kind in ("R", "bR") else 0)
         yield p, ("bias" if kind.startswith("b") else "matrix"), lin, offset, dims
         offset += count

@@ -22,25 +22,32 @@ cuDNN gate order r, z, h; matrices ``(units, in)``):
     (``x @ kernel``), so each gate block is the canonical matrix transposed;
     ``bias (2, 3H)`` = [input-side z, r, h; recurrent-side z, r, h].
 
-The gate reorder lives here alone: :data:`CUDNN_TO_KERAS`.
+The gate reorder lives here alone: :data:`KERAS_GATE_ORDER` (per cell), and
+the gate count comes from the cell table (:data:`gruconv.canonical.CELLS`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .canonical import GateParams
+from .canonical import CELLS, GateParams
 from .errors import InputError
 
-#: Keras gate block k holds cuDNN gate CUDNN_TO_KERAS[k]: Keras (z, r, h) = cuDNN (1, 0, 2).
-#: The permutation is its own inverse, so it also maps cuDNN order to Keras order.
-CUDNN_TO_KERAS = (1, 0, 2)
+#: Per cell: Keras gate block k holds cuDNN gate ``KERAS_GATE_ORDER[cell][k]``.
+#: GRU: Keras (z, r, h) = cuDNN (1, 0, 2) (tf_keras ``cudnn_gru.py`` packs r, z, h from
+#: z, r, h blocks); the permutation is its own inverse.  LSTM: Keras (i, f, c, o) is
+#: cuDNN's own order (tf_keras ``cudnn_lstm.py``).
+KERAS_GATE_ORDER = {"gru": (1, 0, 2), "lstm": (0, 1, 2, 3)}
+assert all(len(KERAS_GATE_ORDER[c]) == CELLS[c].num_gates for c in CELLS)
+CUDNN_TO_KERAS = KERAS_GATE_ORDER["gru"]
+_G = CELLS["gru"].num_gates
 
 
-def _blocks(a: np.ndarray, axis: int) -> list:
-    """Split a Keras ``(..., 3H)`` tensor into its three gate blocks, in cuDNN order."""
-    parts = np.split(np.asarray(a), 3, axis=axis)
-    return [parts[k] for k in CUDNN_TO_KERAS]
+def _blocks(a: np.ndarray, axis: int, cell: str = "gru") -> list:
+    """Split a Keras ``(..., G*H)`` tensor into its gate blocks, in cuDNN order."""
+    order = KERAS_GATE_ORDER[cell]
+    parts = np.split(np.asarray(a), len(order), axis=axis)
+    return [parts[k] for k in order]
 
 
 def _check(name: str, arr, expected: tuple, where: str) -> np.ndarray:
@@ -53,12 +60,12 @@ def _check(name: str, arr, expected: tuple, where: str) -> np.ndarray:
 def from_cudnngru(kernel, recurrent_kernel, bias, *, where: str = "CuDNNGRU") -> GateParams:
     """Canonical params from a ``CuDNNGRU`` layer's stored (kernel, recurrent_kernel, bias)."""
     kernel = np.asarray(kernel)
-    if kernel.ndim != 2 or kernel.shape[1] % 3:
-        raise InputError(f"{where}: kernel has shape {kernel.shape}, expected (input_size, 3*units)")
-    I, H = kernel.shape[0], kernel.shape[1] // 3
-    recurrent_kernel = _check("recurrent_kernel", recurrent_kernel, (H, 3 * H), where)
-    bias = _check("bias", bias, (6 * H,), where)
-    b = bias.reshape(2, 3 * H)
+    if kernel.ndim != 2 or kernel.shape[1] % _G:
+        raise InputError(f"{where}: kernel has shape {kernel.shape}, expected (input_size, {_G}*units)")
+    I, H = kernel.shape[0], kernel.shape[1] // _G
+    recurrent_kernel = _check("recurrent_kernel", recurrent_kernel, (H, _G * H), where)
+    bias = _check("bias", bias, (2 * _G * H,), where)
+    b = bias.reshape(2, _G * H)
     return GateParams(
         input_weights=np.stack([blk.reshape(H, I) for blk in _blocks(kernel, 1)]),
         recurrent_weights=np.stack([blk.reshape(H, H) for blk in _blocks(recurrent_kernel, 1)]),
@@ -90,7 +97,9 @@ def cudnngru_opaque(kernel, recurrent_kernel, bias) -> np.ndarray:
     bias[4H:5H], bias[3H:4H], bias[5H:]), concatenated
     (``gru_lstm_utils.canonical_to_params``).  This deliberately does not use
     :func:`from_cudnngru`: verification feeds this buffer to the reference so
-    the converter's own reading of the layout is checked, not assumed.
+    the converter's own reading of the layout is checked, not assumed.  The
+    slice positions below are the layer's own literal ones, kept as written
+    there for that reason.
     """
     k, rk, b = (np.asarray(a) for a in (kernel, recurrent_kernel, bias))
     H = rk.shape[0]
@@ -110,7 +119,7 @@ def to_keras_gru(p: GateParams, input_size: int | None = None) -> list:
     dtype = p.recurrent_weights.dtype
     if p.input_weights is None:
         eye = np.eye(input_size or H, H, dtype=dtype)
-        kernel = np.concatenate([eye] * 3, axis=1)
+        kernel = np.concatenate([eye] * _G, axis=1)
     else:
         kernel = np.concatenate([p.input_weights[g].T for g in CUDNN_TO_KERAS], axis=1)
     rkernel = np.concatenate([p.recurrent_weights[g].T for g in CUDNN_TO_KERAS], axis=1)
@@ -119,22 +128,6 @@ def to_keras_gru(p: GateParams, input_size: int | None = None) -> list:
         np.concatenate([p.recurrent_bias[g] for g in CUDNN_TO_KERAS]),
     ])
     return [np.ascontiguousarray(kernel), np.ascontiguousarray(rkernel), bias]
-
-
-def from_keras_gru(kernel, recurrent_kernel, bias, *, where: str = "GRU") -> GateParams:
-    """Canonical params from a ``GRU(reset_after=True)`` layer's weights (for verify)."""
-    kernel = np.asarray(kernel)
-    if kernel.ndim != 2 or kernel.shape[1] % 3:
-        raise InputError(f"{where}: kernel has shape {kernel.shape}, expected (input_size, 3*units)")
-    H = kernel.shape[1] // 3
-    recurrent_kernel = _check("recurrent_kernel", recurrent_kernel, (H, 3 * H), where)
-    bias = _check("bias", bias, (2, 3 * H), where)
-    return GateParams(
-        input_weights=np.stack([blk.T for blk in _blocks(kernel, 1)]),
-        recurrent_weights=np.stack([blk.T for blk in _blocks(recurrent_kernel, 1)]),
-        input_bias=np.stack(_blocks(bias[0], 0)),
-        recurrent_bias=np.stack(_blocks(bias[1], 0)),
-    )
 
 
 #: GRU settings that make a Keras GRU compute cuDNN's function (and keep its
@@ -150,3 +143,28 @@ CUDNN_COMPATIBLE_GRU = {
     "recurrent_dropout": 0.0,
     "unroll": False,
 }
+
+
+def describe_keras_layer(shape, options: dict, wrapper=None, merge_mode=None) -> str:
+    """The Keras 3 layer one converted Keras cuDNN layer becomes, as text for reports."""
+    title = shape.cell_spec.title
+    opts = "".join(f", {k}=True" for k, v in options.items() if v)
+    layer = (f"{title}(units={shape.units}, activation='tanh', recurrent_activation='sigmoid', "
+             f"reset_after=True{opts})" if shape.cell == "gru" else
+             f"{title}(units={shape.units}, activation='tanh', recurrent_activation='sigmoid'{opts})")
+    if wrapper is None:
+        return layer
+    if wrapper == "Bidirectional":
+        return f"Bidirectional({layer}, merge_mode={merge_mode!r})"
+    return f"{wrapper}({layer})"
+
+
+def describe_keras_stack(shape) -> str:
+    """The Keras 3 layers a converted cuDNN stack (TF1) becomes, as text for reports."""
+    layer = f"{shape.cell_spec.title}({shape.units})"
+    if shape.bidirectional:
+        layer = f"Bidirectional({layer}, merge_mode='concat')"
+    text = f"{shape.num_layers} x {layer}"
+    if shape.input_mode == "skip":
+        text += " (skip input: layer 0 input kernel = identity)"
+    return text

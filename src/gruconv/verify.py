@@ -30,7 +30,6 @@ outputs (a TF1 stack; a Sequential model).
 
 from __future__ import annotations
 
-import tempfile
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -39,10 +38,11 @@ from typing import Optional
 import numpy as np
 
 from . import formats
-from .canonical import GRUStack, StackShape
-from .cudnn_layout import unpack
+from .canonical import RNNStack, StackShape
+from .cudnn_layout import params_size, unpack
 from .keras_layout import cudnngru_opaque, to_cudnngru
 from .errors import InputError, ReferenceUnavailable, UsageError
+from .results import Options
 
 FLOAT16_TOLERANCE_FLOOR = 4e-3  # float16 rounding of a tanh output in [-1, 1] is ~5e-4 per step
 
@@ -106,11 +106,11 @@ class _Engine:
                 raise ReferenceUnavailable(f"cuDNN reference unavailable: {reason}")
             self.info = cudnn_ctypes.library_info()
 
-    def run(self, stack: GRUStack, x_tm: np.ndarray, h0=None, lengths=None, opaque=None) -> tuple:
+    def run(self, stack: RNNStack, x_tm: np.ndarray, h0=None, lengths=None, opaque=None) -> tuple:
         """(y, hy, y64, hy64): reference outputs and the float64 oracle's, time-major."""
         from .oracle import run_stack
 
-        y64, hy64 = run_stack(stack, x_tm, h0, lengths)
+        y64, hy64, _ = run_stack(stack, x_tm, h0, lengths)
         if self.kind == "oracle":
             return y64, hy64, y64, hy64
         from . import cudnn_ctypes
@@ -168,7 +168,9 @@ def _compare(name: str, got, ref, ref64, tolerance: float, dtype: str) -> Check:
 
 
 def _np(keras, t):
-    return np.asarray(keras.ops.convert_to_numpy(t))
+    from .formats.keras3 import to_numpy
+
+    return to_numpy(t)
 
 
 # --------------------------------------------------------------------------- Keras HDF5 models
@@ -238,7 +240,7 @@ def _reference_rnn(rnn, x_bt: np.ndarray, engine: _Engine) -> tuple:
         xi = x[:, ::-1] if reverse_input else x
         shape = StackShape(s.input_size, s.units, 1, False, "linear", s.dtype)
         buf = cudnngru_opaque(*to_cudnngru(params))
-        uni = GRUStack(rnn.path, shape, unpack(buf, shape))
+        uni = RNNStack(rnn.path, shape, unpack(buf, shape))
         y, hy, y64, hy64 = engine.run(uni, np.ascontiguousarray(xi.transpose(1, 0, 2)), opaque=buf)
         return (y.transpose(1, 0, 2), hy[0]), (y64.transpose(1, 0, 2), hy64[0])
 
@@ -372,29 +374,23 @@ def _verify_stack(stack, opaque, model, engine, report, rng, tolerance, user_inp
 # --------------------------------------------------------------------------- entry point
 
 def _keras():
-    from ._lazy import keras
+    from .formats.keras3 import keras
 
     return keras()
 
 
-def _load_inputs(path) -> list:
-    try:
-        with np.load(path, allow_pickle=False) as d:
-            return [d[k] for k in d.files]
-    except (OSError, ValueError) as e:
-        raise InputError(f"cannot read inputs ({e})", path=path) from None
-
-
-def verify(input, converted=None, *, tolerance: float = 1e-5, reference: str = "auto", allow_tf32: bool = False,
-           batch: int = 2, steps: int = 8, seed: int = 0, inputs=None, config=None, hints=None, prefer=None,
-           rnn=None) -> VerifyReport:
+def verify(input, converted=None, options: Optional[Options] = None, *, tolerance: float = 1e-5,
+           reference: str = "auto", allow_tf32: bool = False, batch: int = 2, steps: int = 8, seed: int = 0,
+           inputs=None, **kw) -> VerifyReport:
     """Run the original parameters through the reference and the converted model on the CPU; compare.
 
-    Without ``converted``, converts in memory (a temporary file) first.
-    Never raises for a parity failure: the report says; the CLI decides.
+    Without ``converted``, the model is built in memory by the format's
+    ``to_keras`` — the same code ``convert`` saves from.  Never raises for a
+    parity failure: the report says; the CLI decides.
     """
-    from . import api
+    from .formats import keras3
 
+    opts = Options.of(options, **kw)
     input = Path(input)
     kind, reason = _choose_reference(reference)
     engine = _Engine(kind, allow_tf32)
@@ -408,24 +404,20 @@ def verify(input, converted=None, *, tolerance: float = 1e-5, reference: str = "
     rng = np.random.default_rng(seed)
     user_inputs = _load_inputs(inputs) if inputs else None
     fmt = formats.detect(input)
+    module = formats.module(fmt)
+    doc = module.read(input, opts)
     keras = _keras()
     report.environment = {"keras": keras.__version__, "backend": keras.backend.backend(), **engine.info}
-    # The converted side is built, loaded and run on the CPU whatever the backend's default device.
-    with tempfile.TemporaryDirectory(prefix="gruconv-verify-") as td, warnings.catch_warnings(), _cpu(keras):
+    with warnings.catch_warnings(), keras3.cpu():
         warnings.simplefilter("ignore")
         if fmt == "keras-h5":
-            from .formats import keras_h5
-
-            doc = keras_h5.read(input, config=api._load_config(config))
             if not doc.rnns:
                 report.notes.append("nothing to convert: no CuDNNGRU layers")
                 report.nothing_to_convert = True
                 return report
-            model = _converted_keras_model(doc, converted, Path(td), config)
+            model = _converted_keras_model(module, doc, converted, opts)
             _verify_keras_h5(doc, model, engine, report, rng, tolerance, user_inputs)
         else:
-            reader = formats.reader(fmt)
-            doc = reader.read(input, hints=hints, prefer=prefer, rnn=rnn)
             if not doc.stacks:
                 if doc.possible_buffers:
                     keys = ", ".join(b["key"] for b in doc.possible_buffers[:5])
@@ -434,12 +426,16 @@ def verify(input, converted=None, *, tolerance: float = 1e-5, reference: str = "
                 report.notes.append("nothing to convert: no cuDNN GRU stacks")
                 report.nothing_to_convert = True
                 return report
+            built = dict((id(e), m) for e, m in module.to_keras(doc, opts)) if converted is None else {}
             for found in doc.stacks:
-                if found.stack is None:
-                    raise UsageError(f"stack {found.scope!r}: buffer shape is ambiguous; give shape hints",
-                                     path=input)
-                model = _converted_stack_model(found, converted, Path(td), len(doc.stacks))
-                opaque = _stored_buffer(input, found)
+                if converted is None:
+                    model = built[id(found)]
+                else:
+                    target = Path(converted)
+                    if target.is_dir():
+                        target = target / (found.scope.replace("/", "__") + ".keras")
+                    model = keras3.load(target)
+                opaque = _stored_buffer(doc, found)
                 if opaque is None and engine.kind == "cudnn":
                     report.notes.append(f"{found.scope}: no stored opaque buffer; cuDNN was fed the canonical "
                                         "weights packed in this cuDNN's layout")
@@ -448,92 +444,39 @@ def verify(input, converted=None, *, tolerance: float = 1e-5, reference: str = "
     return report
 
 
-def _stored_buffer(path, found) -> Optional[np.ndarray]:
+def _load_inputs(path) -> list:
+    from .inputs import load_npz
+
+    return list(load_npz(Path(path), what="verify inputs (.npz)").values())
+
+
+def _stored_buffer(doc, found) -> Optional[np.ndarray]:
     """The checkpoint's own opaque buffer (what the original ran), when its size fits the stack."""
     if not found.opaque_key:
         return None
-    from .cudnn_layout import params_size
-    from .tfbundle import open_bundle
-
-    with open_bundle(path) as b:
-        buf = b.read(found.opaque_key)
+    buf = np.array(doc.reader.bundle.read(found.opaque_key))
+    doc.reader.release()
     if buf.size != params_size(found.stack.shape):
         return None
     return buf.astype(found.stack.shape.dtype, copy=False)
 
 
-class _cpu:
-    """Run the converted side on the CPU whatever the backend."""
-
-    def __init__(self, keras):
-        self.keras = keras
-        self.ctx = None
-
-    def __enter__(self):
-        try:
-            # torch: "cpu:0" makes Keras create the GRU's integer seed variable as a trainable
-            # Parameter ("Only Tensors of floating point ... can require gradients", Keras 3.15);
-            # plain "cpu" does not.  TensorFlow and JAX take "cpu:0".
-            name = "cpu" if self.keras.backend.backend() == "torch" else "cpu:0"
-            self.ctx = self.keras.device(name)
-            self.ctx.__enter__()
-        except Exception:  # noqa: BLE001 - older Keras without keras.device
-            self.ctx = None
-        return self
-
-    def __exit__(self, *exc):
-        if self.ctx is not None:
-            return self.ctx.__exit__(*exc)
-        return False
-
-
-def _converted_keras_model(doc, converted, td: Path, config):
-    keras = _keras()
-    from .formats import keras3, keras_h5
+def _converted_keras_model(module, doc, converted, opts: Options):
+    from .formats import keras3
 
     if converted is None:
-        # The model `convert` would save, built the same way (legacy file with GRUs, Keras 3's loader,
-        # original initializers put back) but not saved and re-loaded: loading a float16 .keras on the
-        # torch backend fails in Keras's Orthogonal initializer (no QR for Half in torch).
-        if doc.model_config is None:
-            raise UsageError("a weights-only file needs --config ARCH.json to be verified", path=doc.path)
-        legacy = td / "converted.h5"
-        keras_h5.write(doc, legacy, include_model=True, include_training=False, zero_init=True)
-        model = keras3.load_legacy(legacy, compile=False, source=doc.path)
-        keras3.restore_initializers(model, keras_h5.original_initializers(doc), source=doc.path)
+        # The model `convert` would save, built by the same code, but not saved and re-loaded: loading a
+        # float16 .keras on the torch backend fails in Keras's Orthogonal initializer (no QR for Half).
+        model, _ = module.to_keras(doc, opts)
         return model
     converted = Path(converted)
     if not converted.exists():
         raise InputError("converted model not found", path=converted)
     if converted.suffix == ".keras":
-        try:
-            return keras.saving.load_model(str(converted), safe_mode=True)
-        except Exception as e:  # noqa: BLE001 - any Keras failure means an unreadable model
-            raise InputError(f"cannot load converted model ({str(e).splitlines()[0][:200]})",
-                             path=converted) from None
+        return keras3.load(converted)
     # a converted weights-only .h5: rebuild the architecture (GRU in place of CuDNNGRU), then load it
     if doc.model_config is None:
         raise UsageError("verifying a weights .h5 needs --config ARCH.json", path=doc.path)
-    legacy = td / "arch.h5"
-    keras_h5.write(doc, legacy, include_model=True, include_training=False, zero_init=True)
-    model = keras3.load_legacy(legacy, compile=False, source=doc.path)
-    try:
-        model.load_weights(str(converted))
-    except Exception as e:  # noqa: BLE001
-        raise InputError(f"cannot load converted weights ({str(e).splitlines()[0][:200]})", path=converted) from None
+    model, _ = module.to_keras(doc, opts)
+    keras3.load_weights(model, converted)
     return model
-
-
-def _converted_stack_model(found, converted, td: Path, n_stacks: int):
-    keras = _keras()
-    from .formats import keras3
-
-    if converted is None:
-        return keras3.build_stack_model(found.stack, initial_state=True, return_state=True, name=found.scope)
-    converted = Path(converted)
-    if converted.is_dir():
-        converted = converted / (found.scope.replace("/", "__") + ".keras")
-    try:
-        return keras.saving.load_model(str(converted), safe_mode=True)
-    except Exception as e:  # noqa: BLE001
-        raise InputError(f"cannot load converted model ({str(e).splitlines()[0][:200]})", path=converted) from None

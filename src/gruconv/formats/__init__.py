@@ -1,7 +1,29 @@
 """The registry of input formats, detected from content (never from the file extension alone).
 
-Each format module offers ``sniff(path) -> bool`` and ``read(path, ...)``; a
-new format is one module and one line in :data:`READERS`.
+Every input-format module offers the same verbs (pandoc's readers list is the model):
+
+``sniff(path) -> bool``
+    cheap content check, no exceptions;
+``read(path, options) -> doc``
+    the file's structure plus its stacks in the canonical model
+    (:mod:`gruconv.canonical`), every problem a ``GruconvError``;
+``inspect(doc) -> dict``
+    the one inspect schema (``file``, ``format``, ``kind``, ``summary``,
+    ``rnns`` [``name``, ``cell``, ``kind``, ``shape``, ``params``,
+    ``converts_to``, ``nonfinite_weights``, ``details``], ``details``);
+``check_outputs(doc, output, options)``
+    refuse unwritable or forbidden targets before any work;
+``convert(doc, output, options) -> ConvertResult``
+    write the Keras 3 output(s) through :mod:`gruconv.formats.keras3`;
+``to_keras(doc, options)``
+    the same model(s) in memory, for ``verify``;
+``output_name(path, options, stem) -> str``
+    batch mode's output name;
+``input_files(path) -> list``
+    every file a conversion reads.
+
+A new format is one module and one line in :data:`FORMATS`; ``options`` is
+always a :class:`gruconv.results.Options`.
 """
 
 from __future__ import annotations
@@ -12,16 +34,17 @@ from pathlib import Path
 from ..errors import InputError
 
 #: name -> module path, tried in order.
-READERS = {
+FORMATS = {
     "keras-h5": "gruconv.formats.keras_h5",
     "tf1-checkpoint": "gruconv.formats.tf1_checkpoint",
 }
 
 
-def reader(name: str):
+def module(name: str):
+    """The format module registered as ``name``."""
     import importlib
 
-    return importlib.import_module(READERS[name])
+    return importlib.import_module(FORMATS[name])
 
 
 def detect(path) -> str:
@@ -42,8 +65,8 @@ def detect(path) -> str:
             raise InputError(f"cannot be read ({e.strerror})", path=path) from None
         if path.stat().st_size == 0:
             raise InputError("file is empty", path=path)
-    for name in READERS:
-        if reader(name).sniff(path):
+    for name in FORMATS:
+        if module(name).sniff(path):
             return name
     if path.is_dir():
         raise InputError("directory holds no TensorFlow checkpoint ('checkpoint' file or *.index)", path=path)

@@ -1,4 +1,10 @@
-"""Keras 3 ``.keras`` output: from a converted legacy HDF5 file, or built from GRU stacks.
+"""The Keras boundary: every Keras 3 call gruconv makes, and the ``.keras`` writer.
+
+Nothing else in gruconv imports Keras: importing, backend choice and the
+quiet start-up (:func:`keras`), loading (:func:`load`, :func:`load_legacy`),
+saving (:func:`save`), the CPU scope (:func:`cpu`), compiling from a legacy
+training config, and building models from canonical stacks all live here,
+so a Keras behaviour change is a change to this module alone.
 
 A ``.keras`` file is a zip of ``config.json``, ``metadata.json`` and
 ``model.weights.h5`` (``keras/src/saving/saving_lib.py``); gruconv lets Keras
@@ -17,17 +23,131 @@ Two routes in:
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
+import logging
+import os
 import re
+import sys
 import warnings
 from pathlib import Path
 from typing import Callable, Optional
 
-from .._lazy import keras as _keras
-from ..canonical import GRUStack
-from ..errors import UnsupportedError
+from ..canonical import RNNStack
+from ..errors import InputError, UnsupportedError
 from ..keras_layout import CUDNN_COMPATIBLE_GRU, to_keras_gru
 
 FORMAT = "keras"
+
+
+# --------------------------------------------------------------------------- import and backend
+
+def _pick_backend() -> None:
+    """Keras's default backend is TensorFlow; GPU boxes often carry only PyTorch or JAX."""
+    if os.environ.get("KERAS_BACKEND"):
+        return
+    for backend, module in (("tensorflow", "tensorflow"), ("torch", "torch"), ("jax", "jax")):
+        if importlib.util.find_spec(module) is not None:
+            os.environ["KERAS_BACKEND"] = backend
+            return
+
+
+@contextlib.contextmanager
+def _quiet_fd2():
+    """Silence file descriptor 2 for a moment: TensorFlow's C++ runtime (absl, cudart stubs)
+    writes start-up lines there that no Python setting suppresses, and the CLI promises a
+    single line on stderr for an error."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        yield
+        return
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def keras():
+    """Import and return the ``keras`` module (Keras 3), quietly.
+
+    ``gruconv --help`` and ``gruconv inspect`` never get here
+    (``tests/test_cli.py`` checks ``sys.modules``)."""
+    if "keras" in sys.modules and hasattr(sys.modules["keras"], "saving"):
+        return sys.modules["keras"]
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+    _pick_backend()
+    with warnings.catch_warnings(), _quiet_fd2():
+        warnings.simplefilter("ignore")
+        try:
+            import keras as _k  # noqa: PLC0415
+        except ImportError as e:
+            raise UnsupportedError(f"Keras 3 with a backend is needed here and could not be imported ({e}); "
+                                   "install gruconv[tensorflow], gruconv[jax] or gruconv[torch]") from None
+        if _k.backend.backend() == "tensorflow":
+            import tensorflow as tf  # noqa: PLC0415
+
+            tf.config.list_physical_devices()  # CUDA probing logs happen here, silenced
+    logging.getLogger("absl").setLevel(logging.ERROR)
+    try:
+        _k.utils.disable_interactive_logging()
+    except AttributeError:
+        pass
+    return _k
+
+
+_keras = keras
+
+
+def cpu():
+    """A context that places the converted side on the CPU whatever the backend's default device.
+
+    torch: ``"cpu:0"`` makes Keras 3.15 create the GRU's integer seed variable
+    as a trainable Parameter ("Only Tensors of floating point ... can require
+    gradients"); plain ``"cpu"`` does not.  TensorFlow and JAX take ``"cpu:0"``.
+    """
+    k = keras()
+    try:
+        return k.device("cpu" if k.backend.backend() == "torch" else "cpu:0")
+    except Exception:  # noqa: BLE001 - older Keras without keras.device
+        return contextlib.nullcontext()
+
+
+def _first_line(e: BaseException, limit: int = 300) -> str:
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if len(msg) > limit:
+        msg = msg[:limit].rsplit(" ", 1)[0] + " ..."
+    return msg
+
+
+def load(path: Path, *, compile: bool = True):
+    """``keras.saving.load_model(path)`` as a user calls it (safe mode); failures are one-line errors."""
+    k = keras()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return k.saving.load_model(str(path), compile=compile, safe_mode=True)
+    except Exception as e:  # noqa: BLE001 - any Keras failure means an unreadable model
+        raise InputError(f"cannot load converted model ({_first_line(e, 200)})", path=path) from None
+
+
+def load_weights(model, path: Path) -> None:
+    try:
+        model.load_weights(str(path))
+    except Exception as e:  # noqa: BLE001
+        raise InputError(f"cannot load converted weights ({_first_line(e, 200)})", path=path) from None
+
+
+def to_numpy(t):
+    import numpy as np
+
+    return np.asarray(keras().ops.convert_to_numpy(t))
 
 
 def load_legacy(h5_path: Path, *, compile: bool, source=None):
@@ -35,16 +155,13 @@ def load_legacy(h5_path: Path, *, compile: bool, source=None):
 
     ``source``: the user's input file, named in the error (the legacy file is a temporary).
     """
-    keras = _keras()
+    k = keras()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return keras.saving.load_model(str(h5_path), compile=compile, safe_mode=True)
+            return k.saving.load_model(str(h5_path), compile=compile, safe_mode=True)
     except Exception as e:  # Keras raises ValueError/TypeError/KeyError for unknown configs
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        if len(msg) > 300:
-            msg = msg[:300].rsplit(" ", 1)[0] + " ..."
-        raise UnsupportedError(f"Keras 3 cannot rebuild this model: {msg}", path=source) from None
+        raise UnsupportedError(f"Keras 3 cannot rebuild this model: {_first_line(e)}", path=source) from None
 
 
 def compile_from_training_config(model, training_config: str) -> Optional[str]:
@@ -74,6 +191,9 @@ def compile_from_training_config(model, training_config: str) -> Optional[str]:
             warnings.simplefilter("ignore")
             model.compile(optimizer=cls(**cfg), loss=tc.get("loss"), metrics=tc.get("metrics"),
                           loss_weights=tc.get("loss_weights"), weighted_metrics=tc.get("weighted_metrics"))
+            # A built optimizer saves its (fresh) slot variables, so load_model restores it without
+            # "Skipping variable loading for optimizer" warnings.
+            model.optimizer.build(model.trainable_variables)
         return None
     except Exception as e:  # noqa: BLE001 - any refusal means: write the model uncompiled, and say so
         msg = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
@@ -118,7 +238,7 @@ def restore_initializers(model, originals: dict, source=None) -> None:
         visit(sub, sub.name)
 
 
-def save(model, out_tmp: Path) -> None:
+def save(model, out_tmp: Path, *, check: bool = True) -> None:
     """``model.save``, with the weights file staged on disk rather than in memory.
 
     Keras 3 (``keras/src/saving/saving_lib.py`` ``_save_model_to_fileobj``)
@@ -149,10 +269,43 @@ def save(model, out_tmp: Path) -> None:
             with staging_dir(Path(out_tmp).parent) as td:
                 staged = Path(td) / "model.keras"
                 model.save(str(staged))
+                if check:
+                    check_reload(staged, model)
                 os.replace(staged, out_tmp)
         finally:
             if original is not None:
                 saving_lib.is_memory_sufficient = original
+
+
+def check_reload(path: Path, model) -> None:
+    """Prove the written file is what the user will get: plain ``keras.saving.load_model(path)``
+    (default arguments: compiled, safe mode) opens it and every weight comes back bit for bit.
+
+    The output contract (``shared/DESIGN.md``) promises exactly this; checking
+    the file itself, not the in-memory model, also catches what a Keras
+    version writes but cannot read back (a compile config it cannot
+    deserialize, say).  Cost: ``docs/benchmarks.md``.
+    """
+    import numpy as np
+
+    k = keras()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            loaded = k.saving.load_model(str(path))
+    except Exception as e:  # noqa: BLE001 - the file is not what we promise: refuse it
+        raise UnsupportedError(f"the converted model does not load back with keras.saving.load_model "
+                               f"({_first_line(e, 200)}); nothing written") from None
+    want, got = model.weights, loaded.weights
+    if len(want) != len(got):
+        raise UnsupportedError(f"the converted model loads back with {len(got)} weights, expected "
+                               f"{len(want)}; nothing written")
+    for a, b in zip(want, got):
+        x, y = to_numpy(a), to_numpy(b)
+        if x.shape != y.shape or not np.array_equal(x, y, equal_nan=x.dtype.kind == "f"):
+            raise UnsupportedError(f"weight {a.path!r} does not load back unchanged from the converted "
+                                   "model; nothing written")
+    del loaded
 
 
 def _identifier(scope: str) -> str:
@@ -197,7 +350,7 @@ class _Given:
         return value
 
 
-def _params_weights(stack: GRUStack) -> Callable:
+def _params_weights(stack: RNNStack) -> Callable:
     """``layer_weights`` from ``stack.params`` (:func:`gruconv.keras_layout.to_keras_gru`), one
     pseudo-layer's arrays at a time, each handed out once."""
     s = stack.shape
@@ -215,7 +368,7 @@ def _params_weights(stack: GRUStack) -> Callable:
     return weight
 
 
-def build_stack_model(stack: GRUStack, *, initial_state: bool = False, return_state: bool = False,
+def build_stack_model(stack: RNNStack, *, initial_state: bool = False, return_state: bool = False,
                       mask_input: bool = False, name: Optional[str] = None,
                       layer_weights: Optional[Callable] = None, given_init: bool = True):
     """A Keras 3 model computing the cuDNN stack, batch-major.

@@ -15,16 +15,20 @@ File structure (Keras 2 ``keras/engine/saving.py``; tf_keras
 
 Reading produces a :class:`KerasH5Model`: the file's structure plus one
 :class:`KerasRNN` per ``CuDNNGRU``, whose weights are a canonical
-:class:`~gruconv.canonical.GRUStack`.  Writing produces the same legacy
+:class:`~gruconv.canonical.RNNStack`.  Writing produces the same legacy
 format with every ``CuDNNGRU`` replaced by ``GRU(reset_after=True, ...)``
 and its weights in GRU orientation — a file Keras 3's own legacy loader
 (``keras.saving.load_model`` / ``Model.load_weights``) accepts; every other
 layer, weight and attribute is copied unchanged, byte for byte (``H5Ocopy``).
 
 Code inside a model file is never executed: configs are read as JSON, and a
-``Lambda`` layer (marshalled Python bytecode) is refused unless the caller
-explicitly allows it to be carried through (Keras 3 then loads it only with
-``safe_mode=False``, which gruconv never does).
+model with a ``Lambda`` layer (marshalled Python bytecode) is refused as a
+``.keras`` target, since building it would run that code; ``--format
+h5-weights`` still writes its converted weights, which carry no code.
+
+Registry verbs (:mod:`gruconv.formats`): :func:`sniff`, :func:`read`,
+:func:`inspect`, :func:`check_outputs`, :func:`convert`, :func:`to_keras`,
+:func:`output_name`, :func:`input_files`.
 """
 
 from __future__ import annotations
@@ -37,9 +41,11 @@ from typing import Optional
 
 
 from .. import h5safe
-from ..canonical import GRUStack, StackShape
-from ..errors import GruconvError, InputError, OutputError, UnsupportedError
-from ..keras_layout import CUDNN_COMPATIBLE_GRU, from_cudnngru, to_keras_gru
+from ..canonical import RNNStack, StackShape
+from ..cudnn_layout import params_size
+from ..errors import GruconvError, InputError, OutputError, UnsupportedError, UsageError
+from ..keras_layout import CUDNN_COMPATIBLE_GRU, describe_keras_layer, from_cudnngru, to_keras_gru
+from ..results import ConvertResult, Options
 
 FORMAT = "keras-h5"
 
@@ -69,10 +75,10 @@ class KerasRNN:
     shape: StackShape              # 1 layer; bidirectional when wrapped in Bidirectional
     datasets: list                 # per direction: {role: dataset path} in the weight group
     source: Path = None            # the HDF5 file the weights are read from, on demand
-    _stack: Optional[GRUStack] = field(default=None, repr=False)
+    _stack: Optional[RNNStack] = field(default=None, repr=False)
 
     @property
-    def stack(self) -> GRUStack:
+    def stack(self) -> RNNStack:
         """The canonical weights, read from :attr:`source` when first asked for.
 
         Reading on demand keeps one layer's weights in memory at a time when
@@ -293,7 +299,7 @@ def _rnn_from_weights(path: Path, rpath: str, top: str, cfg: dict, wrapper_cfg: 
                     [{r: ds.name for r, ds in roles.items()} for roles in found], source=path)
 
 
-def _load_stack(rnn: KerasRNN) -> GRUStack:
+def _load_stack(rnn: KerasRNN) -> RNNStack:
     """Read one CuDNNGRU's tensors and turn them into canonical weights (cuDNN orientation)."""
     path = rnn.source
     params = []
@@ -308,16 +314,18 @@ def _load_stack(rnn: KerasRNN) -> GRUStack:
                                             where=where))
             except InputError as e:
                 raise InputError(e.message, path=path) from None
-    return GRUStack(rnn.path, rnn.shape, params, provenance={"format": FORMAT, "datasets": rnn.datasets})
+    return RNNStack(rnn.path, rnn.shape, params, provenance={"format": FORMAT, "datasets": rnn.datasets})
 
 
-def read(path, *, config: Optional[dict] = None) -> KerasH5Model:
-    """Read a legacy Keras HDF5 model or weights file; ``config`` supplies an architecture
-    (``model.to_json()``) for a weights-only file.
+def read(path, options: Optional[Options] = None, **kw) -> KerasH5Model:
+    """Read a legacy Keras HDF5 model or weights file; ``options.config`` supplies an architecture
+    (``model.to_json()``, a path or a dict) for a weights-only file.
 
     Every problem is a :class:`~gruconv.errors.GruconvError` naming ``path``.
     """
     path = Path(path)
+    opts = Options.of(options, **kw)
+    config = _architecture(opts.config)
     try:
         return _read(path, config)
     except GruconvError as e:
@@ -654,3 +662,179 @@ def write(doc: KerasH5Model, out_path, *, include_model: bool = True, include_tr
         if current.get("rnn") is not None:
             current["rnn"].release()
     return nonfinite
+
+
+# --------------------------------------------------------------------------- registry verbs
+
+def _architecture(config) -> Optional[dict]:
+    """``--config``: a dict as given, or a JSON file read through :mod:`gruconv.inputs` (size and
+    nesting bounded)."""
+    if config is None or isinstance(config, dict):
+        return config
+    from ..inputs import load_json
+
+    return load_json(Path(config), "an architecture JSON (--config)")
+
+
+def _kind(rnn: KerasRNN) -> str:
+    return "CuDNNGRU" if rnn.wrapper is None else f"{rnn.wrapper}(CuDNNGRU)"
+
+
+def _rnn_entry(rnn: KerasRNN, nonfinite: Optional[int] = None) -> dict:
+    """One CuDNNGRU in the inspect / convert schema (``gruconv.results``).
+
+    ``nonfinite`` None: count NaN/Inf by reading this layer's weights now (inspect), then let them go.
+    """
+    if nonfinite is None:
+        nonfinite = rnn.stack.nonfinite_count()
+        rnn.release()
+    opts = {k: v for k, v in rnn.options.items() if v}
+    return {
+        "name": rnn.path, "cell": rnn.shape.cell, "kind": _kind(rnn), "shape": rnn.shape.to_dict(),
+        "params": params_size(rnn.shape), "nonfinite_weights": nonfinite,
+        "converts_to": describe_keras_layer(rnn.shape, opts, rnn.wrapper, rnn.merge_mode),
+        "options": opts, "merge_mode": rnn.merge_mode, "details": [],
+    }
+
+
+def inspect(doc: KerasH5Model) -> dict:
+    """The inspect document (one schema for every format: ``file``, ``format``, ``summary``, ``rnns``)."""
+    what = "Keras HDF5 model" if doc.kind == "model" else "Keras HDF5 weights (no architecture)"
+    ver = f"keras {doc.keras_version}" if doc.keras_version else "keras version unknown"
+    details = []
+    if not doc.rnns:
+        details.append("no CuDNNGRU layers: nothing to convert")
+    if doc.lambdas:
+        details.append(f"Lambda layers (refused by convert): {', '.join(doc.lambdas)}")
+    if doc.optimizer_weight_count:
+        details.append(f"optimizer state: {doc.optimizer_weight_count} tensors (dropped by convert)")
+    model_name = None
+    if isinstance(doc.model_config, dict) and isinstance(doc.model_config.get("config"), dict):
+        model_name = doc.model_config["config"].get("name")
+    return {
+        "file": str(doc.path), "format": FORMAT, "kind": doc.kind,
+        "summary": f"{what} ({ver}), {len(doc.layer_names)} top-level layer(s)",
+        "rnns": [_rnn_entry(r) for r in doc.rnns],
+        "details": details,
+        "keras_version": doc.keras_version, "backend": doc.backend, "model_name": model_name,
+        "layers": len(doc.layer_names),
+        "plain_gru_layers": doc.other_gru_layers, "lambda_layers": doc.lambdas,
+        "optimizer_weights": doc.optimizer_weight_count,
+        "training_config": doc.training_config is not None,
+    }
+
+
+def output_format(output: Path, opts: Options) -> str:
+    """``keras`` or ``h5-weights``: ``--format``, else the output's extension."""
+    if opts.format is not None:
+        return opts.format
+    if output.suffix.lower() in (".h5", ".hdf5"):
+        return "h5-weights"
+    if output.suffix.lower() == ".keras":
+        return "keras"
+    raise UsageError(f"cannot tell the output format from {output.name!r}: use a .keras or .h5 name, or --format",
+                     path=output)
+
+
+def output_name(path: Path, opts: Options, stem: str) -> str:
+    """Batch mode: the output file name for an input whose mirrored name without suffix is ``stem``."""
+    if opts.format == "h5-weights":
+        return stem + ".h5"
+    if opts.format == "keras" or opts.config is not None:
+        return stem + ".keras"
+    try:
+        with _open(Path(path)) as f:
+            weights_only = "model_config" not in f.attrs and "layer_names" in f.attrs
+    except GruconvError:
+        weights_only = False  # the conversion itself reports what is wrong
+    return stem + (".h5" if weights_only else ".keras")
+
+
+def input_files(path: Path) -> list:
+    """Every file a conversion of ``path`` reads (for output-vs-input checks)."""
+    return [Path(path)]
+
+
+def check_outputs(doc: KerasH5Model, output: Path, opts: Options) -> None:
+    """Refuse what this conversion cannot or must not write, before any work is done."""
+    from ..outputs import check_target
+
+    out_fmt = output_format(output, opts)
+    if doc.lambdas and out_fmt == "keras":
+        # Building a Keras model calls every layer on symbolic inputs: a Lambda's code would run.
+        raise UnsupportedError(
+            f"model has Lambda layer(s) {', '.join(doc.lambdas)} holding Python code; gruconv never runs it, "
+            "and a .keras model cannot be built without running it (--format h5-weights writes the "
+            "converted weights alone, no code)", path=doc.path)
+    if out_fmt == "keras" and doc.model_config is None and doc.rnns:
+        raise UsageError("a weights-only file needs --config ARCH.json (the model's to_json()) to become "
+                         "a .keras model; or write a .h5 weights file", path=doc.path)
+    check_target(output, force=opts.force)
+
+
+def to_keras(doc: KerasH5Model, opts: Optional[Options] = None):
+    """The converted Keras 3 model, in memory: the model ``convert`` saves, built the same way.
+
+    A legacy file with GRUs in place of CuDNNGRUs is written to a private
+    directory, Keras 3's own legacy loader builds the model (every other layer
+    is rebuilt by Keras itself), and the original initializers are put back.
+    Returns ``(model, nonfinite)``: NaN/Inf counts per CuDNNGRU, counted while
+    the weights were transformed (read once).
+    """
+    import tempfile
+
+    from . import keras3
+
+    if doc.model_config is None:
+        raise UsageError("a weights-only file needs --config ARCH.json (the model's to_json()) to become "
+                         "a Keras model", path=doc.path)
+    with tempfile.TemporaryDirectory(prefix="gruconv-") as td:
+        legacy = Path(td) / "converted.h5"
+        nonfinite = write(doc, legacy, include_model=True, include_training=False, zero_init=True)
+        model = keras3.load_legacy(legacy, compile=False, source=doc.path)
+    keras3.restore_initializers(model, original_initializers(doc), source=doc.path)
+    return model, nonfinite
+
+
+def convert(doc: KerasH5Model, output: Path, opts: Optional[Options] = None) -> ConvertResult:
+    """Write ``doc`` converted: a ``.keras`` model, or a legacy-layout weights ``.h5``."""
+    from ..outputs import atomic_path
+
+    opts = opts or Options()
+    output = Path(output)
+    result = ConvertResult(input=str(doc.path), format=FORMAT)
+    if not doc.rnns:
+        result.nothing_to_convert = True
+        if not opts.force:
+            return result
+    check_outputs(doc, output, opts)
+    out_fmt = output_format(output, opts)
+    for rnn in doc.rnns:
+        if (rnn.config.get("config") or {}).get("bias_constraint"):
+            result.warnings.append(
+                f"{rnn.path}: bias_constraint carried over, but GRU's bias is (2, 3*units) where CuDNNGRU's was "
+                "(6*units,): an axis-based constraint (e.g. MaxNorm) acts differently if you train further")
+    if doc.optimizer_weight_count:
+        result.warnings.append(
+            f"optimizer state ({doc.optimizer_weight_count} tensors) dropped: its slots follow the CuDNNGRU "
+            "weight layout; the converted model starts with a fresh optimizer")
+    if out_fmt == "h5-weights":
+        with atomic_path(output, force=opts.force, suffix=".h5") as tmp:
+            nonfinite = write(doc, tmp, include_model=False)
+    else:
+        from . import keras3
+
+        model, nonfinite = to_keras(doc, opts)
+        if doc.training_config:
+            problem = keras3.compile_from_training_config(model, doc.training_config)
+            if problem:
+                result.warnings.append(problem)
+        with atomic_path(output, force=opts.force, suffix=".keras") as tmp:
+            keras3.save(model, tmp)
+    for rnn in doc.rnns:
+        bad = nonfinite.get(rnn.path, 0)
+        result.rnns.append(_rnn_entry(rnn, bad))
+        if bad:
+            result.warnings.append(f"{rnn.path}: {bad} NaN/Inf weight value(s) carried over unchanged")
+    result.outputs.append(str(output))
+    return result

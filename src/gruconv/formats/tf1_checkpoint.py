@@ -61,9 +61,11 @@ from typing import Optional
 
 import numpy as np
 
-from ..canonical import GateParams, GRUStack, StackShape
+from ..canonical import GateParams, RNNStack, StackShape
 from ..cudnn_layout import iter_matrix_regions, params_size, solve_shapes
 from ..errors import GruconvError, InputError, OutputError, UnsupportedError, UsageError
+from ..keras_layout import describe_keras_stack
+from ..results import ConvertResult, Options
 from .. import tfbundle
 
 FORMAT = "tf1-checkpoint"
@@ -139,7 +141,7 @@ class CheckpointStack:
     """
 
     scope: str
-    stack: Optional[GRUStack]
+    stack: Optional[RNNStack]
     source: str
     style: str                              # "1.5", "1.4", "1.3" or "opaque-only"
     opaque_key: Optional[str] = None
@@ -188,14 +190,7 @@ class CheckpointDoc:
 
 
 def _converts_to(shape: Optional[StackShape]) -> Optional[str]:
-    if shape is None:
-        return None
-    gru = f"GRU({shape.units})"
-    layer = f"Bidirectional({gru}, merge_mode='concat')" if shape.bidirectional else gru
-    text = f"{shape.num_layers} x {layer}"
-    if shape.input_mode == "skip":
-        text += " (skip input: layer 0 input kernel = identity)"
-    return text
+    return None if shape is None else describe_keras_stack(shape)
 
 
 # --------------------------------------------------------------------------- sniff
@@ -482,7 +477,7 @@ def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def _nonfinite(p: GateParams) -> int:
-    """NaN/Inf values among one pseudo-layer's weights (as GRUStack.nonfinite_count counts them).
+    """NaN/Inf values among one pseudo-layer's weights (as RNNStack.nonfinite_count counts them).
 
     A finite sum proves there are none (NaN and Inf propagate through a sum;
     an overflowing sum of finite values only sends it to the exact count), so
@@ -621,18 +616,16 @@ class _CrossCheck:
 # --------------------------------------------------------------------------- read
 
 
-def read(path, *, hints: Optional[dict] = None, prefer: Optional[str] = None,
-         rnn: Optional[str] = None) -> CheckpointDoc:
+def read(path, options: Optional[Options] = None, **kw) -> CheckpointDoc:
     """Find every cuDNN GRU stack in a TF 1.x checkpoint and read its weights (no TensorFlow).
 
-    Stacks are found from the index alone; then ``rnn`` (a scope or buffer
-    key), else a ``variable`` hint, selects among them, and only the
+    Stacks are found from the index alone; then ``options.rnn`` (a scope or
+    buffer key), else a ``variable`` hint, selects among them, and only the
     selected stacks' tensors are read.  The shape hints describe the
     selected opaque-only stack(s).
     """
-    h = _norm_hints(hints)
-    if prefer not in (None, "canonical", "opaque"):
-        raise UsageError(f"prefer must be 'canonical' or 'opaque', got {prefer!r}")
+    opts = Options.of(options, **kw)
+    h, prefer, rnn = _norm_hints(opts.hints), opts.prefer, opts.rnn
     r = _Reader(path)
     b = r.bundle
     keys = b.keys()
@@ -772,7 +765,7 @@ def read(path, *, hints: Optional[dict] = None, prefer: Optional[str] = None,
             if "/" in k and k.rsplit("/", 1)[0] in vectors:
                 continue  # an optimizer slot of another vector
             info = b.info(k)
-            if solve_shapes(info.shape[0], dtype=info.dtype, max_layers=4):
+            if solve_shapes(info.shape[0], dtype=info.dtype, max_layers=4, cell="gru"):
                 possible.append({"key": k, "size": info.shape[0], "dtype": info.dtype})
     return CheckpointDoc(
         path=str(path), prefix=str(b.prefix), num_shards=b.num_shards, tensor_count=len(b),
@@ -803,7 +796,7 @@ def _load_canonical(r: _Reader, entry: CheckpointStack, prefer: Optional[str], h
     elif entry.opaque_size != size:
         r.read(entry.opaque_key)  # a corrupt entry (size beyond the data file, bad crc) is an error, not a mismatch
         r.release()
-        deeper = [c for c in solve_shapes(entry.opaque_size, dtype=shape.dtype, units=shape.units,
+        deeper = [c for c in solve_shapes(entry.opaque_size, dtype=shape.dtype, units=shape.units, cell=shape.cell,
                                           input_size=shape.input_size, bidirectional=shape.bidirectional,
                                           input_mode=shape.input_mode)
                   if c.num_layers > shape.num_layers]
@@ -851,7 +844,7 @@ def _load_canonical(r: _Reader, entry: CheckpointStack, prefer: Optional[str], h
     else:
         entry.source = f"canonical tensors ({what})"
         params = cparams
-    entry.stack = GRUStack(entry.scope, shape, params,
+    entry.stack = RNNStack(entry.scope, shape, params,
                            provenance={"format": FORMAT, "scope": entry.scope, "source": entry.source,
                                        "opaque": entry.opaque_key, "style": entry.style})
 
@@ -860,7 +853,7 @@ def _solve(r: _Reader, entry: CheckpointStack, h: dict) -> None:
     size, dtype = entry.opaque_size, entry.opaque_dtype
     r.read(entry.opaque_key)  # a corrupt entry (beyond the data file, bad crc) is an input error, not a shape
     r.release()
-    cands = solve_shapes(size, dtype=dtype, **_shape_hints(h))
+    cands = solve_shapes(size, dtype=dtype, cell="gru", **_shape_hints(h))
     entry.candidates = cands
     if not cands and any(k != "variable" for k in h):
         raise UsageError(
@@ -878,7 +871,7 @@ def _solve(r: _Reader, entry: CheckpointStack, h: dict) -> None:
         for p in params:
             entry._nonfinite += _nonfinite(p)
             r.release()
-        entry.stack = GRUStack(entry.scope, shape, params,
+        entry.stack = RNNStack(entry.scope, shape, params,
                                provenance={"format": FORMAT, "scope": entry.scope, "source": entry.source,
                                            "opaque": entry.opaque_key, "style": entry.style})
     elif cands:
@@ -919,44 +912,97 @@ def _require_shape(entry: CheckpointStack, where: str) -> None:
 # --------------------------------------------------------------------------- inspect
 
 
-def inspect(path, *, hints: Optional[dict] = None, prefer: Optional[str] = None, rnn: Optional[str] = None,
-            config=None, **_ignored) -> dict:
-    """A JSON-able description of the checkpoint's GRU stacks (see ``report.checkpoint_text``)."""
-    doc = read(path, hints=hints, prefer=prefer, rnn=rnn)
-    stacks = []
-    for e in doc.stacks:
-        sh = e.shape
-        stacks.append({
-            "scope": e.scope,
-            "shape": sh.to_dict() if sh else None,
-            "params": params_size(sh) if sh else None,
-            "source": e.source,
-            "style": e.style,
-            "opaque": (f"{e.opaque_key} ({e.opaque_size} {e.opaque_dtype} values)" if e.opaque_key else None),
-            "opaque_key": e.opaque_key,
-            "buffer_size": e.opaque_size,
-            "cross_check": e.cross_check.text(),
-            "cross_check_detail": e.cross_check.to_dict(),
-            "candidates": [c.to_dict() for c in e.candidates[:100]] if sh is None else [],
-            "candidate_count": len(e.candidates),
-            "canonical_tensors": len(e.canonical_keys),
-            "slots": e.slots,
-            "nonfinite_weights": (e._nonfinite if e._nonfinite is not None else e.stack.nonfinite_count())
-            if e.stack is not None else 0,
-            "converts_to": e.converts_to(),
-        })
+def _rnn_entry(e: CheckpointStack) -> dict:
+    """One stack in the inspect / convert schema (``gruconv.results``)."""
+    sh = e.shape
+    details = [f"defined by: {e.source}"]
+    if e.opaque_key:
+        details.append(f"opaque buffer: {e.opaque_key} ({e.opaque_size} {e.opaque_dtype} values)")
+    details.append(f"cross-check: {e.cross_check.text()}")
+    if sh is None and e.candidates:
+        details.append(f"{len(e.candidates)} candidate shape(s) for {e.opaque_size} values:")
+        for c in e.candidates[:20]:
+            details.append(f"  input {c.input_size}, units {c.units}, {c.num_layers} layer(s), "
+                           f"{'bi' if c.bidirectional else 'uni'}, {c.input_mode}")
+        if len(e.candidates) > 20:
+            details.append(f"  ... {len(e.candidates) - 20} more (add --num-units/--num-layers/--direction)")
+    if e.slots:
+        details.append(f"optimizer slots (dropped by convert): {', '.join(e.slots)}")
+    return {
+        "name": e.scope,
+        "cell": sh.cell if sh else None,
+        "kind": f"cuDNN {sh.cell_spec.title}" if sh else "cuDNN RNN buffer",
+        "shape": sh.to_dict() if sh else None,
+        "params": params_size(sh) if sh else None,
+        "nonfinite_weights": (e._nonfinite if e._nonfinite is not None else e.stack.nonfinite_count())
+        if e.stack is not None else 0,
+        "converts_to": e.converts_to(),
+        "details": details,
+        "source": e.source,
+        "style": e.style,
+        "opaque_key": e.opaque_key,
+        "buffer_size": e.opaque_size,
+        "cross_check": e.cross_check.text(),
+        "cross_check_detail": e.cross_check.to_dict(),
+        "candidates": [c.to_dict() for c in e.candidates[:100]] if sh is None else [],
+        "candidate_count": len(e.candidates),
+        "canonical_tensors": len(e.canonical_keys),
+        "slots": e.slots,
+    }
+
+
+def inspect(doc: CheckpointDoc) -> dict:
+    """The inspect document (one schema for every format: ``file``, ``format``, ``summary``, ``rnns``)."""
+    details = [f"possible opaque buffer: {b['key']} ({b['size']} {b['dtype']} values): pass --variable "
+               f"{b['key']} and shape hints to use it" for b in doc.possible_buffers]
+    details += [f"! {w}" for w in doc.warnings]
+    details.append(f"other tensors: {len(doc.other_keys)} ({doc.other_bytes} bytes), copied to OUT.rest.npz "
+                   "by convert")
     return {
         "file": doc.path,
         "format": FORMAT,
+        "kind": "checkpoint",
+        "summary": f"TensorFlow checkpoint {doc.prefix}, {doc.tensor_count} tensors, {doc.total_bytes} bytes",
+        "rnns": [_rnn_entry(e) for e in doc.stacks],
+        "details": details,
         "prefix": doc.prefix,
         "data_shards": doc.num_shards,
         "tensor_count": doc.tensor_count,
         "total_bytes": doc.total_bytes,
-        "stacks": stacks,
         "other_tensors": {"count": len(doc.other_keys), "bytes": doc.other_bytes, "keys": doc.other_keys},
         "possible_buffers": doc.possible_buffers,
         "warnings": doc.warnings,
     }
+
+
+def input_files(path) -> list:
+    """Every file a conversion of ``path`` reads: the index, every data shard, the state file."""
+    p = Path(path)
+    files = [p / "checkpoint"] if p.is_dir() and (p / "checkpoint").is_file() else []
+    try:
+        prefix = tfbundle.resolve_prefix(p)
+    except GruconvError:
+        return files + [p]
+    index = Path(str(prefix) + ".index")
+    shards = sorted(prefix.parent.glob(glob_escape(prefix.name) + ".data-*"))
+    return files + [index] + shards
+
+
+def glob_escape(name: str) -> str:
+    import glob
+
+    return glob.escape(name)
+
+
+def output_name(path, opts: Options, stem: str) -> str:
+    """Batch mode: ``stem.keras``, or ``stem`` as a directory when several stacks convert at once."""
+    if opts.rnn is None:
+        try:
+            if len(read(path, opts).stacks) > 1:
+                return stem
+        except GruconvError:
+            pass  # reported by the conversion itself
+    return stem + ".keras"
 
 
 # --------------------------------------------------------------------------- convert
@@ -1021,37 +1067,12 @@ def _layer_weights(r: _Reader, e: CheckpointStack):
     return weight
 
 
-def convert(input, output, *, force: bool = False, hints: Optional[dict] = None, prefer: Optional[str] = None,
-            rnn: Optional[str] = None, initial_state: bool = False, return_state: bool = False,
-            mask_input: bool = False, **ignored):
-    """Convert the checkpoint's GRU stack(s) into Keras 3 ``.keras`` model(s) plus ``rest.npz``.
+def _targets(doc: CheckpointDoc, output: Path, opts: Options) -> tuple:
+    """(as_dir, model targets, rest.npz target), every target checked before any work."""
+    from ..outputs import check_target
 
-    One stack: ``output`` is a ``.keras`` file and the other tensors go to
-    ``<output>.rest.npz``.  Several stacks (and no ``rnn``): ``output`` is a
-    directory that receives ``<scope with / as __>.keras`` per stack and
-    ``rest.npz``.  Everything is written atomically.
-    """
-    from ..api import ConvertResult
-    from ..outputs import atomic_path, check_target
-    from . import keras3
-
-    input, output = Path(input), Path(output)
-    doc = read(input, hints=hints, prefer=prefer, rnn=rnn)
-    r = doc.reader
-    result = ConvertResult(input=str(input), format=FORMAT)
-    result.warnings.extend(doc.warnings)
-    if not doc.stacks:
-        if doc.possible_buffers:
-            cand = ", ".join(f"{p['key']} ({p['size']} {p['dtype']} values)" for p in doc.possible_buffers[:5])
-            raise UsageError(f"no cuDNN GRU stack identified (no opaque_kernel, no canonical GRU tensors); "
-                             f"1-D tensors that may be an opaque buffer: {cand}. Pass --variable KEY and "
-                             f"shape hints (--num-units, --input-size, --num-layers, --direction, --input-mode)",
-                             path=r.where)
-        result.nothing_to_convert = True
-        return result
-    for e in doc.stacks:
-        _require_shape(e, r.where)
-
+    input = Path(doc.path)
+    force = opts.force
     lower = output.name.lower()
     as_dir = output.is_dir() or not lower.endswith(".keras")
     if not as_dir and len(doc.stacks) > 1:
@@ -1061,8 +1082,6 @@ def convert(input, output, *, force: bool = False, hints: Optional[dict] = None,
     if as_dir and output.suffix.lower() in (".h5", ".hdf5", ".npz", ".json"):
         raise UsageError(f"a TF1 checkpoint converts to Keras 3 .keras models: name OUTPUT *.keras, or a "
                          f"directory (got {output.name!r})", path=input)
-
-    # Where each file goes; check every target before any work.
     if as_dir:
         if output.exists() and not output.is_dir():
             raise OutputError("output exists and is not a directory", path=output)
@@ -1086,6 +1105,61 @@ def convert(input, output, *, force: bool = False, hints: Optional[dict] = None,
         check_target(output, force=force)
         if doc.other_keys:
             check_target(rest_target, force=force)
+    return as_dir, targets, rest_target
+
+
+def check_outputs(doc: CheckpointDoc, output: Path, opts: Options) -> None:
+    """Refuse what this conversion cannot or must not write, before any work is done."""
+    if doc.stacks:
+        for e in doc.stacks:
+            _require_shape(e, doc.reader.where)
+        _targets(doc, Path(output), opts)
+
+
+def to_keras(doc: CheckpointDoc, opts: Optional[Options] = None) -> list:
+    """``[(stack entry, model)]``: each stack as the Keras 3 model ``convert`` saves, in memory.
+
+    Built with every optional input and output (initial states, final states)
+    so verification can drive them all; ``convert`` adds only what was asked."""
+    from . import keras3
+
+    out = []
+    for e in doc.stacks:
+        _require_shape(e, doc.reader.where)
+        out.append((e, keras3.build_stack_model(e.stack, initial_state=True, return_state=True, name=e.scope)))
+    return out
+
+
+def convert(doc: CheckpointDoc, output: Path, opts: Optional[Options] = None) -> ConvertResult:
+    """Convert the checkpoint's GRU stack(s) into Keras 3 ``.keras`` model(s) plus ``rest.npz``.
+
+    One stack: ``output`` is a ``.keras`` file and the other tensors go to
+    ``<output>.rest.npz``.  Several stacks (and no ``rnn``): ``output`` is a
+    directory that receives ``<scope with / as __>.keras`` per stack and
+    ``rest.npz``.  Everything is written atomically.
+    """
+    from ..outputs import atomic_path
+    from . import keras3
+
+    opts = opts or Options()
+    force, prefer = opts.force, opts.prefer
+    input, output = Path(doc.path), Path(output)
+    r = doc.reader
+    result = ConvertResult(input=str(input), format=FORMAT)
+    result.warnings.extend(doc.warnings)
+    if not doc.stacks:
+        if doc.possible_buffers:
+            cand = ", ".join(f"{p['key']} ({p['size']} {p['dtype']} values)" for p in doc.possible_buffers[:5])
+            raise UsageError(f"no cuDNN GRU stack identified (no opaque_kernel, no canonical GRU tensors); "
+                             f"1-D tensors that may be an opaque buffer: {cand}. Pass --variable KEY and "
+                             f"shape hints (--num-units, --input-size, --num-layers, --direction, --input-mode)",
+                             path=r.where)
+        result.nothing_to_convert = True
+        return result
+    for e in doc.stacks:
+        _require_shape(e, r.where)
+
+    as_dir, targets, rest_target = _targets(doc, output, opts)
 
     for e in doc.stacks:
         s = e.stack
@@ -1111,24 +1185,15 @@ def convert(input, output, *, force: bool = False, hints: Optional[dict] = None,
         created = True
     try:
         for e, target in zip(doc.stacks, targets):
-            model = keras3.build_stack_model(e.stack, initial_state=initial_state, return_state=return_state,
-                                             mask_input=mask_input, name=e.scope or "gru_stack",
+            model = keras3.build_stack_model(e.stack, initial_state=opts.initial_state,
+                                             return_state=opts.return_state, mask_input=opts.mask_input,
+                                             name=e.scope or "gru_stack",
                                              layer_weights=_layer_weights(r, e))
             r.release()
             with atomic_path(target, force=True if as_dir else force, suffix=".keras") as tmp:
                 keras3.save(model, tmp)
             result.outputs.append(str(target))
-            result.stacks.append({
-                "scope": e.scope,
-                "kind": "cuDNN GRU",
-                "shape": e.stack.shape.to_dict(),
-                "params": params_size(e.stack.shape),
-                "source": e.source,
-                "opaque": e.opaque_key,
-                "cross_check": e.cross_check.text(),
-                "converts_to": e.converts_to(),
-                "output": str(target),
-            })
+            result.rnns.append(dict(_rnn_entry(e), output=str(target)))
         if doc.other_keys:
             _write_rest(r, doc.other_keys, rest_target, True if as_dir else force, result.warnings)
             result.outputs.append(str(rest_target))

@@ -1,0 +1,86 @@
+"""What the library hands back and takes in: the options record and the conversion result.
+
+A bottom module (it imports nothing of gruconv but errors): format modules,
+the API, batch mode and the CLI all speak these two types, so none of them
+imports another for a data class.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+from .errors import UsageError
+
+#: Output formats ``convert`` can write.
+OUTPUT_FORMATS = ("keras", "h5-weights")
+
+
+@dataclass(frozen=True)
+class Options:
+    """Every conversion option, in one record that every format module takes whole.
+
+    A format reads the fields that apply to it; :meth:`not_applicable` names
+    the ones set that a format ignores, so the API can refuse them instead of
+    dropping them silently.
+    """
+
+    force: bool = False
+    format: Optional[str] = None            # output format: keras | h5-weights | None (from the name)
+    config: object = None                   # architecture JSON path or dict (Keras weights-only input)
+    hints: dict = field(default_factory=dict)   # TF1 opaque-buffer shape hints
+    rnn: Optional[str] = None               # TF1: the one stack to convert
+    prefer: Optional[str] = None            # TF1: canonical | opaque
+    initial_state: bool = False             # TF1: initial-state inputs
+    return_state: bool = False              # TF1: final-state outputs
+    mask_input: bool = False                # TF1: a (batch, time) mask input
+
+    def __post_init__(self) -> None:
+        if self.format is not None and self.format not in OUTPUT_FORMATS:
+            raise UsageError(f"--format must be one of {', '.join(OUTPUT_FORMATS)}, got {self.format!r}")
+        if self.prefer is not None and self.prefer not in ("canonical", "opaque"):
+            raise UsageError(f"--prefer must be canonical or opaque, got {self.prefer!r}")
+        object.__setattr__(self, "hints", {k: v for k, v in dict(self.hints or {}).items() if v is not None})
+
+    @classmethod
+    def of(cls, options=None, **kw) -> "Options":
+        """``options`` itself, or one built from keyword arguments (the Python API's style)."""
+        if isinstance(options, cls):
+            return options
+        if isinstance(options, dict):
+            kw = {**options, **kw}
+        unknown = sorted(set(kw) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise UsageError(f"unknown option(s): {', '.join(unknown)}")
+        return cls(**kw)
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        if out["config"] is not None and not isinstance(out["config"], dict):
+            out["config"] = str(out["config"])
+        return out
+
+
+@dataclass
+class ConvertResult:
+    """What a conversion did: for reports, batch summaries and the CLI.
+
+    ``rnns`` holds one entry per converted recurrent stack in the schema
+    ``inspect`` uses (``name``, ``cell``, ``kind``, ``shape``, ``params``,
+    ``converts_to``, ...).
+    """
+
+    input: str
+    format: str
+    outputs: list = field(default_factory=list)
+    rnns: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)
+    nothing_to_convert: bool = False
+    verification: Optional[dict] = None
+
+    def to_json(self) -> dict:
+        return {
+            "input": self.input, "format": self.format, "outputs": self.outputs,
+            "rnns": self.rnns, "warnings": self.warnings,
+            "nothing_to_convert": self.nothing_to_convert, "verification": self.verification,
+        }
