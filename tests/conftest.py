@@ -14,9 +14,12 @@ FIXTURES = ROOT / "fixtures"
 
 
 def golden_dir() -> Path:
-    """``shared/cudnn-golden``: beside the checkout (../shared), or inside it (device runs)."""
+    """The real-cuDNN golden files: ``fixtures/cudnn-golden`` (a byte-identical copy of
+    ``shared/cudnn-golden``, so a clone or an sdist runs its tests alone; ``test_oracle.py`` checks
+    the copy against ``../shared`` where that exists)."""
     env = os.environ.get("GRUCONV_GOLDEN_DIR")
-    for cand in ([Path(env)] if env else []) + [ROOT.parent / "shared" / "cudnn-golden",
+    for cand in ([Path(env)] if env else []) + [FIXTURES / "cudnn-golden",
+                                                  ROOT.parent / "shared" / "cudnn-golden",
                                                   ROOT / "shared" / "cudnn-golden",
                                                   ROOT / ".golden"]:
         if cand.is_dir() and any(cand.glob("*.npz")):

@@ -224,12 +224,13 @@ def restore_initializers(model, originals: dict, source=None) -> None:
     def visit(layer, path):
         if isinstance(layer, keras.layers.GRU):
             put(layer, path)
-        inner = getattr(layer, "layer", None)
-        if isinstance(inner, keras.layers.Layer):  # Bidirectional / TimeDistributed
-            inner_path = f"{path}/{inner.name}"
-            for g in (inner, getattr(layer, "forward_layer", None), getattr(layer, "backward_layer", None)):
-                if isinstance(g, keras.layers.GRU):
-                    put(g, inner_path)
+        # Bidirectional keeps forward_layer / backward_layer (named forward_X / backward_X) and
+        # serializes those, not the layer it was given; TimeDistributed keeps .layer.
+        for attr, prefix in (("layer", ""), ("forward_layer", "forward_"), ("backward_layer", "backward_")):
+            inner = getattr(layer, attr, None)
+            if isinstance(inner, keras.layers.GRU):
+                name = inner.name[len(prefix):] if inner.name.startswith(prefix) else inner.name
+                put(inner, f"{path}/{name}")
         if isinstance(layer, keras.Model):
             for sub in layer.layers:
                 visit(sub, f"{path}/{sub.name}")
