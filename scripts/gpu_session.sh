@@ -10,7 +10,7 @@ export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 KERAS_BACKEND=torch GRUC
 {
   date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   python3 -c "import torch, keras, numpy; print('torch', torch.__version__, 'keras', keras.__version__, 'numpy', numpy.__version__)"
-  python3 -m gruconv.cudnn_ctypes 2>&1 | head -5
+  python3 -m gruconv.cudnn_rnn 2>&1 | head -5
 } 2>&1 | tee "$OUT/env.txt"
 python3 -m pytest -q -m gpu -p no:cacheprovider -s tests/test_cudnn_gpu.py tests/test_verify.py 2>&1 | tee "$OUT/pytest-gpu.txt"
 for f in fixtures/keras/sequential.h5 fixtures/keras/bidir_none.h5; do

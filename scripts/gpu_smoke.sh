@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Real-cuDNN smoke run for a GPU machine: environment facts, the ctypes self-report
-# (max errors per golden file), the `gpu` tests, and a check whether cuDNN 9 finds its
+# (max errors per golden file, GRU and, where present, LSTM), the `gpu` tests, and a check whether cuDNN 9 finds its
 # sub-libraries without gruconv's preloading.  Usage: scripts/gpu_smoke.sh [GOLDEN_DIR]
 # Exit status: that of the gpu tests.
 set -uo pipefail
@@ -10,6 +10,11 @@ PY=${PYTHON:-python3}
 GOLDEN=${1:-${GRUCONV_GOLDEN_DIR:-.golden}}
 [ -d "$GOLDEN" ] || GOLDEN=../shared/cudnn-golden
 export GRUCONV_GOLDEN_DIR="$GOLDEN"
+# LSTM golden files (scripts/make_lstm_golden.py), checked too where this checkout has them.
+LSTM_GOLDEN=""
+for d in fixtures/cudnn-golden-lstm ../shared/cudnn-golden-lstm; do
+  if ls "$d"/*.npz >/dev/null 2>&1; then LSTM_GOLDEN=$d; break; fi
+done
 
 echo "== environment"
 date -u
@@ -37,14 +42,15 @@ if [ -n "$CUDNN_MAIN" ] && command -v readelf >/dev/null; then
   readelf -d "$(dirname "$CUDNN_MAIN")"/libcudnn_adv.so.* 2>/dev/null | grep -E "NEEDED|RPATH|RUNPATH"
 fi
 
-echo "== self-report: python -m gruconv.cudnn_ctypes $GOLDEN --maps"
-"$PY" -m gruconv.cudnn_ctypes "$GOLDEN" --maps
+echo "== self-report: python -m gruconv.cudnn_rnn $GOLDEN $LSTM_GOLDEN --maps"
+"$PY" -m gruconv.cudnn_rnn "$GOLDEN" $LSTM_GOLDEN --maps
 
-echo "== pytest -m gpu tests/test_cudnn_gpu.py"
+echo "== pytest tests/test_cudnn_lib.py (no GPU needed) and -m gpu tests/test_cudnn_gpu.py"
+"$PY" -m pytest -q tests/test_cudnn_lib.py
 CUDNN_LOGERR_DBG=1 CUDNN_LOGDEST_DBG=stderr "$PY" -m pytest -q -m gpu -s -rA tests/test_cudnn_gpu.py
 rc=$?
 
 echo "== without preloading (GRUCONV_CUDNN_PRELOAD=0): does cuDNN find its sub-libraries itself?"
-GRUCONV_CUDNN_PRELOAD=0 "$PY" -m gruconv.cudnn_ctypes "$GOLDEN" --maps 2>&1 | grep -v "^  \"\|^[{}]"
+GRUCONV_CUDNN_PRELOAD=0 "$PY" -m gruconv.cudnn_rnn "$GOLDEN" $LSTM_GOLDEN --maps 2>&1 | grep -v "^  \"\|^[{}]"
 echo "== done: pytest exit status $rc"
 exit $rc

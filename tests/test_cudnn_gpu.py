@@ -1,4 +1,5 @@
-"""Real cuDNN through ctypes (gruconv.cudnn_ctypes) against the cuDNN 9.19 golden files.
+"""Real cuDNN through ctypes (gruconv.cudnn_lib, gruconv.cudnn_rnn) against the cuDNN 9.19 golden files,
+the float64 oracle (LSTM) and the layout module (cudnnGetRNNWeightParams, GRU and LSTM).
 
 Every test here needs an NVIDIA GPU and libcudnn: they are marked ``gpu``
 (deselected by default; run ``pytest -m gpu``) and skip with the reason
@@ -8,15 +9,19 @@ Every test here needs an NVIDIA GPU and libcudnn: they are marked ``gpu``
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from conftest import GOLDEN_FILES, load_golden
-from gruconv.canonical import StackShape
-from gruconv.cudnn_ctypes import available, library_info, run_gru
-from gruconv.cudnn_layout import pack, unpack
+from gruconv.canonical import GateParams, RNNStack, StackShape
+from gruconv.cudnn_layout import iter_matrix_regions, pack, params_size, unpack
+from gruconv.cudnn_lib import available, library_info
+from gruconv.cudnn_rnn import run, weight_regions, weight_space_bytes
+from gruconv.oracle import run_stack
 from gruconv.errors import GruconvError, InputError
 
 AVAILABLE, REASON = available()
@@ -37,9 +42,16 @@ def shape_of(g, dtype="float32") -> StackShape:
     return StackShape(c["I"], c["H"], c["L"], c["bidir"], "skip" if c["skip"] else "linear", dtype)
 
 
-def run(g, key="opaque", **kw):
+def gru_forward(opaque, shape, x, h0=None, seq_lengths=None, **kw):
+    """cudnn_rnn.run for a GRU, as (y, hy, info); checks that a GRU returns no cell state."""
+    y, hy, cy, info = run(opaque, shape, x, h0, seq_lengths=seq_lengths, **kw)
+    assert cy is None and info["rnn_mode"] == "CUDNN_GRU" and info["cell"] == "gru"
+    return y, hy, info
+
+
+def run_golden(g, key="opaque", **kw):
     dtype = "float64" if key == "opaque_f64" else "float32"
-    return run_gru(g[key], shape_of(g, dtype), g["x"], g["h0"], g["seq_lengths"], **kw)
+    return gru_forward(g[key], shape_of(g, dtype), g["x"], g["h0"], g["seq_lengths"], **kw)
 
 
 def maxerr(a, b) -> float:
@@ -61,7 +73,7 @@ def test_library_info():
 @pytest.mark.parametrize("name", GOLDEN_FILES)
 def test_strict_fp32_matches_golden(name):
     g = load_golden(name)
-    y, hy, info = run(g)
+    y, hy, info = run_golden(g)
     assert y.dtype == np.float32 and hy.dtype == np.float32
     assert y.shape == g["y"].shape and hy.shape == g["hy"].shape
     assert info["math_type"] == "CUDNN_FMA_MATH" and info["data_type"] == "CUDNN_DATA_FLOAT"
@@ -75,7 +87,7 @@ def test_strict_fp32_matches_golden(name):
 @pytest.mark.parametrize("name", GOLDEN_FILES)
 def test_tf32_is_visibly_less_precise(name):
     g = load_golden(name)
-    y, hy, info = run(g, allow_tf32=True)
+    y, hy, info = run_golden(g, allow_tf32=True)
     assert info["math_type"] == "CUDNN_DEFAULT_MATH" and info["allow_tf32"] is True
     e = maxerr(y, g["y_f64"])
     golden_e = maxerr(g["y_default_math"], g["y_f64"])
@@ -89,7 +101,7 @@ def test_tf32_is_visibly_less_precise(name):
 @pytest.mark.parametrize("name", GOLDEN_FILES)
 def test_float64_matches_golden_f64(name):
     g = load_golden(name)
-    y, hy, info = run(g, key="opaque_f64")
+    y, hy, info = run_golden(g, key="opaque_f64")
     assert y.dtype == np.float64 and info["data_type"] == "CUDNN_DATA_DOUBLE"
     ey, ehy = maxerr(y, g["y_f64"]), maxerr(hy, g["hy_f64"])
     print(f"\n{name}: f64 |y - y_f64| = {ey:.3e}, |hy - hy_f64| = {ehy:.3e} ({info['math_type']})")
@@ -102,7 +114,7 @@ def test_varlen_outputs_past_length_are_zero(key, kw):
     assert varlen, "no varlen golden file"
     for name in varlen:
         g = load_golden(name)
-        y, hy, _ = run(g, key=key, **kw)
+        y, hy, _ = run_golden(g, key=key, **kw)
         assert np.all(np.isfinite(y)) and np.all(np.isfinite(hy))
         lengths = g["seq_lengths"]
         assert lengths.min() < y.shape[0]
@@ -132,7 +144,7 @@ def test_planted_gate_swap_is_detected(name):
     g = load_golden(name)
     bad = swapped_reset_update(g)
     assert not np.array_equal(bad, g["opaque"])
-    y, hy, _ = run_gru(bad, shape_of(g), g["x"], g["h0"], g["seq_lengths"])
+    y, hy, _ = gru_forward(bad, shape_of(g), g["x"], g["h0"], g["seq_lengths"])
     e = max(maxerr(y, g["y"]), maxerr(hy, g["hy"]))
     print(f"\n{name}: swapped r/z gates: max |y - golden| = {e:.3e}")
     assert e > 1e-3
@@ -141,19 +153,19 @@ def test_planted_gate_swap_is_detected(name):
 def test_h0_none_means_zeros_and_runs_are_deterministic():
     g = load_golden(GOLDEN_FILES[0])
     shape = shape_of(g)
-    a = run_gru(g["opaque"], shape, g["x"])
-    b = run_gru(g["opaque"], shape, g["x"], np.zeros_like(g["h0"]), np.full(g["x"].shape[1], g["x"].shape[0]))
+    a = gru_forward(g["opaque"], shape, g["x"])
+    b = gru_forward(g["opaque"], shape, g["x"], np.zeros_like(g["h0"]), np.full(g["x"].shape[1], g["x"].shape[0]))
     np.testing.assert_array_equal(a[0], b[0])
     np.testing.assert_array_equal(a[1], b[1])
-    c = run(g)
-    d = run(g)
+    c = run_golden(g)
+    d = run_golden(g)
     np.testing.assert_array_equal(c[0], d[0])
 
 
 def test_float16_runs_close_to_f64():
     name = max(GOLDEN_FILES, key=lambda n: load_golden(n)["config"]["H"])
     g = load_golden(name)
-    y, hy, info = run_gru(g["opaque"].astype(np.float16), shape_of(g, "float16"), g["x"], g["h0"],
+    y, hy, info = gru_forward(g["opaque"].astype(np.float16), shape_of(g, "float16"), g["x"], g["h0"],
                           g["seq_lengths"])
     assert y.dtype == np.float16 and info["data_type"] == "CUDNN_DATA_HALF"
     e = maxerr(y, g["y_f64"])
@@ -165,11 +177,11 @@ def test_float16_runs_close_to_f64():
 def test_wrong_buffer_size_is_a_clear_error():
     g = load_golden(GOLDEN_FILES[0])
     with pytest.raises(InputError, match="another shape or another cuDNN"):
-        run_gru(g["opaque"][:-1], shape_of(g), g["x"], g["h0"], g["seq_lengths"])
+        gru_forward(g["opaque"][:-1], shape_of(g), g["x"], g["h0"], g["seq_lengths"])
     c = g["config"]
     other = StackShape(c["I"], c["H"] + 1, c["L"], c["bidir"], "linear")
     with pytest.raises(InputError, match="another shape"):
-        run_gru(g["opaque"], other, g["x"], None, g["seq_lengths"])
+        gru_forward(g["opaque"], other, g["x"], None, g["seq_lengths"])
 
 
 def test_bad_inputs_are_input_errors():
@@ -177,15 +189,234 @@ def test_bad_inputs_are_input_errors():
     shape = shape_of(g)
     T, B, _ = g["x"].shape
     with pytest.raises(InputError, match="seq_lengths"):
-        run_gru(g["opaque"], shape, g["x"], g["h0"], np.full(B, T + 1))
+        gru_forward(g["opaque"], shape, g["x"], g["h0"], np.full(B, T + 1))
     with pytest.raises(InputError, match="seq_lengths"):
-        run_gru(g["opaque"], shape, g["x"], g["h0"], np.zeros(B, np.int32))
+        gru_forward(g["opaque"], shape, g["x"], g["h0"], np.zeros(B, np.int32))
     with pytest.raises(InputError, match="x must be"):
-        run_gru(g["opaque"], shape, g["x"][:, :, :-1], g["h0"])
+        gru_forward(g["opaque"], shape, g["x"][:, :, :-1], g["h0"])
     with pytest.raises(InputError, match="h0"):
-        run_gru(g["opaque"], shape, g["x"], g["h0"][:, :-1])
+        gru_forward(g["opaque"], shape, g["x"], g["h0"][:, :-1])
     with pytest.raises(GruconvError):
-        run_gru(g["opaque"].astype(np.int32), shape, g["x"])
+        gru_forward(g["opaque"].astype(np.int32), shape, g["x"])
+    with pytest.raises(InputError, match="no cell state"):
+        run(g["opaque"], shape, g["x"], g["h0"], g["h0"])
+
+
+# ----------------------------------------------------------------------------- LSTM against the oracle
+
+LSTM_SHAPES = [  # (input_size, units, layers, bidirectional, input_mode)
+    (5, 7, 1, False, "linear"),
+    (4, 6, 2, False, "linear"),
+    (3, 5, 2, True, "linear"),
+    (6, 6, 2, False, "skip"),
+    (8, 8, 1, True, "skip"),
+    (12, 24, 3, True, "linear"),
+    (8, 128, 1, False, "linear"),
+]
+LSTM_F64_TOL = 1e-12       # cuDNN float64 against the float64 oracle (golden files: <= 3.3e-16)
+LSTM_STRICT_TOL = 2e-6     # strict fp32 against the float64 oracle (golden files: <= 2.6e-7)
+
+
+def lstm_id(c) -> str:
+    I, H, L, bi, mode = c
+    return f"lstm_{L}l_{'bi' if bi else 'uni'}_{I}x{H}_{mode}"
+
+
+def random_stack(shape: StackShape, seed: int = 0) -> RNNStack:
+    """Canonical weights of any cell, scaled like Glorot/orthogonal so that states stay O(1)."""
+    rng = np.random.default_rng(seed)
+    G, H = shape.gates, shape.units
+    params = []
+    for layer in range(shape.num_layers):
+        n_in = shape.layer_input_size(layer)
+        for _ in range(shape.num_directions):
+            w = rng.uniform(-1, 1, (G, H, n_in)) * np.sqrt(3.0 / (n_in + H)) if shape.has_input_weights(layer) else None
+            params.append(GateParams(
+                None if w is None else w.astype(shape.dtype),
+                (rng.uniform(-1, 1, (G, H, H)) * np.sqrt(3.0 / (2 * H))).astype(shape.dtype),
+                rng.uniform(-0.3, 0.3, (G, H)).astype(shape.dtype),
+                rng.uniform(-0.3, 0.3, (G, H)).astype(shape.dtype)))
+    return RNNStack(f"random {shape.describe()}", shape, params)
+
+
+def lstm_case(c, seed: int = 0, T: int = 9, B: int = 3, varlen: bool = True):
+    """(float32 stack, x, h0, c0, seq_lengths) for one LSTM configuration."""
+    I, H, L, bi, mode = c
+    shape = StackShape(I, H, L, bi, mode, "float32", "lstm")
+    stack = random_stack(shape, seed)
+    rng = np.random.default_rng(seed + 1)
+    x = rng.uniform(-1, 1, (T, B, I)).astype(np.float32)
+    h0 = rng.uniform(-0.5, 0.5, (shape.num_pseudo_layers, B, H)).astype(np.float32)
+    c0 = rng.uniform(-0.5, 0.5, (shape.num_pseudo_layers, B, H)).astype(np.float32)
+    lengths = np.array([T, max(1, T - 4), max(1, T // 2)][:B] + [T] * max(0, B - 3), np.int32) if varlen else None
+    return stack, x, h0, c0, lengths
+
+
+def f64_shape(shape: StackShape) -> StackShape:
+    return StackShape(shape.input_size, shape.units, shape.num_layers, shape.bidirectional, shape.input_mode,
+                      "float64", shape.cell)
+
+
+@pytest.mark.parametrize("c", LSTM_SHAPES, ids=lstm_id)
+def test_lstm_float64_matches_oracle(c):
+    stack, x, h0, c0, lengths = lstm_case(c)
+    oy, ohy, ocy = run_stack(stack, x, h0, lengths, c0)
+    opaque = pack(stack.params, stack.shape, np.float64)
+    y, hy, cy, info = run(opaque, f64_shape(stack.shape), x, h0, c0, lengths)
+    assert info["rnn_mode"] == "CUDNN_LSTM" and info["cell"] == "lstm" and info["data_type"] == "CUDNN_DATA_DOUBLE"
+    assert y.dtype == hy.dtype == cy.dtype == np.float64
+    assert y.shape == oy.shape and hy.shape == ohy.shape and cy.shape == ocy.shape
+    e = max(maxerr(y, oy), maxerr(hy, ohy), maxerr(cy, ocy))
+    print(f"\n{lstm_id(c)}: f64 |y,hy,cy - oracle| = {e:.3e} ({info['math_type']})")
+    assert np.all(np.isfinite(y)) and np.all(np.isfinite(hy)) and np.all(np.isfinite(cy))
+    assert e <= LSTM_F64_TOL
+
+
+@pytest.mark.parametrize("c", LSTM_SHAPES, ids=lstm_id)
+def test_lstm_strict_fp32_matches_oracle(c):
+    stack, x, h0, c0, lengths = lstm_case(c, seed=1)
+    oy, ohy, ocy = run_stack(stack, x, h0, lengths, c0)
+    y, hy, cy, info = run(pack(stack.params, stack.shape), stack.shape, x, h0, c0, lengths)
+    assert info["math_type"] == "CUDNN_FMA_MATH" and info["data_type"] == "CUDNN_DATA_FLOAT"
+    assert y.dtype == hy.dtype == cy.dtype == np.float32
+    ey, ehy, ecy = maxerr(y, oy), maxerr(hy, ohy), maxerr(cy, ocy)
+    print(f"\n{lstm_id(c)}: strict |y - oracle| = {ey:.3e}, |hy| {ehy:.3e}, |cy| {ecy:.3e}")
+    assert max(ey, ehy, ecy) <= LSTM_STRICT_TOL
+    # Outputs past a sequence's length are the padding fill; the last valid step is not.
+    for b, n in enumerate(lengths):
+        assert np.all(y[n:, b, :] == 0) and np.any(y[n - 1, b, :] != 0)
+
+
+def test_lstm_tf32_runs_and_c0_matters():
+    c = (12, 24, 3, True, "linear")
+    stack, x, h0, c0, lengths = lstm_case(c, seed=2, T=20, B=4)
+    opaque = pack(stack.params, stack.shape)
+    oy, ohy, ocy = run_stack(stack, x, h0, lengths, c0)
+    y, hy, cy, info = run(opaque, stack.shape, x, h0, c0, lengths, allow_tf32=True)
+    assert info["math_type"] == "CUDNN_DEFAULT_MATH" and info["allow_tf32"] is True
+    e = max(maxerr(y, oy), maxerr(hy, ohy), maxerr(cy, ocy))
+    print(f"\nLSTM tf32 |y,hy,cy - oracle| = {e:.3e}")
+    assert e <= TF32_MAX
+    # c0 None means zeros, and a given c0 is really passed (the first step's output depends on it).
+    z = run(opaque, stack.shape, x, h0, None, lengths)
+    zz = run(opaque, stack.shape, x, h0, np.zeros_like(c0), lengths)
+    for a, b in zip(z[:3], zz[:3]):
+        np.testing.assert_array_equal(a, b)
+    strict = run(opaque, stack.shape, x, h0, c0, lengths)
+    assert maxerr(z[0][0], strict[0][0]) > 1e-2
+
+
+def test_lstm_planted_gate_swap_is_detected():
+    """Swapping the input and forget gates' input matrices must show: cuDNN's gate order is i, f, c, o."""
+    c = (5, 7, 1, False, "linear")
+    stack, x, h0, c0, lengths = lstm_case(c, seed=3)
+    good = pack(stack.params, stack.shape)
+    w = stack.params[0].input_weights.copy()
+    w[[0, 1]] = w[[1, 0]]
+    stack.params[0].input_weights = w
+    y_bad, _, cy_bad, _ = run(pack(stack.params, stack.shape), stack.shape, x, h0, c0, lengths)
+    y, _, cy, _ = run(good, stack.shape, x, h0, c0, lengths)
+    e = max(maxerr(y, y_bad), maxerr(cy, cy_bad))
+    print(f"\nLSTM swapped i/f gates: max |y,cy difference| = {e:.3e}")
+    assert e > 1e-3
+
+
+def test_lstm_bad_inputs_are_input_errors():
+    stack, x, h0, c0, lengths = lstm_case((5, 7, 1, False, "linear"))
+    opaque = pack(stack.params, stack.shape)
+    with pytest.raises(InputError, match="c0"):
+        run(opaque, stack.shape, x, h0, c0[:, :-1])
+    with pytest.raises(InputError, match="another shape or another cuDNN"):
+        run(opaque[:-1], stack.shape, x, h0, c0)
+    gru = StackShape(5, 7, 1, False, "linear", "float32", "gru")
+    with pytest.raises(InputError, match="another shape"):  # an LSTM buffer is not a GRU's
+        run(opaque, gru, x, h0)
+
+
+# LSTM golden files (scripts/make_lstm_golden.py, real cuDNN 9.19), where this checkout has them.
+LSTM_GOLDEN_DIR = next((d for d in (Path(__file__).resolve().parents[1] / "fixtures" / "cudnn-golden-lstm",
+                                    Path(__file__).resolve().parents[2] / "shared" / "cudnn-golden-lstm")
+                        if d.is_dir() and any(d.glob("*.npz"))), None)
+LSTM_GOLDEN = sorted(p.name for p in LSTM_GOLDEN_DIR.glob("*.npz")) if LSTM_GOLDEN_DIR else []
+
+
+def load_lstm_golden(name: str):
+    with np.load(LSTM_GOLDEN_DIR / name) as d:
+        g = {k: d[k] for k in d.files}
+    g["config"] = json.loads(str(g["config"]))
+    c = g["config"]
+    if c.get("P", c["H"]) != c["H"]:
+        pytest.skip(f"{name}: projection (P={c['P']} < H={c['H']}) is not a gruconv shape")
+    return g, StackShape(c["I"], c["H"], c["L"], c["bidir"], "skip" if c["skip"] else "linear", "float32", "lstm")
+
+
+@pytest.mark.skipif(not LSTM_GOLDEN, reason="no LSTM golden files (fixtures/cudnn-golden-lstm)")
+@pytest.mark.parametrize("name", LSTM_GOLDEN or ["none"])
+def test_lstm_matches_lstm_golden(name):
+    g, shape = load_lstm_golden(name)
+    feed = (g["x"], g["h0"], g["c0"], g["seq_lengths"])
+    y, hy, cy, info = run(g["opaque"], shape, *feed)
+    es = max(maxerr(y, g["y"]), maxerr(hy, g["hy"]), maxerr(cy, g["cy"]))
+    y64, hy64, cy64, _ = run(g["opaque"].astype(np.float64), shape, *feed)
+    e64 = max(maxerr(y64, g["y_f64"]), maxerr(hy64, g["hy_f64"]), maxerr(cy64, g["cy_f64"]))
+    # The layout module against the buffer cuDNN itself filled (canonical arrays W{p}_{k}, b{p}_{k}).
+    params = unpack(g["opaque"], shape)
+    G = shape.gates
+    for p, gp in enumerate(params):
+        for k in range(G):
+            if gp.input_weights is not None:
+                np.testing.assert_array_equal(gp.input_weights[k], g[f"W{p}_{k}"])
+            np.testing.assert_array_equal(gp.recurrent_weights[k], g[f"W{p}_{k + G}"])
+            np.testing.assert_array_equal(gp.input_bias[k], g[f"b{p}_{k}"])
+            np.testing.assert_array_equal(gp.recurrent_bias[k], g[f"b{p}_{k + G}"])
+    print(f"\n{name}: strict |y,hy,cy - golden| = {es:.3e}, f64 |y,hy,cy - golden f64| = {e64:.3e}")
+    assert es <= STRICT_TOL and e64 <= F64_TOL
+
+
+# ----------------------------------------------------------------------------- the layout module vs cuDNN
+
+REGION_SHAPES = [  # (input_size, units, layers, bidirectional, input_mode)
+    (5, 7, 1, False, "linear"),
+    (3, 5, 2, True, "linear"),
+    (6, 6, 2, False, "skip"),
+    (8, 8, 1, True, "skip"),
+    (8, 8, 3, True, "skip"),
+    (12, 24, 3, True, "linear"),
+    (3, 1, 3, False, "linear"),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+@pytest.mark.parametrize("c", REGION_SHAPES, ids=lambda c: f"{c[2]}l_{'bi' if c[3] else 'uni'}_{c[0]}x{c[1]}_{c[4]}")
+def test_weight_regions_match_layout_module(c, cell, dtype):
+    shape = StackShape(*c, dtype, cell)
+    itemsize = np.dtype(dtype).itemsize
+    regions = weight_regions(shape)
+    got = [(r.pseudo_layer, r.kind, r.lin_layer_id, r.byte_offset, r.shape) for r in regions]
+    want = [(p, kind, lin, off * itemsize, tuple(dims)) for p, kind, lin, off, dims in iter_matrix_regions(shape)]
+    assert got == want, f"{shape.describe()}: cuDNN's regions differ from cudnn_layout's"
+    # Every linLayerID 0..2G-1 of every pseudo-layer has a bias; skip input drops layer 0's input matrices only.
+    G = shape.gates
+    assert len([r for r in regions if r.kind == "bias"]) == shape.num_pseudo_layers * 2 * G
+    missing = {(p, lin) for p in range(shape.num_pseudo_layers) for lin in range(2 * G)} - {
+        (r.pseudo_layer, r.lin_layer_id) for r in regions if r.kind == "matrix"}
+    assert missing == ({(p, lin) for p in range(shape.num_directions) for lin in range(G)}
+                       if shape.input_mode == "skip" else set())
+    # The regions tile the weight space: no gap, no padding, nothing past the end.
+    end = 0
+    for r in regions:
+        assert r.byte_offset == end and r.data_type == ("CUDNN_DATA_FLOAT" if dtype == "float32"
+                                                        else "CUDNN_DATA_DOUBLE")
+        end += r.nbytes
+    assert end == weight_space_bytes(shape) == params_size(shape) * itemsize
+
+
+def test_weight_regions_of_the_gru_golden_shapes():
+    for name in GOLDEN_FILES:
+        shape = shape_of(load_golden(name))
+        got = [(r.pseudo_layer, r.kind, r.lin_layer_id, r.byte_offset // 4, r.shape) for r in weight_regions(shape)]
+        assert got == [(p, k, lin, off, tuple(d)) for p, k, lin, off, d in iter_matrix_regions(shape)], name
 
 
 if __name__ == "__main__":

@@ -72,8 +72,9 @@ def test_corrupted_conversion_fails_and_names_the_layer(how, tmp_path):
 
 
 REPORT_KEYS = {"input", "converted", "reference", "reference_reason", "tolerance", "math_mode", "seed", "batch",
-               "steps", "checks", "environment", "notes", "passed", "nothing_to_convert"}
-CHECK_KEYS = {"name", "max_abs", "max_rel", "tolerance", "passed", "reference_error", "shape", "nonfinite"}
+               "steps", "checks", "environment", "notes", "passed", "nothing_to_convert", "devices"}
+CHECK_KEYS = {"name", "max_abs", "max_rel", "tolerance", "passed", "reference_error", "shape", "nonfinite",
+              "device", "counts", "reason"}
 
 
 def test_json_report_schema(tmp_path):
@@ -99,9 +100,9 @@ def test_user_inputs_npz(tmp_path):
 
 
 def test_cudnn_reference_unavailable_is_a_clear_error():
-    from gruconv import cudnn_ctypes
+    from gruconv import cudnn_lib
 
-    if cudnn_ctypes.available()[0]:
+    if cudnn_lib.available()[0]:
         pytest.skip("this machine has a usable GPU; the unavailable path cannot be observed here")
     res = CliRunner().invoke(main, ["verify", str(KERAS / "sequential.h5"), "--reference", "cudnn"])
     assert res.exit_code == 3
@@ -146,9 +147,9 @@ def test_auto_reference_says_which_ran():
 # ----------------------------------------------------------------------------- GPU
 
 def _gpu_or_skip():
-    from gruconv import cudnn_ctypes
+    from gruconv import cudnn_lib
 
-    ok, reason = cudnn_ctypes.available()
+    ok, reason = cudnn_lib.available()
     if not ok:
         pytest.skip(f"no usable GPU/cuDNN: {reason}")
 

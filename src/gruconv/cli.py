@@ -168,6 +168,9 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
 @click.option("--reference", type=click.Choice(["auto", "cudnn", "oracle"]), default="auto", show_default=True,
               help="cudnn: real cuDNN on a GPU (ctypes); oracle: float64 NumPy; auto: cudnn if usable.")
 @click.option("--allow-tf32", is_flag=True, help="Let cuDNN use TF32 tensor cores (expect ~5e-4 errors).")
+@click.option("--device", type=click.Choice(["auto", "cpu", "gpu", "both"]), default="auto", show_default=True,
+              help="Where the converted model runs: cpu; gpu (the backend's own GPU path, strict fp32 and "
+                   "default math); both; auto = both where the backend has a GPU, else cpu.")
 @click.option("--batch", type=click.IntRange(1), default=2, show_default=True, help="Random input batch size.")
 @click.option("--steps", type=click.IntRange(1), default=8, show_default=True, help="Random input time steps.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
@@ -175,13 +178,15 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
 @click.option("--json", "json_path", type=click.Path(path_type=Path, readable=False), help="Also write the report as JSON.")
 @click.option("--config", type=click.Path(path_type=Path, readable=False), help="Architecture JSON for a weights-only file.")
 @hint_options
-def verify(input, converted, tolerance, reference, allow_tf32, batch, steps, seed, inputs, json_path, config,
-           rnn, prefer, **kw):
+def verify(input, converted, tolerance, reference, allow_tf32, device, batch, steps, seed, inputs, json_path,
+           config, rnn, prefer, **kw):
     """Check that CONVERTED (or INPUT converted in memory) computes what INPUT computed.
 
     Runs the ORIGINAL parameters through the reference (real cuDNN on a GPU,
-    or a float64 oracle) and the converted Keras 3 model on the CPU, per
-    recurrent layer and end to end. Exit 0 within tolerance, 1 outside.
+    or a float64 oracle) and the converted Keras 3 model on the CPU and, with
+    --device gpu/both, on the backend's GPU path (strict fp32, and the
+    framework's default math as information), per recurrent layer and end to
+    end. Exit 0 within tolerance, 1 outside (NaN/Inf outputs never pass).
 
     \b
     Example:
@@ -192,7 +197,8 @@ def verify(input, converted, tolerance, reference, allow_tf32, batch, steps, see
     from .verify import verify as _verify
 
     rep = _verify(input, converted, tolerance=tolerance, reference=reference, allow_tf32=allow_tf32, batch=batch,
-                  steps=steps, seed=seed, inputs=inputs, config=config, hints=_hints(kw), prefer=prefer, rnn=rnn)
+                  steps=steps, seed=seed, inputs=inputs, device=device, config=config, hints=_hints(kw),
+                  prefer=prefer, rnn=rnn)
     data = rep.to_json()
     if json_path is not None:
         from .outputs import atomic_path

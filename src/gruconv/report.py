@@ -46,21 +46,45 @@ def verify_text(rep: dict) -> str:
     if rep.get("nothing_to_convert"):
         return f"{rep['input']}: nothing to convert (no CuDNNGRU / cuDNN GRU found); nothing to verify"
     lines = [f"reference: {rep['reference']} ({rep.get('reference_reason', '')}), math: {rep['math_mode']}"]
+    env = rep.get("environment") or {}
+    if env.get("backend"):
+        lines.append(f"converted model: Keras {env.get('keras', '?')} on {env['backend']}, "
+                     f"inputs batch {rep.get('batch')} x steps {rep.get('steps')}")
+    devices = sorted({c.get("device", "cpu") for c in rep["checks"]})
+    show_device = devices != ["cpu"]
     hdr = f"  {'check':<40} {'max abs':>10} {'max rel':>10} {'ref vs f64':>10} {'tol':>8}  result"
+    if show_device:
+        hdr = f"  {'device':<12}" + hdr[1:]
     lines.append(hdr)
     for c in rep["checks"]:
         name = c["name"] if len(c["name"]) <= 40 else c["name"][:18] + "..." + c["name"][-19:]
         floor = c.get("reference_error")
         floor_s = "-" if floor is None else f"{floor:.2e}"
-        lines.append(
-            f"  {name:<40} {c['max_abs']:>10.2e} {c['max_rel']:>10.2e} {floor_s:>10} "
-            f"{c['tolerance']:>8.0e}  {'ok' if c['passed'] else 'FAIL'}")
+        verdict = "ok" if c["passed"] else "FAIL"
+        if not c.get("counts", True):
+            verdict = "(info) " + ("within" if c["passed"] else "over")
+        row = (f"  {name:<40} {c['max_abs']:>10.2e} {c['max_rel']:>10.2e} {floor_s:>10} "
+               f"{c['tolerance']:>8.0e}  {verdict}")
+        if show_device:
+            row = f"  {c.get('device', 'cpu'):<12}" + row[1:]
+        lines.append(row)
+    for d in rep.get("devices", []):
+        if d.get("ran"):
+            kern = ", ".join(f"{op}: " + ", ".join(f"{n} {how}" for how, n in hows.items())
+                             for op, hows in (d.get("kernels") or {}).items()) or "no recurrent call recorded"
+            lines.append(f"{d['device']}: {d.get('math', '')}; {d.get('reason', '')}; kernels: {kern}")
     for n in rep.get("notes", []):
         lines.append(f"note: {n}")
-    nonfinite = sum(c.get("nonfinite", 0) for c in rep["checks"])
-    if nonfinite:
-        lines.append(f"note: {nonfinite} NaN/Inf output value(s) among the compared outputs")
+    for c in rep["checks"]:
+        if c.get("reason") and not c["passed"]:
+            lines.append(f"{'fail' if c.get('counts', True) else 'info'}: {c.get('device', 'cpu')} {c['name']}: "
+                         f"{c['reason']}")
+    floors = {c["tolerance"] for c in rep["checks"]}
+    if any(t != rep["tolerance"] for t in floors):
+        lines.append(f"note: tolerance applied {', '.join(f'{t:g}' for t in sorted(floors))} (float16 checks use "
+                     f"the float16 floor, not the requested {rep['tolerance']:g})")
+    counted = [c for c in rep["checks"] if c.get("counts", True)]
     lines.append("parity: " + ("PASS" if rep["passed"] else "FAIL") +
-                 f" ({sum(c['passed'] for c in rep['checks'])}/{len(rep['checks'])} checks within "
-                 f"{rep['tolerance']:g})")
+                 f" ({sum(c['passed'] for c in counted)}/{len(counted)} checks within tolerance"
+                 f"{'' if len(floors) > 1 else f' {next(iter(floors)):g}' if floors else ''})")
     return "\n".join(lines)

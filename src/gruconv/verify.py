@@ -3,7 +3,7 @@
 References (``--reference``):
 
 ``cudnn``
-    The real cuDNN GRU on a GPU (:mod:`gruconv.cudnn_ctypes`), fed the opaque
+    The real cuDNN GRU on a GPU (:mod:`gruconv.cudnn_rnn`), fed the opaque
     buffer exactly as the original framework fed it: for a TF1 checkpoint the
     stored buffer itself; for a Keras ``CuDNNGRU`` the buffer its
     ``_process_batch`` builds (each direction a separate unidirectional
@@ -49,6 +49,11 @@ FLOAT16_TOLERANCE_FLOOR = 4e-3  # float16 rounding of a tanh output in [-1, 1] i
 
 @dataclass
 class Check:
+    """One compared output.  ``device``: where the converted side ran (``cpu``, ``gpu strict``,
+    ``gpu default``); ``counts``: whether it decides the verdict (default-math GPU rows show the
+    precision cost of a deployment setting and are informational); ``reason``: why it failed,
+    in words."""
+
     name: str
     max_abs: float
     max_rel: float
@@ -57,6 +62,9 @@ class Check:
     reference_error: Optional[float]
     shape: tuple
     nonfinite: int = 0
+    device: str = "cpu"
+    counts: bool = True
+    reason: str = ""
 
 
 @dataclass
@@ -75,12 +83,14 @@ class VerifyReport:
     notes: list = field(default_factory=list)
 
     nothing_to_convert: bool = False
+    devices: list = field(default_factory=list)      # [{device, math, ran, reason, kernels}]
 
     @property
     def passed(self) -> bool:
         if self.nothing_to_convert:
             return True
-        return bool(self.checks) and all(c.passed for c in self.checks)
+        counted = [c for c in self.checks if c.counts]
+        return bool(counted) and all(c.passed for c in counted)
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -92,35 +102,43 @@ class VerifyReport:
 # --------------------------------------------------------------------------- reference engines
 
 class _Engine:
-    """Runs a canonical stack; also returns its float64 run for the noise floor."""
+    """Runs a canonical stack; also returns its float64 run for the noise floor.
+
+    An LSTM's initial cell state goes in as ``c0``; its final cell states, the
+    reference's and the float64 oracle's, are left in ``cy`` and ``cy64``
+    (None for a GRU) after each :meth:`run`.
+    """
 
     def __init__(self, kind: str, allow_tf32: bool):
         self.kind = kind
         self.allow_tf32 = allow_tf32
         self.info: dict = {}
+        self.cy = self.cy64 = None
         if kind == "cudnn":
-            from . import cudnn_ctypes
+            from . import cudnn_lib
 
-            ok, reason = cudnn_ctypes.available()
+            ok, reason = cudnn_lib.available()
             if not ok:
                 raise ReferenceUnavailable(f"cuDNN reference unavailable: {reason}")
-            self.info = cudnn_ctypes.library_info()
+            self.info = cudnn_lib.library_info()
 
-    def run(self, stack: RNNStack, x_tm: np.ndarray, h0=None, lengths=None, opaque=None) -> tuple:
+    def run(self, stack: RNNStack, x_tm: np.ndarray, h0=None, lengths=None, opaque=None, c0=None) -> tuple:
         """(y, hy, y64, hy64): reference outputs and the float64 oracle's, time-major."""
         from .oracle import run_stack
 
-        y64, hy64, _ = run_stack(stack, x_tm, h0, lengths)
+        y64, hy64, cy64 = run_stack(stack, x_tm, h0, lengths, c0)
+        self.cy64 = cy64
         if self.kind == "oracle":
+            self.cy = cy64
             return y64, hy64, y64, hy64
-        from . import cudnn_ctypes
+        from . import cudnn_rnn
         from .cudnn_layout import pack
 
         buf = pack(stack.params, stack.shape) if opaque is None else opaque
-        B = x_tm.shape[1]
-        h0c = np.zeros((stack.shape.num_pseudo_layers, B, stack.shape.units), buf.dtype) if h0 is None else h0
-        y, hy, info = cudnn_ctypes.run_gru(buf, stack.shape, x_tm.astype(buf.dtype), h0c.astype(buf.dtype),
-                                           lengths, allow_tf32=self.allow_tf32)
+        cast = lambda a: None if a is None else np.asarray(a).astype(buf.dtype)  # noqa: E731
+        y, hy, cy, info = cudnn_rnn.run(buf, stack.shape, x_tm.astype(buf.dtype), cast(h0), cast(c0),
+                                        lengths, allow_tf32=self.allow_tf32)
+        self.cy = cy
         self.info.update(info)
         return y, hy, y64, hy64
 
@@ -133,15 +151,15 @@ def _choose_reference(reference: str) -> tuple:
     if reference == "cudnn":
         return "cudnn", "requested"
     try:
-        from . import cudnn_ctypes
+        from . import cudnn_lib
 
-        ok, reason = cudnn_ctypes.available()
+        ok, reason = cudnn_lib.available()
     except Exception as e:  # noqa: BLE001 - availability probing must never fail verify
         ok, reason = False, str(e)
     if ok:
         return "cudnn", f"auto: {reason}"
     short = reason.split(";")[0].split(": ")[-1][:80]
-    return "oracle", f"auto: no usable GPU/cuDNN here ({short}); float64 oracle instead"
+    return "oracle", f"auto: no usable GPU/cuDNN here: {short}; float64 oracle instead"
 
 
 # --------------------------------------------------------------------------- comparison
@@ -150,7 +168,8 @@ def _compare(name: str, got, ref, ref64, tolerance: float, dtype: str) -> Check:
     got = np.asarray(got, dtype=np.float64)
     ref = np.asarray(ref, dtype=np.float64)
     if got.shape != ref.shape:
-        return Check(name, float("inf"), float("inf"), tolerance, False, None, tuple(got.shape))
+        return Check(name, float("inf"), float("inf"), tolerance, False, None, tuple(got.shape),
+                     reason=f"shape {tuple(got.shape)} where the reference has {tuple(ref.shape)}")
     both_nan = np.isnan(got) & np.isnan(ref)
     diff = np.where(both_nan, 0.0, np.abs(got - ref))
     nonfinite = int(np.count_nonzero(~np.isfinite(got)) + np.count_nonzero(~np.isfinite(ref)))
@@ -164,7 +183,14 @@ def _compare(name: str, got, ref, ref64, tolerance: float, dtype: str) -> Check:
     if ref64 is not None:
         r64 = np.asarray(ref64, dtype=np.float64)
         floor = float(np.nanmax(np.abs(ref - r64))) if r64.size else 0.0
-    return Check(name, max_abs, max_rel, tol, bool(max_abs <= tol), floor, tuple(got.shape), nonfinite)
+    passed = bool(max_abs <= tol) and nonfinite == 0
+    if nonfinite:
+        reason = f"{nonfinite} NaN/Inf value(s) among the outputs: never a pass, whatever the difference"
+    elif not passed:
+        reason = f"max abs difference {max_abs:.3g} over the tolerance {tol:g}"
+    else:
+        reason = ""
+    return Check(name, max_abs, max_rel, tol, passed, floor, tuple(got.shape), nonfinite, reason=reason)
 
 
 def _np(keras, t):
@@ -269,9 +295,39 @@ def _reference_rnn(rnn, x_bt: np.ndarray, engine: _Engine) -> tuple:
     return [fold(a) for a in ref], [fold(a) for a in ref64]
 
 
+def _check_user_inputs(keras, model, feed: list, where) -> None:
+    """``--inputs`` must fit the model: one array per input, its rank, fixed dims and dtype kind,
+    and token ids inside every Embedding's vocabulary.  One-line usage errors, never a traceback."""
+    if len(feed) != len(model.inputs):
+        raise UsageError(f"--inputs holds {len(feed)} array(s), the model takes {len(model.inputs)} "
+                         f"({', '.join(t.name for t in model.inputs)})", path=where)
+    emb = [l.input_dim for l in _all_layers(keras, model) if isinstance(l, keras.layers.Embedding)]
+    for i, (a, t) in enumerate(zip(feed, model.inputs)):
+        want = tuple(t.shape)
+        if a.ndim != len(want) or any(w is not None and w != g for w, g in zip(want, a.shape)):
+            raise UsageError(f"--inputs array {i} has shape {a.shape}, the model input {t.name!r} takes "
+                             f"{tuple('?' if w is None else w for w in want)}", path=where)
+        if a.ndim >= 2 and a.shape[0] == 0 or a.size == 0:
+            raise UsageError(f"--inputs array {i} is empty (shape {a.shape})", path=where)
+        integer = "int" in str(t.dtype)
+        if a.dtype.kind not in ("iu" if integer else "fiu") or a.dtype.kind == "b":
+            raise UsageError(f"--inputs array {i} has dtype {a.dtype}, the model input {t.name!r} takes "
+                             f"{t.dtype}", path=where)
+        if a.dtype.kind == "f" and not np.isfinite(a).all():
+            raise UsageError(f"--inputs array {i} holds NaN/Inf values", path=where)
+        if integer and emb and a.size and (a.min() < 0 or a.max() >= min(emb)):
+            raise UsageError(f"--inputs array {i} holds token ids {int(a.min())}..{int(a.max())}, outside the "
+                             f"Embedding vocabulary 0..{min(emb) - 1}", path=where)
+
+
 def _verify_keras_h5(doc, model, engine, report, rng, tolerance, user_inputs):
     keras = _keras()
-    feed = user_inputs or _random_inputs(keras, model, report.batch, report.steps, rng)
+    if user_inputs:
+        feed = [np.asarray(a).astype(str(t.dtype)) for a, t in zip(user_inputs, model.inputs)]
+        report.batch = int(feed[0].shape[0])
+        report.steps = int(feed[0].shape[1]) if feed[0].ndim > 1 else 0
+    else:
+        feed = _random_inputs(keras, model, report.batch, report.steps, rng)
     for rnn in doc.rnns:
         bad = rnn.stack.nonfinite_count()
         if bad:
@@ -339,8 +395,15 @@ def _verify_stack(stack, opaque, model, engine, report, rng, tolerance, user_inp
                             "at the same places on both sides count as equal")
     B, T = report.batch, report.steps
     if user_inputs:
-        x = user_inputs[0]
+        x = np.asarray(user_inputs[0])
+        if x.ndim != 3 or x.shape[2] != s.input_size or 0 in x.shape or x.dtype.kind not in "fiu":
+            raise UsageError(f"--inputs array 0 has shape {x.shape} and dtype {x.dtype}; stack {stack.name!r} "
+                             f"takes (batch, time, {s.input_size}) floats", path=report.input)
+        if x.dtype.kind == "f" and not np.isfinite(x).all():
+            raise UsageError("--inputs array 0 holds NaN/Inf values", path=report.input)
+        x = x.astype(s.dtype)
         B, T = x.shape[0], x.shape[1]
+        report.batch, report.steps = int(B), int(T)
     else:
         x = rng.uniform(-1, 1, (B, T, s.input_size)).astype(s.dtype)
     h0 = rng.uniform(-0.5, 0.5, (s.num_pseudo_layers, B, s.units)).astype(s.dtype)
@@ -379,9 +442,40 @@ def _keras():
     return keras()
 
 
+DEVICES = ("auto", "cpu", "gpu", "both")
+
+
+def _device_runs(device: str, report) -> list:
+    """[(label, math)] of the converted-side runs asked for; GPU runs only where the backend has one.
+
+    ``auto``: ``both`` where a GPU is usable, else ``cpu``.  Each GPU run is done twice: strict fp32
+    (counts for the verdict) and the framework's default math (informational)."""
+    from .formats import keras3
+
+    if device not in DEVICES:
+        raise UsageError(f"--device must be one of {', '.join(DEVICES)}, got {device!r}")
+    runs = [("cpu", None)] if device in ("auto", "cpu", "both") else []
+    if device == "cpu":
+        return runs
+    ok, why = keras3.gpu_status()
+    backend = keras3.keras().backend.backend()
+    if not ok:
+        if device == "gpu":
+            raise ReferenceUnavailable(f"--device gpu: the {backend} backend has no usable GPU here ({why})")
+        report.notes.append(f"GPU path not run: {why}")
+        report.devices.append({"device": "gpu", "ran": False, "reason": why})
+        return runs
+    settings = keras3.MATH_SETTINGS.get(backend, {})
+    for math in ("strict", "default"):
+        report.devices.append({"device": f"gpu {math}", "ran": True, "reason": why,
+                               "math": settings.get(math, math), "kernels": {}})
+        runs.append((f"gpu {math}", math))
+    return runs
+
+
 def verify(input, converted=None, options: Optional[Options] = None, *, tolerance: float = 1e-5,
            reference: str = "auto", allow_tf32: bool = False, batch: int = 2, steps: int = 8, seed: int = 0,
-           inputs=None, **kw) -> VerifyReport:
+           inputs=None, device: str = "cpu", **kw) -> VerifyReport:
     """Run the original parameters through the reference and the converted model on the CPU; compare.
 
     Without ``converted``, the model is built in memory by the format's
@@ -401,47 +495,82 @@ def verify(input, converted=None, options: Optional[Options] = None, *, toleranc
                                                       else "strict fp32 (CUDNN_FMA_MATH)")),
         seed=seed, batch=batch, steps=steps,
     )
-    rng = np.random.default_rng(seed)
     user_inputs = _load_inputs(inputs) if inputs else None
     fmt = formats.detect(input)
     module = formats.module(fmt)
     doc = module.read(input, opts)
     keras = _keras()
     report.environment = {"keras": keras.__version__, "backend": keras.backend.backend(), **engine.info}
-    with warnings.catch_warnings(), keras3.cpu():
-        warnings.simplefilter("ignore")
-        if fmt == "keras-h5":
-            if not doc.rnns:
-                report.notes.append("nothing to convert: no CuDNNGRU layers")
-                report.nothing_to_convert = True
-                return report
-            model = _converted_keras_model(module, doc, converted, opts)
-            _verify_keras_h5(doc, model, engine, report, rng, tolerance, user_inputs)
-        else:
-            if not doc.stacks:
-                if doc.possible_buffers:
-                    keys = ", ".join(b["key"] for b in doc.possible_buffers[:5])
-                    raise UsageError(f"no cuDNN GRU found by name; possible opaque buffers: {keys} "
-                                     "(pass --variable KEY and shape hints)", path=input)
-                report.notes.append("nothing to convert: no cuDNN GRU stacks")
-                report.nothing_to_convert = True
-                return report
-            built = dict((id(e), m) for e, m in module.to_keras(doc, opts)) if converted is None else {}
-            for found in doc.stacks:
-                if converted is None:
-                    model = built[id(found)]
-                else:
-                    target = Path(converted)
-                    if target.is_dir():
-                        target = target / (found.scope.replace("/", "__") + ".keras")
-                    model = keras3.load(target)
-                opaque = _stored_buffer(doc, found)
-                if opaque is None and engine.kind == "cudnn":
-                    report.notes.append(f"{found.scope}: no stored opaque buffer; cuDNN was fed the canonical "
-                                        "weights packed in this cuDNN's layout")
-                _verify_stack(found.stack, opaque, model, engine, report, rng, tolerance, user_inputs)
+    runs = _device_runs(device, report)
+    for label, math in runs:
+        scope = keras3.cpu() if math is None else keras3.on_gpu(math)
+        first = len(report.checks)
+        with warnings.catch_warnings(), scope, keras3.rnn_kernel_probe() as kernels:
+            warnings.simplefilter("ignore")
+            done = _run_checks(fmt, module, doc, converted, opts, engine, report,
+                               np.random.default_rng(seed), tolerance, user_inputs)
+        for c in report.checks[first:]:
+            c.device, c.counts = label, math != "default"
+        for d in report.devices:
+            if d.get("device") == label:
+                d["kernels"] = _kernel_summary(kernels)
+        if label == "cpu" and runs[1:]:
+            report.notes.append(f"CPU run: recurrent kernels {_kernel_summary(kernels) or 'none recorded'}")
+        if done:
+            break
     report.environment.update(engine.info)
     return report
+
+
+_NO_BUFFER = "%s: no stored opaque buffer; cuDNN was fed the canonical weights packed in this cuDNN's layout"
+
+
+def _kernel_summary(seen: list) -> dict:
+    """{'gru': {'cudnn': 2}, ...} from :func:`gruconv.formats.keras3.rnn_kernel_probe`."""
+    out: dict = {}
+    for op, how in seen:
+        out.setdefault(op, {}).setdefault(how, 0)
+        out[op][how] += 1
+    return out
+
+
+def _run_checks(fmt, module, doc, converted, opts, engine, report, rng, tolerance, user_inputs) -> bool:
+    """One run of every check on the current device; True when there was nothing to check."""
+    from .formats import keras3
+
+    input = Path(doc.path)
+    if fmt == "keras-h5":
+        if not doc.rnns:
+            report.notes.append("nothing to convert: no CuDNNGRU layers")
+            report.nothing_to_convert = True
+            return True
+        model = _converted_keras_model(module, doc, converted, opts)
+        if user_inputs:
+            _check_user_inputs(keras3.keras(), model, user_inputs, report.input)
+        _verify_keras_h5(doc, model, engine, report, rng, tolerance, user_inputs)
+    else:
+        if not doc.stacks:
+            if doc.possible_buffers:
+                keys = ", ".join(b["key"] for b in doc.possible_buffers[:5])
+                raise UsageError(f"no cuDNN GRU found by name; possible opaque buffers: {keys} "
+                                 "(pass --variable KEY and shape hints)", path=input)
+            report.notes.append("nothing to convert: no cuDNN GRU stacks")
+            report.nothing_to_convert = True
+            return True
+        built = dict((id(e), m) for e, m in module.to_keras(doc, opts)) if converted is None else {}
+        for found in doc.stacks:
+            if converted is None:
+                model = built[id(found)]
+            else:
+                target = Path(converted)
+                if target.is_dir():
+                    target = target / (found.scope.replace("/", "__") + ".keras")
+                model = keras3.load(target)
+            opaque = _stored_buffer(doc, found)
+            if opaque is None and engine.kind == "cudnn" and report.notes.count(_NO_BUFFER % found.scope) == 0:
+                report.notes.append(_NO_BUFFER % found.scope)
+            _verify_stack(found.stack, opaque, model, engine, report, rng, tolerance, user_inputs)
+    return False
 
 
 def _load_inputs(path) -> list:

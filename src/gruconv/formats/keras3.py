@@ -466,3 +466,143 @@ def build_stack_model(stack: RNNStack, *, initial_state: bool = False, return_st
         var.assign(value)
         del value
     return model
+
+
+# --------------------------------------------------------------------------- the GPU path
+
+def gpu_status() -> tuple:
+    """(usable, reason): can the installed Keras backend run models on a GPU here?"""
+    k = keras()
+    be = k.backend.backend()
+    try:
+        if be == "torch":
+            import torch
+
+            ok = torch.cuda.is_available()
+            return ok, (f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}" if ok
+                        else "torch sees no CUDA device")
+        if be == "jax":
+            import jax
+
+            ok = jax.default_backend() == "gpu"
+            return ok, (f"jax {jax.__version__}, {jax.devices()[0].device_kind}" if ok
+                        else f"jax default backend is {jax.default_backend()}")
+        if be == "tensorflow":
+            import tensorflow as tf
+
+            gpus = tf.config.list_physical_devices("GPU")
+            return bool(gpus), (f"tensorflow {tf.__version__}, {len(gpus)} GPU(s)" if gpus
+                                else "tensorflow sees no GPU")
+    except Exception as e:  # noqa: BLE001 - probing must never fail verify
+        return False, f"{be}: GPU probe failed ({_first_line(e, 120)})"
+    return False, f"backend {be} has no GPU path"
+
+
+#: What "strict" and "default" math mean per backend, for reports and the README.
+MATH_SETTINGS = {
+    "torch": {"strict": "torch.backends.cudnn.allow_tf32 = False, torch.backends.cuda.matmul.allow_tf32 = False",
+              "default": "torch defaults (cuDNN may use TF32)"},
+    "jax": {"strict": 'jax.config.update("jax_default_matmul_precision", "highest")',
+            "default": "JAX default matmul precision (TF32/bf16 passes on GPU)"},
+    "tensorflow": {"strict": "tf.config.experimental.enable_tensor_float_32_execution(False)",
+                   "default": "TensorFlow default (TF32 enabled since 2.4)"},
+}
+
+
+@contextlib.contextmanager
+def on_gpu(math: str):
+    """Run the block on the backend's GPU with ``math`` = ``strict`` (no TF32, highest matmul
+    precision) or ``default`` (the framework's own settings), restoring every setting after."""
+    k = keras()
+    be = k.backend.backend()
+    undo = []
+    if be == "torch":
+        import torch
+
+        saved = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
+        if math == "strict":
+            torch.backends.cudnn.allow_tf32 = False
+            torch.backends.cuda.matmul.allow_tf32 = False
+        undo.append(lambda: (setattr(torch.backends.cudnn, "allow_tf32", saved[0]),
+                             setattr(torch.backends.cuda.matmul, "allow_tf32", saved[1])))
+        device = "cuda"
+    elif be == "jax":
+        import jax
+
+        saved_p = jax.config.jax_default_matmul_precision
+        if math == "strict":
+            jax.config.update("jax_default_matmul_precision", "highest")
+        undo.append(lambda: jax.config.update("jax_default_matmul_precision", saved_p))
+        device = "gpu:0"
+    else:
+        import tensorflow as tf
+
+        saved_t = tf.config.experimental.tensor_float_32_execution_enabled()
+        if math == "strict":
+            tf.config.experimental.enable_tensor_float_32_execution(False)
+        undo.append(lambda: tf.config.experimental.enable_tensor_float_32_execution(saved_t))
+        device = "gpu:0"
+    try:
+        with k.device(device):
+            yield
+    finally:
+        for f in undo:
+            f()
+
+
+@contextlib.contextmanager
+def rnn_kernel_probe():
+    """Record which implementation each recurrent layer call took: the backend's fused path
+    (cuDNN on torch and TensorFlow; a ``lax.scan`` kernel on JAX, which has no cuDNN GRU) or
+    Keras's step-by-step loop (20x slower on a GPU, ``shared/DESIGN.md``).
+
+    Keras 3 layers call ``keras.src.backend.gru``/``lstm``, which raise NotImplementedError to
+    fall back; torch and TensorFlow call a module-level ``_cudnn_gru``/``_cudnn_lstm`` when they
+    take cuDNN.  Yields a list that receives one ``(op, "cudnn" | "fused" | "fallback")`` per call.
+    """
+    import importlib
+
+    k = keras()
+    seen: list = []
+    try:
+        top = importlib.import_module("keras.src.backend")
+        impl = importlib.import_module(f"keras.src.backend.{k.backend.backend()}.rnn")
+    except ImportError:  # another Keras layout: nothing recorded, reported as unknown
+        yield seen
+        return
+    patched = []
+
+    def wrap(module, name, on_call):
+        original = getattr(module, name, None)
+        if original is None:
+            return
+
+        def wrapper(*a, **kw):
+            return on_call(original, *a, **kw)
+
+        setattr(module, name, wrapper)
+        patched.append((module, name, original))
+
+    for op in ("gru", "lstm"):
+        def fused(original, *a, _op=op, **kw):
+            mark = len(seen)
+            try:
+                out = original(*a, **kw)
+            except NotImplementedError:
+                seen.append((_op, "fallback"))
+                raise
+            if not any(o == _op and how == "cudnn" for o, how in seen[mark:]):
+                seen.append((_op, "fused"))
+            return out
+
+        def cudnn(original, *a, _op=op, **kw):
+            seen.append((_op, "cudnn"))
+            return original(*a, **kw)
+
+        wrap(top, op, fused)
+        wrap(impl, f"_cudnn_{op}", cudnn)
+    try:
+        yield seen
+    finally:
+        for module, name, original in reversed(patched):
+            setattr(module, name, original)

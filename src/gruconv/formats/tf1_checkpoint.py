@@ -1162,7 +1162,6 @@ def convert(doc: CheckpointDoc, output: Path, opts: Optional[Options] = None) ->
     as_dir, targets, rest_target = _targets(doc, output, opts)
 
     for e in doc.stacks:
-        s = e.stack
         cc = e.cross_check
         if cc.status == "disagree":
             used = "opaque buffer" if prefer == "opaque" else "canonical tensors"

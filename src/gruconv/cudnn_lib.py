@@ -1,22 +1,18 @@
-"""Run the real cuDNN GRU forward pass from Python, through ctypes, with no framework.
+"""Find, load and bind libcudnn and the CUDA runtime through ctypes: the library, not the RNN call.
 
 No maintained Python binding exposes cuDNN's RNN API (CuPy 14 dropped cuDNN,
-cuDNN Frontend has no RNN), so this module calls ``libcudnn``'s C API and the
-CUDA runtime directly.  It never imports torch, jax or tensorflow.
+cuDNN Frontend has no RNN), so gruconv calls ``libcudnn``'s C API and the
+CUDA runtime directly.  This module never imports torch, jax or tensorflow.
+The RNN call itself (descriptors, weight-space queries, ``cudnnRNNForward``)
+is :mod:`gruconv.cudnn_rnn`.
 
 Public API::
 
     available() -> (bool, str)        # never raises
     library_info() -> dict            # raises ReferenceUnavailable
-    run_gru(opaque, shape, x, h0=None, seq_lengths=None, *, allow_tf32=False)
-        -> (y, hy, info)
-
-Descriptor settings are those of the golden files in ``shared/cudnn-golden``:
-``CUDNN_GRU``, ``CUDNN_RNN_ALGO_STANDARD``, ``CUDNN_RNN_DOUBLE_BIAS``,
-projection size = hidden size, dropout 0, ``CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED``
-with ``CUDNN_RNN_PADDED_IO_ENABLED`` and padding fill 0, inference mode.
-float32 runs use ``CUDNN_FMA_MATH`` (strict fp32) unless ``allow_tf32`` asks
-for ``CUDNN_DEFAULT_MATH`` (TF32 tensor cores allowed).
+    load() -> Libraries               # the loaded, probed libraries; raises ReferenceUnavailable
+    Resources(libs)                   # device memory and descriptors of one call, freed on exit
+    CudaCallError                     # a cuDNN/CUDA call failed (function, status)
 
 Library discovery, first hit wins:
 
@@ -37,7 +33,8 @@ and NVRTC libraries of the matching CUDA major are preloaded from the same
 an RNN descriptor (which lives in ``libcudnn_adv``).
 
 Every status is checked; errors name the C function and cuDNN's/CUDA's own
-error string.  All device memory and descriptors are released on every path.
+error string.  :class:`Resources` releases all device memory and descriptors
+on every path.
 """
 
 from __future__ import annotations
@@ -56,39 +53,19 @@ from typing import Optional
 
 import numpy as np
 
-from .canonical import StackShape
-from .cudnn_layout import params_size
-from .errors import GruconvError, InputError, ReferenceUnavailable
+from .errors import GruconvError, ReferenceUnavailable
 
-__all__ = ["available", "library_info", "run_gru", "CudaCallError", "ENV_LIBCUDNN", "ENV_LIBCUDART"]
+__all__ = ["available", "library_info", "load", "Libraries", "Resources", "CudaCallError",
+           "ENV_LIBCUDNN", "ENV_LIBCUDART", "ENV_PRELOAD", "format_cudnn_version", "format_cuda_version"]
 
 ENV_LIBCUDNN = "GRUCONV_LIBCUDNN"
 ENV_LIBCUDART = "GRUCONV_LIBCUDART"
 #: Diagnostic: ``0`` turns off preloading cuDNN's sub-libraries and cuBLAS/NVRTC.
 ENV_PRELOAD = "GRUCONV_CUDNN_PRELOAD"
 
-# --------------------------------------------------------------------------- enums
-# cudnn_graph.h
-CUDNN_DATA_FLOAT, CUDNN_DATA_DOUBLE, CUDNN_DATA_HALF = 0, 1, 2
-CUDNN_DEFAULT_MATH, CUDNN_TENSOR_OP_MATH, CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, CUDNN_FMA_MATH = 0, 1, 2, 3
-# cudnn_adv.h
-CUDNN_RNN_ALGO_STANDARD = 0
-CUDNN_GRU = 3
-CUDNN_RNN_DOUBLE_BIAS = 2
-CUDNN_UNIDIRECTIONAL, CUDNN_BIDIRECTIONAL = 0, 1
-CUDNN_LINEAR_INPUT, CUDNN_SKIP_INPUT = 0, 1
-CUDNN_FWD_MODE_INFERENCE = 0
-CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED = 0
-CUDNN_RNN_PADDED_IO_ENABLED = 1
 # cuda_runtime_api.h
 _CUDA_MEMCPY_H2D, _CUDA_MEMCPY_D2H = 1, 2
 _CUDA_DEV_ATTR_CC_MAJOR, _CUDA_DEV_ATTR_CC_MINOR = 75, 76
-
-_DTYPE_NAMES = {CUDNN_DATA_FLOAT: "CUDNN_DATA_FLOAT", CUDNN_DATA_DOUBLE: "CUDNN_DATA_DOUBLE",
-                CUDNN_DATA_HALF: "CUDNN_DATA_HALF"}
-_MATH_NAMES = {CUDNN_DEFAULT_MATH: "CUDNN_DEFAULT_MATH", CUDNN_TENSOR_OP_MATH: "CUDNN_TENSOR_OP_MATH",
-               CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION: "CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION",
-               CUDNN_FMA_MATH: "CUDNN_FMA_MATH"}
 
 #: cuDNN statuses that mean "cuDNN cannot run here" (9.x: NOT_INITIALIZED,
 #: SUBLIBRARY_VERSION_MISMATCH, LICENSE_ERROR, SUBLIBRARY_LOADING_FAILED; 8.x: NOT_INITIALIZED).
@@ -198,13 +175,13 @@ def _loaded_path(lib: ctypes.CDLL, symbol: str, fallback: str) -> str:
     return fallback
 
 
-def _format_cudnn_version(v: int) -> str:
+def format_cudnn_version(v: int) -> str:
     if v >= 90000:
         return f"{v // 10000}.{(v % 10000) // 100}.{v % 100}"
     return f"{v // 1000}.{(v % 1000) // 100}.{v % 100}"
 
 
-def _format_cuda_version(v: int) -> str:
+def format_cuda_version(v: int) -> str:
     return f"{v // 1000}.{(v % 1000) // 10}"
 
 
@@ -244,12 +221,15 @@ _CUDNN_PROTOS = {
     "cudnnDropoutGetStatesSize": (_i, [_vp, _c_size_p]),
     "cudnnSetDropoutDescriptor": (_i, [_vp, _vp, ctypes.c_float, _vp, ctypes.c_size_t, ctypes.c_ulonglong]),
     "cudnnGetRNNWeightSpaceSize": (_i, [_vp, _vp, _c_size_p]),
+    "cudnnGetRNNWeightParams": (_i, [_vp, _vp, ctypes.c_int32, ctypes.c_size_t, _vp, ctypes.c_int32, _vp,
+                                     ctypes.POINTER(_vp), _vp, ctypes.POINTER(_vp)]),
     "cudnnCreateRNNDataDescriptor": (_i, [ctypes.POINTER(_vp)]),
     "cudnnDestroyRNNDataDescriptor": (_i, [_vp]),
     "cudnnSetRNNDataDescriptor": (_i, [_vp, _i, _i, _i, _i, _i, _c_int_p, _vp]),
     "cudnnCreateTensorDescriptor": (_i, [ctypes.POINTER(_vp)]),
     "cudnnDestroyTensorDescriptor": (_i, [_vp]),
     "cudnnSetTensorNdDescriptor": (_i, [_vp, _i, _i, _c_int_p, _c_int_p]),
+    "cudnnGetTensorNdDescriptor": (_i, [_vp, _i, _c_int_p, _c_int_p, _c_int_p, _c_int_p]),
     "cudnnGetRNNTempSpaceSizes": (_i, [_vp, _vp, _i, _vp, _c_size_p, _c_size_p]),
     "cudnnRNNForward": (_i, [_vp, _vp, _i, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp,
                              ctypes.c_size_t, _vp, ctypes.c_size_t, _vp, ctypes.c_size_t, _vp]),
@@ -271,7 +251,7 @@ def _bind(lib: ctypes.CDLL, protos: dict, optional=frozenset()) -> list:
     return missing
 
 
-class _Libs:
+class Libraries:
     """The loaded libraries, one cuDNN handle, and what was learnt about them."""
 
     def __init__(self):
@@ -505,16 +485,84 @@ class _Libs:
         }
 
     def summary(self) -> str:
-        return (f"{self.gpu}, cuDNN {_format_cudnn_version(self.cudnn_version)}, "
-                f"CUDA runtime {_format_cuda_version(self.cuda_runtime_version)}")
+        return (f"{self.gpu}, cuDNN {format_cudnn_version(self.cudnn_version)}, "
+                f"CUDA runtime {format_cuda_version(self.cuda_runtime_version)}")
+
+
+class Resources:
+    """Device memory and cuDNN descriptors of one call, all released when the ``with`` block ends.
+
+    Every allocation and descriptor is registered for release the moment it
+    exists, so an error at any step frees everything made before it::
+
+        with Resources(libs) as res:
+            d_x = res.upload(x, "x")
+            desc = res.create("TensorDescriptor")
+            ...
+            res.download(d_y, y_host, "y")
+    """
+
+    def __init__(self, libs: Libraries):
+        self.libs = libs
+        self._stack = ExitStack()
+
+    def __enter__(self) -> "Resources":
+        self._stack.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        return self._stack.__exit__(*exc)
+
+    def malloc(self, nbytes: int, what: str):
+        """``cudaMalloc`` (None for 0 bytes); freed on exit."""
+        if nbytes == 0:
+            return None
+        p = ctypes.c_void_p()
+        self.libs.cuda_check(self.libs.cudart.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(nbytes)),
+                             f"cudaMalloc({what})")
+        self._stack.callback(self.libs.cudart.cudaFree, p)
+        return p
+
+    def upload(self, arr: np.ndarray, what: str):
+        """A device copy of a C-contiguous host array (None if empty)."""
+        p = self.malloc(arr.nbytes, what)
+        if p is not None:
+            self.libs.cuda_check(self.libs.cudart.cudaMemcpy(p, arr.ctypes.data_as(ctypes.c_void_p),
+                                                             ctypes.c_size_t(arr.nbytes), _CUDA_MEMCPY_H2D),
+                                 f"cudaMemcpy({what}, host to device)")
+        return p
+
+    def download(self, ptr, out: np.ndarray, what: str) -> np.ndarray:
+        """Copy ``out.nbytes`` bytes from the device into the C-contiguous host array ``out``."""
+        if out.nbytes:
+            self.libs.cuda_check(self.libs.cudart.cudaMemcpy(out.ctypes.data_as(ctypes.c_void_p), ptr,
+                                                             ctypes.c_size_t(out.nbytes), _CUDA_MEMCPY_D2H),
+                                 f"cudaMemcpy({what}, device to host)")
+        return out
+
+    def memset(self, ptr, byte: int, nbytes: int, what: str) -> None:
+        if ptr is not None and nbytes:
+            self.libs.cuda_check(self.libs.cudart.cudaMemset(ptr, byte, ctypes.c_size_t(nbytes)),
+                                 f"cudaMemset({what})")
+
+    def create(self, kind: str):
+        """``cudnnCreate<kind>`` (e.g. ``"RNNDescriptor"``); ``cudnnDestroy<kind>`` on exit."""
+        dn = self.libs.cudnn
+        d = ctypes.c_void_p()
+        self.libs.cudnn_check(getattr(dn, f"cudnnCreate{kind}")(ctypes.byref(d)), f"cudnnCreate{kind}")
+        self._stack.callback(getattr(dn, f"cudnnDestroy{kind}"), d)
+        return d
+
+    def synchronize(self, after: str) -> None:
+        self.libs.cuda_check(self.libs.cudart.cudaDeviceSynchronize(), f"cudaDeviceSynchronize (after {after})")
 
 
 _STATE_LOCK = threading.Lock()
-_STATE: Optional[_Libs] = None
+_STATE: Optional[Libraries] = None
 _STATE_ERROR: Optional[GruconvError] = None
 
 
-def _load() -> _Libs:
+def load() -> Libraries:
     """Load and probe the libraries once per process; raise ReferenceUnavailable if impossible."""
     global _STATE, _STATE_ERROR
     with _STATE_LOCK:
@@ -522,7 +570,7 @@ def _load() -> _Libs:
             return _STATE
         if _STATE_ERROR is not None:
             raise _STATE_ERROR
-        libs = _Libs()
+        libs = Libraries()
         try:
             if sys.platform != "linux":
                 raise ReferenceUnavailable(f"the cuDNN reference runs on Linux only (this is {sys.platform})")
@@ -550,7 +598,7 @@ def _load() -> _Libs:
 def available() -> tuple:
     """``(True, "NVIDIA H200, cuDNN 9.19.0, CUDA runtime 13.0")`` or ``(False, reason)``; never raises."""
     try:
-        libs = _load()
+        libs = load()
     except GruconvError as e:
         return False, str(e)
     except Exception as e:  # pragma: no cover - belt and braces: never raise
@@ -560,272 +608,4 @@ def available() -> tuple:
 
 def library_info() -> dict:
     """GPU name, cuDNN/CUDA runtime/driver versions and library paths; raises ReferenceUnavailable."""
-    return _load().info()
-
-
-def _math_candidates(dtype: np.dtype, allow_tf32: bool) -> list:
-    """(cuDNN data type, math precision, math type) to try, in order."""
-    if dtype == np.float32:
-        # Never falls back: strict fp32 must not silently become TF32, nor the reverse.
-        return [(CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT, CUDNN_DEFAULT_MATH if allow_tf32 else CUDNN_FMA_MATH)]
-    if dtype == np.float64:
-        return [(CUDNN_DATA_DOUBLE, CUDNN_DATA_DOUBLE, CUDNN_FMA_MATH),
-                (CUDNN_DATA_DOUBLE, CUDNN_DATA_DOUBLE, CUDNN_DEFAULT_MATH)]
-    # float16: float32 accumulation ("pseudo half") first.
-    return [(CUDNN_DATA_HALF, CUDNN_DATA_FLOAT, CUDNN_TENSOR_OP_MATH),
-            (CUDNN_DATA_HALF, CUDNN_DATA_FLOAT, CUDNN_DEFAULT_MATH),
-            (CUDNN_DATA_HALF, CUDNN_DATA_HALF, CUDNN_TENSOR_OP_MATH)]
-
-
-def _retryable(status: int) -> bool:
-    """BAD_PARAM / NOT_SUPPORTED families (cuDNN 9: 2xxx, 3xxx; cuDNN 8: 3, 9)."""
-    return 2000 <= status < 4000 or status in (3, 9)
-
-
-def _check_inputs(opaque, shape, x, h0, seq_lengths):
-    if not isinstance(shape, StackShape):
-        raise InputError(f"shape must be a gruconv.canonical.StackShape, got {type(shape).__name__}")
-    opaque = np.asarray(opaque)
-    if opaque.dtype not in (np.float16, np.float32, np.float64):
-        raise InputError(f"opaque buffer must be float16, float32 or float64, got {opaque.dtype}")
-    dtype = opaque.dtype
-    opaque = np.ascontiguousarray(opaque.reshape(-1))
-    x = np.asarray(x)
-    if x.ndim != 3 or x.shape[2] != shape.input_size or x.shape[0] < 1 or x.shape[1] < 1:
-        raise InputError(f"x must be time-major [T, B, {shape.input_size}] with T, B >= 1, "
-                         f"got shape {tuple(x.shape)}")
-    T, B = int(x.shape[0]), int(x.shape[1])
-    x = np.ascontiguousarray(x, dtype=dtype)
-    h_shape = (shape.num_pseudo_layers, B, shape.units)
-    if h0 is None:
-        h0 = np.zeros(h_shape, dtype=dtype)
-    else:
-        h0 = np.asarray(h0)
-        if tuple(h0.shape) != h_shape:
-            raise InputError(f"h0 must have shape [layers*dirs, B, H] = {list(h_shape)}, got {list(h0.shape)}")
-        h0 = np.ascontiguousarray(h0, dtype=dtype)
-    if seq_lengths is None:
-        lengths = np.full(B, T, dtype=np.int32)
-    else:
-        raw = np.asarray(seq_lengths)
-        if raw.shape != (B,) or not np.issubdtype(raw.dtype, np.integer):
-            raise InputError(f"seq_lengths must be {B} integers (one per batch entry), got "
-                             f"{raw.dtype} array of shape {tuple(raw.shape)}")
-        if raw.min() < 1 or raw.max() > T:
-            raise InputError(f"seq_lengths must lie in 1..T={T}, got {raw.tolist()}")
-        lengths = np.ascontiguousarray(raw, dtype=np.int32)
-    return opaque, dtype, x, h0, lengths, T, B
-
-
-def run_gru(opaque: np.ndarray, shape: StackShape, x: np.ndarray, h0: Optional[np.ndarray] = None,
-            seq_lengths: Optional[np.ndarray] = None, *, allow_tf32: bool = False) -> tuple:
-    """Run cuDNN's GRU forward pass (inference) on an opaque weight buffer.
-
-    ``opaque``: the weight space exactly as cuDNN holds it (1-D; its dtype,
-    float16/32/64, selects the run's precision; ``shape.dtype`` is not
-    consulted). ``x``: time-major ``[T, B, input_size]``; ``h0``:
-    ``[layers*dirs, B, H]`` (zeros if None); ``seq_lengths``: ``[B]`` in
-    ``1..T`` (all ``T`` if None).  Returns ``y [T, B, H*dirs]``,
-    ``hy [layers*dirs, B, H]`` (dtype of ``opaque``) and an info dict
-    (:func:`library_info` plus the math mode used and buffer sizes).
-
-    Outputs past a sequence's length are cuDNN's padding fill (0).  The
-    output buffers are poisoned with NaN bytes before the call, so anything
-    cuDNN did not write shows up as NaN rather than as plausible numbers.
-    """
-    opaque, dtype, x, h0, lengths, T, B = _check_inputs(opaque, shape, x, h0, seq_lengths)
-    libs = _load()
-    attempts = []
-    candidates = _math_candidates(dtype, allow_tf32)
-    with libs.lock:
-        for n, cand in enumerate(candidates):
-            try:
-                y, hy, info = _forward(libs, cand, opaque, shape, x, h0, lengths, T, B)
-            except CudaCallError as e:
-                if n + 1 < len(candidates) and _retryable(e.status):
-                    attempts.append(f"{_DTYPE_NAMES[cand[1]]}/{_MATH_NAMES[cand[2]]}: {e}")
-                    continue
-                raise
-            info.update(libs.info())
-            info["allow_tf32"] = bool(allow_tf32)
-            info["math_attempts_failed"] = attempts
-            return y, hy, info
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _forward(libs: _Libs, cand, opaque, shape, x, h0, lengths, T, B):
-    dn, rt = libs.cudnn, libs.cudart
-    data_type, math_prec, math_type = cand
-    H, L, D = shape.units, shape.num_layers, shape.num_directions
-    itemsize = opaque.dtype.itemsize
-    y_host = np.empty((T, B, H * D), dtype=opaque.dtype)
-    hy_host = np.empty(h0.shape, dtype=opaque.dtype)
-    fill = np.zeros(1, dtype=opaque.dtype)
-    seq_host = (ctypes.c_int * B)(*[int(v) for v in lengths])
-
-    with ExitStack() as stack:
-        def malloc(nbytes: int, what: str):
-            if nbytes == 0:
-                return None
-            p = _vp()
-            libs.cuda_check(rt.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(nbytes)), f"cudaMalloc({what})")
-            stack.callback(rt.cudaFree, p)
-            return p
-
-        def upload(arr: np.ndarray, what: str):
-            p = malloc(arr.nbytes, what)
-            if p is not None:
-                libs.cuda_check(rt.cudaMemcpy(p, arr.ctypes.data_as(_vp), ctypes.c_size_t(arr.nbytes),
-                                              _CUDA_MEMCPY_H2D), f"cudaMemcpy({what}, host to device)")
-            return p
-
-        def create(kind: str):
-            d = _vp()
-            libs.cudnn_check(getattr(dn, f"cudnnCreate{kind}")(ctypes.byref(d)), f"cudnnCreate{kind}")
-            stack.callback(getattr(dn, f"cudnnDestroy{kind}"), d)
-            return d
-
-        handle = libs.handle
-
-        # Dropout descriptor (dropout 0, but cuDNN still wants initialised RNG states).
-        dropout = create("DropoutDescriptor")
-        states_size = ctypes.c_size_t(0)
-        libs.cudnn_check(dn.cudnnDropoutGetStatesSize(handle, ctypes.byref(states_size)),
-                         "cudnnDropoutGetStatesSize")
-        states = malloc(states_size.value, "dropout states")
-        libs.cudnn_check(dn.cudnnSetDropoutDescriptor(dropout, handle, ctypes.c_float(0.0), states,
-                                                      states_size, ctypes.c_ulonglong(0)),
-                         "cudnnSetDropoutDescriptor")
-
-        rnn = create("RNNDescriptor")
-        libs.cudnn_check(dn.cudnnSetRNNDescriptor_v8(
-            rnn, CUDNN_RNN_ALGO_STANDARD, CUDNN_GRU, CUDNN_RNN_DOUBLE_BIAS,
-            CUDNN_BIDIRECTIONAL if shape.bidirectional else CUDNN_UNIDIRECTIONAL,
-            CUDNN_SKIP_INPUT if shape.input_mode == "skip" else CUDNN_LINEAR_INPUT,
-            data_type, math_prec, math_type,
-            shape.input_size, H, H, L, dropout, CUDNN_RNN_PADDED_IO_ENABLED), "cudnnSetRNNDescriptor_v8")
-
-        ws_size = ctypes.c_size_t(0)
-        libs.cudnn_check(dn.cudnnGetRNNWeightSpaceSize(handle, rnn, ctypes.byref(ws_size)),
-                         "cudnnGetRNNWeightSpaceSize")
-        if ws_size.value != opaque.nbytes:
-            raise InputError(
-                f"opaque buffer has {opaque.size} {opaque.dtype} values ({opaque.nbytes} bytes), but cuDNN "
-                f"{_format_cudnn_version(libs.cudnn_version)} needs a weight space of {ws_size.value} bytes "
-                f"({ws_size.value // itemsize} values) for a {shape.describe()} GRU (the canonical layout "
-                f"has {params_size(shape)}): the buffer was laid out for another shape or another cuDNN")
-
-        x_desc = create("RNNDataDescriptor")
-        libs.cudnn_check(dn.cudnnSetRNNDataDescriptor(
-            x_desc, data_type, CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED, T, B, shape.input_size,
-            seq_host, fill.ctypes.data_as(_vp)), "cudnnSetRNNDataDescriptor(x)")
-        y_desc = create("RNNDataDescriptor")
-        libs.cudnn_check(dn.cudnnSetRNNDataDescriptor(
-            y_desc, data_type, CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED, T, B, H * D,
-            seq_host, fill.ctypes.data_as(_vp)), "cudnnSetRNNDataDescriptor(y)")
-        h_desc = create("TensorDescriptor")
-        dims = (ctypes.c_int * 3)(L * D, B, H)
-        strides = (ctypes.c_int * 3)(B * H, H, 1)
-        libs.cudnn_check(dn.cudnnSetTensorNdDescriptor(h_desc, data_type, 3, dims, strides),
-                         "cudnnSetTensorNdDescriptor(h)")
-
-        work_size, reserve_size = ctypes.c_size_t(0), ctypes.c_size_t(0)
-        libs.cudnn_check(dn.cudnnGetRNNTempSpaceSizes(handle, rnn, CUDNN_FWD_MODE_INFERENCE, x_desc,
-                                                      ctypes.byref(work_size), ctypes.byref(reserve_size)),
-                         "cudnnGetRNNTempSpaceSizes")
-
-        d_weights = upload(opaque, "weight space")
-        d_x = upload(x, "x")
-        d_h0 = upload(h0, "hx")
-        d_seq = upload(lengths, "devSeqLengths")
-        d_y = malloc(y_host.nbytes, "y")
-        d_hy = malloc(hy_host.nbytes, "hy")
-        for p, n, what in ((d_y, y_host.nbytes, "y"), (d_hy, hy_host.nbytes, "hy")):
-            # 0xFF bytes are NaN in float16/32/64: whatever cuDNN leaves unwritten shows up.
-            libs.cuda_check(rt.cudaMemset(p, 0xFF, ctypes.c_size_t(n)), f"cudaMemset({what})")
-        d_work = malloc(work_size.value, "workspace")
-        d_reserve = malloc(reserve_size.value, "reserve space")
-
-        libs.cudnn_check(dn.cudnnRNNForward(
-            handle, rnn, CUDNN_FWD_MODE_INFERENCE, d_seq,
-            x_desc, d_x, y_desc, d_y,
-            h_desc, d_h0, d_hy,
-            h_desc, None, None,
-            ctypes.c_size_t(opaque.nbytes), d_weights,
-            work_size, d_work, reserve_size, d_reserve), "cudnnRNNForward")
-        libs.cuda_check(rt.cudaDeviceSynchronize(), "cudaDeviceSynchronize (after cudnnRNNForward)")
-        libs.cuda_check(rt.cudaMemcpy(y_host.ctypes.data_as(_vp), d_y, ctypes.c_size_t(y_host.nbytes),
-                                      _CUDA_MEMCPY_D2H), "cudaMemcpy(y, device to host)")
-        libs.cuda_check(rt.cudaMemcpy(hy_host.ctypes.data_as(_vp), d_hy, ctypes.c_size_t(hy_host.nbytes),
-                                      _CUDA_MEMCPY_D2H), "cudaMemcpy(hy, device to host)")
-        info = {
-            "data_type": _DTYPE_NAMES[data_type],
-            "math_precision": _DTYPE_NAMES[math_prec],
-            "math_type": _MATH_NAMES[math_type],
-            "algo": "CUDNN_RNN_ALGO_STANDARD",
-            "weight_space_bytes": int(ws_size.value),
-            "workspace_bytes": int(work_size.value),
-            "reserve_space_bytes": int(reserve_size.value),
-            "dropout_states_bytes": int(states_size.value),
-        }
-    return y_host, hy_host, info
-
-
-# ------------------------------------------------------------------ self-report
-def _main(argv=None) -> int:
-    """``python -m gruconv.cudnn_ctypes [GOLDEN_DIR]``: report the libraries, and errors per golden file."""
-    import argparse
-    import json
-
-    ap = argparse.ArgumentParser(prog="python -m gruconv.cudnn_ctypes", description=_main.__doc__)
-    ap.add_argument("golden_dir", nargs="?", help="directory of cuDNN golden .npz files to check")
-    ap.add_argument("--maps", action="store_true",
-                    help="at the end, list the CUDA/cuDNN libraries this process has mapped")
-    args = ap.parse_args(argv)
-    ok, reason = available()
-    print(f"available: {ok}: {reason}")
-    if not ok:
-        if args.maps:
-            _print_maps()
-        return 3
-    print(json.dumps(library_info(), indent=2))
-    if not args.golden_dir:
-        return 0
-    worst = 0.0
-    for path in sorted(glob.glob(os.path.join(args.golden_dir, "*.npz"))):
-        with np.load(path) as d:
-            g = {k: d[k] for k in d.files}
-        c = json.loads(str(g["config"]))
-        shape = StackShape(c["I"], c["H"], c["L"], c["bidir"], "skip" if c["skip"] else "linear")
-        y, hy, _ = run_gru(g["opaque"], shape, g["x"], g["h0"], g["seq_lengths"])
-        yt, hyt, info_t = run_gru(g["opaque"], shape, g["x"], g["h0"], g["seq_lengths"], allow_tf32=True)
-        y64, hy64, info64 = run_gru(g["opaque_f64"], shape, g["x"], g["h0"], g["seq_lengths"])
-        strict = max(np.abs(y - g["y"]).max(), np.abs(hy - g["hy"]).max())
-        worst = max(worst, float(strict))
-        print(f"{os.path.basename(path)}: strict |y,hy - golden| {strict:.3e}  "
-              f"strict-vs-f64 {np.abs(y - g['y_f64']).max():.3e}  "
-              f"tf32-vs-f64 {np.abs(yt - g['y_f64']).max():.3e} "
-              f"(golden default-math {np.abs(g['y_default_math'] - g['y_f64']).max():.3e})  "
-              f"f64 |y,hy - y_f64| {max(np.abs(y64 - g['y_f64']).max(), np.abs(hy64 - g['hy_f64']).max()):.3e} "
-              f"[{info64['math_type']}]")
-    print(f"worst strict error: {worst:.3e}")
-    if args.maps:
-        _print_maps()
-    return 0 if worst <= 1e-6 else 1
-
-
-def _print_maps() -> None:
-    try:
-        with open("/proc/self/maps") as f:
-            paths = sorted({line.split()[-1] for line in f if "/" in line
-                            and re.search(r"lib(cudnn|cublas|cudart|nvrtc)", line)})
-    except OSError as e:  # pragma: no cover
-        print(f"/proc/self/maps unreadable: {e}")
-        return
-    print("mapped CUDA/cuDNN libraries:")
-    for p in paths:
-        print(f"  {p}")
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(_main())
+    return load().info()
