@@ -40,7 +40,7 @@ import numpy as np
 from . import formats
 from .canonical import RNNStack, StackShape
 from .cudnn_layout import params_size, unpack
-from .keras_layout import cudnngru_opaque, to_cudnngru
+from .keras_layout import cudnn_opaque, to_cudnn
 from .errors import InputError, ReferenceUnavailable, UsageError
 from .results import Options
 
@@ -204,9 +204,16 @@ def _np(keras, t):
 def _random_inputs(keras, model, batch: int, steps: int, rng) -> list:
     emb = [l.input_dim for l in _all_layers(keras, model) if isinstance(l, keras.layers.Embedding)]
     vocab = min(emb) if emb else 10
+    # A nested model may fix a dimension its outer model leaves open (outer Input(None), inner
+    # Input(12)): the tightest declared dims of same-rank nested inputs are used.
+    nested = [tuple(t.shape) for l in _all_layers(keras, model) if isinstance(l, keras.Model)
+              for t in l.inputs]
     out = []
     for t in model.inputs:
         shape = [d for d in t.shape]
+        for inner in nested:
+            if len(inner) == len(shape):
+                shape = [i if s is None and i is not None else s for s, i in zip(shape, inner)]
         if shape and shape[0] is None:
             shape[0] = batch
         shape = [steps if d is None else d for d in shape]
@@ -248,34 +255,43 @@ def _activations_into(keras, model, parts: list, feed: list):
 
 
 def _reference_rnn(rnn, x_bt: np.ndarray, engine: _Engine) -> tuple:
-    """The ORIGINAL CuDNNGRU (or Bidirectional(CuDNNGRU)) outputs, as the original layer returned them.
+    """The ORIGINAL CuDNNGRU / CuDNNLSTM (or Bidirectional of one) outputs, as the original layer returned them.
 
     Returns (outputs, outputs64) in the layer's output order.  Semantics (tf_keras
     ``layers/rnn/base_cudnn_rnn.py``): ``go_backwards`` reverses the input and
     returns outputs in processing order; Bidirectional runs a second layer on
-    the reversed input and re-reverses its sequence before merging.
+    the reversed input and re-reverses its sequence before merging.  States
+    with ``return_state``: ``[h]`` (GRU) or ``[h, c]`` (LSTM, ``cudnn_lstm.py``
+    returns ``output, [h, c]``); Bidirectional appends the forward layer's
+    states, then the backward layer's (tf_keras and Keras 3 ``bidirectional.py``:
+    ``states = y[1:] + y_rev[1:]``).
     """
     s = rnn.stack.shape
     opts = rnn.options
     lead = x_bt.shape[:-2]
     x = x_bt.reshape((-1,) + x_bt.shape[-2:])  # TimeDistributed folds its extra axes into the batch
 
+    lstm = s.cell == "lstm"
+
     def one(params, reverse_input):
-        # The buffer the ORIGINAL layer gave cuDNN: stored arrays (to_cudnngru, the exact inverse of the
-        # reader) packed as CuDNNGRU packs them (cudnngru_opaque), read back by the golden-tested layout.
+        # The buffer the ORIGINAL layer gave cuDNN: stored arrays (to_cudnn, the exact inverse of the
+        # reader) packed as CuDNNGRU/CuDNNLSTM packs them (cudnn_opaque), read back by the golden-tested layout.
         xi = x[:, ::-1] if reverse_input else x
-        shape = StackShape(s.input_size, s.units, 1, False, "linear", s.dtype)
-        buf = cudnngru_opaque(*to_cudnngru(params))
+        shape = StackShape(s.input_size, s.units, 1, False, "linear", s.dtype, s.cell)
+        buf = cudnn_opaque(*to_cudnn(params, s.cell), s.cell)
         uni = RNNStack(rnn.path, shape, unpack(buf, shape))
         y, hy, y64, hy64 = engine.run(uni, np.ascontiguousarray(xi.transpose(1, 0, 2)), opaque=buf)
-        return (y.transpose(1, 0, 2), hy[0]), (y64.transpose(1, 0, 2), hy64[0])
+        states = [hy[0]] + ([engine.cy[0]] if lstm else [])
+        states64 = [hy64[0]] + ([engine.cy64[0]] if lstm else [])
+        return (y.transpose(1, 0, 2), states), (y64.transpose(1, 0, 2), states64)
 
     def outputs(pairs):
         if rnn.wrapper != "Bidirectional":
-            (y, h), = pairs
-            outs = [y if opts["return_sequences"] else h]
-            return outs + ([h] if opts["return_state"] else [])
-        (yf, hf), (yb, hb) = pairs
+            (y, st), = pairs
+            outs = [y if opts["return_sequences"] else st[0]]
+            return outs + (st if opts["return_state"] else [])
+        (yf, stf), (yb, stb) = pairs
+        hf, hb = stf[0], stb[0]
         if opts["return_sequences"]:
             fw, bw = yf, yb[:, ::-1]
         else:
@@ -283,7 +299,7 @@ def _reference_rnn(rnn, x_bt: np.ndarray, engine: _Engine) -> tuple:
         mode = rnn.merge_mode
         merged = {"concat": lambda: [np.concatenate([fw, bw], -1)], "sum": lambda: [fw + bw],
                   "mul": lambda: [fw * bw], "ave": lambda: [(fw + bw) / 2], None: lambda: [fw, bw]}[mode]()
-        return merged + ([hf, hb] if opts["return_state"] else [])
+        return merged + (stf + stb if opts["return_state"] else [])
 
     go_back = opts["go_backwards"]
     runs = [one(rnn.stack.params[0], go_back)]
@@ -293,6 +309,18 @@ def _reference_rnn(rnn, x_bt: np.ndarray, engine: _Engine) -> tuple:
     ref64 = outputs([r[1] for r in runs])
     fold = lambda a: a.reshape(lead + a.shape[1:])  # noqa: E731
     return [fold(a) for a in ref], [fold(a) for a in ref64]
+
+
+def _compute_dtype(rnn) -> str:
+    """The dtype the layer computes in: its weights' dtype, or float16 under a mixed-precision
+    policy (``mixed_float16`` / ``mixed_bfloat16``: float32 weights, half-precision math, in the
+    original CuDNNGRU as in the converted GRU), which gets the float16 tolerance floor."""
+    dtype = (rnn.config.get("config") or {}).get("dtype")
+    name = dtype if isinstance(dtype, str) else ((dtype or {}).get("config") or {}).get("name") \
+        if isinstance(dtype, dict) else None
+    if isinstance(name, str) and name.startswith("mixed_"):
+        return "float16"
+    return rnn.stack.shape.dtype
 
 
 def _check_user_inputs(keras, model, feed: list, where) -> None:
@@ -346,7 +374,7 @@ def _verify_keras_h5(doc, model, engine, report, rng, tolerance, user_inputs):
         ref, ref64 = _reference_rnn(rnn, acts[0].astype(np.float64), engine)
         names = _output_names(rnn)
         for name, g, r, r64 in zip(names, got, ref, ref64):
-            report.checks.append(_compare(f"{rnn.path}: {name}", g, r, r64, tolerance, rnn.stack.shape.dtype))
+            report.checks.append(_compare(f"{rnn.path}: {name}", g, r, r64, tolerance, _compute_dtype(rnn)))
         if len(got) != len(ref):
             report.checks.append(Check(f"{rnn.path}: output count", float("inf"), float("inf"), tolerance,
                                        False, None, (len(got), len(ref))))
@@ -363,7 +391,10 @@ def _output_names(rnn) -> list:
     else:
         names = [first]
     if opts["return_state"]:
-        names += ["forward state", "backward state"] if rnn.wrapper == "Bidirectional" else ["state"]
+        states = ["state"] if rnn.shape.cell == "gru" else ["state h", "state c"]
+        if rnn.wrapper == "Bidirectional":
+            states = [f"{d} {st}" for d in ("forward", "backward") for st in states]
+        names += states
     return names
 
 
@@ -541,7 +572,7 @@ def _run_checks(fmt, module, doc, converted, opts, engine, report, rng, toleranc
     input = Path(doc.path)
     if fmt == "keras-h5":
         if not doc.rnns:
-            report.notes.append("nothing to convert: no CuDNNGRU layers")
+            report.notes.append("nothing to convert: no CuDNNGRU or CuDNNLSTM layers")
             report.nothing_to_convert = True
             return True
         model = _converted_keras_model(module, doc, converted, opts)

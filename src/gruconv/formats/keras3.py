@@ -164,46 +164,144 @@ def load_legacy(h5_path: Path, *, compile: bool, source=None):
         raise UnsupportedError(f"Keras 3 cannot rebuild this model: {_first_line(e)}", path=source) from None
 
 
-def compile_from_training_config(model, training_config: str) -> Optional[str]:
-    """Compile ``model`` as the legacy ``training_config`` says; return a warning if Keras 3 refuses it.
+def _known(kind: str, identifier):
+    """``identifier`` when Keras 3 resolves it as a built-in loss / metric, else None."""
+    k = keras()
+    getter = k.losses.get if kind == "loss" else k.metrics.get
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return identifier if getter(identifier) is not None else None
+    except Exception:  # noqa: BLE001 - unknown names raise ValueError/TypeError
+        return None
 
-    Keras 3.15's own legacy path fails on what tf.keras 2.x wrote (optimizer
+
+def _legacy_metric(m, dropped: list):
+    """One tf.keras metric entry as Keras 3 takes it, or None (named in ``dropped``).
+
+    tf.keras wrote compiled string metrics as ``MeanMetricWrapper`` objects
+    (``{"class_name": "MeanMetricWrapper", "config": {"name": "mae", "fn":
+    "mean_absolute_error"}}``) that Keras 3 cannot locate; the name the user
+    gave (``mae``, ``accuracy``) is what Keras 3 resolves, ``accuracy`` by the
+    loss as tf.keras did at fit time.  Other built-in metric classes keep
+    their class and config when Keras 3 knows them; custom ones are code and
+    are dropped."""
+    if m is None:
+        return None
+    if isinstance(m, list):
+        out = [x for x in (_legacy_metric(x, dropped) for x in m) if x is not None]
+        return out
+    if isinstance(m, dict) and "class_name" not in m:  # per-output dict
+        return {k: _legacy_metric(v, dropped) for k, v in m.items()}
+    if isinstance(m, str):
+        if m in ("acc", "accuracy"):
+            return "accuracy"
+        if _known("metric", m):
+            return m
+        dropped.append(f"metric {m!r}")
+        return None
+    if isinstance(m, dict):
+        cls, cfg = str(m.get("class_name", "")).split(">")[-1], m.get("config") or {}
+        if cls == "MeanMetricWrapper":
+            name, fn = cfg.get("name"), cfg.get("fn")
+            if name in ("acc", "accuracy"):
+                return "accuracy"
+            for cand in (name, fn):
+                if isinstance(cand, str) and _known("metric", cand):
+                    return cand
+            dropped.append(f"metric {name or fn!r}")
+            return None
+        k = keras()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return k.metrics.deserialize({"class_name": cls, "config": cfg})
+        except Exception:  # noqa: BLE001
+            dropped.append(f"metric {cls!r}")
+            return None
+    dropped.append(f"metric {m!r:.60}")
+    return None
+
+
+def _legacy_loss(loss, dropped: list):
+    if loss is None:
+        return None
+    if isinstance(loss, list):
+        return [_legacy_loss(x, dropped) for x in loss]
+    if isinstance(loss, dict) and "class_name" not in loss:  # per-output dict
+        return {k: _legacy_loss(v, dropped) for k, v in loss.items()}
+    if isinstance(loss, str) and _known("loss", loss):
+        return loss
+    if isinstance(loss, dict):
+        k = keras()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return k.losses.deserialize({"class_name": str(loss["class_name"]).split(">")[-1],
+                                             "config": loss.get("config") or {}})
+        except Exception:  # noqa: BLE001
+            pass
+    name = loss if isinstance(loss, str) else (loss.get("class_name") if isinstance(loss, dict) else loss)
+    dropped.append(f"loss {name!r:.60}")
+    return None
+
+
+def compile_from_training_config(model, training_config: str) -> list:
+    """Compile ``model`` as the legacy ``training_config`` says; return warnings for what was dropped.
+
+    Keras 3's own legacy path fails on what tf.keras 2.x wrote (optimizer
     ``"Custom>Adam"``; ``loss: "mse"`` -> "Could not deserialize
-    'keras.metrics.mse'"; optimizer keys such as ``is_legacy_optimizer``), so
-    the config is read here: the optimizer class name without its ``Custom>``
-    prefix, only the arguments its Keras 3 constructor takes, and loss,
-    metrics and loss weights as stored.
+    'keras.metrics.mse'"; metrics as ``MeanMetricWrapper`` objects; optimizer
+    keys such as ``is_legacy_optimizer``), so the config is read here: the
+    optimizer class without its ``Custom>`` prefix and only the arguments its
+    Keras 3 constructor takes; losses and metrics that Keras 3 resolves as
+    built-ins.  A custom loss or metric is Python code the file only names:
+    it is dropped, with a warning naming it, so the output never needs
+    ``custom_objects`` to load.  ``save`` then proves the compiled file loads.
     """
     import inspect
     import json
 
-    keras = _keras()
+    k = keras()
+    dropped: list = []
     try:
         tc = json.loads(training_config)
         opt = tc.get("optimizer_config") or {}
         cls_name = str(opt.get("class_name", "")).split(">")[-1]
-        cls = getattr(keras.optimizers, cls_name, None)
-        if cls is None:
+        cls = getattr(k.optimizers, cls_name, None)
+        if cls is None or not isinstance(cls, type):
             raise ValueError(f"unknown optimizer {cls_name!r}")
         accepted = inspect.signature(cls.__init__).parameters
-        cfg = {k: v for k, v in (opt.get("config") or {}).items() if k in accepted}
+        cfg = {key: v for key, v in (opt.get("config") or {}).items() if key in accepted}
+        loss = _legacy_loss(tc.get("loss"), dropped)
+        metrics = _legacy_metric(tc.get("metrics"), dropped)
+        weighted = _legacy_metric(tc.get("weighted_metrics"), dropped)
+        if isinstance(metrics, list) and len(model.outputs) == 1 and len(metrics) == 1 \
+                and isinstance(metrics[0], list):
+            metrics = metrics[0]  # tf.keras nests a single output's list
+        if isinstance(weighted, list) and len(model.outputs) == 1 and len(weighted) == 1 \
+                and isinstance(weighted[0], list):
+            weighted = weighted[0]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            model.compile(optimizer=cls(**cfg), loss=tc.get("loss"), metrics=tc.get("metrics"),
-                          loss_weights=tc.get("loss_weights"), weighted_metrics=tc.get("weighted_metrics"))
+            model.compile(optimizer=cls(**cfg), loss=loss, metrics=metrics or None,
+                          loss_weights=tc.get("loss_weights"), weighted_metrics=weighted or None)
             # A built optimizer saves its (fresh) slot variables, so load_model restores it without
             # "Skipping variable loading for optimizer" warnings.
             model.optimizer.build(model.trainable_variables)
-        return None
     except Exception as e:  # noqa: BLE001 - any refusal means: write the model uncompiled, and say so
-        msg = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        return f"training config not accepted by Keras 3 ({msg}); model written uncompiled"
+        msg = _first_line(e, 200)
+        return [f"training config not accepted by Keras 3 ({msg}); model written uncompiled"]
+    if dropped:
+        return [f"training config: {', '.join(dropped)} not carried over (custom code, or unknown to Keras 3: "
+                "gruconv never runs code from a model file); compile the loaded model again to train with it"]
+    return []
 
 
 def restore_initializers(model, originals: dict, source=None) -> None:
-    """Put each converted GRU's original initializers back after a ``zero_init`` build.
+    """Put each converted GRU's / LSTM's original initializers back after a ``zero_init`` build.
 
-    ``originals`` maps a CuDNNGRU config path (``nested/cu_dnngru``,
+    ``originals`` maps a CuDNNGRU / CuDNNLSTM config path (``nested/cu_dnngru``,
     ``bidirectional/cu_dnngru``) to its legacy initializer configs
     (:func:`gruconv.formats.keras_h5.original_initializers`).  Initializers
     act only when a layer builds its weights, so this changes what the saved
@@ -221,14 +319,16 @@ def restore_initializers(model, originals: dict, source=None) -> None:
                                        path=source) from None
             setattr(gru.cell, arg, init)
 
+    rnn_classes = (keras.layers.GRU, keras.layers.LSTM)
+
     def visit(layer, path):
-        if isinstance(layer, keras.layers.GRU):
+        if isinstance(layer, rnn_classes):
             put(layer, path)
         # Bidirectional keeps forward_layer / backward_layer (named forward_X / backward_X) and
         # serializes those, not the layer it was given; TimeDistributed keeps .layer.
         for attr, prefix in (("layer", ""), ("forward_layer", "forward_"), ("backward_layer", "backward_")):
             inner = getattr(layer, attr, None)
-            if isinstance(inner, keras.layers.GRU):
+            if isinstance(inner, rnn_classes):
                 name = inner.name[len(prefix):] if inner.name.startswith(prefix) else inner.name
                 put(inner, f"{path}/{name}")
         if isinstance(layer, keras.Model):

@@ -14,10 +14,11 @@ File structure (Keras 2 ``keras/engine/saving.py``; tf_keras
   ``model_config``.
 
 Reading produces a :class:`KerasH5Model`: the file's structure plus one
-:class:`KerasRNN` per ``CuDNNGRU``, whose weights are a canonical
-:class:`~gruconv.canonical.RNNStack`.  Writing produces the same legacy
-format with every ``CuDNNGRU`` replaced by ``GRU(reset_after=True, ...)``
-and its weights in GRU orientation — a file Keras 3's own legacy loader
+:class:`KerasRNN` per ``CuDNNGRU`` or ``CuDNNLSTM``, whose weights are a canonical
+:class:`~gruconv.canonical.RNNStack` (cell ``gru`` / ``lstm``).  Writing produces the same legacy
+format with every ``CuDNNGRU`` replaced by ``GRU(reset_after=True, ...)`` and every
+``CuDNNLSTM`` by ``LSTM(...)`` (:data:`CUDNN_CLASSES`), weights in Keras 3
+orientation — a file Keras 3's own legacy loader
 (``keras.saving.load_model`` / ``Model.load_weights``) accepts; every other
 layer, weight and attribute is copied unchanged, byte for byte (``H5Ocopy``).
 
@@ -41,15 +42,17 @@ from typing import Optional
 
 
 from .. import h5safe
-from ..canonical import RNNStack, StackShape
+from ..canonical import CELLS, RNNStack, StackShape
 from ..cudnn_layout import params_size
 from ..errors import GruconvError, InputError, OutputError, UnsupportedError, UsageError
-from ..keras_layout import CUDNN_COMPATIBLE_GRU, describe_keras_layer, from_cudnngru, to_keras_gru
+from ..keras_layout import CUDNN_COMPATIBLE, describe_keras_layer, from_cudnn
+from ..keras_layout import to_keras as keras_arrays  # this module's own to_keras is the registry verb
 from ..results import ConvertResult, Options
 
 FORMAT = "keras-h5"
 
-#: CuDNNGRU config keys that GRU also takes; anything else is dropped or refused.
+#: CuDNNGRU config keys that GRU also takes (and CuDNNLSTM keys LSTM takes, with
+#: ``unit_forget_bias``: :data:`_CARRIED`); anything else is dropped or refused.
 _CARRIED_KEYS = (
     "name", "trainable", "dtype", "batch_input_shape", "input_shape", "batch_size", "units",
     "kernel_initializer", "recurrent_initializer", "bias_initializer",
@@ -57,7 +60,16 @@ _CARRIED_KEYS = (
     "kernel_constraint", "recurrent_constraint", "bias_constraint",
     "return_sequences", "return_state", "go_backwards", "stateful",
 )
+#: The Keras 2 / tf.keras / tf_keras cuDNN-only layer classes, and the cell each holds.
+CUDNN_CLASSES = {"CuDNNGRU": "gru", "CuDNNLSTM": "lstm"}
+#: Per cell: the Keras 3 layer class it becomes, and the config keys carried over.  CuDNNLSTM's
+#: ``unit_forget_bias`` (an initializer option, tf_keras ``cudnn_lstm.py``) is kept.
+_TARGET_CLASS = {"gru": "GRU", "lstm": "LSTM"}
+_CARRIED = {"gru": _CARRIED_KEYS, "lstm": _CARRIED_KEYS + ("unit_forget_bias",)}
+#: Weight-name prefixes tf_keras gives unnamed cuDNN layers (``cu_dnngru``, ``cu_dnnlstm_1``).
+_AUTO_NAMES = {"cu_dnngru": "CuDNNGRU", "cu_dnnlstm": "CuDNNLSTM"}
 _CONTAINER_CLASSES = {"Sequential", "Model", "Functional"}
+_CUDNN_CLASS_OF = {"gru": "CuDNNGRU", "lstm": "CuDNNLSTM"}
 _WRAPPERS = {"Bidirectional", "TimeDistributed"}
 _UNSAFE_CLASSES = {"Lambda"}
 _WEIGHT_ROLES = ("kernel", "recurrent_kernel", "bias")
@@ -65,11 +77,11 @@ _WEIGHT_ROLES = ("kernel", "recurrent_kernel", "bias")
 
 @dataclass
 class KerasRNN:
-    """One CuDNNGRU (possibly inside Bidirectional / TimeDistributed / a nested model)."""
+    """One CuDNNGRU or CuDNNLSTM (possibly inside Bidirectional / TimeDistributed / a nested model)."""
 
     path: str                      # config path, e.g. "encoder/bidirectional/cu_dnngru"
     top_layer: str                 # the top-level layer whose weight group holds it
-    config: dict                   # the CuDNNGRU layer config (Keras 2 form)
+    config: dict                   # the CuDNNGRU / CuDNNLSTM layer config (Keras 2 form)
     wrapper: Optional[str]         # "Bidirectional", "TimeDistributed" or None
     merge_mode: Optional[str]
     shape: StackShape              # 1 layer; bidirectional when wrapped in Bidirectional
@@ -91,6 +103,11 @@ class KerasRNN:
 
     def release(self) -> None:
         self._stack = None
+
+    @property
+    def cls(self) -> str:
+        """The original layer class, ``CuDNNGRU`` or ``CuDNNLSTM`` (from the shape's cell)."""
+        return _CUDNN_CLASS_OF[self.shape.cell]
 
     @property
     def options(self) -> dict:
@@ -226,25 +243,36 @@ def _owner_and_role(wname: str) -> tuple:
     return parts[:-1], role
 
 
-def _find_rnn_weights(entries: list, rnn_name: str, wrapper: Optional[str], where: str, path) -> list:
-    """Per direction, {role: dataset} of one CuDNNGRU inside its top-level layer's weight list."""
+def _find_rnn_weights(entries: list, rnn_name: str, wrapper: Optional[str], where: str, path, *,
+                      cls: str = "CuDNNGRU", wrapper_name: Optional[str] = None) -> list:
+    """Per direction, {role: dataset} of one CuDNNGRU/CuDNNLSTM inside its top-level layer's weight list.
+
+    ``TimeDistributed`` stores its wrapped layer's weights under the wrapper's own name
+    (``time_distributed/kernel:0``, tf_keras 2.21, seen): ``wrapper_name`` is tried when no
+    weight carries the layer's name.
+    """
     if wrapper == "Bidirectional":
-        owners = [f"forward_{rnn_name}", f"backward_{rnn_name}"]
+        owners = [[f"forward_{rnn_name}"], [f"backward_{rnn_name}"]]
+    elif wrapper == "TimeDistributed" and wrapper_name:
+        owners = [[rnn_name, wrapper_name]]
     else:
-        owners = [rnn_name]
+        owners = [[rnn_name]]
     out = []
-    for owner in owners:
-        found = {}
-        for wname, ds in entries:
-            parts, role = _owner_and_role(wname)
-            if parts and parts[-1] == owner and role in _WEIGHT_ROLES:
-                if role in found:
-                    raise InputError(f"{where}: two '{role}' weights for {owner}", path=path)
-                found[role] = ds
+    for names in owners:
+        for owner in names:
+            found = {}
+            for wname, ds in entries:
+                parts, role = _owner_and_role(wname)
+                if parts and parts[-1] == owner and role in _WEIGHT_ROLES:
+                    if role in found:
+                        raise InputError(f"{where}: two '{role}' weights for {owner}", path=path)
+                    found[role] = ds
+            if found:
+                break
         missing = [r for r in _WEIGHT_ROLES if r not in found]
         if missing:
             raise InputError(
-                f"{where}: weights {', '.join(missing)} of CuDNNGRU {owner!r} not found in the weight file",
+                f"{where}: weights {', '.join(missing)} of {cls} {names[0]!r} not found in the weight file",
                 path=path,
             )
         out.append(found)
@@ -256,10 +284,13 @@ def _rnn_from_weights(path: Path, rpath: str, top: str, cfg: dict, wrapper_cfg: 
     """A :class:`KerasRNN` checked from dataset metadata only (shapes, dtypes); values come later."""
     conf = _conf(cfg)
     units = conf.get("units")
+    cls = _class_name(cfg) if _class_name(cfg) in CUDNN_CLASSES else "CuDNNGRU"
+    cell = CUDNN_CLASSES[cls]
+    G = CELLS[cell].num_gates
     dims = []
     dtypes = set()
     for d, roles in enumerate(found):
-        where = f"CuDNNGRU {rpath}" + ("" if len(found) == 1 else f" ({'forward' if d == 0 else 'backward'})")
+        where = f"{cls} {rpath}" + ("" if len(found) == 1 else f" ({'forward' if d == 0 else 'backward'})")
         shapes = {}
         for role, ds in roles.items():
             try:
@@ -270,48 +301,49 @@ def _rnn_from_weights(path: Path, rpath: str, top: str, cfg: dict, wrapper_cfg: 
                 raise InputError(f"{ds.name} has dtype {dt}, expected a numeric tensor", path=path)
             dtypes.add(str(dt))
         k = shapes["kernel"]
-        if len(k) != 2 or k[1] % 3 or k[1] == 0 or k[0] == 0:
-            raise InputError(f"{where}: kernel has shape {k}, expected (input_size, 3*units)", path=path)
-        I, H = k[0], k[1] // 3
-        for role, expected in (("recurrent_kernel", (H, 3 * H)), ("bias", (6 * H,))):
+        if len(k) != 2 or k[1] % G or k[1] == 0 or k[0] == 0:
+            raise InputError(f"{where}: kernel has shape {k}, expected (input_size, {G}*units)", path=path)
+        I, H = k[0], k[1] // G
+        for role, expected in (("recurrent_kernel", (H, G * H)), ("bias", (2 * G * H,))):
             if shapes[role] != expected:
                 raise InputError(f"{where}: {role} has shape {shapes[role]}, expected {expected}", path=path)
         dims.append((I, H))
     if len(dtypes) != 1:
-        raise InputError(f"CuDNNGRU {rpath}: weights have mixed dtypes {sorted(dtypes)}", path=path)
+        raise InputError(f"{cls} {rpath}: weights have mixed dtypes {sorted(dtypes)}", path=path)
     dtype = dtypes.pop()
     if dtype not in ("float16", "float32", "float64"):
-        raise InputError(f"CuDNNGRU {rpath}: weights have dtype {dtype}, expected a float type", path=path)
+        raise InputError(f"{cls} {rpath}: weights have dtype {dtype}, expected a float type", path=path)
     I, H = dims[0]
     if units is not None and units != H:
-        raise InputError(f"CuDNNGRU {rpath}: config says units={units}, weights have {H}", path=path)
+        raise InputError(f"{cls} {rpath}: config says units={units}, weights have {H}", path=path)
     if len(dims) == 2 and dims[1] != dims[0]:
-        raise InputError(f"CuDNNGRU {rpath}: forward and backward weights differ in shape", path=path)
+        raise InputError(f"{cls} {rpath}: forward and backward weights differ in shape", path=path)
     merge = _conf(wrapper_cfg).get("merge_mode", "concat") if wrapper_cfg else None
     wrapper = _class_name(wrapper_cfg) if wrapper_cfg else None
     if conf.get("time_major"):
-        raise UnsupportedError(f"CuDNNGRU {rpath} has time_major=True, which GRU does not offer", path=path)
+        raise UnsupportedError(f"{cls} {rpath} has time_major=True, which {_TARGET_CLASS[cell]} does not offer",
+                               path=path)
     try:
-        shape = StackShape(I, H, 1, len(dims) == 2, "linear", dtype)
+        shape = StackShape(I, H, 1, len(dims) == 2, "linear", dtype, cell)
     except InputError as e:
-        raise InputError(f"CuDNNGRU {rpath}: {e.message}", path=path) from None
+        raise InputError(f"{cls} {rpath}: {e.message}", path=path) from None
     return KerasRNN(rpath, top, cfg, wrapper, merge, shape,
                     [{r: ds.name for r, ds in roles.items()} for roles in found], source=path)
 
 
 def _load_stack(rnn: KerasRNN) -> RNNStack:
-    """Read one CuDNNGRU's tensors and turn them into canonical weights (cuDNN orientation)."""
+    """Read one CuDNNGRU/CuDNNLSTM's tensors and turn them into canonical weights (cuDNN orientation)."""
     path = rnn.source
     params = []
     with _open(path) as f:
         for d, roles in enumerate(rnn.datasets):
-            where = f"CuDNNGRU {rnn.path}" + ("" if len(rnn.datasets) == 1 else
-                                              f" ({'forward' if d == 0 else 'backward'})")
+            where = f"{rnn.cls} {rnn.path}" + ("" if len(rnn.datasets) == 1 else
+                                               f" ({'forward' if d == 0 else 'backward'})")
             arrays = {role: h5safe.read_dataset(h5safe.resolve(f, name, path, "dataset"), path)
                       for role, name in roles.items()}
             try:
-                params.append(from_cudnngru(arrays["kernel"], arrays["recurrent_kernel"], arrays["bias"],
-                                            where=where))
+                params.append(from_cudnn(arrays["kernel"], arrays["recurrent_kernel"], arrays["bias"],
+                                         cell=rnn.shape.cell, where=where))
             except InputError as e:
                 raise InputError(e.message, path=path) from None
     return RNNStack(rnn.path, rnn.shape, params, provenance={"format": FORMAT, "datasets": rnn.datasets})
@@ -382,12 +414,13 @@ def _read(path: Path, config: Optional[dict]) -> KerasH5Model:
                 doc.lambdas.append(rpath)
             elif cls == "GRU":
                 doc.other_gru_layers.append(rpath)
-            if cls != "CuDNNGRU":
+            if cls not in CUDNN_CLASSES:
                 continue
             if top not in groups:
-                raise InputError(f"CuDNNGRU {rpath}: layer {top!r} has no weight group in the file", path=path)
+                raise InputError(f"{cls} {rpath}: layer {top!r} has no weight group in the file", path=path)
             found = _find_rnn_weights(groups[top], _name(layer), _class_name(wrapper) if wrapper else None,
-                                      f"CuDNNGRU {rpath}", path)
+                                      f"{cls} {rpath}", path, cls=cls,
+                                      wrapper_name=_name(wrapper) if wrapper else None)
             doc.rnns.append(_rnn_from_weights(path, rpath, top, layer, wrapper, found))
     return doc
 
@@ -405,13 +438,14 @@ def _str_or_none(value) -> Optional[str]:
 
 
 def _rnns_without_config(path: Path, groups: dict) -> list:
-    """Weights-only file without an architecture: CuDNNGRUs recognised by their weight names."""
+    """Weights-only file without an architecture: CuDNNGRUs / CuDNNLSTMs recognised by their weight
+    names (tf_keras's automatic names ``cu_dnngru``, ``cu_dnnlstm``, ...: :data:`_AUTO_NAMES`)."""
     rnns = []
     for top, entries in groups.items():
         owners: dict = {}
         for wname, ds in entries:
             parts, role = _owner_and_role(wname)
-            if parts and "cu_dnngru" in parts[-1] and role in _WEIGHT_ROLES:
+            if parts and _auto_class(parts[-1]) and role in _WEIGHT_ROLES:
                 owners.setdefault(tuple(parts), {})[role] = ds
         pairs = {}
         for parts, roles in owners.items():
@@ -422,14 +456,23 @@ def _rnns_without_config(path: Path, groups: dict) -> list:
             else:
                 pairs.setdefault(parts, [roles])
         for parts, found in pairs.items():
+            cls = _auto_class(parts[-1])
             if any(r is None for r in found):
-                raise InputError(f"{'/'.join(parts)}: only one direction of a bidirectional CuDNNGRU found", path=path)
+                raise InputError(f"{'/'.join(parts)}: only one direction of a bidirectional {cls} found", path=path)
             name = parts[-1]
             rpath = f"{top}/{name}" if top != name else name
-            fake_cfg = {"class_name": "CuDNNGRU", "config": {"name": name}}
+            fake_cfg = {"class_name": cls, "config": {"name": name}}
             wrapper = {"class_name": "Bidirectional", "config": {}} if len(found) == 2 else None
             rnns.append(_rnn_from_weights(path, rpath, top, fake_cfg, wrapper, found))
     return rnns
+
+
+def _auto_class(name: str) -> Optional[str]:
+    """``CuDNNGRU``/``CuDNNLSTM`` when ``name`` carries tf_keras's automatic name for one, else None."""
+    for stem, cls in _AUTO_NAMES.items():
+        if stem in name:
+            return cls
+    return None
 
 
 # --------------------------------------------------------------------------- writing
@@ -438,7 +481,12 @@ _INITIALIZERS = ("kernel_initializer", "recurrent_initializer", "bias_initialize
 
 
 def gru_config(cudnn_cfg: dict, *, wrapped: bool = False, zero_init: bool = False) -> dict:
-    """The GRU layer config equivalent to a CuDNNGRU config, in the same serialization style.
+    """The GRU (or LSTM) layer config equivalent to a CuDNNGRU (CuDNNLSTM) config, same serialization style.
+
+    The target follows the config's class: ``CuDNNGRU`` -> ``GRU``
+    (:data:`gruconv.keras_layout.CUDNN_COMPATIBLE_GRU`), ``CuDNNLSTM`` ->
+    ``LSTM`` (:data:`gruconv.keras_layout.CUDNN_COMPATIBLE_LSTM`, with
+    ``unit_forget_bias`` kept from the original).
 
     Keras 3 picks its deserializer per config: with a ``module`` key the new
     one (``serialization_lib``, which rejects legacy keys such as
@@ -456,17 +504,19 @@ def gru_config(cudnn_cfg: dict, *, wrapped: bool = False, zero_init: bool = Fals
     seconds (``docs/benchmarks.md``).
     """
     conf = _conf(cudnn_cfg)
-    new = {k: copy.deepcopy(conf[k]) for k in _CARRIED_KEYS if k in conf}
-    new.update(CUDNN_COMPATIBLE_GRU)
+    cell = CUDNN_CLASSES.get(_class_name(cudnn_cfg), "gru")
+    target = _TARGET_CLASS[cell]
+    new = {k: copy.deepcopy(conf[k]) for k in _CARRIED[cell] if k in conf}
+    new.update(CUDNN_COMPATIBLE[cell])
     if zero_init:
         for k in _INITIALIZERS:
             new[k] = {"class_name": "Zeros", "config": {}}
     if wrapped:
         for k in ("batch_input_shape", "input_shape", "batch_size"):
             new.pop(k, None)
-    out = {"class_name": "GRU", "config": new}
+    out = {"class_name": target, "config": new}
     if wrapped or "module" in cudnn_cfg:
-        out = {"module": "keras.layers", "class_name": "GRU", "config": new, "registered_name": None}
+        out = {"module": "keras.layers", "class_name": target, "config": new, "registered_name": None}
     for k in ("name", "inbound_nodes"):
         if k in cudnn_cfg:
             out[k] = copy.deepcopy(cudnn_cfg[k])
@@ -474,13 +524,13 @@ def gru_config(cudnn_cfg: dict, *, wrapped: bool = False, zero_init: bool = Fals
 
 
 def converted_config(model_config: dict, *, zero_init: bool = False) -> dict:
-    """A deep copy of ``model_config`` with every CuDNNGRU replaced by its GRU config."""
+    """A deep copy of ``model_config`` with every CuDNNGRU / CuDNNLSTM replaced by its GRU / LSTM config."""
     new = copy.deepcopy(model_config)
 
     def visit(node, wrapped=False):
         items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
         for key, value in list(items):
-            if isinstance(value, dict) and value.get("class_name") == "CuDNNGRU":
+            if isinstance(value, dict) and value.get("class_name") in CUDNN_CLASSES:
                 node[key] = gru_config(value, wrapped=wrapped and key in ("layer", "backward_layer"),
                                        zero_init=zero_init)
             elif isinstance(value, (dict, list)):
@@ -491,7 +541,7 @@ def converted_config(model_config: dict, *, zero_init: bool = False) -> dict:
                 else:
                     visit(value)
 
-    if new.get("class_name") == "CuDNNGRU":
+    if new.get("class_name") in CUDNN_CLASSES:
         return gru_config(new, zero_init=zero_init)
     visit(new)
     _normalise_for_keras3(new)
@@ -521,6 +571,15 @@ def _normalise_for_keras3(cfg: dict) -> None:
             cfg["config"] = {"name": cfg.get("name") or "sequential", "layers": cfg["config"]}
         if _class_name(cfg) == "Sequential":
             _explicit_input_layer(cfg)
+            for layer in _layers_of(cfg)[1:]:
+                _drop_new_style_batch_shape(layer)
+        conf = cfg.get("config")
+        if isinstance(conf, dict) and isinstance(conf.get("dtype"), dict):
+            _policy_to_name(conf)
+        if isinstance(conf, dict) and isinstance(conf.get("layers"), list) and _class_name(cfg) != "Sequential":
+            for layer in conf["layers"]:
+                if isinstance(layer, dict) and _class_name(layer) in _STATEFUL_CALLS:
+                    _initial_state_as_kwargs(layer)
         if _class_name(cfg) in _RNN_CLASSES and isinstance(cfg.get("config"), dict):
             if cfg["config"].get("time_major") is True:
                 raise UnsupportedError(f"{cfg['class_name']} {_name(cfg)} has time_major=True")
@@ -550,6 +609,58 @@ def _normalise_for_keras3(cfg: dict) -> None:
             _normalise_for_keras3(value)
 
 
+#: Layers that tf.keras called with ``initial_state`` appended to their inputs.
+_STATEFUL_CALLS = {"GRU", "LSTM", "SimpleRNN", "RNN", "Bidirectional", "CuDNNGRU", "CuDNNLSTM"}
+
+
+def _policy_to_name(conf: dict) -> None:
+    """A tf.keras dtype policy object (``{"class_name": "Policy", "config": {"name": "mixed_float16"}}``)
+    becomes its name, which every Keras 3 layer accepts as ``dtype``; Keras 3's legacy loader fails on
+    the object itself ("'str' object has no attribute 'quantization_mode'", Keras 3.15)."""
+    policy = conf["dtype"]
+    name = _conf(policy).get("name")
+    if _class_name(policy) in ("Policy", "DTypePolicy", "PolicyV1", "FloatDTypePolicy") and isinstance(name, str):
+        conf["dtype"] = name
+
+
+def _drop_new_style_batch_shape(layer) -> None:
+    """tf.keras 2.13+ serializes the layers of a nested Sequential in the new style (with
+    ``module``) and leaves ``batch_input_shape`` on them; Keras 3 hands a new-style config
+    straight to the constructor, which rejects it.  After the first layer (or an InputLayer) the
+    shape is redundant: the model's input fixes it."""
+    if isinstance(layer, dict) and "module" in layer and _class_name(layer) != "InputLayer":
+        conf = layer.get("config")
+        if isinstance(conf, dict):
+            conf.pop("batch_input_shape", None)
+
+
+def _tensor_ref(ref: list) -> dict:
+    return {"class_name": "__keras_tensor__",
+            "config": {"shape": [None], "dtype": "float32", "keras_history": [ref[0], ref[1], ref[2]]}}
+
+
+def _initial_state_as_kwargs(layer: dict) -> None:
+    """tf.keras recorded ``rnn(x, initial_state=s)`` as one inbound node with inputs ``[x, s...]``
+    (Keras 2 ``RNN.__call__`` appends the states to the inputs); Keras 3 reads a legacy node's
+    tensors as ONE positional argument, so the layer gets ``[x, s]`` and refuses it ("expects 1
+    input(s), but it received 2").  Such nodes are rewritten in Keras 3's own node format
+    (``{"args": [x], "kwargs": {"initial_state": [s...]}}``, ``keras/src/models/functional.py``
+    ``deserialize_node``), which Keras 3.0+ reads."""
+    nodes = layer.get("inbound_nodes")
+    if not isinstance(nodes, list):
+        return
+    for i, node in enumerate(nodes):
+        if not (isinstance(node, list) and len(node) > 1 and all(
+                isinstance(r, list) and len(r) >= 3 and isinstance(r[0], str) for r in node)):
+            continue
+        kwargs = {}
+        for ref in node:
+            if len(ref) > 3 and isinstance(ref[3], dict):
+                kwargs.update({k: v for k, v in ref[3].items() if k != "initial_state"})
+        kwargs["initial_state"] = [_tensor_ref(r) for r in node[1:]]
+        nodes[i] = {"args": [_tensor_ref(node[0])], "kwargs": kwargs}
+
+
 def _explicit_input_layer(seq_cfg: dict) -> None:
     layers = _layers_of(seq_cfg)
     if not layers or not isinstance(layers[0], dict) or _class_name(layers[0]) == "InputLayer":
@@ -571,19 +682,19 @@ def _shift_ref(ref, nested: set) -> None:
 
 
 def original_initializers(doc: KerasH5Model) -> dict:
-    """{CuDNNGRU path: {initializer argument: its legacy config}} (for ``zero_init`` writes)."""
+    """{CuDNNGRU/CuDNNLSTM path: {initializer argument: its legacy config}} (for ``zero_init`` writes)."""
     return {r.path: {k: _conf(r.config).get(k) for k in _INITIALIZERS if _conf(r.config).get(k) is not None}
             for r in doc.rnns}
 
 
 def write(doc: KerasH5Model, out_path, *, include_model: bool = True, include_training: bool = True,
           zero_init: bool = False) -> dict:
-    """Write a legacy Keras HDF5 file with GRUs in place of CuDNNGRUs.
+    """Write a legacy Keras HDF5 file with GRUs / LSTMs in place of CuDNNGRUs / CuDNNLSTMs.
 
     ``include_model``: write ``model_config`` (a full model file); otherwise a
     weights-only file (what ``save_weights`` writes).  Optimizer state is never
-    copied: its slots belong to CuDNNGRU's weight layout.  Returns
-    ``{CuDNNGRU path: number of NaN/Inf weight values}`` (counted on the way,
+    copied: its slots belong to the cuDNN layers' weight layout.  Returns
+    ``{CuDNNGRU/CuDNNLSTM path: number of NaN/Inf weight values}`` (counted on the way,
     so the weights are read once).
     """
     import json
@@ -607,7 +718,7 @@ def write(doc: KerasH5Model, out_path, *, include_model: bool = True, include_tr
             if previous is not None and previous is not rnn:
                 previous.release()
             current.clear()
-            current.update(key=(id(rnn), d), rnn=rnn, arrays=to_keras_gru(rnn.stack.params[d]))
+            current.update(key=(id(rnn), d), rnn=rnn, arrays=keras_arrays(rnn.stack.params[d], rnn.shape.cell))
             nonfinite[rnn.path] = rnn.stack.nonfinite_count()
         return current["arrays"][i]
 
@@ -677,11 +788,11 @@ def _architecture(config) -> Optional[dict]:
 
 
 def _kind(rnn: KerasRNN) -> str:
-    return "CuDNNGRU" if rnn.wrapper is None else f"{rnn.wrapper}(CuDNNGRU)"
+    return rnn.cls if rnn.wrapper is None else f"{rnn.wrapper}({rnn.cls})"
 
 
 def _rnn_entry(rnn: KerasRNN, nonfinite: Optional[int] = None) -> dict:
-    """One CuDNNGRU in the inspect / convert schema (``gruconv.results``).
+    """One CuDNNGRU / CuDNNLSTM in the inspect / convert schema (``gruconv.results``).
 
     ``nonfinite`` None: count NaN/Inf by reading this layer's weights now (inspect), then let them go.
     """
@@ -703,7 +814,7 @@ def inspect(doc: KerasH5Model) -> dict:
     ver = f"keras {doc.keras_version}" if doc.keras_version else "keras version unknown"
     details = []
     if not doc.rnns:
-        details.append("no CuDNNGRU layers: nothing to convert")
+        details.append("no CuDNNGRU or CuDNNLSTM layers: nothing to convert")
     if doc.lambdas:
         details.append(f"Lambda layers (refused by convert): {', '.join(doc.lambdas)}")
     if doc.optimizer_weight_count:
@@ -811,12 +922,15 @@ def convert(doc: KerasH5Model, output: Path, opts: Optional[Options] = None) -> 
     out_fmt = output_format(output, opts)
     for rnn in doc.rnns:
         if (rnn.config.get("config") or {}).get("bias_constraint"):
+            G = rnn.shape.gates
+            new = "(2, 3*units)" if rnn.shape.cell == "gru" else f"({G}*units,)"
             result.warnings.append(
-                f"{rnn.path}: bias_constraint carried over, but GRU's bias is (2, 3*units) where CuDNNGRU's was "
-                "(6*units,): an axis-based constraint (e.g. MaxNorm) acts differently if you train further")
+                f"{rnn.path}: bias_constraint carried over, but {_TARGET_CLASS[rnn.shape.cell]}'s bias is {new} "
+                f"where {rnn.cls}'s was ({2 * G}*units,): an axis-based constraint (e.g. MaxNorm) acts "
+                "differently if you train further")
     if doc.optimizer_weight_count:
         result.warnings.append(
-            f"optimizer state ({doc.optimizer_weight_count} tensors) dropped: its slots follow the CuDNNGRU "
+            f"optimizer state ({doc.optimizer_weight_count} tensors) dropped: its slots follow the cuDNN layers' "
             "weight layout; the converted model starts with a fresh optimizer")
     if out_fmt == "h5-weights":
         with atomic_path(output, force=opts.force, suffix=".h5") as tmp:
@@ -826,11 +940,18 @@ def convert(doc: KerasH5Model, output: Path, opts: Optional[Options] = None) -> 
 
         model, nonfinite = to_keras(doc, opts)
         if doc.training_config:
-            problem = keras3.compile_from_training_config(model, doc.training_config)
-            if problem:
-                result.warnings.append(problem)
+            result.warnings.extend(keras3.compile_from_training_config(model, doc.training_config))
         with atomic_path(output, force=opts.force, suffix=".keras") as tmp:
-            keras3.save(model, tmp)
+            try:
+                keras3.save(model, tmp)
+            except UnsupportedError as e:
+                if not doc.training_config:
+                    raise
+                # the compiled file does not load back: save the model without its training setup
+                model, _ = to_keras(doc, opts)
+                keras3.save(model, tmp)
+                result.warnings.append(f"training config dropped: the compiled model did not load back "
+                                       f"({e.message}); model written uncompiled")
     for rnn in doc.rnns:
         bad = nonfinite.get(rnn.path, 0)
         result.rnns.append(_rnn_entry(rnn, bad))
