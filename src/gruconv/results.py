@@ -13,7 +13,7 @@ from typing import Optional
 from .errors import UsageError
 
 #: Output formats ``convert`` can write.
-OUTPUT_FORMATS = ("keras", "h5-weights")
+OUTPUT_FORMATS = ("keras", "h5-weights", "keras-weights")
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class Options:
     """
 
     force: bool = False
-    format: Optional[str] = None            # output format: keras | h5-weights | None (from the name)
+    format: Optional[str] = None            # output format: keras | h5-weights | keras-weights | None (name)
     config: object = None                   # architecture JSON path or dict (Keras weights-only input)
     hints: dict = field(default_factory=dict)   # TF1 opaque-buffer shape hints
     rnn: Optional[str] = None               # TF1: the one stack to convert

@@ -208,6 +208,9 @@ def _random_inputs(keras, model, batch: int, steps: int, rng) -> list:
     # Input(12)): the tightest declared dims of same-rank nested inputs are used.
     nested = [tuple(t.shape) for l in _all_layers(keras, model) if isinstance(l, keras.Model)
               for t in l.inputs]
+    zero_masked = any(isinstance(l, keras.layers.Embedding) and getattr(l, "mask_zero", False)
+                      for l in _all_layers(keras, model))
+    mask_values = [float(l.mask_value) for l in _all_layers(keras, model) if isinstance(l, keras.layers.Masking)]
     out = []
     for t in model.inputs:
         shape = [d for d in t.shape]
@@ -219,9 +222,15 @@ def _random_inputs(keras, model, batch: int, steps: int, rng) -> list:
         shape = [steps if d is None else d for d in shape]
         dtype = str(t.dtype)
         if "int" in dtype:
-            out.append(rng.integers(0, vocab, size=shape).astype(dtype))
+            a = rng.integers(1 if zero_masked else 0, vocab, size=shape).astype(dtype)
         else:
-            out.append(rng.uniform(-1.0, 1.0, size=shape).astype(dtype))
+            a = rng.uniform(-1.0, 1.0, size=shape).astype(dtype)
+        if (zero_masked and "int" in dtype or mask_values and "int" not in dtype) and len(shape) >= 2 \
+                and shape[1] > 1:
+            # right padding on every other sequence: masked steps the converted layer skips
+            pad = mask_values[0] if "int" not in dtype else 0
+            a[::2, shape[1] // 2:] = pad
+        out.append(a)
     return out
 
 
@@ -239,22 +248,77 @@ def _all_layers(keras, model) -> list:
 
 
 def _activations_into(keras, model, parts: list, feed: list):
-    """Inputs reaching the layer at path ``parts`` (nested model names first), and that layer."""
+    """The layer at path ``parts`` (nested model names first) and the arguments it is called with
+    in the converted model, as arrays: ``(layer, args, kwargs)``.
+
+    The layer's inbound node gives its call arguments (``x``, and ``initial_state=`` of an
+    encoder-decoder); a nested model's ``.input`` would be its own inner Input, not the tensor
+    that reaches it, so the node's tensors are used, never ``layer.input``."""
     container = model
+    args, kwargs = list(feed), {}
     for i, name in enumerate(parts):
         try:
             layer = container.get_layer(name)
         except ValueError:
             raise InputError(f"converted model has no layer {'/'.join(parts[:i + 1])!r}") from None
-        sub = keras.Model(container.inputs, layer.input)
+        node = _node_in(keras, container, layer)
+        tensors = list(node.arguments.keras_tensors)
+        sub = keras.Model(container.inputs, tensors)
         acts = sub(feed if len(feed) > 1 else feed[0])
         acts = acts if isinstance(acts, (list, tuple)) else [acts]
-        feed = [_np(keras, a) for a in acts]
+        values = [_np(keras, a) for a in acts]
+        by_id = {id(t): v for t, v in zip(tensors, values)}
+        args, kwargs = node.arguments.fill_in(by_id)
+        feed = values
         container = layer
-    return container, feed
+    return container, list(args), dict(kwargs)
 
 
-def _reference_rnn(rnn, x_bt: np.ndarray, engine: _Engine) -> tuple:
+def _masks_reaching(keras, model, doc, feed) -> dict:
+    """{id(layer): mask array} for the converted recurrent layers that receive a mask when the
+    whole model runs on ``feed`` (Keras passes it to ``call``; a CuDNNGRU never used one)."""
+    targets = []
+    for rnn in doc.rnns:
+        parts = rnn.path.split("/")
+        if rnn.wrapper is not None:
+            parts = parts[:-1]
+        layer = model
+        try:
+            for name in parts:
+                layer = layer.get_layer(name)
+        except ValueError:
+            continue
+        targets.append(layer)
+    seen: dict = {}
+    for layer in targets:
+        original = layer.call
+
+        def spy(*a, _layer=layer, _original=original, **kw):
+            if kw.get("mask") is not None and id(_layer) not in seen:
+                seen[id(_layer)] = np.asarray(_np(keras, kw["mask"])).astype(bool)
+            return _original(*a, **kw)
+
+        layer.call = spy
+    try:
+        model(feed if len(feed) > 1 else feed[0])
+    finally:
+        for layer in targets:
+            layer.__dict__.pop("call", None)
+    return seen
+
+
+def _node_in(keras, container, layer):
+    """The node where ``container``'s graph calls ``layer`` (a shared layer's first call there)."""
+    for node in layer._inbound_nodes:
+        try:
+            keras.Model(container.inputs, list(node.arguments.keras_tensors))
+            return node
+        except Exception:  # noqa: BLE001 - a node of another graph
+            continue
+    raise InputError(f"converted model: layer {layer.name!r} is not reachable from the model inputs")
+
+
+def _reference_rnn(rnn, x_bt: np.ndarray, engine: _Engine, initial_state=None) -> tuple:
     """The ORIGINAL CuDNNGRU / CuDNNLSTM (or Bidirectional of one) outputs, as the original layer returned them.
 
     Returns (outputs, outputs64) in the layer's output order.  Semantics (tf_keras
@@ -273,14 +337,21 @@ def _reference_rnn(rnn, x_bt: np.ndarray, engine: _Engine) -> tuple:
 
     lstm = s.cell == "lstm"
 
-    def one(params, reverse_input):
+    per_dir = len(s.cell_spec.states)
+    init = initial_state or []
+
+    def one(params, reverse_input, d=0):
         # The buffer the ORIGINAL layer gave cuDNN: stored arrays (to_cudnn, the exact inverse of the
         # reader) packed as CuDNNGRU/CuDNNLSTM packs them (cudnn_opaque), read back by the golden-tested layout.
         xi = x[:, ::-1] if reverse_input else x
         shape = StackShape(s.input_size, s.units, 1, False, "linear", s.dtype, s.cell)
         buf = cudnn_opaque(*to_cudnn(params, s.cell), s.cell)
         uni = RNNStack(rnn.path, shape, unpack(buf, shape))
-        y, hy, y64, hy64 = engine.run(uni, np.ascontiguousarray(xi.transpose(1, 0, 2)), opaque=buf)
+        given = init[d * per_dir:(d + 1) * per_dir]
+        h0 = given[0][None] if given else None
+        c0 = given[1][None] if len(given) > 1 else None
+        y, hy, y64, hy64 = engine.run(uni, np.ascontiguousarray(xi.transpose(1, 0, 2)), h0, opaque=buf,
+                                      **({"c0": c0} if c0 is not None else {}))
         states = [hy[0]] + ([engine.cy[0]] if lstm else [])
         states64 = [hy64[0]] + ([engine.cy64[0]] if lstm else [])
         return (y.transpose(1, 0, 2), states), (y64.transpose(1, 0, 2), states64)
@@ -304,7 +375,7 @@ def _reference_rnn(rnn, x_bt: np.ndarray, engine: _Engine) -> tuple:
     go_back = opts["go_backwards"]
     runs = [one(rnn.stack.params[0], go_back)]
     if rnn.wrapper == "Bidirectional":
-        runs.append(one(rnn.stack.params[1], not go_back))
+        runs.append(one(rnn.stack.params[1], not go_back, 1))
     ref = outputs([r[0] for r in runs])
     ref64 = outputs([r[1] for r in runs])
     fold = lambda a: a.reshape(lead + a.shape[1:])  # noqa: E731
@@ -356,6 +427,9 @@ def _verify_keras_h5(doc, model, engine, report, rng, tolerance, user_inputs):
         report.steps = int(feed[0].shape[1]) if feed[0].ndim > 1 else 0
     else:
         feed = _random_inputs(keras, model, report.batch, report.steps, rng)
+    from .formats.keras3 import mask_producers
+
+    masks = _masks_reaching(keras, model, doc, feed) if mask_producers(model) else {}
     for rnn in doc.rnns:
         bad = rnn.stack.nonfinite_count()
         if bad:
@@ -364,14 +438,25 @@ def _verify_keras_h5(doc, model, engine, report, rng, tolerance, user_inputs):
         parts = rnn.path.split("/")
         if rnn.wrapper is not None:
             parts = parts[:-1]
-        layer, acts = _activations_into(keras, model, parts, feed)
+        layer, args, kwargs = _activations_into(keras, model, parts, feed)
         if getattr(layer, "stateful", False) or getattr(getattr(layer, "layer", None), "stateful", False):
             for l in (layer, getattr(layer, "layer", None)):
                 if hasattr(l, "reset_states"):
                     l.reset_states()
-        got = layer(acts[0])
+        mask = masks.get(id(layer))
+        if mask is not None:
+            kwargs = dict(kwargs, mask=mask)
+            report.notes.append(f"{rnn.path}: the converted layer receives a mask ({int((~mask).sum())} padded "
+                                "step(s) in the inputs); the original cuDNN layer ignored masks")
+        got = layer(*args, **kwargs)
         got = [_np(keras, g) for g in (got if isinstance(got, (list, tuple)) else [got])]
-        ref, ref64 = _reference_rnn(rnn, acts[0].astype(np.float64), engine)
+        x = np.asarray(args[0])
+        states = kwargs.get("initial_state")
+        states = None if states is None else [np.asarray(a, dtype=np.float64) for a in
+                                              (states if isinstance(states, (list, tuple)) else [states])]
+        if states is not None:
+            report.notes.append(f"{rnn.path}: fed its initial state from the model, as in the original")
+        ref, ref64 = _reference_rnn(rnn, x.astype(np.float64), engine, states)
         names = _output_names(rnn)
         for name, g, r, r64 in zip(names, got, ref, ref64):
             report.checks.append(_compare(f"{rnn.path}: {name}", g, r, r64, tolerance, _compute_dtype(rnn)))
@@ -438,12 +523,15 @@ def _verify_stack(stack, opaque, model, engine, report, rng, tolerance, user_inp
     else:
         x = rng.uniform(-1, 1, (B, T, s.input_size)).astype(s.dtype)
     h0 = rng.uniform(-0.5, 0.5, (s.num_pseudo_layers, B, s.units)).astype(s.dtype)
+    lstm = s.cell == "lstm"  # LSTM: initial states h, c per pseudo-layer; final states likewise
+    c0 = rng.uniform(-0.5, 0.5, (s.num_pseudo_layers, B, s.units)).astype(s.dtype) if lstm else None
     names = [t.name.split(":")[0] for t in model.inputs]
     has_state = any(n.startswith("initial_state") for n in names)
     lengths = None
     args = [x]
     if has_state:
-        args += [h0[i] for i in range(s.num_pseudo_layers)]
+        for i in range(s.num_pseudo_layers):
+            args += [h0[i], c0[i]] if lstm else [h0[i]]
     if "mask" in names:  # a --mask-input model: exercise variable lengths (right-padded), one sequence full
         lengths = rng.integers(1, T + 1, B)
         lengths[0] = T
@@ -452,17 +540,25 @@ def _verify_stack(stack, opaque, model, engine, report, rng, tolerance, user_inp
     outs = model(args if len(args) > 1 else x)
     outs = [_np(keras, o) for o in (outs if isinstance(outs, (list, tuple)) else [outs])]
     y, hy, y64, hy64 = engine.run(stack, np.ascontiguousarray(x.transpose(1, 0, 2)), h0 if has_state else None,
-                                  lengths, opaque=opaque)
+                                  lengths, opaque=opaque, c0=c0 if has_state else None)
+    cy, cy64 = engine.cy, engine.cy64
     y, y64 = y.transpose(1, 0, 2), y64.transpose(1, 0, 2)
     got = outs[0]
     if lengths is not None:  # only valid steps are defined outputs (cuDNN writes 0 past each length)
         valid = (np.arange(T)[None, :] < lengths[:, None])[:, :, None]
         got, y, y64 = (np.where(valid, a, 0) for a in (got, y, y64))
     report.checks.append(_compare(f"{stack.name}: output sequence", got, y, y64, tolerance, s.dtype))
-    for i, o in enumerate(outs[1:]):
+    per = 2 if lstm else 1
+    for j, o in enumerate(outs[1:]):
+        i, k = divmod(j, per)
         layer, d = divmod(i, s.num_directions)
-        report.checks.append(_compare(f"{stack.name}: final state l{layer} {'bw' if d else 'fw'}", o, hy[i],
-                                      hy64[i], tolerance, s.dtype))
+        name = f"{stack.name}: final state l{layer} {'bw' if d else 'fw'}"
+        if not lstm:
+            report.checks.append(_compare(name, o, hy[i], hy64[i], tolerance, s.dtype))
+        elif k == 0:
+            report.checks.append(_compare(f"{name} h", o, hy[i], hy64[i], tolerance, s.dtype))
+        else:
+            report.checks.append(_compare(f"{name} c", o, cy[i], cy64[i], tolerance, s.dtype))
 
 
 # --------------------------------------------------------------------------- entry point
@@ -583,9 +679,9 @@ def _run_checks(fmt, module, doc, converted, opts, engine, report, rng, toleranc
         if not doc.stacks:
             if doc.possible_buffers:
                 keys = ", ".join(b["key"] for b in doc.possible_buffers[:5])
-                raise UsageError(f"no cuDNN GRU found by name; possible opaque buffers: {keys} "
+                raise UsageError(f"no cuDNN GRU or LSTM found by name; possible opaque buffers: {keys} "
                                  "(pass --variable KEY and shape hints)", path=input)
-            report.notes.append("nothing to convert: no cuDNN GRU stacks")
+            report.notes.append("nothing to convert: no cuDNN GRU or LSTM stacks")
             report.nothing_to_convert = True
             return True
         built = dict((id(e), m) for e, m in module.to_keras(doc, opts)) if converted is None else {}

@@ -35,7 +35,7 @@ from typing import Callable, Optional
 
 from ..canonical import RNNStack
 from ..errors import InputError, UnsupportedError
-from ..keras_layout import CUDNN_COMPATIBLE_GRU, to_keras_gru
+from ..keras_layout import CUDNN_COMPATIBLE, CUDNN_COMPATIBLE_GRU, to_keras, to_keras_gru  # noqa: F401
 
 FORMAT = "keras"
 
@@ -418,18 +418,21 @@ _GRU_INITIALIZERS = ("kernel_initializer", "recurrent_initializer", "bias_initia
 
 
 def _restore_gru_defaults(keras, grus) -> None:
-    """Put the ``GRU`` constructor's default initializers back on GRUs built with given weights.
+    """Put the ``GRU`` / ``LSTM`` constructor's default initializers (and LSTM's init-only
+    ``unit_forget_bias``) back on layers built with given weights.
 
     Initializers act only when a layer builds its weights, so this changes
     what the saved config says, not any weight: the config is exactly that
-    of a GRU built with the defaults (``tests/test_tf1_checkpoint.py``)."""
+    of a layer built with the defaults (``tests/test_tf1_checkpoint.py``)."""
     import inspect
 
-    params = inspect.signature(keras.layers.GRU.__init__).parameters
-    defaults = {k: params[k].default for k in _GRU_INITIALIZERS}
     for gru in grus:
-        for arg, value in defaults.items():
-            setattr(gru.cell, arg, keras.initializers.get(value))
+        cls = keras.layers.LSTM if isinstance(gru, keras.layers.LSTM) else keras.layers.GRU
+        params = inspect.signature(cls.__init__).parameters
+        for arg in _GRU_INITIALIZERS:
+            setattr(gru.cell, arg, keras.initializers.get(params[arg].default))
+        if "unit_forget_bias" in params:
+            gru.cell.unit_forget_bias = params["unit_forget_bias"].default
 
 
 class _Given:
@@ -452,8 +455,8 @@ class _Given:
 
 
 def _params_weights(stack: RNNStack) -> Callable:
-    """``layer_weights`` from ``stack.params`` (:func:`gruconv.keras_layout.to_keras_gru`), one
-    pseudo-layer's arrays at a time, each handed out once."""
+    """``layer_weights`` from ``stack.params`` (:func:`gruconv.keras_layout.to_keras`: GRU or LSTM),
+    one pseudo-layer's arrays at a time, each handed out once."""
     s = stack.shape
     cache: dict = {}
 
@@ -461,8 +464,8 @@ def _params_weights(stack: RNNStack) -> Callable:
         arrays = cache.get((layer, d))
         if arrays is None or arrays[i] is None:
             cache.clear()
-            arrays = cache[layer, d] = to_keras_gru(stack.params[s.pseudo_layer(layer, d)],
-                                                    s.layer_input_size(layer))
+            arrays = cache[layer, d] = to_keras(stack.params[s.pseudo_layer(layer, d)], s.cell,
+                                                s.layer_input_size(layer))
         value, arrays[i] = arrays[i], None
         return value
 
@@ -474,11 +477,14 @@ def build_stack_model(stack: RNNStack, *, initial_state: bool = False, return_st
                       layer_weights: Optional[Callable] = None, given_init: bool = True):
     """A Keras 3 model computing the cuDNN stack, batch-major.
 
-    Input ``(batch, time, input_size)`` [+ one ``(batch, units)`` initial
-    state per pseudo-layer]; output the top layer's full sequence
-    ``(batch, time, units * dirs)`` [+ final states in cuDNN's order: layer 0
-    forward, layer 0 backward, layer 1 forward, ...].  Skip-input layers get
-    identity input kernels (:func:`gruconv.keras_layout.to_keras_gru`).
+    ``GRU(reset_after=True)`` or ``LSTM`` layers (``stack.shape.cell``), each
+    ``Bidirectional(..., merge_mode="concat")`` for a bidirectional stack.
+    Input ``(batch, time, input_size)`` [+ initial states: per pseudo-layer
+    ``(batch, units)`` ``h`` (GRU) or ``h`` then ``c`` (LSTM)]; output the
+    top layer's full sequence ``(batch, time, units * dirs)`` [+ final states
+    in the same order].  Pseudo-layers in cuDNN's order: layer 0 forward,
+    layer 0 backward, layer 1 forward, ...  Skip-input layers get identity
+    input kernels (:func:`gruconv.keras_layout.to_keras`).
 
     ``mask_input`` adds a last input ``mask (batch, time)`` (bool, True for
     valid steps, right-padded) passed explicitly to every layer: cuDNN's
@@ -489,12 +495,13 @@ def build_stack_model(stack: RNNStack, *, initial_state: bool = False, return_st
 
     Weights: ``layer_weights(layer, direction, i)`` returns a pseudo-layer's
     ``i``-th Keras array (0 ``kernel``, 1 ``recurrent_kernel``, 2 ``bias``;
-    default: :func:`gruconv.keras_layout.to_keras_gru` of ``stack.params``).
-    Each GRU is built with initializers that return these arrays, so every
+    default: :func:`gruconv.keras_layout.to_keras` of ``stack.params``).
+    Each layer is built with initializers that return these arrays, so every
     variable is created holding its weight, one array at a time (no random or
-    orthogonal initialisation, no second full-size buffer); the ``GRU``
-    default initializers are put back afterwards, so the config is exactly
-    that of a default build.  Any variable the build did not create through
+    orthogonal initialisation, no second full-size buffer; an LSTM's
+    init-only ``unit_forget_bias`` is off while it builds); the constructor's
+    defaults are put back afterwards, so the config is exactly that of a
+    default build.  Any variable the build did not create through
     its initializer is assigned afterwards.  ``given_init=False``: build with
     the defaults and assign every weight afterwards (the reference in tests).
     """
@@ -505,12 +512,15 @@ def build_stack_model(stack: RNNStack, *, initial_state: bool = False, return_st
     x_in = keras.Input((None, s.input_size), dtype=dtype, name="inputs")
     inputs = [x_in]
     states_in = []
+    lstm = s.cell == "lstm"
     if initial_state:
         for layer in range(s.num_layers):
             for d in range(s.num_directions):
-                t = keras.Input((s.units,), dtype=dtype, name=f"initial_state_l{layer}_{'bw' if d else 'fw'}")
-                states_in.append(t)
-                inputs.append(t)
+                name = f"initial_state_l{layer}_{'bw' if d else 'fw'}"
+                for t in ([keras.Input((s.units,), dtype=dtype, name=f"{name}_{st}") for st in ("h", "c")]
+                          if lstm else [keras.Input((s.units,), dtype=dtype, name=name)]):
+                    states_in.append(t)
+                    inputs.append(t)
     mask = None
     if mask_input:
         mask = keras.Input((None,), dtype="bool", name="mask")
@@ -519,7 +529,10 @@ def build_stack_model(stack: RNNStack, *, initial_state: bool = False, return_st
     finals = []
     weight = layer_weights or _params_weights(stack)
     pending: set = set()
-    grus = {}  # (layer, direction) -> GRU
+    grus = {}  # (layer, direction) -> GRU or LSTM
+    layer_cls = keras.layers.LSTM if lstm else keras.layers.GRU
+    settings = CUDNN_COMPATIBLE[s.cell]
+    per_dir = 2 if lstm else 1  # initial states per pseudo-layer
 
     def given(gru, layer, d):
         grus[layer, d] = gru
@@ -527,17 +540,20 @@ def build_stack_model(stack: RNNStack, *, initial_state: bool = False, return_st
             pending.add((layer, d, i))
             if given_init:
                 setattr(gru.cell, _GRU_INITIALIZERS[i], _Given(weight, (layer, d, i), pending))
+        if given_init and lstm:
+            gru.cell.unit_forget_bias = False  # else LSTMCell.build slices our bias initializer
 
     for layer in range(s.num_layers):
         def gru(suffix=""):
-            return keras.layers.GRU(
+            return layer_cls(
                 s.units, return_sequences=True, return_state=return_state, dtype=dtype,
-                name=f"{base}_l{layer}{suffix}", **CUDNN_COMPATIBLE_GRU)
-        init = states_in[layer * s.num_directions:(layer + 1) * s.num_directions] or None
+                name=f"{base}_l{layer}{suffix}", **settings)
+        n = s.num_directions * per_dir
+        init = states_in[layer * n:(layer + 1) * n] or None
         if s.bidirectional:
-            fw, bw = gru("_fw"), keras.layers.GRU(
+            fw, bw = gru("_fw"), layer_cls(
                 s.units, return_sequences=True, return_state=return_state, go_backwards=True,
-                dtype=dtype, name=f"{base}_l{layer}_bw", **CUDNN_COMPATIBLE_GRU)
+                dtype=dtype, name=f"{base}_l{layer}_bw", **settings)
             wrapper = keras.layers.Bidirectional(fw, backward_layer=bw, merge_mode="concat",
                                                  dtype=dtype, name=f"{base}_l{layer}")
             # the wrapper rebuilt its forward layer from fw's config: set the layers it builds
@@ -561,7 +577,8 @@ def build_stack_model(stack: RNNStack, *, initial_state: bool = False, return_st
         var = grus[layer, d].weights[i]
         value = weight(layer, d, i)
         if tuple(value.shape) != tuple(var.shape):
-            raise ValueError(f"GRU {grus[layer, d].name!r} weight {var.path!r} has shape {tuple(var.shape)}, "
+            raise ValueError(f"{s.cell_spec.title} {grus[layer, d].name!r} weight {var.path!r} has shape "
+                             f"{tuple(var.shape)}, "
                              f"got {tuple(value.shape)}")
         var.assign(value)
         del value
@@ -706,3 +723,28 @@ def rnn_kernel_probe():
     finally:
         for module, name, original in reversed(patched):
             setattr(module, name, original)
+
+
+def mask_producers(model) -> list:
+    """Names of the layers (nested models included) that attach a Keras mask: ``Masking`` and
+    ``Embedding(mask_zero=True)``."""
+    k = keras()
+    out, todo = [], list(model.layers)
+    while todo:
+        layer = todo.pop(0)
+        if isinstance(layer, k.Model):
+            todo.extend(layer.layers)
+        elif isinstance(layer, k.layers.Masking) or (isinstance(layer, k.layers.Embedding)
+                                                       and getattr(layer, "mask_zero", False)):
+            out.append(layer.name)
+    return out
+
+
+def save_weights(model, out_tmp: Path) -> None:
+    """Keras 3's own weights file (``model.save_weights``; the name must end in ``.weights.h5``),
+    checked by loading it back into the same model."""
+    try:
+        model.save_weights(str(out_tmp))
+        load_weights(model, out_tmp)
+    except InputError as e:
+        raise UnsupportedError(f"the converted weights do not load back ({e.message})") from None

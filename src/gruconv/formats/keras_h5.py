@@ -804,8 +804,17 @@ def _rnn_entry(rnn: KerasRNN, nonfinite: Optional[int] = None) -> dict:
         "name": rnn.path, "cell": rnn.shape.cell, "kind": _kind(rnn), "shape": rnn.shape.to_dict(),
         "params": params_size(rnn.shape), "nonfinite_weights": nonfinite,
         "converts_to": describe_keras_layer(rnn.shape, opts, rnn.wrapper, rnn.merge_mode),
-        "options": opts, "merge_mode": rnn.merge_mode, "details": [],
+        "options": opts, "merge_mode": rnn.merge_mode, "details": _cell_details(rnn),
     }
+
+
+def _cell_details(rnn: KerasRNN) -> list:
+    """Per-cell notes for reports: an LSTM's single bias is cuDNN's two biases summed
+    (:func:`gruconv.keras_layout.to_keras_lstm`), exact but for the one rounding of the sum."""
+    if rnn.shape.cell != "lstm":
+        return []
+    return [f"bias: cuDNN's input and recurrent biases summed in float64, rounded once to {rnn.shape.dtype} "
+            "(LSTM has one bias; at most half an ulp per bias value)"]
 
 
 def inspect(doc: KerasH5Model) -> dict:
@@ -839,6 +848,8 @@ def output_format(output: Path, opts: Options) -> str:
     """``keras`` or ``h5-weights``: ``--format``, else the output's extension."""
     if opts.format is not None:
         return opts.format
+    if output.name.lower().endswith(".weights.h5"):  # Keras 3 reserves this name for its own format
+        return "keras-weights"
     if output.suffix.lower() in (".h5", ".hdf5"):
         return "h5-weights"
     if output.suffix.lower() == ".keras":
@@ -877,7 +888,7 @@ def check_outputs(doc: KerasH5Model, output: Path, opts: Options) -> None:
             f"model has Lambda layer(s) {', '.join(doc.lambdas)} holding Python code; gruconv never runs it, "
             "and a .keras model cannot be built without running it (--format h5-weights writes the "
             "converted weights alone, no code)", path=doc.path)
-    if out_fmt == "keras" and doc.model_config is None and doc.rnns:
+    if out_fmt in ("keras", "keras-weights") and doc.model_config is None and doc.rnns:
         raise UsageError("a weights-only file needs --config ARCH.json (the model's to_json()) to become "
                          "a .keras model; or write a .h5 weights file", path=doc.path)
     check_target(output, force=opts.force)
@@ -933,12 +944,29 @@ def convert(doc: KerasH5Model, output: Path, opts: Optional[Options] = None) -> 
             f"optimizer state ({doc.optimizer_weight_count} tensors) dropped: its slots follow the cuDNN layers' "
             "weight layout; the converted model starts with a fresh optimizer")
     if out_fmt == "h5-weights":
+        if doc.model_config is not None:
+            result.warnings.append(
+                f"{output.name} holds the converted weights only, in the legacy layout (Keras 3 and tf_keras "
+                "load_weights into the same architecture with GRU in place of CuDNNGRU); the architecture is "
+                "not written: name the output .keras for the whole model")
         with atomic_path(output, force=opts.force, suffix=".h5") as tmp:
             nonfinite = write(doc, tmp, include_model=False)
+    elif out_fmt == "keras-weights":
+        from . import keras3
+
+        model, nonfinite = to_keras(doc, opts)
+        with atomic_path(output, force=opts.force, suffix=".weights.h5") as tmp:
+            keras3.save_weights(model, tmp)
     else:
         from . import keras3
 
         model, nonfinite = to_keras(doc, opts)
+        producers = keras3.mask_producers(model)
+        if producers:
+            result.warnings.append(
+                f"mask-producing layer(s) {', '.join(producers)}: the cuDNN layers never used a mask, the "
+                "converted Keras 3 layers apply one that reaches them, so outputs on padded steps can differ "
+                "(`gruconv verify` feeds padded inputs and shows whether they do)")
         if doc.training_config:
             result.warnings.extend(keras3.compile_from_training_config(model, doc.training_config))
         with atomic_path(output, force=opts.force, suffix=".keras") as tmp:
