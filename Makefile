@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: setup demo test test-gpu bench fuzz fixtures clean
+.PHONY: setup demo test test-gpu bench fuzz fixtures clean compat
 
 setup: $(STAMP)
 
@@ -36,3 +36,6 @@ fixtures: setup
 
 clean:
 	rm -rf $(VENV) demo-out bench-out
+
+compat: setup
+	$(PY) scripts/compat.py

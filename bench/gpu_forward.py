@@ -19,7 +19,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
-from gruconv.canonical import GateParams, GRUStack, StackShape  # noqa: E402
+from gruconv.canonical import GateParams, RNNStack, StackShape  # noqa: E402
 from gruconv.formats.keras3 import build_stack_model  # noqa: E402
 
 torch.backends.cuda.matmul.allow_tf32 = False
@@ -55,7 +55,7 @@ def main():
                 rng.uniform(-0.03, 0.03, (3, H, H)).astype("float32"),
                 rng.uniform(-0.1, 0.1, (3, H)).astype("float32"),
                 rng.uniform(-0.1, 0.1, (3, H)).astype("float32")))
-    stack = GRUStack("bench", shape, params)
+    stack = RNNStack("bench", shape, params)
     x = rng.uniform(-1, 1, (B, T, I)).astype("float32")
     model = build_stack_model(stack)
     xt = torch.tensor(x, device="cuda")

@@ -61,11 +61,15 @@ class Case:
     command: str = "convert"         # convert | inspect | verify
     extra: tuple = ()                # extra CLI options
     output: str = "fresh"            # fresh | readonly_dir | missing_parent | exists | is_dir | bad_ext | none
-    requires: tuple = ()             # "tf1" (gruconv.formats.tf1_checkpoint), "batch" (gruconv.batch)
+    requires: tuple = ()             # "tf1" (gruconv.formats.tf1), "batch" (gruconv.batch)
     note: str = ""
     blocked: Optional[bool] = None   # for permission cases: did chmod really block access here?
     marker: Optional[Path] = None    # a file that must never appear (code-execution cases)
     outputs_dir: Optional[Path] = None  # where the harness may put outputs for this case
+    argv: Optional[tuple] = None     # the whole command line ("{out}" -> the harness's output path)
+    env: dict = field(default_factory=dict)   # extra environment of the run
+    limited: bool = False            # run as a child with RLIMIT_AS and a timeout (hang/memory cases)
+    watch: tuple = ()                # further inputs that must stay byte-identical
 
 
 # --------------------------------------------------------------------------- helpers
@@ -662,7 +666,242 @@ def make_corpus(dest) -> list:
     add("batch_dotdot_input", b / "in" / "sub" / ".." / "sub" / "a.h5", requires=("batch",), output="out_dir")
     add("batch_absolute_input", (b / "in" / "sub" / "a.h5").resolve(), requires=("batch",), output="out_dir")
     add("batch_dotdot_in_name", b / "in" / "..weird..h5", requires=("batch",), output="out_dir")
+    _hostile_files(dest, add)
     return cases
+
+
+# --------------------------------------------------------------------------- special files, limits, escapes
+
+def _fifo(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(path)
+    return path
+
+
+def _sparse(path: Path, size: int, head: bytes = b"", tail: bytes = b"") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(head)
+        f.truncate(size)
+        if tail:
+            f.seek(size - len(tail))
+            f.write(tail)
+    return path
+
+
+def _npz(path: Path, members: dict, compression=None) -> Path:
+    import zipfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w", compression or zipfile.ZIP_STORED) as z:
+        for name, raw in members.items():
+            z.writestr(name, raw)
+    return path
+
+
+def _npy(arr, allow_pickle=False) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, arr, allow_pickle=allow_pickle)
+    return buf.getvalue()
+
+
+def _hostile_files(dest: Path, add) -> None:
+    """FIFOs, devices, sparse and oversized files, escaping ``checkpoint`` paths, outputs that are
+    inputs, control characters in names, JSON/npz bombs, batch discovery traps (``gruconv.inputs``)."""
+    import zipfile
+
+    x = dest / "x"
+    x.mkdir()
+    L = dict(limited=True)
+    # -- special files where a model was expected: never opened, never blocking
+    add("x_fifo_input", _fifo(x / "fifo" / "model.h5"), **L)
+    add("x_fifo_input_inspect", x / "fifo" / "model.h5", command="inspect", output="none", **L)
+    add("x_dev_null_input", Path("/dev/null"), **L)
+    add("x_dev_zero_input_inspect", Path("/dev/zero"), command="inspect", output="none", **L)
+    add("x_directory_named_h5", (x / "dir.h5").mkdir() or x / "dir.h5", **L)
+    os.symlink(SEQ, x / "link_to_model.h5")
+    add("x_symlink_to_regular_model", x / "link_to_model.h5", **L,
+        note="a symlink the user gives is followed: only its final target must be a regular file")
+    os.symlink(x / "fifo" / "model.h5", x / "link_to_fifo.h5")
+    add("x_symlink_to_fifo", x / "link_to_fifo.h5", **L)
+    os.symlink("loop_b.h5", x / "loop_a.h5")
+    os.symlink("loop_a.h5", x / "loop_b.h5")
+    add("x_symlink_loop", x / "loop_a.h5", **L)
+    os.symlink(x / "nowhere.h5", x / "dangling.h5")
+    add("x_dangling_symlink_input", x / "dangling.h5", **L)
+    # TF1 checkpoints with special files inside
+    for label, fn in (("fifo", lambda p: (p.unlink(), _fifo(p))),
+                      ("directory", lambda p: (p.unlink(), p.mkdir())),
+                      ("dev_zero", lambda p: (p.unlink(), os.symlink("/dev/zero", p))),
+                      ("dangling", lambda p: (p.unlink(), os.symlink(x / "gone.data", p)))):
+        d = _tf1_copy("layer_uni", x / f"shard_{label}")
+        fn(d / "model.ckpt.data-00000-of-00001")
+        add(f"x_tf1_data_shard_{label}", d, requires=("tf1",), **L)
+    add("x_tf1_data_shard_fifo_inspect", x / "shard_fifo", command="inspect", output="none",
+        requires=("tf1",), **L)
+    d = _tf1_copy("layer_uni", x / "index_fifo")
+    (d / "model.ckpt.index").unlink()
+    _fifo(d / "model.ckpt.index")
+    add("x_tf1_index_fifo", d, requires=("tf1",), **L)
+    d = _tf1_copy("layer_uni", x / "state_fifo")
+    (d / "checkpoint").unlink()
+    _fifo(d / "checkpoint")
+    add("x_tf1_state_file_fifo", d, requires=("tf1",), **L,
+        note="a `checkpoint` that is no regular file is ignored; the one .index beside it is used")
+    # -- sizes: refused from fstat / headers, before anything is read or allocated
+    d = x / "sparse_index"
+    d.mkdir()
+    (d / "checkpoint").write_text('model_checkpoint_path: "model.ckpt"\n')
+    _sparse(d / "model.ckpt.index", 2**31 + 5, tail=struct.pack("<Q", 0xDB4775248B80FB57))
+    _copy(TF1 / "layer_uni" / "model.ckpt.data-00000-of-00001", d / "model.ckpt.data-00000-of-00001")
+    add("x_tf1_sparse_2gb_index", d, requires=("tf1",), **L, note="a 2 GiB sparse .index: never read whole")
+    d = _tf1_copy("layer_uni", x / "state_huge")
+    (d / "checkpoint").write_text('model_checkpoint_path: "model.ckpt"\n' + "# padding\n" * 200_000)
+    add("x_tf1_state_file_over_1mib", d, requires=("tf1",), **L)
+    add("x_tf1_index_over_env_limit", TF1 / "layer_uni", requires=("tf1",), env={"GRUCONV_MAX_BYTES": "500"},
+        **L, note="GRUCONV_MAX_BYTES lowers every limit: the 1 KB index is refused and the message names it")
+    add("x_env_limit_not_a_number", SEQ, env={"GRUCONV_MAX_BYTES": "lots"}, **L)
+
+    def big_other(ts):
+        ts["extra/embedding"] = np.ones(6 * 2**20 // 4, np.float32)   # 6 MiB, copied to OUT.rest.npz
+    add("x_tf1_tensor_over_env_limit", _tf1_rewrite("layer_uni", x / "big_tensor", big_other), requires=("tf1",),
+        env={"GRUCONV_MAX_BYTES": "4M"}, **L)
+    h = x / "h5"
+    h.mkdir()
+
+    def small_bombs(f):  # 3000 chunked datasets of 1 MiB declared each, none stored: 3 GiB of fill
+        g = f["model_weights/dense/dense"]
+        names = [n.decode() if isinstance(n, bytes) else n for n in f["model_weights/dense"].attrs["weight_names"]]
+        for i in range(3000):
+            g.create_dataset(f"w{i}:0", shape=(2**18,), dtype="f4", chunks=(2**12,))
+            names.append(f"dense/w{i}:0")
+        import h5py
+        f["model_weights/dense"].attrs["weight_names"] = np.array(names, dtype=h5py.string_dtype())
+    add("x_h5_many_small_shape_bombs", _h5_edit(SEQ, h / "small_bombs.h5", small_bombs), **L,
+        note="each under the per-dataset 1 MiB floor; together 3 GiB declared and nothing stored")
+
+    def deep_config(f):
+        f.attrs["model_config"] = b"[" * 200_000 + b"]" * 200_000
+    add("x_h5_model_config_200k_nested", _h5_edit(SEQ, h / "deep_config.h5", deep_config), **L)
+    add("x_h5_model_config_200k_nested_inspect", h / "deep_config.h5", command="inspect", output="none", **L)
+    # -- --config JSON: size, depth, special files
+    wo = KERAS / "weights_only.h5"
+    (x / "deep.json").write_text("[" * 200_000 + "]" * 200_000)
+    add("x_config_200k_nested", wo, extra=("--config", str(x / "deep.json")), watch=(x / "deep.json",), **L)
+    (x / "huge.json").write_text('{"pad": "' + "x" * (17 * 2**20) + '"}')
+    add("x_config_over_16mib", wo, extra=("--config", str(x / "huge.json")), watch=(x / "huge.json",), **L)
+    add("x_config_fifo", wo, extra=("--config", str(_fifo(x / "config_fifo.json"))), **L)
+    add("x_config_directory", wo, extra=("--config", str(x / "dir.h5")), **L)
+    # -- `checkpoint` state files that point elsewhere
+    other = _tf1_copy("layer_uni", x / "elsewhere")
+    for label, target in (("dotdot", "../elsewhere/model.ckpt"), ("absolute_outside", str(other / "model.ckpt"))):
+        d = x / f"state_{label}"
+        d.mkdir()
+        (d / "checkpoint").write_text(f'model_checkpoint_path: "{target}"\n')
+        add(f"x_tf1_state_{label}", d, requires=("tf1",), watch=(other,), **L)
+    d = _tf1_copy("layer_uni", x / "state_absolute_inside")
+    (d / "checkpoint").write_text(f'model_checkpoint_path: "{d.resolve() / "model.ckpt"}"\n')
+    add("x_tf1_state_absolute_inside", d, requires=("tf1",), **L)
+    d = _tf1_copy("layer_uni", x / "state_copied_from_elsewhere")
+    (d / "checkpoint").write_text('model_checkpoint_path: "/no/such/machine/run7/model.ckpt"\n')
+    add("x_tf1_state_absolute_moved_beside", d, requires=("tf1",), **L,
+        note="a directory copied from another machine: the prefix beside the state file is used")
+    d = x / "state_symlinked_subdir"
+    d.mkdir()
+    os.symlink(other, d / "sub")
+    (d / "checkpoint").write_text('model_checkpoint_path: "sub/model.ckpt"\n')
+    add("x_tf1_state_symlinked_subdir_outside", d, requires=("tf1",), watch=(other,), **L)
+    d = x / "state_escapes"
+    d.mkdir()
+    (d / "checkpoint").write_text('model_checkpoint_path: "gone\\n\\033[31mred"\n')
+    add("x_tf1_state_path_control_chars", d, requires=("tf1",), **L,
+        note="the named path holds a newline and ESC: the message stays one line")
+    # -- outputs that are inputs (refused even with --force)
+    o = x / "outs"
+    o.mkdir()
+    # each case its own copy: a case that fails to refuse destroys its input
+    w = _copy(KERAS / "weights_only.h5", o / "same" / "w.h5")
+    add("x_out_is_input", w, argv=("convert", str(w), str(w), "--force"), **L)
+    w = _copy(KERAS / "weights_only.h5", o / "dotdot" / "w.h5")
+    (o / "dotdot" / "sub").mkdir()
+    add("x_out_is_input_dotdot", w, argv=("convert", str(w), str(w.parent / "sub" / ".." / "w.h5"), "--force"), **L)
+    w = _copy(KERAS / "weights_only.h5", o / "hard" / "w.h5")
+    os.link(w, w.parent / "hard.h5")
+    add("x_out_is_input_hardlink", w, argv=("convert", str(w), str(w.parent / "hard.h5"), "--force"), **L)
+    w = _copy(KERAS / "weights_only.h5", o / "sym" / "w.h5")
+    os.symlink(w, w.parent / "sym.h5")
+    add("x_out_is_input_symlink", w, argv=("convert", str(w), str(w.parent / "sym.h5"), "--force"), **L)
+    ck = _tf1_copy("layer_uni", o / "ck")
+    add("x_out_is_tf1_index", ck, argv=("convert", str(ck), str(ck / "model.ckpt.index"), "--force", "--format",
+                                        "keras"), requires=("tf1",), **L)
+    add("x_out_is_tf1_data_shard", ck, argv=("convert", str(ck), str(ck / "model.ckpt.data-00000-of-00001"),
+                                             "--force", "--format", "keras"), requires=("tf1",), **L)
+    os.symlink(o / "nowhere.keras", o / "dangling.keras")
+    add("x_out_dangling_symlink", SEQ, argv=("convert", str(SEQ), str(o / "dangling.keras")), **L)
+    # -- control characters in names: one line, escaped
+    nl = x / "ctl"
+    nl.mkdir()
+    add("x_input_name_newline_missing", nl / "no\nsuch.h5", **L)
+    bad = nl / "\x1b[31mred.h5"
+    bad.write_text("not a model\n")
+    add("x_input_name_escape_sequence", bad, **L)
+    add("x_output_name_newline", SEQ, argv=("convert", str(SEQ), str(nl / "no\ndir" / "m.keras")), **L)
+    # -- verify --inputs .npz: bombs, pickles, special files
+    v = x / "npz"
+    v.mkdir()
+    def npy_header(shape, descr="<f4") -> bytes:
+        import io
+
+        buf = io.BytesIO()
+        np.lib.format.write_array_header_1_0(buf, {"descr": descr, "fortran_order": False, "shape": shape})
+        return buf.getvalue()
+    _npz(v / "header_huge.npz", {"x.npy": npy_header((2**40,)) + bytes(64)})
+    add("x_verify_inputs_npz_header_claims_huge", SEQ, command="verify", output="none",
+        extra=("--inputs", str(v / "header_huge.npz")), watch=(v / "header_huge.npz",), **L,
+        note="the .npy header claims 4 TiB; 64 bytes follow")
+    with zipfile.ZipFile(v / "bomb.npz", "w", zipfile.ZIP_DEFLATED, compresslevel=9) as z:
+        with z.open("x.npy", "w", force_zip64=True) as m:
+            m.write(npy_header((2**26,)))
+            chunk = bytes(2**20)
+            for _ in range(256):
+                m.write(chunk)
+    add("x_verify_inputs_npz_deflate_bomb", SEQ, command="verify", output="none",
+        extra=("--inputs", str(v / "bomb.npz")), watch=(v / "bomb.npz",), **L,
+        note="256 MiB of zeros deflated past 1000:1")
+    marker = dest / "MARKER_npz_pickle_ran"
+    class _Bait:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+    arr = np.empty(1, dtype=object)
+    arr[0] = _Bait()
+    _npz(v / "pickle.npz", {"x.npy": _npy(arr, allow_pickle=True)})
+    add("x_verify_inputs_npz_pickle", SEQ, command="verify", output="none", marker=marker,
+        extra=("--inputs", str(v / "pickle.npz")), watch=(v / "pickle.npz",), **L)
+    add("x_verify_inputs_fifo", SEQ, command="verify", output="none",
+        extra=("--inputs", str(_fifo(v / "inputs_fifo.npz"))), **L)
+    # -- batch: outputs mapped onto inputs, report files that are inputs, discovery traps
+    bo = x / "batch"
+    (bo / "in").mkdir(parents=True)
+    bw = _copy(KERAS / "weights_only.h5", bo / "in" / "w.h5")
+    add("x_batch_out_dir_is_input_dir", bw, requires=("batch",),
+        argv=("convert", str(bw), "--out-dir", str(bo / "in"), "--force", "--jobs", "1"), **L)
+    add("x_batch_report_is_input", bw, requires=("batch",),
+        argv=("convert", str(bw), "--out-dir", "{outdir}", "--report", str(bw), "--jobs", "1"), **L)
+    os.link(bw, bo / "w_hard.h5")
+    add("x_batch_junit_is_input_hardlink", bw, requires=("batch",),
+        argv=("convert", str(bw), "--out-dir", "{outdir}", "--junit", str(bo / "w_hard.h5"), "--jobs", "1"), **L)
+    lp = bo / "loops"
+    (lp / "sub").mkdir(parents=True)
+    _copy(SEQ, lp / "sub" / "m.h5")
+    os.symlink("..", lp / "sub" / "up")
+    os.symlink(".", lp / "self")
+    _fifo(lp / "sub" / "pipe.h5")
+    add("x_batch_glob_symlink_loops_and_fifo", Path(str(lp) + "/**/*.h5"), requires=("batch",), output="out_dir",
+        watch=(lp / "sub" / "m.h5",), **L, note="glob over symlink loops and a FIFO named .h5: one model, no hang")
+    add("x_batch_walk_symlink_loops_and_fifo", lp, requires=("batch",), output="out_dir",
+        watch=(lp / "sub" / "m.h5",), **L)
 
 
 def main(argv=None) -> int:

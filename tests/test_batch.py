@@ -96,7 +96,9 @@ def _weights(z: zipfile.ZipFile) -> dict:
 
 
 def files_under(d: Path) -> list[str]:
-    return sorted(p.relative_to(d).as_posix() for p in Path(d).rglob("*") if p.is_file())
+    """Files under ``d``, without batch mode's record of successful conversions."""
+    return sorted(p.relative_to(d).as_posix() for p in Path(d).rglob("*")
+                  if p.is_file() and p.name != batch.STATE_FILE)
 
 
 def check_junit(path: Path, report: dict | None = None) -> ET.Element:
@@ -167,7 +169,8 @@ def test_mixed_directory_python_api(tree):
     assert s.counts == {"ok": 4, "nothing-to-convert": 1, "skipped": 0, "parity-failed": 0, "failed": 0}
     assert s.not_run == []
     seq = next(r for r in s.records if r.input == "models/a/sequential.h5")
-    assert [st["path"] for st in seq.stacks] == ["cu_dnngru", "cu_dnngru_1"] and seq.error is None
+    assert [st.get("name", st.get("path")) for st in seq.stacks] == ["cu_dnngru", "cu_dnngru_1"]
+    assert seq.error is None
 
 
 def test_checkpoint_forms_and_multi_stack_directory_output(tmp_path, monkeypatch):
@@ -540,3 +543,52 @@ def test_jobs_2_matches_jobs_1(tree):
                 assert _weights(z1) == _weights(z2)
     check_junit(Path("r2.xml"), rep)
     assert len(res.stderr.splitlines()) == len(rep["inputs"])
+
+
+# --------------------------------------------------------------------------- safety (gruconv.inputs era)
+
+def test_output_onto_an_input_is_refused_before_any_work(tmp_path, monkeypatch):
+    """``--out-dir`` equal to the input's directory maps a weights-only ``w.h5`` onto itself; a
+    report named like an input would overwrite it: both refused before anything is converted."""
+    monkeypatch.chdir(tmp_path)
+    put(Path("in/w.h5"), "weights_only.h5")
+    put(Path("in/a.h5"), "sequential.h5")
+    before = Path("in/w.h5").read_bytes()
+    with pytest.raises(OutputError, match="output is the input 'in/w.h5'"):
+        batch.convert_many(["in/w.h5", "in/a.h5"], "in", jobs=1, echo=False, force=True)
+    with pytest.raises(OutputError, match="output is the input"):
+        batch.convert_many(["in/a.h5"], "out", jobs=1, echo=False, report="in/a.h5")
+    res = cli("in/a.h5", "--out-dir", "out", "--junit", "in/a.h5", "--jobs", "1")
+    assert res.exit_code == 3 and res.stderr.count("\n") == 1 and "output is the input" in res.stderr
+    assert Path("in/w.h5").read_bytes() == before
+    assert not Path("in/a.keras").exists() and not Path("out/a.keras").exists()
+
+
+def test_a_failure_is_never_turned_into_a_skip(with_broken):
+    """A parity failure leaves no output, and ``--skip-existing`` converts it again next time; an
+    output that appeared by other means (no record of a successful conversion) is rebuilt."""
+    s = batch.convert_many(["m/a.h5"], "out", jobs=1, echo=False, verify=True, tolerance=0.0)
+    assert s.records[0].status == "parity-failed" and not Path("out/a.keras").exists()
+    Path("out/a.keras").write_bytes(b"not a model")            # e.g. a torn copy from elsewhere
+    s = batch.convert_many(["m/a.h5"], "out", jobs=1, echo=False, skip_existing=True)
+    assert s.records[0].status == "ok" and zipfile.is_zipfile("out/a.keras")
+    s = batch.convert_many(["m/a.h5"], "out", jobs=1, echo=False, skip_existing=True)
+    assert s.records[0].status == "skipped"
+
+
+def test_print_fn_receives_the_console(tree):
+    got = []
+    s = batch.convert_many(["models/a/sequential.h5"], "out", jobs=1,
+                           print_fn=lambda text, err=False, nl=True: got.append((err, text)))
+    assert s.exit_code == 0
+    assert got[0][0] is True and got[0][1].startswith("ok  models/a/sequential.h5 -> out/sequential.keras")
+    assert got[-1][0] is False and "total" in got[-1][1]
+
+
+def test_control_characters_in_names_stay_on_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    broken(Path("m") / "bad\nname\x1b[2J.h5")
+    res = cli("m", "--out-dir", "out", "--jobs", "1")
+    assert res.exit_code == 3
+    line, = res.stderr.splitlines()
+    assert line.startswith("FAILED m/bad\\nname\\x1b[2J.h5: ")

@@ -323,7 +323,7 @@ def test_mutated_fixtures_only_succeed_or_raise_gruconv_errors(readers, tmp_path
 
 def _have_tf1() -> bool:
     try:
-        import gruconv.formats.tf1_checkpoint  # noqa: F401
+        import gruconv.formats.tf1  # noqa: F401
         return True
     except ImportError:
         return False

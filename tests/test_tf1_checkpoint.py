@@ -24,15 +24,19 @@ from conftest import FIXTURES, ROOT, load_golden
 from gruconv import report, tfbundle
 from gruconv.canonical import StackShape
 from gruconv.errors import InputError, OutputError, UsageError
-from gruconv.formats import tf1_checkpoint as _t1
+from gruconv.formats import tf1 as _t1
+from gruconv.formats.tf1 import reading as _t1_reading, writing as _t1_writing
 from gruconv.results import Options
 
 
 class _Verbs:
     """The TF1 format module's registry verbs, called from a path as :mod:`gruconv.api` calls them."""
 
-    def __getattr__(self, name):  # everything else: the module's own function
-        return getattr(_t1, name)
+    def __getattr__(self, name):  # everything else: the package's own function (or a module's helper)
+        for m in (_t1, _t1_reading, _t1_writing):
+            if hasattr(m, name):
+                return getattr(m, name)
+        raise AttributeError(name)
 
     read = staticmethod(_t1.read)
 
@@ -329,8 +333,10 @@ def test_varlen_mask_input_with_initial_state(tmp_path):
 
 
 def _npz(path) -> dict:
+    """rest.npz by tensor name: member names are made safe, its __manifest__.json maps them back."""
     with np.load(path) as z:
-        return {k: z[k] for k in z.files}
+        names = json.loads(z["__manifest__.json"])["tensors"]
+        return {names[k]: z[k] for k in z.files if k != "__manifest__.json"}
 
 
 def _assert_rest(rest: dict, case: str, extra=()):
@@ -503,9 +509,9 @@ def test_inspect_json_and_text(case):
 
 def test_inspect_imports_no_framework():
     code = (
-        "import sys; from gruconv.formats import tf1_checkpoint as t; "
-        f"t.inspect({str(TF1 / 'layer_3l_bidir')!r}); "
-        f"t.inspect({str(TF1 / 'opaque_only_skip_uni')!r}, hints={{'input_mode': 'skip'}}); "
+        "import sys; from gruconv.formats import tf1 as t; "
+        f"t.inspect(t.read({str(TF1 / 'layer_3l_bidir')!r})); "
+        f"t.inspect(t.read({str(TF1 / 'opaque_only_skip_uni')!r}, hints={{'input_mode': 'skip'}})); "
         "print([m for m in ('tensorflow', 'keras') if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,

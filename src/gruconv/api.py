@@ -18,7 +18,7 @@ from pathlib import Path
 from . import formats
 from .results import ConvertResult, Options
 
-__all__ = ["inspect", "convert", "verify", "ConvertResult", "Options"]
+__all__ = ["inspect", "convert", "verify", "check_not_inputs", "ConvertResult", "Options"]
 
 
 def inspect(path, options=None, **kw) -> dict:
@@ -97,3 +97,25 @@ def verify(input, converted=None, options=None, **kw):
     from .verify import verify as _verify
 
     return _verify(input, converted, options=options, **kw)
+
+
+def check_not_inputs(outputs, input, *others) -> None:
+    """Refuse, before any work, a report path (``--json``, ``--report``) that is a file the command
+    reads: every file of ``input`` (as its format lists them) and each of ``others`` (converted model,
+    ``--config``, ``--inputs``; None skipped)."""
+    from .errors import GruconvError
+    from .outputs import check_outputs
+
+    files = [Path(input)]
+    try:
+        files += formats.module(formats.detect(input)).input_files(Path(input))
+    except GruconvError:
+        pass  # the command itself reports an unreadable input
+    for o in others:
+        if o is None or isinstance(o, dict):
+            continue
+        o = Path(o)
+        files.append(o)
+        if o.is_dir():
+            files += [p for p in o.iterdir() if p.is_file()]
+    check_outputs([Path(p) for p in outputs], files)

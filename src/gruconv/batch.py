@@ -4,26 +4,37 @@
 
 1. **Discover** inputs: files, directories (searched recursively; every file's format is detected
    from its content with :func:`gruconv.formats.detect`; a TF1 checkpoint directory or prefix is
-   one input and is not descended into) and glob patterns (``**`` allowed). Files in a directory
-   that are not models are ignored; an explicitly named path that is not a model is a failure.
-   Inputs are deduplicated by their real path and sorted.
+   one input and is not descended into) and glob patterns (``**`` allowed), expanded by
+   :meth:`_Discovery.walk`, not :mod:`glob`: no symlink leads out of the argument's directory
+   (a symlinked directory outside is a failed input, "not followed"), loops are cut, the walk is
+   bounded (:data:`MAX_WALK_ENTRIES`, :data:`MAX_WALK_DEPTH`), FIFOs and devices are never
+   opened. Files in a directory that are not models are ignored; an explicitly named path that
+   is not a model is a failure. Inputs are deduplicated by their real path and sorted.
 2. **Shard** (``K/N``): input ``i`` of the sorted list belongs to shard ``i % N + 1``.
 3. **Plan** each input's output: its path relative to the argument it was found under, mirrored
-   under ``DIR`` (``.keras``; ``.h5`` for a weights-only HDF5 file without ``--config``; a
-   directory for a TF1 checkpoint with several GRU stacks). Outputs are resolved and must stay
-   inside ``DIR``; two inputs may not share one output. ``--skip-existing`` skips an input whose
-   output is newer than it (and rewrites a stale one).
+   under ``DIR`` with the name the input's format gives it (:func:`output_name`). Outputs are
+   resolved and must stay inside ``DIR``; two inputs may not share one output; no output, and no
+   ``--report``/``--junit`` file, may be an input (any spelling, symlink or hard link) — that
+   refuses the whole run before any work. ``--skip-existing`` skips an input only if
+   ``DIR/.gruconv.batch.json`` records a successful conversion of it whose output files are
+   unchanged (size, mtime, SHA-256) and whose input has not changed since; anything else is
+   converted again (``--force`` implied for it).
 4. **Convert** with :func:`gruconv.api.convert`, in-process for ``jobs=1``, else in a pool of
    spawned worker processes (each imports Keras once and is reused). A :class:`GruconvError`
    fails one input; any other exception is a bug, recorded as ``internal error`` with its
-   traceback in the JSON report. Without ``keep_going`` the first failure stops the run (pending
-   work is cancelled); the reports still cover what ran.
-5. **Report**: one line per input on stderr (a progress line on a terminal), a summary table on
-   stdout, and optionally a JSON report and a JUnit XML file (both written atomically).
+   traceback in the JSON report. A failed input leaves no output (what it created or replaced is
+   removed, with the directories made for it). Without ``keep_going`` the first failure stops
+   the run (pending work is cancelled); the reports still cover what ran.
+5. **Report**: one line per input through ``print_fn`` (stderr by default; a progress line on a
+   terminal; names with control characters escaped), a summary table (stdout), and optionally a
+   JSON report and a JUnit XML file (both written atomically).
 
-Exit code (:attr:`Summary.exit_code`): 3 if any input failed, else 1 if any failed
-verification, else 0 (converted, skipped, nothing to convert, or no inputs at all).
+Exit code (:attr:`Summary.exit_code`): ``InputError.exit_code`` (3) if any input failed, else
+``ParityError.exit_code`` (1) if any failed verification, else 0 (converted, skipped, nothing to
+convert, or no inputs at all).
 
+This module prints nothing itself and imports no Click; format knowledge is asked of the format
+modules (``output_name``, ``input_files``), with the old rules as a marked fallback.
 No TensorFlow/Keras is imported in the calling process unless ``jobs=1``.
 """
 
@@ -31,7 +42,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import datetime as _dt
-import glob
 import json
 import os
 import re
@@ -43,16 +53,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-import click
-
 from . import __version__
-from .errors import GruconvError, InputError, OutputError, UsageError
+from .errors import GruconvError, InputError, OutputError, ParityError, UsageError
 
 STATUSES = ("ok", "nothing-to-convert", "skipped", "parity-failed", "failed")
 CHECKPOINT = "tf1-checkpoint"
 KERAS_H5 = "keras-h5"
 _MODEL_SUFFIXES = (".h5", ".hdf5", ".keras")
 _GLOB_MAGIC = re.compile(r"[*?[]")
+#: Discovery bounds: entries looked at per root argument, and directory depth below it.
+MAX_WALK_ENTRIES = 1_000_000
+MAX_WALK_DEPTH = 128
+#: The record of successful conversions kept in ``--out-dir`` (for ``--skip-existing``).
+STATE_FILE = ".gruconv.batch.json"
 
 
 # --------------------------------------------------------------------------- records
@@ -108,11 +121,12 @@ class Summary:
 
     @property
     def exit_code(self) -> int:
-        c = self.counts
-        if c["failed"]:
-            return 3
-        if c["parity-failed"]:
-            return 1
+        """``InputError.exit_code`` if any input failed (whatever its own error was: the README's
+        "3 an input failed"), else ``ParityError.exit_code`` for a parity failure, else 0."""
+        if any(r.status == "failed" for r in self.records):
+            return InputError.exit_code
+        if any(r.status == "parity-failed" for r in self.records):
+            return ParityError.exit_code
         return 0
 
     @property
@@ -187,6 +201,57 @@ def _rel(item_path: Path, root: Path) -> str:
     return Path(os.path.relpath(_real(item_path), _real(root))).as_posix()
 
 
+def _inside(real: str, base: str) -> bool:
+    return real == base or real.startswith(base.rstrip(os.sep) + os.sep)
+
+
+def _glob_component(comp: str) -> str:
+    """One path component of a glob as a regex (``*``, ``?``, ``[...]``, ``[!...]``); like glob,
+    a name starting with ``.`` is only matched by a component that starts with ``.``."""
+    rx = "" if comp.startswith(".") else r"(?!\.)"
+    j = 0
+    while j < len(comp):
+        c = comp[j]
+        if c == "*":
+            rx += r"[^/]*"
+        elif c == "?":
+            rx += r"[^/]"
+        elif c == "[":
+            k = j + 1
+            if k < len(comp) and comp[k] in "!^":
+                k += 1
+            if k < len(comp) and comp[k] == "]":
+                k += 1
+            while k < len(comp) and comp[k] != "]":
+                k += 1
+            if k >= len(comp):
+                rx += re.escape(c)
+            else:
+                body = comp[j + 1:k]
+                neg = body[:1] in ("!", "^")
+                body = (body[1:] if neg else body).replace("\\", "\\\\")
+                rx += f"[{'^' if neg else ''}{body}]"
+                j = k
+        else:
+            rx += re.escape(c)
+        j += 1
+    return rx
+
+
+def _glob_regex(pattern: str, root: Path) -> "re.Pattern[str]":
+    """A regex for the posix paths relative to ``root`` that ``pattern`` matches (glob's rules;
+    ``**`` is any number of non-hidden directories)."""
+    rest = Path(pattern).parts[len(root.parts):]
+    rx = ""
+    for i, comp in enumerate(rest):
+        last = i == len(rest) - 1
+        if comp == "**":
+            rx += r"(?:[^/.][^/]*/)*" if not last else r"[^/.][^/]*(?:/[^/.][^/]*)*"
+            continue
+        rx += _glob_component(comp) + ("" if last else "/")
+    return re.compile(rx + r"\Z", re.S)
+
+
 class _Discovery:
     def __init__(self, out_dir: Path):
         self.items: list[_Input] = []
@@ -220,6 +285,8 @@ class _Discovery:
 
     def explicit(self, arg: Path) -> None:
         """A path named on the command line: a model, a checkpoint (dir or prefix) or a directory."""
+        from . import inputs
+
         try:
             is_dir = arg.is_dir()
         except OSError:
@@ -229,8 +296,14 @@ class _Discovery:
                 self.fail(str(arg), UsageError("input directory is the output directory", path=arg))
                 return
             if not (_detect(arg) == CHECKPOINT and self._explicit_checkpoint(arg, walk_on_error=True)):
-                self.walk(arg, arg)
+                self._walk_checked(arg, arg)
             return
+        if os.path.exists(arg) and not inputs.is_regular(arg):
+            try:
+                inputs.regular_file(arg, "a model file, a checkpoint or a directory")
+            except GruconvError as e:
+                self.fail(str(arg), e)
+                return
         try:
             fmt = _detect_explicit(arg)
         except GruconvError as e:
@@ -257,44 +330,112 @@ class _Discovery:
         return True
 
     def pattern(self, pattern: str) -> None:
-        matches = sorted(glob.glob(pattern, recursive=True))
+        """Expand a glob with the walker's rules (no symlink leaves the root; loops, depth and
+        entry count bounded) — never with :mod:`glob`, whose ``**`` follows symlink loops."""
+        root = _glob_root(pattern)
+        matches: list = []
+        if root.is_dir():
+            rx = _glob_regex(pattern, root)
+            depth = None if "**" in Path(pattern).parts else len(Path(pattern).parts) - len(root.parts)
+            try:
+                self.walk(root, root, match=(rx, matches), max_depth=depth)
+            except GruconvError as e:
+                self.fail(pattern, e)
+                return
         if not matches:
             self.fail(pattern, InputError("no such file or directory, and the glob pattern matches nothing",
                                           path=pattern))
             return
-        root = _glob_root(pattern)
-        for m in matches:
-            p = Path(m)
+        for p in sorted(matches):
             if p.is_dir():
                 if _real(p) in self.skip_dirs:
                     continue
                 if not (_detect(p) == CHECKPOINT and self.found(p, root, CHECKPOINT)):
-                    self.walk(p, root)
+                    self._walk_checked(p, root)
             else:
                 fmt = _detect(p)
                 if fmt is not None:
                     self.found(p, root, fmt)
 
-    def walk(self, top: Path, root: Path) -> None:
-        """Every model under ``top`` (sorted, symlinks followed once, ``out_dir`` excluded)."""
+    def _walk_checked(self, top: Path, root: Path) -> None:
+        try:
+            self.walk(top, root)
+        except GruconvError as e:
+            self.fail(str(top), e)
+
+    def walk(self, top: Path, root: Path, match=None, max_depth: Optional[int] = None) -> None:
+        """Every model under ``top`` (sorted; ``out_dir`` excluded), never leaving ``root``.
+
+        A symlink to a directory is followed only if it resolves inside ``root`` (then once: loops
+        are cut by the resolved paths already visited); one that leads outside is a failed input
+        ("not followed").  A symlink to a file outside ``root`` is kept as an input and then
+        refused by :func:`safe_output` (its mirrored path would leave ``--out-dir``).  FIFOs,
+        sockets and devices are never opened.  At most :data:`MAX_WALK_ENTRIES` entries and
+        :data:`MAX_WALK_DEPTH` levels, else :class:`InputError`.
+
+        ``match=(regex, found)``: glob mode — append the entries (files and directories) whose
+        posix path relative to ``root`` the regex matches to ``found`` instead of detecting
+        models; ``max_depth`` limits the descent.
+        """
+        from . import inputs
+
+        base = _real(root)
         visited = {_real(top)}
-        for dirpath, dirnames, filenames in os.walk(top, followlinks=True):
-            base = Path(dirpath)
-            keep = []
-            for d in sorted(dirnames):
-                sub = base / d
-                real = _real(sub)
-                if real in visited or real in self.skip_dirs:
+        stack = [(top, 0)]
+        count = 0
+        while stack:
+            d, depth = stack.pop()
+            try:
+                entries = sorted(os.scandir(d), key=lambda e: e.name)
+            except OSError:
+                continue
+            subdirs = []
+            for entry in entries:
+                count += 1
+                if count > MAX_WALK_ENTRIES:
+                    raise InputError(f"more than {MAX_WALK_ENTRIES} entries under this directory; "
+                                     "name fewer or smaller directories", path=top)
+                p = Path(d) / entry.name
+                try:
+                    is_link = entry.is_symlink()
+                    is_dir = entry.is_dir()          # follows a symlink
+                except OSError:
                     continue
-                visited.add(real)
-                if not (_detect(sub) == CHECKPOINT and self.found(sub, root, CHECKPOINT)):
-                    keep.append(d)
-            dirnames[:] = keep
-            for f in sorted(filenames):
-                p = base / f
+                hit = False
+                if match is not None:
+                    hit = match[0].match(Path(os.path.relpath(p, root)).as_posix()) is not None
+                if is_dir:
+                    real = _real(p)
+                    if real in visited or real in self.skip_dirs:
+                        continue
+                    visited.add(real)
+                    if is_link and not _inside(real, base):
+                        if match is None or hit:
+                            self.fail(str(p), InputError(
+                                f"is a symbolic link to a directory outside '{inputs.display(root)}' "
+                                f"('{inputs.display(real)}'); not followed", path=p))
+                        continue
+                    if depth + 1 > MAX_WALK_DEPTH:
+                        raise InputError(f"directories nested deeper than {MAX_WALK_DEPTH} levels", path=top)
+                    if match is not None:
+                        if hit:
+                            match[1].append(p)
+                        if max_depth is None or depth + 1 < max_depth:
+                            subdirs.append((p, depth + 1))
+                        continue
+                    if not (_detect(p) == CHECKPOINT and self.found(p, root, CHECKPOINT)):
+                        subdirs.append((p, depth + 1))
+                    continue
+                if match is not None:
+                    if hit:
+                        match[1].append(p)
+                    continue
+                if not inputs.is_regular(p):
+                    continue                          # FIFO, socket, device, dangling link: not a model
                 fmt = _detect(p)
                 if fmt is not None:
                     self.found(p, root, fmt)
+            stack.extend(reversed(subdirs))
 
 
 def discover(paths, out_dir) -> list[_Input]:
@@ -303,7 +444,7 @@ def discover(paths, out_dir) -> list[_Input]:
     for raw in paths:
         arg = Path(raw)
         s = os.fspath(raw)
-        exists = arg.exists() or Path(s + ".index").exists()
+        exists = os.path.lexists(arg) or Path(s + ".index").exists()
         if not exists and _GLOB_MAGIC.search(s):
             d.pattern(s)
         else:
@@ -363,57 +504,56 @@ def safe_output(out_dir: Path, rel: str) -> Path:
     return target
 
 
-def _is_weights_only(path: Path) -> bool:
-    """A Keras HDF5 file without ``model_config`` (``save_weights``); False when unsure."""
-    try:
-        import h5py
+# ----- format facts: the only place batch knows anything about a format; each asks the format's
+# module first (``output_name(path, options) -> str``, the registry verb) and falls back to the
+# knowledge below until every format module has the verb.
 
-        with h5py.File(path, "r") as f:
-            return "model_config" not in f.attrs and "layer_names" in f.attrs
-    except Exception:  # noqa: BLE001 - the conversion itself will report what is wrong
-        return False
+def _format_module(fmt: str):
+    from . import formats
+
+    return formats.module(fmt)
 
 
-def _stack_count(path: Path, options: dict) -> int:
-    """How many GRU stacks a TF1 checkpoint holds (1 when unsure: the conversion will say)."""
-    from . import api
+def _options_record(options: dict):
+    """``options`` as the :class:`gruconv.results.Options` that format verbs take."""
+    from .results import Options
 
-    try:
-        info = api.inspect(path, hints=options.get("hints") or {}, prefer=options.get("prefer"))
-    except Exception:  # noqa: BLE001 - reported by the conversion
-        return 1
-    for key in ("stacks", "rnns"):
-        if isinstance(info.get(key), list):
-            return len(info[key])
-    return 1
+    return Options.of({k: v for k, v in options.items() if k in Options.__dataclass_fields__})
+
+
+def _stem(name: str) -> str:
+    return name[: -len(Path(name).suffix)] if Path(name).suffix.lower() in _MODEL_SUFFIXES else name
+
+
+def output_name(path: Path, fmt: str, options: dict) -> str:
+    """The file (or, for a TF1 checkpoint with several stacks, directory) name the output of input
+    ``path`` gets, from ``path.name``: the format's own ``output_name`` verb decides."""
+    return _format_module(fmt).output_name(path, _options_record(options), _stem(path.name))
 
 
 def _output_rel(item: _Input, options: dict) -> str:
-    rel = item.rel
-    if item.format == CHECKPOINT:
-        if options.get("rnn") is None and _stack_count(item.path, options) > 1:
-            return rel  # a directory: one .keras per stack (the TF1 writer's convention)
-        return rel + ".keras"
-    stem = rel[: -len(Path(rel).suffix)] if Path(rel).suffix.lower() in _MODEL_SUFFIXES else rel
-    fmt = options.get("format")
-    if fmt == "h5-weights":
-        return stem + ".h5"
-    if fmt == "keras" or options.get("config") is not None:
-        return stem + ".keras"
-    if item.format == KERAS_H5 and _is_weights_only(item.path):
-        return stem + ".h5"
-    return stem + ".keras"
+    rel = Path(item.rel)
+    name = output_name(Path(_real(item.path)).with_name(rel.name), item.format, options)
+    return (rel.parent / name).as_posix() if str(rel.parent) != "." else name
+
+
+def _extra_outputs(out: Path, fmt: Optional[str]) -> list:
+    """Files written beside ``out`` (for the overlap check): a TF1 conversion's ``OUT.rest.npz``."""
+    return [out.with_name(out.name + ".rest.npz")] if fmt == CHECKPOINT else []
+
+
+def _input_files(item: _Input) -> list:
+    """Every file converting ``item`` reads, as its format module lists them (``input_files``)."""
+    if not item.format:
+        return [item.path]
+    try:
+        return [item.path] + [Path(f) for f in _format_module(item.format).input_files(item.path)]
+    except (GruconvError, OSError):
+        return [item.path]
 
 
 def _input_mtime(item: _Input) -> int:
-    p = item.path
-    if item.format != CHECKPOINT:
-        return p.stat().st_mtime_ns
-    prefix = _checkpoint_prefix(p)
-    files = [Path(str(prefix) + ".index")] + list(prefix.parent.glob(glob.escape(prefix.name) + ".data-*"))
-    if p.is_dir() and (p / "checkpoint").is_file():
-        files.append(p / "checkpoint")
-    return max(f.stat().st_mtime_ns for f in files if f.exists())
+    return max(f.stat().st_mtime_ns for f in _input_files(item) if f.exists())
 
 
 def _output_mtime(out: Path) -> Optional[int]:
@@ -429,16 +569,157 @@ def _output_mtime(out: Path) -> Optional[int]:
     return None
 
 
+def _output_files(out) -> list:
+    """The files of an output (or a list of them): a file itself, or every file below a directory
+    output (no symlinks followed)."""
+    if isinstance(out, (list, tuple)):
+        return [f for o in out for f in _output_files(o)]
+    if out.is_symlink() or out.is_file():
+        return [out]
+    if out.is_dir():
+        return sorted(p for p in out.rglob("*") if p.is_file() and not p.is_symlink())
+    return []
+
+
+# ----- the record of successful conversions (``--skip-existing`` trusts nothing else)
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _fingerprint(out: Path, out_dir: Path) -> dict:
+    files = {}
+    for f in _output_files(out):
+        st = f.lstat()
+        files[Path(os.path.relpath(f, out_dir)).as_posix()] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns,
+                                                               "sha256": _sha256(f)}
+    return files
+
+
+class _State:
+    """``DIR/.gruconv.batch.json``: per output (relative to DIR), the input it came from, the input's
+    mtime and each output file's size, mtime and SHA-256 — written only for a conversion that
+    succeeded, dropped for one that failed. An output is skipped only if all of that still holds."""
+
+    def __init__(self, out_dir: Path):
+        self.out_dir = out_dir
+        self.path = out_dir / STATE_FILE
+        self.entries = self._load()
+        self.changes: dict = {}
+
+    def _load(self) -> dict:
+        from . import inputs
+
+        try:
+            doc = inputs.load_json(self.path, "a gruconv batch record")
+        except GruconvError:
+            return {}
+        out = doc.get("outputs") if isinstance(doc, dict) else None
+        return out if isinstance(out, dict) else {}
+
+    def key(self, out: Path) -> str:
+        return Path(os.path.relpath(out, self.out_dir)).as_posix()
+
+    def up_to_date(self, item: _Input, outs: list) -> bool:
+        e = self.entries.get(self.key(outs[0]))
+        if not isinstance(e, dict) or e.get("input") != item.key or not e.get("files"):
+            return False
+        try:
+            if _input_mtime(item) != e.get("input_mtime_ns"):
+                return False
+            want = e["files"]
+            have = {Path(os.path.relpath(f, self.out_dir)).as_posix(): f for f in _output_files(outs)}
+            if set(have) != set(want):
+                return False
+            for rel, f in have.items():
+                st, w = f.lstat(), want[rel]
+                if (st.st_size, st.st_mtime_ns) != (w.get("size"), w.get("mtime_ns")) or _sha256(f) != w.get("sha256"):
+                    return False
+        except (OSError, KeyError, TypeError, ValueError, AttributeError):
+            return False
+        return True
+
+    def succeeded(self, item: _Input, outs: list, input_mtime: Optional[int]) -> None:
+        try:
+            self.changes[self.key(outs[0])] = {"input": item.key, "input_mtime_ns": input_mtime,
+                                               "files": _fingerprint(outs, self.out_dir)}
+        except OSError:
+            self.changes[self.key(outs[0])] = None
+
+    def failed(self, out: Path) -> None:
+        self.changes[self.key(out)] = None
+
+    def save(self) -> None:
+        if not self.changes:
+            return
+        entries = self._load()      # merge: another shard may have written meanwhile
+        for k, v in self.changes.items():
+            if v is None:
+                entries.pop(k, None)
+            else:
+                entries[k] = v
+        doc = {"gruconv_batch_record": 1, "outputs": dict(sorted(entries.items()))}
+        try:
+            _write(self.path, (json.dumps(doc, indent=1) + "\n").encode("utf-8"))
+        except (GruconvError, OSError):
+            pass  # without a record the next --skip-existing converts again: safe
+
+
+# ----- what a failed job leaves: nothing
+
+def _snapshot(outs: list) -> dict:
+    snap = {}
+    for f in _output_files(outs):
+        try:
+            st = f.lstat()
+            snap[str(f)] = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except OSError:
+            continue
+    return snap
+
+
+def _undo(outs: list, snap: dict) -> list:
+    """Remove the files of ``outs`` that the failed job created or replaced; return them."""
+    removed = []
+    for f in _output_files(outs):
+        try:
+            st = f.lstat()
+            if snap.get(str(f)) != (st.st_ino, st.st_mtime_ns, st.st_size):
+                f.unlink()
+                removed.append(str(f))
+        except OSError:
+            continue
+    for out in outs:
+        if out.is_dir() and not out.is_symlink() and not any(k.startswith(str(out) + os.sep) for k in snap):
+            for d in sorted((p for p in out.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)) + [out]:
+                try:
+                    d.rmdir()
+                except OSError:
+                    pass
+    return removed
+
+
 @dataclass
 class _Job:
     record: Record
     item: _Input
     output: Optional[Path] = None
+    outs: list = field(default_factory=list)    # output and the files written beside it
     force: bool = False
     todo: bool = False        # needs converting (else: the record is final: failed or skipped)
+    snap: dict = field(default_factory=dict)    # the output files before the job ran
+    input_mtime: Optional[int] = None
+    made_dirs: list = field(default_factory=list)
 
 
-def _plan(items: list[_Input], out_dir: Path, options: dict, skip_existing: bool) -> list[_Job]:
+def _plan(items: list[_Input], out_dir: Path, options: dict, skip_existing: bool,
+          state: Optional["_State"] = None) -> list[_Job]:
     jobs = []
     taken: dict[str, str] = {}   # real output path -> input that claimed it
     for item in items:
@@ -456,13 +737,13 @@ def _plan(items: list[_Input], out_dir: Path, options: dict, skip_existing: bool
             taken[real] = item.display
             rec.output = str(out)
             job.output = out
-            if skip_existing:
-                out_t = _output_mtime(out)
-                if out_t is not None:
-                    if out_t > _input_mtime(item):
-                        rec.status, rec.outputs = "skipped", [str(out)]
-                        continue
-                    job.force = True  # stale: rebuilding it is what --skip-existing asks for
+            job.outs = [out] + _extra_outputs(out, item.format)
+            if skip_existing and _output_mtime(out) is not None:
+                if state is not None and state.up_to_date(item, job.outs):
+                    rec.status, rec.outputs = "skipped", [str(out)]
+                    continue
+                # stale, or not known to come from a successful conversion: rebuild it
+                job.force = True
             job.todo = True
         except GruconvError as e:
             _fail(rec, e)
@@ -471,8 +752,30 @@ def _plan(items: list[_Input], out_dir: Path, options: dict, skip_existing: bool
     return jobs
 
 
+def _check_no_input_is_written(plan: list[_Job], items: list[_Input], extra_outputs: list) -> None:
+    """Before any work: no planned output, no report file may be (or link to) any input file."""
+    from .outputs import check_outputs
+
+    inputs = [f for item in items if item.error is None for f in _input_files(item)]
+    if not inputs:
+        return
+    outs = [o for job in plan if job.todo for o in job.outs] + [Path(p) for p in extra_outputs if p is not None]
+    try:
+        check_outputs(outs, inputs)
+    except OutputError as e:
+        raise OutputError(e.message + " (with --out-dir: choose an output directory apart from the inputs, "
+                                      "or another --report/--junit path)", path=e.path) from None
+    reports = [Path(p) for p in extra_outputs if p is not None]
+    planned = {_real(o) for job in plan if job.output is not None for o in job.outs}
+    for r in reports:
+        if _real(r) in planned:
+            raise OutputError("report path is also a converted model's output", path=r)
+    if len(reports) == 2 and _real(reports[0]) == _real(reports[1]):
+        raise UsageError("--report and --junit name the same file", path=reports[0])
+
+
 def _fail(rec: Record, e: GruconvError) -> None:
-    rec.status = "parity-failed" if e.exit_code == 1 else "failed"
+    rec.status = "parity-failed" if isinstance(e, ParityError) else "failed"
     rec.error, rec.error_type, rec.exit_code = str(e), type(e).__name__, e.exit_code
 
 
@@ -485,7 +788,7 @@ def _worker_init(threads: int) -> None:
     for var in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS"):
         os.environ.setdefault(var, str(threads))
     try:
-        from ._lazy import keras
+        from .formats.keras3 import keras
 
         keras()
     except Exception:  # noqa: BLE001 - the first conversion reports it properly
@@ -501,24 +804,26 @@ def _convert_one(input: str, output: str, options: dict) -> dict:
     from . import api
 
     t0 = time.perf_counter()
-    out: dict = {"status": "failed", "exit_code": 3}
+    out: dict = {"status": "failed", "exit_code": GruconvError.exit_code}
     try:
         result = api.convert(input, output, **options)
         res = _jsonable(result.to_json())
-        out.update(format=res.get("format"), outputs=res.get("outputs") or [], stacks=res.get("stacks") or [],
+        out.update(format=res.get("format"), outputs=res.get("outputs") or [],
+                   stacks=res.get("rnns") or res.get("stacks") or [],
                    warnings=res.get("warnings") or [], verification=res.get("verification"))
         ver = res.get("verification")
         if result.nothing_to_convert and not res.get("outputs"):
             out.update(status="nothing-to-convert", exit_code=0)
         elif ver is not None and not ver.get("passed", True):
-            out.update(status="parity-failed", exit_code=1, error_type="ParityError", error=_parity_message(ver))
+            out.update(status="parity-failed", exit_code=ParityError.exit_code, error_type="ParityError",
+                       error=_parity_message(ver))
         else:
             out.update(status="ok", exit_code=0)
     except GruconvError as e:
-        out.update(status="parity-failed" if e.exit_code == 1 else "failed", exit_code=e.exit_code,
+        out.update(status="parity-failed" if isinstance(e, ParityError) else "failed", exit_code=e.exit_code,
                    error=str(e), error_type=type(e).__name__)
     except Exception as e:  # noqa: BLE001 - a bug: record it, keep the batch alive
-        out.update(status="failed", exit_code=3, error=f"internal error: {type(e).__name__}: {e}",
+        out.update(status="failed", exit_code=GruconvError.exit_code, error=f"internal error: {type(e).__name__}: {e}",
                    error_type="InternalError", traceback=traceback.format_exc())
     out["seconds"] = time.perf_counter() - t0
     return out
@@ -548,10 +853,11 @@ def _apply(rec: Record, res: dict) -> None:
 # --------------------------------------------------------------------------- console
 
 class _Console:
-    def __init__(self, total: int, enabled: bool):
+    def __init__(self, total: int, enabled: bool, say=None):
         self.total, self.done, self.enabled = total, 0, enabled
         self.tty = enabled and _isatty(sys.stderr)
         self.width = 0
+        self.say = say or _print
 
     def record(self, rec: Record) -> None:
         self.done += 1
@@ -561,18 +867,18 @@ class _Console:
         if self.tty:
             self._clear()
             if rec.status in ("failed", "parity-failed"):
-                click.echo(line, err=True)
-            progress = f"[{self.done}/{self.total}] {rec.status}  {rec.input}"
+                self.say(line, err=True)
+            progress = f"[{self.done}/{self.total}] {rec.status}  {_display(rec.input)}"
             cols = _columns()
             progress = progress if len(progress) < cols else progress[: cols - 4] + "..."
-            click.echo("\r" + progress, err=True, nl=False)
+            self.say("\r" + progress, err=True, nl=False)
             self.width = len(progress)
         else:
-            click.echo(line, err=True)
+            self.say(line, err=True)
 
     def _clear(self) -> None:
         if self.width:
-            click.echo("\r" + " " * self.width + "\r", err=True, nl=False)
+            self.say("\r" + " " * self.width + "\r", err=True, nl=False)
             self.width = 0
 
     def close(self) -> None:
@@ -594,22 +900,32 @@ def _columns() -> int:
         return 80
 
 
+def _display(text) -> str:
+    from .inputs import display
+
+    return display(text)
+
+
 def _short_error(rec: Record) -> str:
     err = rec.error or rec.status
-    prefix = f"{rec.input}: "
-    return err[len(prefix):] if err.startswith(prefix) else err
+    for prefix in (f"{rec.input}: ", f"{_display(rec.input)}: "):
+        if err.startswith(prefix):
+            return err[len(prefix):]
+    return err
 
 
 def _line(rec: Record) -> str:
+    """One console line for a record; control characters in names escaped (one line, always)."""
     t = f"({rec.seconds:.1f}s)"
+    name = _display(rec.input)
     if rec.status == "ok":
         outs = ", ".join(rec.outputs) or rec.output or "?"
-        return f"ok  {rec.input} -> {outs} {t}"
+        return f"ok  {name} -> {_display(outs)} {t}"
     if rec.status == "nothing-to-convert":
-        return f"ok  {rec.input}: nothing to convert {t}"
+        return f"ok  {name}: nothing to convert {t}"
     if rec.status == "skipped":
-        return f"skipped {rec.input}"
-    return f"FAILED {rec.input}: {_short_error(rec)}"
+        return f"skipped {name}"
+    return f"FAILED {name}: {_display(_short_error(rec))}"
 
 
 def summary_text(summary: Summary) -> str:
@@ -662,7 +978,7 @@ def junit_xml(summary: Summary) -> bytes:
                                                    "type": _xml_text(r.error_type or r.status)})
             fail.text = _xml_text(r.error or "") + ("\n\n" + _xml_text(r.traceback) if r.traceback else "")
         elif r.status == "skipped":
-            ET.SubElement(case, "skipped", {"message": "output is newer than the input"})
+            ET.SubElement(case, "skipped", {"message": "output is up to date (recorded as converted, unchanged since)"})
         out_lines = [f"status: {r.status}"] + [f"output: {o}" for o in r.outputs] + \
                     [f"warning: {w}" for w in r.warnings]
         ET.SubElement(case, "system-out").text = _xml_text("\n".join(out_lines))
@@ -691,17 +1007,25 @@ def write_reports(summary: Summary, report=None, junit=None) -> None:
 
 def convert_many(paths, out_dir, *, jobs: Optional[int] = None, keep_going: bool = False,
                  skip_existing: bool = False, shard=None, report=None, junit=None, echo: bool = True,
-                 **options) -> Summary:
+                 print_fn=None, **options) -> Summary:
     """Convert every model in ``paths`` into ``out_dir``; see the module docstring.
 
     ``options`` are :func:`gruconv.api.convert`'s (``force``, ``format``, ``config``, ``verify``,
     ``tolerance``, ``hints``, ``rnn``, ``prefer``, ...). ``echo=False`` silences the console.
+    ``print_fn(text, err=False, nl=True)`` prints the console (per-input lines and progress with
+    ``err=True``, the summary table with ``err=False``); ``click.echo`` fits, and the default
+    writes to ``sys.stderr`` / ``sys.stdout``.
+    Before any conversion, refuses (:class:`OutputError`) a planned output or ``report`` /
+    ``junit`` file that is one of the inputs (same path, symlink or hard link).
     With ``jobs > 1`` the workers are *spawned* (TensorFlow is not fork-safe), so a script calling
     this must guard its top level with ``if __name__ == "__main__":``, as for any spawn pool.
     Raises :class:`UsageError` for a bad ``shard``/``jobs``/``format``; per-input problems are
     records in the returned :class:`Summary`, never exceptions.
     """
-    from .api import OUTPUT_FORMATS
+    try:
+        from .results import OUTPUT_FORMATS
+    except ImportError:  # before the results module existed
+        from .api import OUTPUT_FORMATS
 
     t0 = time.perf_counter()
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
@@ -724,24 +1048,39 @@ def convert_many(paths, out_dir, *, jobs: Optional[int] = None, keep_going: bool
     except OSError as e:
         raise OutputError(f"cannot create the output directory ({e.strerror or e})", path=out_dir) from None
 
-    items = select_shard(discover(paths, out_dir), shard_t)
-    plan = _plan(items, out_dir, options, skip_existing)
+    all_items = discover(paths, out_dir)
+    items = select_shard(all_items, shard_t)
+    state = _State(out_dir)
+    plan = _plan(items, out_dir, options, skip_existing, state)
+    _check_no_input_is_written(plan, all_items, [report, junit])
     summary = Summary(records=[], started=started, jobs=jobs,
                       shard=None if shard_t is None else f"{shard_t[0]}/{shard_t[1]}", out_dir=str(out_dir))
-    console = _Console(len(plan), echo)
+    say = print_fn or _print
+    console = _Console(len(plan), echo, say)
     done: list[_Job] = []
     try:
-        _run(plan, jobs, keep_going, options, console, done)
+        _run(plan, jobs, keep_going, options, console, done, state)
     finally:
         console.close()
+        state.save()
         done_ids = {id(j) for j in done}
         summary.records = [j.record for j in plan if id(j) in done_ids]
         summary.not_run = [j.record.input for j in plan if id(j) not in done_ids]
         summary.duration_s = time.perf_counter() - t0
         write_reports(summary, report, junit)
     if echo:
-        click.echo(summary_text(summary))
+        say(summary_text(summary))
     return summary
+
+
+def _print(text: str, err: bool = False, nl: bool = True) -> None:
+    """The default ``print_fn``: like ``click.echo`` for text, to the current ``sys.stderr`` /
+    ``sys.stdout`` (looked up at each call, so test runners that swap them see the output)."""
+    stream = sys.stderr if err else sys.stdout
+    if stream is None:
+        return
+    stream.write(text + ("\n" if nl else ""))
+    stream.flush()
 
 
 def _cpu_count() -> int:
@@ -753,15 +1092,53 @@ def _cpu_count() -> int:
 
 
 def _prepare(job: _Job) -> None:
+    """Create the output's parent directories (remembered, so a failure can remove them again),
+    and note what the output files are before the job (:func:`_snapshot`)."""
+    job.snap = _snapshot(job.outs)
+    try:
+        job.input_mtime = _input_mtime(job.item)
+    except (OSError, ValueError):
+        job.input_mtime = None
     if job.output is not None and str(job.output.parent):
+        missing = []
+        d = job.output.parent
+        while str(d) not in ("", ".") and not os.path.lexists(d):
+            missing.append(d)
+            d = d.parent
         job.output.parent.mkdir(parents=True, exist_ok=True)
+        job.made_dirs = missing
+
+
+def _settle(job: _Job, state: Optional[_State]) -> None:
+    """After a job: a failure leaves no output (files it created or replaced are removed, and the
+    directories made for it); the record of successful conversions is updated either way."""
+    rec = job.record
+    if rec.status in ("failed", "parity-failed"):
+        removed = _undo(job.outs, job.snap)
+        if removed and rec.status == "parity-failed":
+            rec.warnings.append(f"output removed because verification failed: {', '.join(removed)}")
+        if removed:
+            rec.outputs = [o for o in rec.outputs if o not in removed]
+        for d in getattr(job, "made_dirs", []):
+            try:
+                d.rmdir()
+            except OSError:
+                break
+        if state is not None and job.output is not None:
+            state.failed(job.output)
+    elif state is not None and job.output is not None:
+        if rec.status == "ok" and _output_files(job.outs):
+            state.succeeded(job.item, job.outs, job.input_mtime)
+        else:
+            state.failed(job.output)
 
 
 def _job_options(job: _Job, options: dict) -> dict:
     return dict(options, force=True) if job.force else options
 
 
-def _run(plan: list[_Job], jobs: int, keep_going: bool, options: dict, console: _Console, done: list) -> None:
+def _run(plan: list[_Job], jobs: int, keep_going: bool, options: dict, console: _Console, done: list,
+         state: Optional[_State] = None) -> None:
     """Execute the plan; append each finished job to ``done`` (in completion order)."""
     # Without keep_going, nothing after a failure decided while planning is started.
     runnable = []
@@ -771,6 +1148,8 @@ def _run(plan: list[_Job], jobs: int, keep_going: bool, options: dict, console: 
             break
 
     def finish(job: _Job) -> bool:
+        if job.todo:
+            _settle(job, state)
         done.append(job)
         console.record(job.record)
         return job.record.status in ("failed", "parity-failed")
@@ -823,7 +1202,7 @@ def _run(plan: list[_Job], jobs: int, keep_going: bool, options: dict, console: 
             except cf.CancelledError:
                 continue
             except Exception as e:  # noqa: BLE001 - a worker died (BrokenProcessPool) or the result broke
-                job.record.status, job.record.exit_code = "failed", 3
+                job.record.status, job.record.exit_code = "failed", GruconvError.exit_code
                 job.record.error = (f"internal error: worker process failed: {type(e).__name__}: {e}"
                                     + (" (a worker died: out of memory, killed, or a spawned worker could not "
                                        "import the calling script's __main__)"

@@ -58,6 +58,11 @@ _hint_options = [
     click.option("--input-mode", type=click.Choice(["linear", "skip"]), help="TF1 opaque buffer: input mode."),
     click.option("--variable", help="TF1: the checkpoint key of an opaque buffer to use."),
     click.option("--rnn", "rnn", help="TF1: convert only the stack with this scope."),
+    click.option("--cell", type=click.Choice(["gru", "lstm"]),
+                 help="TF1 opaque buffer: the cell, where the buffer size fits both."),
+    click.option("--forget-bias", type=float,
+                 help="TF1 LSTM: the forget_bias its TF LSTMCell/LSTMBlockCell added at run time "
+                      "(cuDNN and CudnnCompatibleLSTMCell: 0)."),
     click.option("--prefer", type=click.Choice(["canonical", "opaque"]),
                  help="TF1: which stored form defines the weights (default: canonical when present)."),
 ]
@@ -71,7 +76,7 @@ def hint_options(f):
 
 def _hints(kw: dict) -> dict:
     hints = {k: kw.pop(k) for k in ("num_units", "input_size", "num_layers", "direction", "input_mode",
-                                    "variable") if k in kw}
+                                    "variable", "cell", "forget_bias") if k in kw}
     return {k: v for k, v in hints.items() if v is not None}
 
 
@@ -146,7 +151,7 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
 
         summary = batch.convert_many(list(paths), out_dir, jobs=jobs, keep_going=keep_going,
                                      skip_existing=skip_existing, shard=shard, report=report_path, junit=junit,
-                                     verify=verify, tolerance=tolerance, **options.to_json())
+                                     verify=verify, tolerance=tolerance, print_fn=click.echo, **options.to_json())
         sys.exit(summary.exit_code)
     batch_only = [n for n, v in (("--jobs", jobs), ("--keep-going", keep_going), ("--skip-existing", skip_existing),
                                  ("--shard", shard), ("--report", report_path), ("--junit", junit)) if v]
@@ -193,10 +198,12 @@ def verify(input, converted, tolerance, reference, allow_tf32, device, batch, st
     Example:
       gruconv verify model.h5 model.keras --tolerance 1e-5
     """
-    from . import report
+    from . import api, report
     from .errors import ParityError
     from .verify import verify as _verify
 
+    if json_path is not None:
+        api.check_not_inputs([json_path], input, converted, config, inputs)
     rep = _verify(input, converted, tolerance=tolerance, reference=reference, allow_tf32=allow_tf32, batch=batch,
                   steps=steps, seed=seed, inputs=inputs, device=device, config=config, hints=_hints(kw),
                   prefer=prefer, rnn=rnn)

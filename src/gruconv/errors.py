@@ -35,7 +35,11 @@ class GruconvError(Exception):
         super().__init__(self.message)
 
     def __str__(self) -> str:
-        return f"{self.path}: {self.message}" if self.path else self.message
+        """One line, whatever the file or tensor names hold: control characters are escaped."""
+        from .inputs import display
+
+        msg = display(self.message)
+        return f"{display(self.path)}: {msg}" if self.path else msg
 
 
 class InputError(GruconvError):

@@ -10,7 +10,6 @@ have stored them: bytes or str, scalar or array, and split into
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -29,16 +28,25 @@ MAX_EXPANSION = 1000
 
 
 def is_hdf5(path) -> bool:
-    """HDF5 files start with the signature at 0, 512, 1024, 2048, ... (user block)."""
-    try:
-        with open(path, "rb") as f:
-            for offset in (0, 512, 1024, 2048, 4096):
-                f.seek(offset)
-                if f.read(8) == HDF5_SIGNATURE:
-                    return True
-    except OSError:
+    """HDF5 files start with the signature at 0, 512, 1024, 2048, ... (user block).
+
+    False for anything but a regular file (a FIFO is never opened, so this never blocks)."""
+    from . import inputs
+
+    if not inputs.is_regular(path):
         return False
-    return False
+    try:
+        head = inputs.head(path, 4096 + 8)
+    except (InputError, OSError):
+        return False
+    return any(head[o:o + 8] == HDF5_SIGNATURE for o in (0, 512, 1024, 2048, 4096))
+
+
+def open_file(path):
+    """Open a Keras HDF5 input with every guard (:func:`gruconv.inputs.open_hdf5`)."""
+    from . import inputs
+
+    return inputs.open_hdf5(path, "an HDF5 file")
 
 
 def _superblock_sizes(f, base: int) -> tuple:
@@ -72,16 +80,15 @@ def check_global_heaps(path) -> None:
     (constant memory); a collection is recognised by its signature, version 1 and a size that
     fits the file, so weight bytes that happen to spell ``GCOL`` are not mistaken for one.
     """
+    from . import inputs
+
     p = Path(path)
-    try:
-        st = p.stat()
-        key = (str(p.resolve()), st.st_size, st.st_mtime_ns, st.st_ino)
-    except OSError:
-        return
+    st = inputs.regular_file(p, "an HDF5 file")
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     if _checked.get(key):
         return
     try:
-        with open(p, "rb") as f:
+        with inputs.open_regular(p, "an HDF5 file") as f:
             base = next((o for o in (0, 512, 1024, 2048, 4096) if _sig_at(f, o)), 0)
             _, size_len = _superblock_sizes(f, base)
             if size_len not in (2, 4, 8, 16):
@@ -226,12 +233,15 @@ def read_json_attr(obj, name: str, path) -> Any:
     raw = read_attr(obj, name)
     if raw is None:
         return None
-    try:
-        if isinstance(raw, list):
-            raw = "".join(raw)
-        return json.loads(raw)
-    except (TypeError, ValueError, RecursionError) as e:
-        raise InputError(f"attribute {name!r} is not valid JSON ({e})", path=path) from None
+    from . import inputs
+
+    if isinstance(raw, list):
+        if not all(isinstance(r, str) for r in raw):
+            raise InputError(f"attribute {name!r} is not text", path=path)
+        raw = "".join(raw)
+    if not isinstance(raw, (str, bytes)):
+        raise InputError(f"attribute {name!r} is not valid JSON (not text)", path=path)
+    return inputs.parse_json(raw, f"attribute {name!r}", path=path)
 
 
 _LINK_WORDS = {"SoftLink": "soft link", "ExternalLink": "external link", "UserDefinedLink": "user-defined link"}
@@ -294,7 +304,7 @@ def resolve(root, dotted: str, path, kind: str = "any"):
     return obj
 
 
-def check_dataset(ds, path, *, max_bytes: int = MAX_TENSOR_BYTES, numeric: bool = True) -> int:
+def check_dataset(ds, path, *, max_bytes: int | None = None, numeric: bool = True) -> int:
     """Refuse a dataset that would be unsafe to read in full; return its declared size in bytes.
 
     Checked from the header alone, before anything is allocated: external raw
@@ -304,6 +314,10 @@ def check_dataset(ds, path, *, max_bytes: int = MAX_TENSOR_BYTES, numeric: bool 
     backed by stored bytes (all of them without filters, 1/:data:`MAX_EXPANSION`
     of them with compression) — a chunked dataset that declares terabytes and
     stores nothing is a "shape bomb" that reading would turn into fill values.
+    Below that floor, a file opened with :func:`gruconv.inputs.open_hdf5` has one
+    budget for all its datasets: their unbacked bytes together may not exceed 1 MiB
+    (so ten thousand small bombs are refused like one big one).  ``max_bytes``
+    defaults to :func:`gruconv.inputs.limit` ``("tensor")`` (16 GiB, ``GRUCONV_MAX_BYTES``).
     """
     try:
         dtype = ds.dtype
@@ -328,25 +342,33 @@ def check_dataset(ds, path, *, max_bytes: int = MAX_TENSOR_BYTES, numeric: bool 
             raise InputError(f"{ds.name} {e}", path=path) from None
         except (OSError, RuntimeError, TypeError) as e:
             raise InputError(f"{ds.name} cannot be read ({_first_line(e)})", path=path) from None
+    from . import inputs
+
     nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    if max_bytes is None:
+        max_bytes = inputs.limit("tensor")
     if nbytes > max_bytes:
-        raise InputError(f"{ds.name} claims {nbytes} bytes (shape {shape}); refused (limit {max_bytes})",
-                         path=path)
-    if nbytes > BOMB_FLOOR_BYTES:
-        try:
-            stored = ds.id.get_storage_size()
-            filtered = ds.id.get_create_plist().get_nfilters() > 0
-        except (OSError, RuntimeError, ValueError) as e:
-            raise InputError(f"{ds.name} cannot be read ({_first_line(e)})", path=path) from None
-        allowed = stored * (MAX_EXPANSION if filtered else 1)
-        if nbytes > allowed:
-            raise InputError(
-                f"{ds.name} declares {nbytes} bytes (shape {shape}) but the file stores only {stored} "
-                "bytes of it (a sparse or truncated dataset, or a shape bomb); refused", path=path)
+        raise InputError(f"{ds.name} claims {nbytes} bytes (shape {shape}); refused (limit {max_bytes}; set "
+                         f"{inputs.ENV_MAX_BYTES} to raise it if the file is trusted)", path=path)
+    if nbytes == 0:
+        return 0
+    try:
+        stored = ds.id.get_storage_size()
+        filtered = ds.id.get_create_plist().get_nfilters() > 0
+    except (OSError, RuntimeError, ValueError) as e:
+        raise InputError(f"{ds.name} cannot be read ({_first_line(e)})", path=path) from None
+    allowed = stored * (MAX_EXPANSION if filtered else 1)
+    if nbytes > BOMB_FLOOR_BYTES and nbytes > allowed:
+        raise InputError(
+            f"{ds.name} declares {nbytes} bytes (shape {shape}) but the file stores only {stored} "
+            "bytes of it (a sparse or truncated dataset, or a shape bomb); refused", path=path)
+    budget = inputs.budget_for(ds)
+    if budget is not None and budget.first_time(ds):
+        budget.charge(nbytes, min(nbytes, allowed), ds.name)
     return nbytes
 
 
-def read_dataset(ds, path, *, max_bytes: int = MAX_TENSOR_BYTES) -> np.ndarray:
+def read_dataset(ds, path, *, max_bytes: int | None = None) -> np.ndarray:
     """Read a numeric dataset after checking its dtype and declared size (:func:`check_dataset`)."""
     check_dataset(ds, path, max_bytes=max_bytes)
     try:

@@ -33,16 +33,25 @@ STALE_AFTER_S = 60.0
 
 def check_target(out: Path, *, force: bool) -> None:
     """Refuse an output path that cannot or must not be written, before any work is done."""
+    from .inputs import display
+
     out = Path(out)
     parent = out.parent if str(out.parent) else Path(".")
     if not parent.is_dir():
-        raise OutputError(f"output directory {str(parent)!r} does not exist", path=out)
+        raise OutputError(f"output directory '{display(parent)}' does not exist", path=out)
     if out.is_dir():
         raise OutputError("output path is a directory", path=out)
+    if os.path.islink(out) and not out.exists() and not force:
+        try:
+            to = os.readlink(out)
+        except OSError:
+            to = "?"
+        raise OutputError(f"output is a dangling symbolic link (to '{display(to)}'); remove it, or pass --force "
+                          "to replace the link itself", path=out)
     if out.exists() and not force:
         raise OutputError("output exists; pass --force to overwrite it", path=out)
     if not os.access(parent, os.W_OK):
-        raise OutputError(f"output directory {str(parent)!r} is not writable", path=out)
+        raise OutputError(f"output directory '{display(parent)}' is not writable", path=out)
 
 
 def _umask() -> int:
@@ -201,3 +210,50 @@ def atomic_path(out: Path, *, force: bool, suffix: str = ""):
     finally:
         with contextlib.suppress(FileNotFoundError, OSError):
             tmp.unlink()
+
+
+# --------------------------------------------------------------------------- outputs vs inputs
+
+def _identity(path: Path) -> tuple:
+    """(resolved path, (st_dev, st_ino) or None): the two ways two spellings can be one file."""
+    try:
+        real = os.path.realpath(path)
+    except (OSError, ValueError):
+        real = os.path.abspath(path)
+    try:
+        st = os.stat(path)
+        ident = (st.st_dev, st.st_ino)
+    except (OSError, ValueError):
+        ident = None
+    return real, ident
+
+
+def check_outputs(outputs, inputs) -> None:
+    """Refuse, before any work, an output that is one of the inputs — whatever the spelling.
+
+    ``outputs``: every file the command will write (e.g. ``OUT`` and ``OUT.rest.npz``; for a
+    directory output, the files it will hold).  ``inputs``: every path it will read
+    (every file of the model as its format's ``input_files`` lists them, and any
+    ``--config`` / ``--inputs`` file).  Compared by resolved path (symlinks, ``..``) and by
+    ``(st_dev, st_ino)`` (hard links).  Refused even with ``--force``: overwriting the file
+    being converted destroys the only copy.  Raises :class:`OutputError` (one line).
+    """
+    from .inputs import display
+
+    reals: dict = {}
+    idents: dict = {}
+    for f in inputs:
+        real, ident = _identity(Path(os.fspath(f)))
+        reals.setdefault(real, f)
+        if ident is not None:
+            idents.setdefault(ident, f)
+    for out in outputs:
+        out = Path(os.fspath(out))
+        real, ident = _identity(out)
+        hit = reals.get(real)
+        how = "same path"
+        if hit is None and ident is not None:
+            hit, how = idents.get(ident), "same file: a hard or symbolic link"
+        if hit is not None:
+            raise OutputError(f"output is the input '{display(hit)}' ({how}); refusing to overwrite an input, "
+                              "even with --force: name another output", path=out)

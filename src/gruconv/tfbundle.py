@@ -59,6 +59,7 @@ from typing import Iterator
 import google_crc32c
 import numpy as np
 
+from . import inputs as _inputs
 from .errors import InputError, UnsupportedError
 
 try:  # bfloat16 has no NumPy dtype; ml_dtypes (a TF/JAX dependency) provides one.
@@ -72,6 +73,7 @@ __all__ = [
     "Bundle",
     "TensorInfo",
     "TensorNotFound",
+    "checkpoint_files",
     "open_bundle",
     "resolve_prefix",
 ]
@@ -92,11 +94,11 @@ _BUNDLE_CONSUMER_VERSION = 1
 _BUNDLE_MIN_PRODUCER = 0
 #: ``TensorShape::MaxDimensions()`` (``tensorflow/core/framework/tensor_shape.h``).
 _MAX_RANK = 254
-#: Refuse index files larger than this before reading them: a bundle index holds
-#: ~50 bytes per tensor, so even a model with millions of variables stays far below.
-_MAX_INDEX_BYTES = 1 << 31
-#: The ``checkpoint`` state file is a few lines of text.
-_MAX_STATE_BYTES = 1 << 20
+#: Index and ``checkpoint`` state files are read whole, after a size check from ``fstat``:
+#: a bundle index holds ~50 bytes per tensor, so even a model with millions of variables stays
+#: far below ``inputs.LIMITS["index"]`` (256 MiB); the state file is a few lines of text
+#: (``inputs.LIMITS["state"]``, 1 MiB).  ``GRUCONV_MAX_BYTES`` raises both
+#: (:func:`gruconv.inputs.limit`).
 #: crc32c is computed in chunks because ``google_crc32c`` only accepts ``bytes``.
 _CRC_CHUNK = 1 << 23
 
@@ -595,13 +597,7 @@ def _from_state_file(directory: Path, state: Path) -> Path:
     """Prefix named by a ``checkpoint`` file (a text-format ``CheckpointState``,
     ``tensorflow/python/checkpoint/checkpoint_management.py``); relative paths
     are relative to the directory, as ``get_checkpoint_state`` does."""
-    try:
-        with open(state, "rb") as f:
-            raw = f.read(_MAX_STATE_BYTES + 1)
-    except OSError as e:
-        raise InputError(f"cannot read: {e.strerror or e}", path=state) from None
-    if len(raw) > _MAX_STATE_BYTES:
-        raise InputError("is larger than 1 MiB; not a CheckpointState text file", path=state)
+    raw = _inputs.read_bytes(state, "a `checkpoint` state file (CheckpointState text)", kind="state")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -619,19 +615,63 @@ def _from_state_file(directory: Path, state: Path) -> Path:
                          path=state) from None
     if not name:
         raise InputError("model_checkpoint_path is empty", path=state)
-    target = Path(name)
-    if not target.is_absolute():
-        target = directory / target
-    if _index_exists(target):
+    if "\0" in name:
+        raise InputError("model_checkpoint_path contains a NUL byte", path=state)
+    named = Path(name)
+    target = named if named.is_absolute() else directory / named
+    explicit = ("; pass the checkpoint prefix explicitly (e.g. DIR/model.ckpt-100) if you mean to "
+                "read it")
+    inside = _inside(directory, target)
+    if not named.is_absolute() and not inside:
+        raise InputError(
+            f"model_checkpoint_path '{_inputs.display(name)}' points outside the checkpoint's "
+            f"directory; refused" + explicit, path=state)
+    if inside and _index_exists(target):
         return target
     # A checkpoint directory copied from another machine keeps absolute paths
     # that no longer exist; the files usually sit beside the state file.
-    beside = directory / target.name
-    if _index_exists(beside):
+    beside = directory / named.name
+    if named.name and _index_exists(beside):
         return beside
+    if not inside:
+        raise InputError(
+            f"model_checkpoint_path '{_inputs.display(name)}' is outside the checkpoint's directory "
+            f"and {_inputs.display(beside)}.index does not exist; refused" + explicit, path=state)
     raise InputError(
-        f"model_checkpoint_path names {name!r}, but {target}.index does not exist "
-        f"(nor {beside}.index)", path=state)
+        f"model_checkpoint_path names '{_inputs.display(name)}', but {_inputs.display(target)}.index "
+        f"does not exist (nor {_inputs.display(beside)}.index)", path=state)
+
+
+def _inside(directory: Path, target: Path) -> bool:
+    """Whether prefix ``target`` lies in ``directory`` or below it, symlinks and ``..`` resolved
+    (the prefix's own name is not resolved: it names files, not a directory)."""
+    try:
+        base = os.path.realpath(directory)
+        parent = os.path.realpath(target.parent)
+    except (OSError, ValueError):
+        return False
+    return parent == base or parent.startswith(base.rstrip(os.sep) + os.sep)
+
+
+def checkpoint_files(path) -> list[Path]:
+    """Every file of the checkpoint ``path`` names (any form :func:`resolve_prefix` accepts):
+    the ``checkpoint`` state file when ``path`` is a directory holding one, ``P.index``,
+    every ``P.data-*`` shard and ``P.meta`` where they exist.  For output-overlap checks."""
+    p = Path(os.fspath(path))
+    prefix = resolve_prefix(p)
+    files = []
+    if _is_dir(p) and _is_file(p / "checkpoint"):
+        files.append(p / "checkpoint")
+    files.append(Path(str(prefix) + ".index"))
+    try:
+        names = sorted(os.listdir(prefix.parent if str(prefix.parent) else "."))
+    except OSError:
+        names = []
+    for n in names:
+        m = _DATA_FILE_RE.match(n)
+        if (m and m.group("prefix") == prefix.name) or n == prefix.name + ".meta":
+            files.append(prefix.parent / n)
+    return files
 
 
 def resolve_prefix(path) -> Path:
@@ -716,16 +756,7 @@ class Bundle:
         return cls(message, path=self.index_path)
 
     def _load_index(self) -> None:
-        try:
-            with open(self.index_path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                if size > _MAX_INDEX_BYTES:
-                    raise self._index_error(
-                        f"index file is {size} bytes; refusing files over "
-                        f"{_MAX_INDEX_BYTES} bytes (a real bundle index is a few MB at most)")
-                data = f.read(size + 1)
-        except OSError as e:
-            raise self._index_error(f"cannot read: {e.strerror or e}") from None
+        data = _inputs.read_bytes(self.index_path, "a checkpoint index file", kind="index")
         if len(data) == 0:
             raise self._index_error("index file is empty (0 bytes)")
         try:
@@ -924,7 +955,8 @@ class Bundle:
         info = self.info(key)
         np_dtype = _NP_BY_NAME.get(info.dtype)
         if (info.slices or np_dtype is None or info.dtype == "bool" or info.size == 0
-                or (self.max_tensor_bytes is not None and info.size > self.max_tensor_bytes)):
+                or (self.max_tensor_bytes is not None and info.size > self.max_tensor_bytes)
+                or info.size > _inputs.limit("tensor")):
             return self.read(key, verify)
         mm = self._mapped(info)
         raw = np.frombuffer(mm, dtype=np.uint8, count=info.size, offset=info.offset)
@@ -945,14 +977,21 @@ class Bundle:
     def _open_shard(self, info: TensorInfo):
         path = self.data_path(info.shard)
         try:
-            return open(path, "rb")
+            os.stat(path)
         except FileNotFoundError:
             raise InputError(
                 f"data shard {info.shard} of {self.num_shards} is missing; it holds "
-                f"tensor {info.key!r}", path=path) from None
-        except OSError as e:
-            raise InputError(f"cannot open data file for tensor {info.key!r}: "
-                             f"{e.strerror or e}", path=path) from None
+                f"tensor '{_inputs.display(info.key)}'", path=path) from None
+        except (OSError, ValueError):
+            pass  # open_regular says what is wrong
+        try:
+            return _inputs.open_regular(path, f"a checkpoint data shard (holding tensor "
+                                              f"'{_inputs.display(info.key)}')")
+        except InputError as e:
+            if "Permission denied" in e.message or "cannot be read" in e.message:
+                raise InputError(f"cannot open data file for tensor '{_inputs.display(info.key)}': "
+                                 f"{e.message}", path=path) from None
+            raise
 
     def _check_range(self, info: TensorInfo, file_size: int) -> None:
         """Refuse a claimed byte range beyond the data file before anything is allocated."""
@@ -981,6 +1020,10 @@ class Bundle:
         with self._open_shard(info) as f:
             try:
                 self._check_range(info, os.fstat(f.fileno()).st_size)
+                lim = _inputs.limit("tensor")
+                if info.size > lim:  # a sparse data file can back any claim: bound the allocation
+                    raise InputError(_inputs.over_limit(f"tensor '{_inputs.display(info.key)}'",
+                                                        info.size, lim), path=path)
                 buf = np.empty(info.size, dtype=np.uint8)
                 f.seek(info.offset)
                 got = 0

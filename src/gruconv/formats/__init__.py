@@ -36,7 +36,7 @@ from ..errors import InputError
 #: name -> module path, tried in order.
 FORMATS = {
     "keras-h5": "gruconv.formats.keras_h5",
-    "tf1-checkpoint": "gruconv.formats.tf1_checkpoint",
+    "tf1-checkpoint": "gruconv.formats.tf1",
 }
 
 
@@ -48,23 +48,25 @@ def module(name: str):
 
 
 def detect(path) -> str:
-    """The format name of ``path``, or :class:`InputError` saying what was found instead."""
+    """The format name of ``path``, or :class:`InputError` saying what was found instead.
+
+    Nothing is opened here that :mod:`gruconv.inputs` has not checked: a FIFO, a device or a
+    socket is refused by its type before any read could block."""
+    from ..inputs import head, regular_file
+
     path = Path(path)
-    if not path.exists() and not Path(str(path) + ".index").exists():
+    if not os.path.lexists(path) and not Path(str(path) + ".index").exists():
         raise InputError("no such file or directory", path=path)
     if path.is_dir():
         try:
             os.listdir(path)
         except OSError as e:
             raise InputError(f"directory cannot be read ({e.strerror})", path=path) from None
-    if path.is_file():
-        try:
-            with open(path, "rb"):
-                pass
-        except OSError as e:
-            raise InputError(f"cannot be read ({e.strerror})", path=path) from None
-        if path.stat().st_size == 0:
+    elif os.path.lexists(path):
+        st = regular_file(path, "a model file (Keras HDF5 or TensorFlow checkpoint)")
+        if st.st_size == 0:
             raise InputError("file is empty", path=path)
+        head(path, 8, "a model file")  # readable at all: one line now, not a confusing sniff failure
     for name in FORMATS:
         if module(name).sniff(path):
             return name

@@ -35,7 +35,7 @@ from typing import Callable, Optional
 
 from ..canonical import RNNStack
 from ..errors import InputError, UnsupportedError
-from ..keras_layout import CUDNN_COMPATIBLE, CUDNN_COMPATIBLE_GRU, to_keras, to_keras_gru  # noqa: F401
+from ..keras_layout import CUDNN_COMPATIBLE, to_keras
 
 FORMAT = "keras"
 

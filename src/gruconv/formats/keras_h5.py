@@ -141,18 +141,11 @@ def sniff(path: Path) -> bool:
 
 
 def _open(path: Path):
-    import h5py
+    """Every read of the file goes through :func:`gruconv.inputs.open_hdf5` (regular file, global-heap
+    guard, same inode, a budget on the bytes datasets may declare)."""
+    from ..inputs import open_hdf5
 
-    try:
-        f = h5py.File(path, "r")
-    except (OSError, RuntimeError, ValueError) as e:
-        raise InputError(f"not a readable HDF5 file ({h5safe._first_line(e)})", path=path) from None
-    try:
-        h5safe.check_global_heaps(path)
-    except BaseException:
-        f.close()
-        raise
-    return f
+    return open_hdf5(path, "a Keras HDF5 file")
 
 
 def _class_name(cfg) -> Optional[str]:
@@ -573,6 +566,9 @@ def _normalise_for_keras3(cfg: dict) -> None:
             _explicit_input_layer(cfg)
             for layer in _layers_of(cfg)[1:]:
                 _drop_new_style_batch_shape(layer)
+        elif _class_name(cfg) in ("Model", "Functional"):
+            for layer in _layers_of(cfg):
+                _drop_new_style_batch_shape(layer)
         conf = cfg.get("config")
         if isinstance(conf, dict) and isinstance(conf.get("dtype"), dict):
             _policy_to_name(conf)
@@ -624,10 +620,10 @@ def _policy_to_name(conf: dict) -> None:
 
 
 def _drop_new_style_batch_shape(layer) -> None:
-    """tf.keras 2.13+ serializes the layers of a nested Sequential in the new style (with
-    ``module``) and leaves ``batch_input_shape`` on them; Keras 3 hands a new-style config
-    straight to the constructor, which rejects it.  After the first layer (or an InputLayer) the
-    shape is redundant: the model's input fixes it."""
+    """tf.keras 2.13+ serializes the layers of a nested Sequential, and ``to_json()`` every layer,
+    in the new style (with ``module``) and leaves ``batch_input_shape`` on them; Keras 3 hands a
+    new-style config straight to the constructor, which rejects it.  In a Functional model, or
+    after a Sequential's first layer, the shape is redundant: the model's inputs fix it."""
     if isinstance(layer, dict) and "module" in layer and _class_name(layer) != "InputLayer":
         conf = layer.get("config")
         if isinstance(conf, dict):
@@ -892,6 +888,10 @@ def check_outputs(doc: KerasH5Model, output: Path, opts: Options) -> None:
         raise UsageError("a weights-only file needs --config ARCH.json (the model's to_json()) to become "
                          "a .keras model; or write a .h5 weights file", path=doc.path)
     check_target(output, force=opts.force)
+    from ..outputs import check_outputs as never_an_input
+
+    config = [Path(opts.config)] if opts.config is not None and not isinstance(opts.config, dict) else []
+    never_an_input([output], input_files(doc.path) + config)
 
 
 def to_keras(doc: KerasH5Model, opts: Optional[Options] = None):

@@ -1,30 +1,8 @@
-"""TensorFlow 1.x ``tf.contrib.cudnn_rnn`` GRU checkpoints: find the stacks, read them, convert them.
+"""Reading TF 1.x ``tf.contrib.cudnn_rnn`` checkpoints: find the stacks, cross-check, solve, inspect.
 
 Input: a TensorBundle V2 checkpoint (read with :mod:`gruconv.tfbundle`, no
-TensorFlow).  What TF 1.x wrote for a cuDNN GRU (names checked against the TF
-sources; see ``fixtures/make_tf1_fixtures.py`` and ``shared/DESIGN.md``):
-
-TF 1.5–1.15 ``CudnnGRU`` layer (style ``"1.5"``)
-    ``<scope>/opaque_kernel`` — 1-D, the opaque cuDNN weight buffer, plus
-    (its ``CudnnGRUSaveable``) canonical tensors under
-    ``<scope>/rnn/multi_rnn_cell/cell_<l>/cudnn_compatible_gru_cell/`` or
-    ``<scope>/stack_bidirectional_rnn/cell_<l>/bidirectional_rnn/{fw,bw}/cudnn_compatible_gru_cell/``.
-TF 1.4 ops API (style ``"1.4"``)
-    a buffer variable the user named, optionally a saveable with the same
-    canonical names under some scope.
-TF 1.3 ``RNNParamsSaveable`` (style ``"1.3"``)
-    ``<scope>/multi_rnn_cell/cell_<l>/cudnn_compatible_gru_cell/...`` (no
-    ``rnn/``) plus ``bias_cudnn 0`` (input-side ``[b_Wr; b_Wz]``) and
-    ``bias_cudnn 1`` (recurrent-side) — the key has a space.
-
-The canonical (``CudnnCompatibleGRUCell``) tensors of one pseudo-layer:
-``gates/kernel [in+H, 2H]`` (rows: input, then state; columns: reset, then
-update), ``gates/bias [2H]`` (input-side + recurrent-side biases **summed**),
-``candidate/input_projection/kernel [in, H]`` and
-``candidate/hidden_projection/kernel [H, H]`` (transposes of cuDNN's
-``[H, in]`` matrices), ``candidate/input_projection/bias`` (b_Wh) and
-``candidate/hidden_projection/bias`` (b_Rh).  A summed gate bias is exact for
-inference: the sum goes on the input side, zeros on the recurrent side.
+TensorFlow).  Where the keys sit: :mod:`.names`; what the canonical cell
+tensors hold: :mod:`.cells`.
 
 TensorFlow never hard-coded the opaque layout (it asked cuDNN for every
 region's address), so a buffer has the layout of the cuDNN it ran with.
@@ -33,7 +11,9 @@ unpacked with :func:`gruconv.cudnn_layout.unpack` (cuDNN 9.19 layout) and
 compared with them — a disagreement is the sign of a buffer from another
 cuDNN generation.  A buffer without canonical tensors (skip-input stacks, the
 TF 1.4 ops API) has no stored shape: it is solved from its size and the
-user's hints (:func:`gruconv.cudnn_layout.solve_shapes`).
+user's hints (:func:`gruconv.cudnn_layout.solve_shapes`), over the cell its
+layer scope names (``cudnn_gru``, ``cudnn_lstm``) or the ``cell`` hint, else
+over every cell.
 
 An opaque buffer is a 1-D float tensor named ``opaque_kernel``, the tensor a
 ``variable`` hint names, or one matched to a canonical group by size.  Keys
@@ -51,54 +31,30 @@ canonical blocks); mapped pages are dropped from RSS after each cell.
 
 from __future__ import annotations
 
-import contextlib
+import glob
 import os
 import re
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
-from ..canonical import GateParams, RNNStack, StackShape
-from ..cudnn_layout import iter_matrix_regions, params_size, solve_shapes
-from ..errors import GruconvError, InputError, OutputError, UnsupportedError, UsageError
-from ..keras_layout import describe_keras_stack
-from ..results import ConvertResult, Options
-from .. import tfbundle
+from ...canonical import GateParams, RNNStack, StackShape
+from ...cudnn_layout import iter_matrix_regions, params_size, solve_shapes
+from ...errors import GruconvError, InputError, UnsupportedError, UsageError
+from ...keras_layout import describe_keras_stack
+from ...results import Options
+from ... import tfbundle
+from . import cells as _cells
+from .cells import TF_CELLS, ShapeMismatch
+from .names import (DATA_RE, FLOATS, FORMAT, HDF5_MAGIC, TABLE_MAGIC, Group, find_groups, layer_kind,
+                    natural_key, scope_of_buffer, style_text, under)
 
-FORMAT = "tf1-checkpoint"
+_HINT_KEYS = ("num_units", "input_size", "num_layers", "direction", "input_mode", "variable", "cell",
+              "forget_bias")
+_SHAPE_HINTS = ("num_units", "input_size", "num_layers", "direction", "input_mode", "cell")
 
-_CELL = "cudnn_compatible_gru_cell"
-_CELL_TENSORS = (
-    "gates/kernel",
-    "gates/bias",
-    "candidate/input_projection/kernel",
-    "candidate/hidden_projection/kernel",
-    "candidate/input_projection/bias",
-    "candidate/hidden_projection/bias",
-)
-_TF13_BIASES = ("bias_cudnn 0", "bias_cudnn 1")
-_NAME_ALT = "|".join(re.escape(n) for n in _CELL_TENSORS + _TF13_BIASES)
-_UNI_RE = re.compile(
-    rf"^(?P<base>(?:.*/)?)multi_rnn_cell/cell_(?P<layer>\d+)/{_CELL}/(?P<name>{_NAME_ALT})$", re.S)
-_BI_RE = re.compile(
-    rf"^(?P<base>(?:.*/)?)stack_bidirectional_rnn/cell_(?P<layer>\d+)/bidirectional_rnn/"
-    rf"(?P<dir>fw|bw)/{_CELL}/(?P<name>{_NAME_ALT})$", re.S)
-_FLOATS = ("float16", "float32", "float64")
-_HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
-_TABLE_MAGIC = (0xDB4775248B80FB57).to_bytes(8, "little")
-_DATA_RE = re.compile(r"^.+\.data-\d{5,}-of-\d{5,}$")
-#: Layer scopes of the other cuDNN RNN kinds (snake_case of CudnnLSTM, CudnnRNNRelu,
-#: CudnnRNNTanh): their ``opaque_kernel`` is not a GRU buffer.
-_NON_GRU_SCOPE_RE = re.compile(r"^cudnn_(lstm|rnn_relu|rnn_tanh)(_\d+)?$")
-_HINT_KEYS = ("num_units", "input_size", "num_layers", "direction", "input_mode", "variable")
-_STYLE_TEXT = {
-    "1.5": "TF 1.5+ CudnnGRU layer",
-    "1.4": "TF 1.4+ CudnnGRUSaveable",
-    "1.3": "TF 1.3 RNNParamsSaveable",
-}
 CANDIDATES_SHOWN = 10
 
 
@@ -134,7 +90,7 @@ class CrossCheck:
 
 @dataclass
 class CheckpointStack:
-    """One cuDNN GRU stack found in a checkpoint.
+    """One cuDNN RNN stack (GRU or LSTM) found in a checkpoint.
 
     ``stack`` is None when its shape is ambiguous (``candidates`` lists the
     fits) or unknown (no shape fits the buffer size).
@@ -144,6 +100,7 @@ class CheckpointStack:
     stack: Optional[RNNStack]
     source: str
     style: str                              # "1.5", "1.4", "1.3" or "opaque-only"
+    cell: Optional[str] = None              # "gru" | "lstm"; None: not known (opaque-only, no hint)
     opaque_key: Optional[str] = None
     opaque_size: Optional[int] = None
     opaque_dtype: Optional[str] = None
@@ -205,7 +162,7 @@ def sniff(path) -> bool:
         if p.is_file():
             with open(p, "rb") as f:
                 head = f.read(8)
-            if head == _HDF5_MAGIC:
+            if head == HDF5_MAGIC:
                 return False
             if p.name.endswith(".index"):
                 size = p.stat().st_size
@@ -213,8 +170,8 @@ def sniff(path) -> bool:
                     return False
                 with open(p, "rb") as f:
                     f.seek(size - 8)
-                    return f.read(8) == _TABLE_MAGIC
-            if _DATA_RE.match(p.name) or p.name.endswith(".meta"):
+                    return f.read(8) == TABLE_MAGIC
+            if DATA_RE.match(p.name) or p.name.endswith(".meta"):
                 return True
         return Path(str(p) + ".index").is_file()
     except (OSError, ValueError):
@@ -245,12 +202,23 @@ def _norm_hints(hints: Optional[dict]) -> dict:
                 raise UsageError(f"hint input_mode must be 'linear' or 'skip', got {hints[k]!r}")
         elif k == "variable":
             v = str(v)
+        elif k == "cell":
+            v = str(v).lower()
+            if v not in TF_CELLS:
+                raise UsageError(f"hint cell must be one of {', '.join(TF_CELLS)}, got {hints[k]!r}")
+        elif k == "forget_bias":
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) \
+                    or not np.isfinite(v):
+                raise UsageError(f"hint forget_bias must be a finite number, got {v!r}")
+            v = float(v)
+            if v == 0.0:
+                continue  # cuDNN's own (no forget bias): nothing to add
         out[k] = v
     return out
 
 
 def _hint_text(h: dict) -> str:
-    shown = {k: v for k, v in h.items() if k != "variable"}
+    shown = {k: v for k, v in h.items() if k in _SHAPE_HINTS}
     return ", ".join(f"{k}={v}" for k, v in shown.items()) or "no shape hints"
 
 
@@ -261,6 +229,7 @@ def _shape_hints(h: dict) -> dict:
         "num_layers": h.get("num_layers"),
         "bidirectional": None if "direction" not in h else h["direction"] == "bi",
         "input_mode": h.get("input_mode"),
+        "cell": h.get("cell"),
     }
 
 
@@ -270,6 +239,8 @@ def _hint_conflicts(shape: StackShape, h: dict) -> list:
                        ("input_mode", "input_mode")):
         if hint in h and h[hint] != getattr(shape, attr):
             out.append(f"{hint}={h[hint]} (stored: {getattr(shape, attr)})")
+    if "cell" in h and h["cell"] != shape.cell:
+        out.append(f"cell={h['cell']} (stored: {shape.cell})")
     if "direction" in h and (h["direction"] == "bi") != shape.bidirectional:
         out.append(f"direction={h['direction']} (stored: {'bi' if shape.bidirectional else 'uni'})")
     return out
@@ -307,122 +278,63 @@ class _Reader:
 
 
 def _is_float_vector(info) -> bool:
-    return info.dtype in _FLOATS and len(info.shape) == 1 and not info.slices
+    return info.dtype in FLOATS and len(info.shape) == 1 and not info.slices
 
 
-def _scope_of_buffer(key: str) -> str:
-    if key == "opaque_kernel":
-        return ""
-    if key.endswith("/opaque_kernel"):
-        return key[: -len("/opaque_kernel")]
-    return key.rsplit("/", 1)[0] if "/" in key else key
 
+def _canonical_shape(r: _Reader, g: Group) -> tuple:
+    """Validate a canonical group from the index alone; return (StackShape, {(layer, dir): {name: key}}).
 
-def _under(key: str, scope: str) -> bool:
-    return scope == "" or key.startswith(scope + "/")
-
-
-# --------------------------------------------------------------------------- canonical groups
-
-
-@dataclass
-class _Group:
-    base: str
-    bidirectional: bool
-    tensors: dict = field(default_factory=dict)      # (layer, dir, name) -> key
-
-    @property
-    def has_tf13_biases(self) -> bool:
-        return any(n in _TF13_BIASES for (_, _, n) in self.tensors)
-
-    @property
-    def style(self) -> str:
-        if self.has_tf13_biases:
-            return "1.3"
-        if not self.bidirectional and not (self.base == "rnn/" or self.base.endswith("/rnn/")):
-            return "1.3"  # RNNParamsSaveable names without their bias_cudnn halves
-        return "1.5"
-
-    @property
-    def scope(self) -> str:
-        base = self.base
-        if not self.bidirectional and self.style != "1.3":
-            base = base[: -len("rnn/")]
-        return base.rstrip("/")
-
-
-def _find_groups(keys) -> list:
-    groups: dict = {}
-    for key in keys:
-        m = _BI_RE.match(key)
-        bidir = m is not None
-        if m is None:
-            m = _UNI_RE.match(key)
-        if m is None:
-            continue
-        g = groups.setdefault((m["base"], bidir), _Group(m["base"], bidir))
-        d = (1 if m["dir"] == "bw" else 0) if bidir else 0
-        g.tensors[(int(m["layer"]), d, m["name"])] = key
-    return [groups[k] for k in sorted(groups)]
-
-
-def _canonical_shape(r: _Reader, g: _Group) -> tuple:
-    """Validate a canonical group from the index alone; return (StackShape, {(layer, dir): {name: key}})."""
+    Every tensor's shape comes from the cell's table (:mod:`.cells`)."""
+    spec = g.spec
+    title = spec.title
     scope = g.scope or "(root)"
     D = 2 if g.bidirectional else 1
+    for (layer, d, name) in sorted(g.tensors):
+        if name in spec.refused:
+            k = g.tensors[layer, d, name]
+            shp = list(r.info(k).shape)
+            raise r.error(f"scope {scope!r} has {k!r} {shp}: {spec.refused[name]}", UnsupportedError)
     layers = sorted({layer for (layer, _, _) in g.tensors})
     if layers != list(range(len(layers))):
         missing = sorted(set(range(max(layers) + 1)) - set(layers))
-        raise r.error(f"canonical GRU tensors of scope {scope!r}: layer(s) {missing} missing "
+        raise r.error(f"canonical {title} tensors of scope {scope!r}: layer(s) {missing} missing "
                       f"(found cell_{', cell_'.join(map(str, layers))})")
     L = len(layers)
 
     def key_of(layer, d, name):
         k = g.tensors.get((layer, d, name))
         if k is None:
-            if g.bidirectional:
-                where = f"{g.base}stack_bidirectional_rnn/cell_{layer}/bidirectional_rnn/{'bw' if d else 'fw'}/{_CELL}"
-            else:
-                where = f"{g.base}multi_rnn_cell/cell_{layer}/{_CELL}"
-            raise r.error(f"canonical GRU tensor '{where}/{name}' is missing (the other tensors of scope "
-                          f"{scope!r} are present)")
+            raise r.error(f"canonical {title} tensor '{g.where(layer, d)}/{name}' is missing (the other tensors "
+                          f"of scope {scope!r} are present)")
         return k
 
-    first = r.info(key_of(0, 0, "gates/bias"))
+    first = r.info(key_of(0, 0, spec.units_from[0]))
     dtype = first.dtype
-    if dtype not in _FLOATS:
-        raise r.error(f"tensor {first.key!r} has dtype {dtype}; cuDNN GRU weights must be float16, "
+    if dtype not in FLOATS:
+        raise r.error(f"tensor {first.key!r} has dtype {dtype}; cuDNN {title} weights must be float16, "
                       f"float32 or float64", UnsupportedError if dtype == "bfloat16" else InputError)
-    if len(first.shape) != 1 or first.shape[0] % 2 or first.shape[0] == 0:
-        raise r.error(f"tensor {first.key!r} has shape {list(first.shape)}, expected [2 * units]")
-    H = first.shape[0] // 2
-    ip = r.info(key_of(0, 0, "candidate/input_projection/kernel"))
-    if len(ip.shape) != 2 or ip.shape[1] != H:
-        raise r.error(f"tensor {ip.key!r} has shape {list(ip.shape)}, expected [input_size, {H}]")
-    I = ip.shape[0]
     try:
-        shape = StackShape(I, H, L, g.bidirectional, "linear", dtype)
+        H, I = spec.detect(lambda name: r.info(key_of(0, 0, name)).shape)
+    except ShapeMismatch as e:
+        raise r.error(f"tensor {key_of(0, 0, e.name)!r} has shape {e.shape}, expected {e.expected}") from None
+    try:
+        shape = StackShape(I, H, L, g.bidirectional, "linear", dtype, spec.cell)
     except InputError as e:
-        raise r.error(f"canonical GRU tensors of scope {scope!r}: {e.message}") from None
+        raise r.error(f"canonical {title} tensors of scope {scope!r}: {e.message}") from None
 
     cells = {}
+    names = spec.names + (spec.tf13_names if g.has_tf13_biases else ())
     for layer in range(L):
-        n_in = shape.layer_input_size(layer)
-        expect = {
-            "gates/kernel": (n_in + H, 2 * H), "gates/bias": (2 * H,),
-            "candidate/input_projection/kernel": (n_in, H), "candidate/hidden_projection/kernel": (H, H),
-            "candidate/input_projection/bias": (H,), "candidate/hidden_projection/bias": (H,),
-            "bias_cudnn 0": (2 * H,), "bias_cudnn 1": (2 * H,),
-        }
+        expect = spec.expected_shapes(shape.layer_input_size(layer), H)
         for d in range(D):
-            names = _CELL_TENSORS + (_TF13_BIASES if g.has_tf13_biases else ())
             cell = {}
             for name in names:
                 k = key_of(layer, d, name)
                 info = r.info(k)
                 if info.dtype != dtype:
                     raise r.error(f"tensor {k!r} has dtype {info.dtype}, but {first.key!r} has {dtype}; "
-                                  f"all tensors of one GRU stack share a dtype")
+                                  f"all tensors of one {title} stack share a dtype")
                 if tuple(info.shape) != expect[name]:
                     raise r.error(f"tensor {k!r} has shape {list(info.shape)}, expected "
                                   f"{list(expect[name])} (layer {layer} of a stack with input size {I}, "
@@ -433,23 +345,25 @@ def _canonical_shape(r: _Reader, g: _Group) -> tuple:
 
 
 def _unpack_views(buffer: np.ndarray, shape: StackShape) -> list:
-    """:func:`gruconv.cudnn_layout.unpack` without copies: each pseudo-layer's three gate matrices
-    (and biases) lie next to each other in the buffer, so each ``(3, H, in)`` stack is one view."""
+    """:func:`gruconv.cudnn_layout.unpack` without copies: each pseudo-layer's G gate matrices
+    (and biases) lie next to each other in the buffer, so each ``(G, H, in)`` stack is one view."""
     flat = buffer.reshape(-1)
     expected = params_size(shape)
     if flat.size != expected:
-        raise InputError(f"opaque buffer has {flat.size} values, a {shape.describe()} GRU needs {expected}")
+        raise InputError(f"opaque buffer has {flat.size} values, a {shape.describe()} {shape.cell_spec.title} "
+                         f"needs {expected}")
+    G = shape.gates
     regions: dict = {}
     for p, kind, lin, offset, dims in iter_matrix_regions(shape):
-        regions.setdefault((p, kind, lin >= 3), []).append((offset, dims))
+        regions.setdefault((p, kind, lin >= G), []).append((offset, dims))
 
     def gates(p, kind, recurrent):
         parts = regions.get((p, kind, recurrent))
         if parts is None:
             return None
         (first, dims), n = parts[0], int(np.prod(parts[0][1]))
-        if len(parts) == 3 and all(o == first + g * n and d == dims for g, (o, d) in enumerate(parts)):
-            return flat[first:first + 3 * n].reshape((3,) + tuple(dims))
+        if len(parts) == G and all(o == first + g * n and d == dims for g, (o, d) in enumerate(parts)):
+            return flat[first:first + G * n].reshape((G,) + tuple(dims))
         return np.stack([flat[o:o + n].reshape(d) for o, d in parts])  # pragma: no cover - not cuDNN 9.19
 
     return [GateParams(input_weights=gates(p, "matrix", False), recurrent_weights=gates(p, "matrix", True),
@@ -491,109 +405,43 @@ def _nonfinite(p: GateParams) -> int:
     return n
 
 
-def _stacked(blocks: list) -> np.ndarray:
-    """``np.ascontiguousarray(np.stack(blocks))`` in one copy."""
-    out = np.empty((len(blocks),) + blocks[0].shape, blocks[0].dtype)
-    for g, b in enumerate(blocks):
-        out[g] = b
-    return out
-
-
-def _cell_params(t: dict, n_in: int, H: int, matrices: Optional[GateParams]) -> tuple:
-    """(GateParams of one canonical cell (its tensors ``t``), by how much 'bias_cudnn 0' + 'bias_cudnn 1'
-    differ from gates/bias, or None when they agree or are absent).
-
-    ``matrices``: the buffer's pseudo-layer when its matrices were found bit-for-bit equal to the
-    canonical ones; its (3, H, in) views are then used as they are instead of stacking copies of the
-    transposed canonical blocks (same values, no copy).  Biases always come from the canonical tensors.
-    """
-    gk = t["gates/kernel"]
-    gb = t["gates/bias"]
-    diff = None
-    if "bias_cudnn 0" in t:
-        b0, b1 = t["bias_cudnn 0"], t["bias_cudnn 1"]
-        bw_rz, br_rz = [b0[:H], b0[H:]], [b1[:H], b1[H:]]
-        with np.errstate(all="ignore"):
-            summed = (b0 + b1).astype(gb.dtype)
-        if not np.array_equal(summed, gb, equal_nan=True):
-            diff = float(np.nanmax(np.abs(summed.astype(np.float64) - gb.astype(np.float64))))
-    else:
-        bw_rz, br_rz = [gb[:H], gb[H:]], [np.zeros(H, gb.dtype), np.zeros(H, gb.dtype)]
-    if matrices is not None:
-        iw, rw = matrices.input_weights, matrices.recurrent_weights
-    else:
-        iw = _stacked([gk[:n_in, :H].T, gk[:n_in, H:].T, t["candidate/input_projection/kernel"].T])
-        rw = _stacked([gk[n_in:, :H].T, gk[n_in:, H:].T, t["candidate/hidden_projection/kernel"].T])
-    return GateParams(
-        input_weights=iw, recurrent_weights=rw,
-        input_bias=np.stack(bw_rz + [t["candidate/input_projection/bias"]]),
-        recurrent_bias=np.stack(br_rz + [t["candidate/hidden_projection/bias"]]),
-    ), diff
-
-
-def _cell_blocks(p: GateParams, n_in: int, H: int, dtype) -> dict:
-    """For each canonical cell tensor: (blocks of it as (row slice, column slice), the buffer's blocks).
-
-    The blocks are views (no copies), so comparing a large stack costs one
-    pass over memory; ``gates/bias`` is the sum, computed in the tensor dtype
-    as TF computed it."""
-    full = (slice(None), slice(None))
-    with np.errstate(all="ignore"):
-        gb = (np.concatenate([p.input_bias[0], p.input_bias[1]])
-              + np.concatenate([p.recurrent_bias[0], p.recurrent_bias[1]])).astype(dtype)
-    return {
-        "gates/kernel": [((slice(0, n_in), slice(0, H)), p.input_weights[0].T),
-                         ((slice(0, n_in), slice(H, 2 * H)), p.input_weights[1].T),
-                         ((slice(n_in, None), slice(0, H)), p.recurrent_weights[0].T),
-                         ((slice(n_in, None), slice(H, 2 * H)), p.recurrent_weights[1].T)],
-        "gates/bias": [((slice(None),), gb)],
-        "candidate/input_projection/kernel": [(full, p.input_weights[2].T)],
-        "candidate/hidden_projection/kernel": [(full, p.recurrent_weights[2].T)],
-        "candidate/input_projection/bias": [((slice(None),), p.input_bias[2])],
-        "candidate/hidden_projection/bias": [((slice(None),), p.recurrent_bias[2])],
-        "bias_cudnn 0": [((slice(0, H),), p.input_bias[0]), ((slice(H, None),), p.input_bias[1])],
-        "bias_cudnn 1": [((slice(0, H),), p.recurrent_bias[0]), ((slice(H, None),), p.recurrent_bias[1])],
-    }
-
-
-_MATRICES = ("gates/kernel", "candidate/input_projection/kernel", "candidate/hidden_projection/kernel")
-
 
 class _CrossCheck:
     """Compare every canonical tensor with the same values in the unpacked buffer, cell by cell.
 
-    Matrices and separate biases must be identical; a summed gate bias may
-    differ by the rounding of the sum (2 ulp).  Reports the largest absolute
-    difference and where it is (tensor key and index).  Every value is
+    The blocks compared come from the cell's table (:func:`.cells.expected_blocks`).  Matrices and
+    separate biases must be identical; a summed bias may differ by the rounding of the sum (2 ulp).
+    Reports the largest absolute difference and where it is (tensor key and index).  Every value is
     compared, on the mapped views (no copies)."""
 
-    def __init__(self, dtype):
+    def __init__(self, dtype, spec):
         self.dtype = np.dtype(dtype)
+        self.spec = spec
         self.worst, self.where, self.ok = 0.0, None, True
 
     def cell(self, t: dict, keys: dict, p: GateParams, n_in: int, H: int) -> bool:
         """Compare one cell; return True if its matrices are bit-for-bit the buffer's."""
         identical = True
-        blocks = _cell_blocks(p, n_in, H, self.dtype)
+        blocks = _cells.expected_blocks(self.spec, p, n_in, H, self.dtype)
         for name, key in keys.items():
             theirs = t[name]
-            for idx, mine in blocks[name]:
+            for b, idx, mine in blocks[name]:
                 part = theirs[idx]
                 if _same_bits(part, mine):
                     continue
-                if name in _MATRICES:
+                if b.is_matrix:
                     identical = False
                 if np.array_equal(part, mine):  # +0 vs -0
                     continue
-                self._differ(name, key, idx, part, mine)
+                self._differ(b.field == "bsum", key, idx, part, mine)
         return identical
 
-    def _differ(self, name, key, idx, part, mine) -> None:
+    def _differ(self, summed, key, idx, part, mine) -> None:
         a, b = part.astype(np.float64), mine.astype(np.float64)
         with np.errstate(invalid="ignore"):
             diff = np.where(np.isnan(a) & np.isnan(b), 0.0, np.abs(a - b))
         diff = np.where(np.isnan(diff), np.inf, diff)
-        if name == "gates/bias":
+        if summed:
             allowed = 2 * np.spacing(np.maximum(np.abs(part), np.abs(mine)).astype(self.dtype))
             bad = bool(np.any(diff > allowed.astype(np.float64)))
         else:
@@ -617,7 +465,7 @@ class _CrossCheck:
 
 
 def read(path, options: Optional[Options] = None, **kw) -> CheckpointDoc:
-    """Find every cuDNN GRU stack in a TF 1.x checkpoint and read its weights (no TensorFlow).
+    """Find every cuDNN GRU and LSTM stack in a TF 1.x checkpoint and read its weights (no TensorFlow).
 
     Stacks are found from the index alone; then ``options.rnn`` (a scope or
     buffer key), else a ``variable`` hint, selects among them, and only the
@@ -631,7 +479,7 @@ def read(path, options: Optional[Options] = None, **kw) -> CheckpointDoc:
     keys = b.keys()
     warnings: list = []
 
-    groups = _find_groups(keys)
+    groups = find_groups(keys)
     canonical_all = {k for g in groups for k in g.tensors.values()}
     variable = h.get("variable")
     if variable is not None:
@@ -641,7 +489,7 @@ def read(path, options: Optional[Options] = None, **kw) -> CheckpointDoc:
                           f"{', '.join(vecs) or 'none'}")
         vi = b.info(variable)
         if not _is_float_vector(vi) or variable in canonical_all:
-            what = "a canonical GRU tensor" if variable in canonical_all else \
+            what = "a canonical cell tensor" if variable in canonical_all else \
                 f"dtype {vi.dtype} and shape {list(vi.shape)}"
             raise r.error(f"variable {variable!r} is {what}; an opaque cuDNN buffer is a 1-D float16/32/64 "
                           f"tensor")
@@ -655,10 +503,10 @@ def read(path, options: Optional[Options] = None, **kw) -> CheckpointDoc:
                 warnings.append(f"{k}: dtype {info.dtype}, shape {list(info.shape)} is not a cuDNN opaque "
                                 f"buffer (expected 1-D float); left with the other tensors")
                 continue
-            scope_leaf = _scope_of_buffer(k).rsplit("/", 1)[-1]
-            if _NON_GRU_SCOPE_RE.match(scope_leaf) and k != variable:
-                warnings.append(f"{k}: the buffer of a {scope_leaf} layer, not a GRU; left with the other "
-                                f"tensors")
+            scope_leaf = scope_of_buffer(k).rsplit("/", 1)[-1]
+            if layer_kind(scope_leaf) in ("rnn_relu", "rnn_tanh") and k != variable:
+                warnings.append(f"{k}: the buffer of a {scope_leaf} layer, not a GRU or LSTM; left with the "
+                                f"other tensors")
                 continue
             buffers.append(k)
     if variable is not None and variable not in buffers:
@@ -667,7 +515,7 @@ def read(path, options: Optional[Options] = None, **kw) -> CheckpointDoc:
     scopes_seen: dict = {}
     for g in groups:
         if g.scope in scopes_seen:
-            raise r.error(f"scope {g.scope or '(root)'!r} holds two sets of canonical GRU tensors "
+            raise r.error(f"scope {g.scope or '(root)'!r} holds two sets of canonical cell tensors "
                           f"({scopes_seen[g.scope]!r} and {g.base!r}); cannot tell which is the stack")
         scopes_seen[g.scope] = g.base
 
@@ -676,13 +524,13 @@ def read(path, options: Optional[Options] = None, **kw) -> CheckpointDoc:
     claimed: set = set()
     vectors = {k for k in keys if _is_float_vector(b.info(k))}
     for g in groups:
-        entry = CheckpointStack(scope=g.scope, stack=None, source="", style=g.style,
+        entry = CheckpointStack(scope=g.scope, stack=None, source="", style=g.style, cell=g.cell,
                                 canonical_keys=sorted(g.tensors.values()))
         found.append(entry)
         own = (g.scope + "/opaque_kernel") if g.scope else "opaque_kernel"
         try:
             shape, cells = _canonical_shape(r, g)
-        except InputError as e:  # raised only if this stack is selected
+        except (InputError, UnsupportedError) as e:  # raised only if this stack is selected
             entry._error = e
             if own in buffers and own not in claimed:
                 entry.opaque_key = own
@@ -696,11 +544,11 @@ def read(path, options: Optional[Options] = None, **kw) -> CheckpointDoc:
         elif variable is not None and variable not in claimed and b.info(variable).shape[0] == size:
             opaque = variable
         else:
-            others = {k for k in buffers if _scope_of_buffer(k) != g.scope}
+            others = {k for k in buffers if scope_of_buffer(k) != g.scope}
             pool = {k for k in vectors if k not in claimed and k not in canonical_all and k not in others
                     and b.info(k).shape[0] == size and b.info(k).dtype == shape.dtype}
             pool = [k for k in pool if not ("/" in k and k.rsplit("/", 1)[0] in pool)]  # not a slot
-            inside = sorted(k for k in pool if _under(k, g.scope))
+            inside = sorted(k for k in pool if under(k, g.scope))
             if inside:
                 opaque = inside[0]
                 if len(inside) > 1:
@@ -715,16 +563,26 @@ def read(path, options: Optional[Options] = None, **kw) -> CheckpointDoc:
             entry.opaque_key, entry.opaque_size, entry.opaque_dtype = opaque, info.shape[0], info.dtype
             claimed.add(opaque)
 
-    # 2. Buffers without canonical tensors.
+    # 2. Buffers without canonical tensors: the cell is the hint's, else the one the layer scope names,
+    #    else unknown (every cell is searched).
+    shape_hinted = any(k in h for k in _SHAPE_HINTS if k != "cell")
     for k in buffers:
         if k in claimed:
             continue
-        claimed.add(k)
         info = b.info(k)
-        found.append(CheckpointStack(scope=_scope_of_buffer(k), stack=None, source="", style="opaque-only",
+        scope = scope_of_buffer(k)
+        kind = layer_kind(scope)
+        cell = h.get("cell") or (kind if kind in TF_CELLS else None)
+        if (cell == "lstm" and kind == "lstm" and k != variable and not shape_hinted
+                and not solve_shapes(info.shape[0], dtype=info.dtype, cell="lstm")):
+            warnings.append(f"{k}: the buffer of a {scope.rsplit('/', 1)[-1]} layer, not a GRU, and its "
+                            f"{info.shape[0]} values fit no cuDNN LSTM shape either; left with the other tensors")
+            continue
+        claimed.add(k)
+        found.append(CheckpointStack(scope=scope, stack=None, source="", style="opaque-only", cell=cell,
                                      opaque_key=k, opaque_size=info.shape[0], opaque_dtype=info.dtype,
                                      cross_check=CrossCheck("no canonical")))
-    found.sort(key=lambda e: (e.scope, e.opaque_key or ""))
+    found.sort(key=lambda e: (natural_key(e.scope), e.opaque_key or ""))
 
     # Optimizer slots of every buffer.
     for entry in found:
@@ -737,7 +595,8 @@ def read(path, options: Optional[Options] = None, **kw) -> CheckpointDoc:
         chosen = [e for e in found if e.scope == rnn or e.opaque_key == rnn]
         if not chosen:
             have = ", ".join(repr(e.scope) for e in found) or "none"
-            raise UsageError(f"no cuDNN GRU stack with scope {rnn!r}; stacks found: {have}", path=r.where)
+            raise UsageError(f"no cuDNN {_cells_text(found)} stack with scope {rnn!r}; stacks found: {have}",
+                             path=r.where)
         found = chosen
     elif variable is not None:
         found = [e for e in found if e.opaque_key == variable]
@@ -750,6 +609,8 @@ def read(path, options: Optional[Options] = None, **kw) -> CheckpointDoc:
             _solve(r, entry, h)
         else:
             _load_canonical(r, entry, prefer, h, warnings)
+        if entry.stack is not None and "forget_bias" in h:
+            _add_forget_bias(entry, h["forget_bias"], r.where, warnings)
         if entry.stack is not None:
             n = entry._nonfinite
             if n:
@@ -765,7 +626,7 @@ def read(path, options: Optional[Options] = None, **kw) -> CheckpointDoc:
             if "/" in k and k.rsplit("/", 1)[0] in vectors:
                 continue  # an optimizer slot of another vector
             info = b.info(k)
-            if solve_shapes(info.shape[0], dtype=info.dtype, max_layers=4, cell="gru"):
+            if solve_shapes(info.shape[0], dtype=info.dtype, max_layers=4, cell=h.get("cell")):
                 possible.append({"key": k, "size": info.shape[0], "dtype": info.dtype})
     return CheckpointDoc(
         path=str(path), prefix=str(b.prefix), num_shards=b.num_shards, tensor_count=len(b),
@@ -810,7 +671,7 @@ def _load_canonical(r: _Reader, entry: CheckpointStack, prefer: Optional[str], h
             "disagree", detail=f"buffer has {entry.opaque_size} values, the canonical shape needs {size}")
     else:
         entry.opaque_params = _unpack_views(r.read(entry.opaque_key), shape)  # crc32c checked here
-        check = _CrossCheck(shape.dtype)
+        check = _CrossCheck(shape.dtype, g.spec)
     if prefer == "opaque" and entry.opaque_params is None:
         raise UsageError(f"prefer='opaque', but scope {entry.scope!r} has no usable opaque buffer "
                          f"({entry.cross_check.text()})", path=r.where)
@@ -824,10 +685,11 @@ def _load_canonical(r: _Reader, entry: CheckpointStack, prefer: Optional[str], h
             t = {name: r.read(k) for name, k in keys.items()}
             op = None if check is None else entry.opaque_params[shape.pseudo_layer(layer, d)]
             identical = op is not None and check.cell(t, keys, op, n_in, H)
-            p, diff = _cell_params(t, n_in, H, op if identical else None)
+            p, diff = _cells.to_params(g.spec, t, n_in, H, op if identical else None)
             if diff is not None:
-                warnings.append(f"{entry.scope}: layer {layer}: 'bias_cudnn 0' + 'bias_cudnn 1' differs from "
-                                f"gates/bias by up to {diff:.3g}; the unsummed bias_cudnn halves were used")
+                b0, b1 = g.spec.tf13_names
+                warnings.append(f"{entry.scope}: layer {layer}: '{b0}' + '{b1}' differs from "
+                                f"{g.spec.units_from[0]} by up to {diff:.3g}; the unsummed halves were used")
             cparams.append(p)
             nonfinite += _nonfinite(op if prefer == "opaque" else p)
             r.release()
@@ -835,9 +697,9 @@ def _load_canonical(r: _Reader, entry: CheckpointStack, prefer: Optional[str], h
         entry.cross_check = check.result()
     entry.canonical_params = cparams
     entry._nonfinite = nonfinite
-    what = _STYLE_TEXT[entry.style]
+    what = style_text(entry.style, shape.cell)
     if entry.style == "1.3" and g.has_tf13_biases:
-        what += ", unsummed biases from 'bias_cudnn 0/1'"
+        what += f", unsummed biases from '{g.spec.tf13_names[0][:-1]}0/1'"
     if prefer == "opaque":
         entry.source = f"opaque buffer (cuDNN 9.19 layout), shape from canonical tensors ({what})"
         params = entry.opaque_params
@@ -853,14 +715,17 @@ def _solve(r: _Reader, entry: CheckpointStack, h: dict) -> None:
     size, dtype = entry.opaque_size, entry.opaque_dtype
     r.read(entry.opaque_key)  # a corrupt entry (beyond the data file, bad crc) is an input error, not a shape
     r.release()
-    cands = solve_shapes(size, dtype=dtype, cell="gru", **_shape_hints(h))
+    hints = _shape_hints(h)
+    hints["cell"] = entry.cell
+    cands = solve_shapes(size, dtype=dtype, **hints)
     entry.candidates = cands
-    if not cands and any(k != "variable" for k in h):
+    hinted = any(k in h for k in _SHAPE_HINTS)
+    if not cands and hinted:
         raise UsageError(
-            f"opaque buffer {entry.opaque_key!r} has {size} {dtype} values; no cuDNN GRU with "
+            f"opaque buffer {entry.opaque_key!r} has {size} {dtype} values; no cuDNN {_cell_word(entry.cell)} with "
             f"{_hint_text(h)} has that many (up to {8 if 'num_layers' not in h else h['num_layers']} layers "
             f"searched); check the hints", path=r.where)
-    shape_src = "shape from hints" if any(k != "variable" for k in h) else "shape solved from its size"
+    shape_src = "shape from hints" if hinted else "shape solved from its size"
     if len(cands) == 1:
         shape = cands[0]
         entry.source = f"opaque buffer (cuDNN 9.19 layout), {shape_src}"
@@ -877,20 +742,63 @@ def _solve(r: _Reader, entry: CheckpointStack, h: dict) -> None:
     elif cands:
         entry.source = f"opaque buffer (cuDNN 9.19 layout), shape ambiguous: {len(cands)} candidates"
     else:
-        entry.source = "opaque buffer whose size fits no cuDNN GRU shape (an LSTM or plain RNN buffer?)"
+        entry.source = (f"opaque buffer whose size fits no cuDNN {_cell_word(entry.cell)} shape "
+                        f"({_not_fitting_hint(entry.cell)})")
+
+
+def _cell_word(cell: Optional[str]) -> str:
+    return TF_CELLS[cell].title if cell else " or ".join(c.title for c in TF_CELLS.values())
+
+
+def _cells_text(entries: list) -> str:
+    cells = {e.cell for e in entries}
+    return _cell_word(cells.pop()) if len(cells) == 1 and None not in cells else "RNN"
+
+
+def _not_fitting_hint(cell: Optional[str]) -> str:
+    if cell == "gru":
+        return "an LSTM or plain RNN buffer? pass --cell lstm for an LSTM"
+    if cell == "lstm":
+        return "a GRU, a plain RNN or a projection LSTM buffer?"
+    return "a plain RNN or a projection LSTM buffer?"
+
+
+def _add_forget_bias(entry: CheckpointStack, forget_bias: float, where: str, warnings: list) -> None:
+    """Fold a TF ``LSTMCell``/``LSTMBlockCell`` run-time ``forget_bias`` into the forget-gate bias.
+
+    cuDNN has no such term and ``CudnnCompatibleLSTMCell`` passes 0, so cuDNN-made weights need
+    nothing; a canonical-only checkpoint trained with ``LSTMBlockCell(forget_bias=1)`` computes
+    ``f = σ(... + b_f + forget_bias)`` and does not record it (``docs/lstm-format-facts.md``)."""
+    s = entry.stack.shape
+    if s.cell != "lstm":
+        raise UsageError(f"forget_bias applies to LSTM stacks only; {entry.scope!r} is a "
+                         f"{s.cell_spec.title}", path=where)
+    forget = s.cell_spec.gates.index("forget")
+    params = []
+    for p in entry.stack.params:
+        bW = p.input_bias.astype(np.float64)
+        bW[forget] += forget_bias
+        params.append(GateParams(p.input_weights, p.recurrent_weights, bW.astype(p.input_bias.dtype),
+                                 p.recurrent_bias))
+    entry.stack = RNNStack(entry.stack.name, s, params, provenance=dict(entry.stack.provenance,
+                                                                          forget_bias=forget_bias))
+    entry.source += f", forget_bias {forget_bias:g} added to the forget-gate bias"
+    warnings.append(f"{entry.scope}: forget_bias {forget_bias:g} added to every forget-gate bias (as TF's "
+                    f"LSTMCell/LSTMBlockCell adds it at run time; cuDNN has none)")
 
 
 def _disambiguation(cands: list) -> str:
     opts = []
-    for attr, opt in (("units", "--num-units"), ("input_size", "--input-size"), ("num_layers", "--num-layers"),
+    for attr, opt in (("cell", "--cell"), ("units", "--num-units"), ("input_size", "--input-size"), ("num_layers", "--num-layers"),
                       ("bidirectional", "--direction"), ("input_mode", "--input-mode")):
         if len({getattr(c, attr) for c in cands}) > 1:
             opts.append(opt)
     return ", ".join(opts)
 
 
-def _cand_text(c: StackShape) -> str:
-    return (f"input {c.input_size}/units {c.units}/{c.num_layers} layer(s)/"
+def _cand_text(c: StackShape, with_cell: bool = False) -> str:
+    cell = f"{c.cell_spec.title} " if with_cell else ""
+    return (f"{cell}input {c.input_size}/units {c.units}/{c.num_layers} layer(s)/"
             f"{'bi' if c.bidirectional else 'uni'}/{c.input_mode}")
 
 
@@ -898,7 +806,8 @@ def _require_shape(entry: CheckpointStack, where: str) -> None:
     if entry.stack is not None:
         return
     if entry.candidates:
-        shown = "; ".join(_cand_text(c) for c in entry.candidates[:CANDIDATES_SHOWN])
+        mixed = len({c.cell for c in entry.candidates}) > 1
+        shown = "; ".join(_cand_text(c, mixed) for c in entry.candidates[:CANDIDATES_SHOWN])
         extra = len(entry.candidates) - CANDIDATES_SHOWN
         more = f"; ... {extra} more" if extra > 0 else ""
         raise UsageError(
@@ -906,7 +815,8 @@ def _require_shape(entry: CheckpointStack, where: str) -> None:
             f"{len(entry.candidates)} shapes fit: {shown}{more}. Pass {_disambiguation(entry.candidates)} "
             f"(gruconv inspect lists them all)", path=where)
     raise InputError(f"opaque buffer {entry.opaque_key!r} has {entry.opaque_size} values, which fits no cuDNN "
-                     f"GRU shape of up to 8 layers (is it an LSTM or plain RNN buffer?)", path=where)
+                     f"{_cell_word(entry.cell)} shape of up to 8 layers ({_not_fitting_hint(entry.cell)})",
+                     path=where)
 
 
 # --------------------------------------------------------------------------- inspect
@@ -921,16 +831,23 @@ def _rnn_entry(e: CheckpointStack) -> dict:
     details.append(f"cross-check: {e.cross_check.text()}")
     if sh is None and e.candidates:
         details.append(f"{len(e.candidates)} candidate shape(s) for {e.opaque_size} values:")
+        mixed = len({c.cell for c in e.candidates}) > 1
         for c in e.candidates[:20]:
-            details.append(f"  input {c.input_size}, units {c.units}, {c.num_layers} layer(s), "
+            details.append(f"  {c.cell_spec.title + ', ' if mixed else ''}input {c.input_size}, units {c.units}, "
+                           f"{c.num_layers} layer(s), "
                            f"{'bi' if c.bidirectional else 'uni'}, {c.input_mode}")
         if len(e.candidates) > 20:
-            details.append(f"  ... {len(e.candidates) - 20} more (add --num-units/--num-layers/--direction)")
+            details.append(f"  ... {len(e.candidates) - 20} more (add --num-units/--num-layers/--direction"
+                           f"{'/--cell' if mixed else ''})")
     if e.slots:
         details.append(f"optimizer slots (dropped by convert): {', '.join(e.slots)}")
+    if sh is not None and sh.cell == "lstm" and e.opaque_key is None and "forget_bias" not in e.stack.provenance:
+        details.append("note: canonical LSTM tensors only, converted with forget_bias 0 (cuDNN, "
+                       "CudnnCompatibleLSTMCell); weights trained with TF's LSTMCell/LSTMBlockCell and its "
+                       "default forget_bias=1 need --forget-bias 1")
     return {
         "name": e.scope,
-        "cell": sh.cell if sh else None,
+        "cell": sh.cell if sh else e.cell,
         "kind": f"cuDNN {sh.cell_spec.title}" if sh else "cuDNN RNN buffer",
         "shape": sh.to_dict() if sh else None,
         "params": params_size(sh) if sh else None,
@@ -976,21 +893,15 @@ def inspect(doc: CheckpointDoc) -> dict:
 
 
 def input_files(path) -> list:
-    """Every file a conversion of ``path`` reads: the index, every data shard, the state file."""
-    p = Path(path)
-    files = [p / "checkpoint"] if p.is_dir() and (p / "checkpoint").is_file() else []
+    """Every file a conversion of ``path`` reads: the state file, the index, every data shard
+    (:func:`gruconv.tfbundle.checkpoint_files`)."""
     try:
-        prefix = tfbundle.resolve_prefix(p)
+        return tfbundle.checkpoint_files(path)
     except GruconvError:
-        return files + [p]
-    index = Path(str(prefix) + ".index")
-    shards = sorted(prefix.parent.glob(glob_escape(prefix.name) + ".data-*"))
-    return files + [index] + shards
+        return [Path(path)]
 
 
 def glob_escape(name: str) -> str:
-    import glob
-
     return glob.escape(name)
 
 
@@ -1004,203 +915,3 @@ def output_name(path, opts: Options, stem: str) -> str:
             pass  # reported by the conversion itself
     return stem + ".keras"
 
-
-# --------------------------------------------------------------------------- convert
-
-
-def _file_stem(scope: str) -> str:
-    stem = re.sub(r"[^A-Za-z0-9_.\-]", "_", scope.replace("/", "__")).lstrip(".")
-    return stem or "gru_stack"
-
-
-def _npz_array(arr: np.ndarray, key: str, warnings: list) -> tuple:
-    """(array, allow_pickle) for np.lib.format.write_array, keeping the tensor's bytes."""
-    if arr.dtype == object:  # TF strings: bytes objects
-        items = list(arr.reshape(-1))
-        if all(isinstance(v, bytes) and not v.endswith(b"\x00") for v in items):
-            width = max((len(v) for v in items), default=1) or 1
-            return np.array(items, dtype=f"S{width}").reshape(arr.shape), False
-        warnings.append(f"rest.npz: string tensor {key!r} stored as a pickled object array "
-                        f"(np.load(..., allow_pickle=True))")
-        return arr, True
-    if arr.dtype.kind == "V" or arr.dtype.name == "bfloat16":
-        warnings.append(f"rest.npz: {arr.dtype.name} tensor {key!r} stored as its raw uint{8 * arr.dtype.itemsize} "
-                        f"bit patterns")
-        return arr.view(f"<u{arr.dtype.itemsize}"), False
-    return arr, False
-
-
-def _write_rest(r: _Reader, keys: list, target: Path, force: bool, warnings: list) -> None:
-    from ..outputs import atomic_path
-
-    with atomic_path(target, force=force, suffix=".npz") as tmp:
-        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
-            for k in keys:
-                try:
-                    arr = r.bundle.view(k)  # mapped; written straight from the file's pages
-                except UnsupportedError as e:
-                    warnings.append(f"rest.npz: tensor {k!r} not copied ({e.message})")
-                    continue
-                arr, pickle = _npz_array(arr, k, warnings)
-                with zf.open(k + ".npy", "w", force_zip64=True) as f:
-                    np.lib.format.write_array(f, np.asanyarray(arr), allow_pickle=pickle)
-                del arr
-                r.release()
-
-
-def _layer_weights(r: _Reader, e: CheckpointStack):
-    """``layer_weights`` for :func:`gruconv.formats.keras3.build_stack_model`: one Keras array at a time.
-
-    The arrays come from the stack's params through the one gate reorder
-    (:func:`gruconv.keras_layout.to_keras_gru`); the params may be views of
-    the mapped checkpoint, whose pages are dropped as soon as an array is
-    built, so about one array's worth of checkpoint data is resident at a time."""
-    from .keras3 import _params_weights
-
-    default = _params_weights(e.stack)
-
-    def weight(layer: int, d: int, i: int) -> np.ndarray:
-        value = default(layer, d, i)
-        r.release()
-        return value
-
-    return weight
-
-
-def _targets(doc: CheckpointDoc, output: Path, opts: Options) -> tuple:
-    """(as_dir, model targets, rest.npz target), every target checked before any work."""
-    from ..outputs import check_target
-
-    input = Path(doc.path)
-    force = opts.force
-    lower = output.name.lower()
-    as_dir = output.is_dir() or not lower.endswith(".keras")
-    if not as_dir and len(doc.stacks) > 1:
-        scopes = ", ".join(repr(e.scope) for e in doc.stacks)
-        raise UsageError(f"the checkpoint holds {len(doc.stacks)} GRU stacks ({scopes}): pass --rnn SCOPE to "
-                         f"convert one into {output.name}, or a directory as OUTPUT for all", path=input)
-    if as_dir and output.suffix.lower() in (".h5", ".hdf5", ".npz", ".json"):
-        raise UsageError(f"a TF1 checkpoint converts to Keras 3 .keras models: name OUTPUT *.keras, or a "
-                         f"directory (got {output.name!r})", path=input)
-    if as_dir:
-        if output.exists() and not output.is_dir():
-            raise OutputError("output exists and is not a directory", path=output)
-        parent = output.parent if str(output.parent) else Path(".")
-        if not output.exists() and not parent.is_dir():
-            raise OutputError(f"output directory {str(parent)!r} does not exist", path=output)
-        if output.is_dir() and any(output.iterdir()) and not force:
-            raise OutputError("output directory is not empty; pass --force to write into it", path=output)
-        names, targets = set(), []
-        for e in doc.stacks:
-            stem, n = _file_stem(e.scope), 1
-            while stem.lower() in names:
-                n += 1
-                stem = f"{_file_stem(e.scope)}_{n}"
-            names.add(stem.lower())
-            targets.append(output / f"{stem}.keras")
-        rest_target = output / "rest.npz"
-    else:
-        targets = [output]
-        rest_target = Path(str(output) + ".rest.npz")
-        check_target(output, force=force)
-        if doc.other_keys:
-            check_target(rest_target, force=force)
-    return as_dir, targets, rest_target
-
-
-def check_outputs(doc: CheckpointDoc, output: Path, opts: Options) -> None:
-    """Refuse what this conversion cannot or must not write, before any work is done."""
-    if doc.stacks:
-        for e in doc.stacks:
-            _require_shape(e, doc.reader.where)
-        _targets(doc, Path(output), opts)
-
-
-def to_keras(doc: CheckpointDoc, opts: Optional[Options] = None) -> list:
-    """``[(stack entry, model)]``: each stack as the Keras 3 model ``convert`` saves, in memory.
-
-    Built with every optional input and output (initial states, final states)
-    so verification can drive them all; ``convert`` adds only what was asked."""
-    from . import keras3
-
-    out = []
-    for e in doc.stacks:
-        _require_shape(e, doc.reader.where)
-        out.append((e, keras3.build_stack_model(e.stack, initial_state=True, return_state=True, name=e.scope)))
-    return out
-
-
-def convert(doc: CheckpointDoc, output: Path, opts: Optional[Options] = None) -> ConvertResult:
-    """Convert the checkpoint's GRU stack(s) into Keras 3 ``.keras`` model(s) plus ``rest.npz``.
-
-    One stack: ``output`` is a ``.keras`` file and the other tensors go to
-    ``<output>.rest.npz``.  Several stacks (and no ``rnn``): ``output`` is a
-    directory that receives ``<scope with / as __>.keras`` per stack and
-    ``rest.npz``.  Everything is written atomically.
-    """
-    from ..outputs import atomic_path
-    from . import keras3
-
-    opts = opts or Options()
-    force, prefer = opts.force, opts.prefer
-    input, output = Path(doc.path), Path(output)
-    r = doc.reader
-    result = ConvertResult(input=str(input), format=FORMAT)
-    result.warnings.extend(doc.warnings)
-    if not doc.stacks:
-        if doc.possible_buffers:
-            cand = ", ".join(f"{p['key']} ({p['size']} {p['dtype']} values)" for p in doc.possible_buffers[:5])
-            raise UsageError(f"no cuDNN GRU stack identified (no opaque_kernel, no canonical GRU tensors); "
-                             f"1-D tensors that may be an opaque buffer: {cand}. Pass --variable KEY and "
-                             f"shape hints (--num-units, --input-size, --num-layers, --direction, --input-mode)",
-                             path=r.where)
-        result.nothing_to_convert = True
-        return result
-    for e in doc.stacks:
-        _require_shape(e, r.where)
-
-    as_dir, targets, rest_target = _targets(doc, output, opts)
-
-    for e in doc.stacks:
-        cc = e.cross_check
-        if cc.status == "disagree":
-            used = "opaque buffer" if prefer == "opaque" else "canonical tensors"
-            diff = (f"max abs diff {cc.max_abs_diff:.6g} at {cc.where}" if cc.max_abs_diff is not None
-                    else cc.detail)
-            result.warnings.append(
-                f"{e.scope}: opaque buffer {e.opaque_key!r} disagrees with the canonical tensors ({diff}); "
-                f"it is not in cuDNN 9.19 layout. Weights taken from the {used}")
-        if e.slots:
-            result.warnings.append(
-                f"{e.scope}: optimizer slots of the opaque buffer dropped (they follow the cuDNN layout; the "
-                f"converted model starts with a fresh optimizer): {', '.join(e.slots)}")
-
-    created = False
-    if as_dir and not output.exists():
-        try:
-            output.mkdir()
-        except OSError as err:
-            raise OutputError(f"cannot create output directory ({err.strerror or err})", path=output) from None
-        created = True
-    try:
-        for e, target in zip(doc.stacks, targets):
-            model = keras3.build_stack_model(e.stack, initial_state=opts.initial_state,
-                                             return_state=opts.return_state, mask_input=opts.mask_input,
-                                             name=e.scope or "gru_stack",
-                                             layer_weights=_layer_weights(r, e))
-            r.release()
-            with atomic_path(target, force=True if as_dir else force, suffix=".keras") as tmp:
-                keras3.save(model, tmp)
-            result.outputs.append(str(target))
-            result.rnns.append(dict(_rnn_entry(e), output=str(target)))
-        if doc.other_keys:
-            _write_rest(r, doc.other_keys, rest_target, True if as_dir else force, result.warnings)
-            result.outputs.append(str(rest_target))
-    except BaseException:
-        if created:  # leave no half-filled directory behind
-            with contextlib.suppress(OSError):
-                for f in result.outputs:
-                    Path(f).unlink()
-                output.rmdir()
-        raise
-    return result

@@ -1,0 +1,688 @@
+#!/usr/bin/env python3
+"""Compatibility matrix: do gruconv's ``.keras`` outputs load and compute the same numbers
+on other Keras 3 releases and backends?
+
+Run with the project venv (``make compat`` = ``.venv/bin/python scripts/compat.py``).  Steps
+(each also a subcommand; ``all``, the default, runs them in order):
+
+``build``      one virtual environment per (Keras version, backend) under ``.compat/envs/``:
+               ``keras==X`` plus a CPU backend.  TensorFlow: the project's own TensorFlow, reused
+               through a ``.pth`` file naming ``.venv``'s site-packages (the env's own
+               site-packages comes first on ``sys.path``, so its ``keras==X`` wins); JAX: ``jax``
+               + ``jaxlib`` of the Keras release's era; torch: the CPU-only wheel
+               (``torch==2.13.0+cpu``, from pip's find-links here) installed once into
+               ``.compat/_torch`` and shared through a ``.pth`` file.  Idempotent (a stamp per env).
+``convert``    every fixture with something to convert -> ``.compat/out/raw/*.keras`` (the project's
+               ``gruconv convert``; once).
+``portable``   each raw output through ``gruconv.keras_portable.rewrite_keras_zip`` ->
+               ``.compat/out/portable/``.
+``reference``  fixed random inputs per model and the outputs of the newest Keras on TensorFlow
+               (the project venv) -> ``.compat/ref/``.  The reference is always computed from the
+               raw outputs when they exist (the same weights), else from the tested directory.
+``check``      in every env, for every model of each tested directory: plain
+               ``keras.saving.load_model(path)`` (default arguments, safe mode), run on the inputs,
+               compare with the reference (max abs <= 1e-5; 4e-3 for float16 models).
+``report``     ``docs/compatibility.md``: one matrix per tested directory.
+
+Rerun after a gruconv change: ``python scripts/compat.py all`` (rebuilds the outputs), or test
+any directory of ``.keras`` files: ``python scripts/compat.py check report --models DIR``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PROJECT_PY = ROOT / ".venv" / "bin" / "python"
+GRUCONV = ROOT / ".venv" / "bin" / "gruconv"
+WORK = ROOT / ".compat"
+ENVS = WORK / "envs"
+TORCH_BASE = WORK / "_torch"
+OUT = WORK / "out"
+REF = WORK / "ref"
+RESULTS = WORK / "results"
+DOC = ROOT / "docs" / "compatibility.md"
+NOTES_MARKER = "<!-- notes: everything below is kept when scripts/compat.py rewrites this file -->"
+
+# Keras releases tested.  3.3 is a floor probe (below the contract's 3.8); 3.14 is the last
+# release before the one the project venv has (3.15 writes keys 3.14 does not know).
+KERAS_VERSIONS = ["3.3.3", "3.8.0", "3.10.0", "3.12.0", "3.14.0", "3.15.1"]
+BACKENDS = ["tensorflow", "jax", "torch"]
+# JAX of each Keras release's era (a newer jax may drop APIs an old Keras uses).
+JAX_FOR = {"3.3": "0.4.26", "3.8": "0.4.38", "3.10": "0.6.2", "3.12": "0.7.2", "3.14": "0.9.0"}
+JAX_DEFAULT = "0.10.2"
+TORCH_SPEC = "torch==2.13.0+cpu"
+TOL = 1e-5
+TOL_F16 = 4e-3  # gruconv.verify.FLOAT16_TOLERANCE_FLOOR
+
+# Fixture -> conversions.  (output name, input, extra args)
+KERAS_SKIP = {"plain_gru.h5"}  # nothing to convert (gruconv exits 0, writes nothing)
+TF1_SKIP = {"disagree"}  # canonical tensors and opaque buffer disagree: refused by design
+TF1_ARGS = {
+    "tf14_opaque_only": ["--variable", "encoder/cudnn_params", "--num-units", "7", "--input-size", "5",
+                         "--num-layers", "1", "--direction", "uni"],
+    "opaque_only_skip_uni": ["--input-mode", "skip"],
+    "opaque_only_skip_bidir": ["--input-mode", "skip", "--direction", "bi"],
+}
+EXTRA = [  # option variants worth a column of their own
+    ("tf1_layer_bidir_states.keras", "fixtures/tf1/layer_bidir", ["--initial-state", "--return-state"]),
+    ("tf1_layer_varlen_mask.keras", "fixtures/tf1/layer_varlen",
+     ["--mask-input", "--initial-state", "--return-state"]),
+]
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def run(cmd, env=None, check=True, timeout=None, capture=False):
+    log("$", " ".join(str(c) for c in cmd))
+    return subprocess.run([str(c) for c in cmd], env=env, check=check, timeout=timeout,
+                          text=True, capture_output=capture)
+
+
+# ----------------------------------------------------------------------------------------- build
+
+def env_name(version: str, backend: str) -> str:
+    return f"keras{version}-{backend}"
+
+
+def project_site() -> Path:
+    out = subprocess.run([str(PROJECT_PY), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                         check=True, text=True, capture_output=True).stdout.strip()
+    return Path(out)
+
+
+def base_python() -> str:
+    """The interpreter the project venv was made from (the TF .pth trick needs the same Python)."""
+    cfg = (ROOT / ".venv" / "pyvenv.cfg").read_text()
+    for line in cfg.splitlines():
+        if line.startswith("executable"):
+            return line.split("=", 1)[1].strip()
+    return sys.executable
+
+
+def build_torch_base():
+    stamp = TORCH_BASE / ".stamp"
+    if stamp.exists():
+        return
+    if TORCH_BASE.exists():
+        shutil.rmtree(TORCH_BASE)
+    # The CPU wheel: no nvidia-* dependencies.  Its pure dependencies come with it.
+    run([PROJECT_PY, "-m", "pip", "install", "--quiet", "--target", TORCH_BASE, TORCH_SPEC])
+    # numpy from the target would shadow the env's own: keep torch's tree torch-only.
+    for p in TORCH_BASE.glob("numpy*"):
+        shutil.rmtree(p) if p.is_dir() else p.unlink()
+    stamp.touch()
+
+
+def env_python(name: str) -> Path:
+    return ENVS / name / "bin" / "python"
+
+
+def build_env(version: str, backend: str) -> dict:
+    name = env_name(version, backend)
+    d = ENVS / name
+    stamp = d / ".compat-stamp"
+    if stamp.exists():
+        return json.loads(stamp.read_text())
+    if d.exists():
+        shutil.rmtree(d)
+    run([base_python(), "-m", "venv", d])
+    py = env_python(name)
+    pip = [py, "-m", "pip", "install", "--quiet"]
+    site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, text=True, capture_output=True).stdout.strip())
+    if backend == "tensorflow":
+        # Reuse the project's TensorFlow (and keras's dependencies, all present there); only
+        # keras==X goes into the env, ahead of the project's keras on sys.path.
+        run(pip + ["--no-deps", f"keras=={version}"])  # before the .pth: pip must not see the project's
+        (site / "zz_project_venv.pth").write_text(str(project_site()) + "\n")
+    elif backend == "jax":
+        jv = JAX_FOR.get(".".join(version.split(".")[:2]), JAX_DEFAULT)
+        # packaging: Keras 3.3 imports it without declaring it
+        run(pip + [f"keras=={version}", f"jax=={jv}", f"jaxlib=={jv}", "packaging"])
+    elif backend == "torch":
+        build_torch_base()
+        run(pip + [f"keras=={version}", "packaging"])
+        (site / "zz_torch_base.pth").write_text(str(TORCH_BASE) + "\n")
+    else:
+        raise SystemExit(f"unknown backend {backend}")
+    smoke = ("import os, keras, numpy as np;"
+             "y = keras.layers.GRU(2)(np.ones((1, 3, 4), 'float32'));"
+             "import importlib; b = keras.backend.backend();"
+             "m = importlib.import_module({'tensorflow': 'tensorflow', 'jax': 'jax', 'torch': 'torch'}[b]);"
+             "import json; print(json.dumps({'keras': keras.__version__, 'backend': b,"
+             "'backend_version': m.__version__, 'numpy': np.__version__, 'keras_file': keras.__file__}))")
+    env = dict(os.environ, KERAS_BACKEND=backend, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3")
+    r = subprocess.run([str(py), "-c", smoke], env=env, text=True, capture_output=True)
+    if r.returncode != 0:
+        info = {"name": name, "ok": False, "error": (r.stderr.strip().splitlines() or ["?"])[-1]}
+        log(f"env {name}: smoke test failed: {info['error']}")
+        (d / ".compat-failed").write_text(json.dumps(info))
+        return info
+    info = dict(json.loads(r.stdout.strip().splitlines()[-1]), name=name, ok=True)
+    if info["keras"] != version:
+        info = {"name": name, "ok": False, "error": f"keras {info['keras']} imported, not {version}"}
+        (d / ".compat-failed").write_text(json.dumps(info))
+        return info
+    stamp.write_text(json.dumps(info))
+    log(f"env {name}: {info}")
+    return info
+
+
+def cmd_build(args):
+    ENVS.mkdir(parents=True, exist_ok=True)
+    infos = []
+    for v in args.versions:
+        for b in args.backends:
+            t = time.time()
+            try:
+                info = build_env(v, b)
+            except subprocess.CalledProcessError as e:
+                info = {"name": env_name(v, b), "ok": False, "error": f"build failed: {e}"}
+            info["build_s"] = round(time.time() - t, 1)
+            infos.append(info)
+    (WORK / "envs.json").write_text(json.dumps(infos, indent=1))
+
+
+
+# --------------------------------------------------------------------------------------- convert
+
+def conversions():
+    """(output name, input path, extra args) for every fixture with something to convert."""
+    jobs = []
+    for f in sorted((ROOT / "fixtures" / "keras").glob("*.h5")):
+        if f.name in KERAS_SKIP:
+            continue
+        if f.name == "weights_only.h5":  # weights-only: a .keras needs the architecture
+            for cfg in sorted(f.parent.glob("weights_only*.json")):
+                stem = cfg.name[:-len(".json")].replace(".", "_")
+                jobs.append((f"keras_{stem}.keras", f, ["--config", cfg]))
+            continue
+        jobs.append((f"keras_{f.stem}.keras", f, []))
+    for d in sorted(p for p in (ROOT / "fixtures" / "tf1").iterdir() if p.is_dir()):
+        if d.name in TF1_SKIP:
+            continue
+        if d.name == "multi_stack":
+            for scope in ("encoder/cudnn_gru", "decoder/cudnn_gru"):
+                jobs.append((f"tf1_multi_stack_{scope.split('/')[0]}.keras", d, ["--rnn", scope]))
+            continue
+        jobs.append((f"tf1_{d.name}.keras", d, TF1_ARGS.get(d.name, [])))
+    for name, src, extra in EXTRA:
+        jobs.append((name, ROOT / src, extra))
+    return jobs
+
+
+def cmd_convert(args):
+    raw = OUT / "raw"
+    if raw.exists():
+        shutil.rmtree(raw)
+    raw.mkdir(parents=True)
+    scratch = WORK / "scratch"
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3")
+    src_dir = ROOT / "src"
+    gruconv = [GRUCONV]
+    if args.gruconv_rev:  # a committed revision, not the working tree (which may be mid-edit)
+        snap = WORK / "gruconv-src"
+        shutil.rmtree(snap, ignore_errors=True)
+        snap.mkdir(parents=True)
+        rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", args.gruconv_rev], check=True, text=True,
+                             capture_output=True).stdout.strip()
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "src"], check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(snap)], input=archive, check=True)
+        src_dir = snap / "src"
+        env["PYTHONPATH"] = str(src_dir)
+        gruconv = [PROJECT_PY, "-m", "gruconv"]
+        (OUT / "gruconv-rev.txt").write_text(rev + "\n")
+    else:
+        (OUT / "gruconv-rev.txt").write_text("working tree\n")
+    log_lines = []
+    for name, src, extra in conversions():
+        r = run([*gruconv, "convert", src, scratch / name, *extra], env=env, check=False, capture=True)
+        if r.returncode != 0 or not (scratch / name).exists():
+            log_lines.append(f"{name}: exit {r.returncode}: {r.stderr.strip().splitlines()[-1:]}")
+            continue
+        shutil.copy2(scratch / name, raw / name)
+    # A compiled model converted under the torch backend (its optimizer's class is recorded).
+    newest = env_name(KERAS_VERSIONS[-1], "torch")
+    py = env_python(newest)
+    if py.exists() and (ENVS / newest / ".compat-stamp").exists():
+        subprocess.run([str(py), "-m", "pip", "install", "--quiet", "click", "google-crc32c"], check=False)
+        name = "keras_options_torch_backend.keras"
+        tenv = dict(env, KERAS_BACKEND="torch", PYTHONPATH=str(src_dir))
+        r = run([py, "-m", "gruconv", "convert", ROOT / "fixtures/keras/options.h5", scratch / name],
+                env=tenv, check=False, capture=True)
+        if r.returncode == 0 and (scratch / name).exists():
+            shutil.copy2(scratch / name, raw / name)
+        else:
+            log_lines.append(f"{name}: exit {r.returncode}: {r.stderr.strip().splitlines()[-1:]}")
+    (OUT / "convert.log").write_text("\n".join(log_lines) + "\n")
+    for line in log_lines:
+        log("convert:", line)
+    log(f"converted: {len(list(raw.glob('*.keras')))} models in {raw}")
+
+
+def cmd_portable(args):
+    sys.path.insert(0, str(ROOT / "src"))
+    from gruconv.keras_portable import rewrite_keras_zip
+
+    dst = OUT / "portable"
+    shutil.rmtree(dst, ignore_errors=True)
+    dst.mkdir(parents=True)
+    qr = OUT / "portable_qrfree"  # + the opt-in float16 initializer change, float16 models only
+    shutil.rmtree(qr, ignore_errors=True)
+    qr.mkdir(parents=True)
+    for f in sorted((OUT / "raw").glob("*.keras")):
+        rewrite_keras_zip(f, dst / f.name)
+        if "float16" in f.name:
+            rewrite_keras_zip(f, qr / f.name, qr_free_low_precision=True)
+    log(f"portable: {len(list(dst.glob('*.keras')))} models in {dst}, {len(list(qr.glob('*.keras')))} in {qr}")
+
+
+# ------------------------------------------------------------------------------ reference, check
+
+def model_dirs(args):
+    if args.models:
+        return [Path(m).resolve() for m in args.models]
+    return [d for d in (OUT / "raw", OUT / "portable", OUT / "portable_qrfree") if d.exists()]
+
+
+def cmd_reference(args):
+    """Inputs + reference outputs: the newest Keras on TensorFlow (project venv), from raw outputs."""
+    dirs = model_dirs(args)
+    src = OUT / "raw" if (OUT / "raw").exists() and not args.models else dirs[0]
+    if args.models and len(dirs) > 1:
+        log(f"reference: from {src} (the first --models directory); the others must hold the same names")
+    shutil.rmtree(REF, ignore_errors=True)
+    REF.mkdir(parents=True)
+    env = dict(os.environ, KERAS_BACKEND="tensorflow", CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3")
+    run([PROJECT_PY, __file__, "_worker", "reference", "--worker-models", src, "--worker-ref", REF,
+         "--worker-out", REF / "reference.json"], env=env, timeout=1800)
+
+
+def cmd_check(args):
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    for d in model_dirs(args):
+        for v in args.versions:
+            for b in args.backends:
+                name = env_name(v, b)
+                out = RESULTS / f"{d.name}__{name}.json"
+                stamp = ENVS / name / ".compat-stamp"
+                if not stamp.exists():
+                    failed = ENVS / name / ".compat-failed"
+                    why = json.loads(failed.read_text())["error"] if failed.exists() else "env not built"
+                    out.write_text(json.dumps({"env_error": why}))
+                    continue
+                env = dict(os.environ, KERAS_BACKEND=b, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3",
+                           PYTHONNOUSERSITE="1")
+                env.pop("PYTHONPATH", None)
+                t = time.time()
+                r = run([env_python(name), __file__, "_worker", "check", "--worker-models", d,
+                         "--worker-ref", REF, "--worker-out", out], env=env, check=False, timeout=1800,
+                        capture=True)
+                if r.returncode != 0:
+                    out.write_text(json.dumps({"env_error": (r.stderr.strip().splitlines() or ["?"])[-1]}))
+                log(f"check {d.name} {name}: {time.time() - t:.0f} s")
+
+
+def cmd_probe(args):
+    """Which config keys does each Keras version reject?  (raw outputs, TensorFlow envs)"""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    src = (Path(args.models[0]).resolve() if args.models else OUT / "raw")
+    for v in args.versions:
+        name = env_name(v, "tensorflow")
+        if not (ENVS / name / ".compat-stamp").exists():
+            continue
+        env = dict(os.environ, KERAS_BACKEND="tensorflow", CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3")
+        run([env_python(name), __file__, "_worker", "probe", "--worker-models", src,
+             "--worker-out", RESULTS / f"probe__{v}.json"], env=env, check=False, timeout=1800, capture=True)
+
+
+def _short(v: str) -> str:
+    return ".".join(v.split(".")[:2]) if v.endswith(".0") else v
+
+
+def cmd_report(args):
+    dirs = model_dirs(args)
+    envs = [(v, b) for v in args.versions for b in args.backends]
+    infos = {}
+    for v, b in envs:
+        d = ENVS / env_name(v, b)
+        for f in (d / ".compat-stamp", d / ".compat-failed"):
+            if f.exists():
+                infos[(v, b)] = json.loads(f.read_text())
+    proj = subprocess.run([str(PROJECT_PY), "-c", "import keras, tensorflow as tf, numpy as np, h5py;"
+                           "print(keras.__version__, tf.__version__, np.__version__, h5py.__version__)"],
+                          text=True, capture_output=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    pk = (proj.stdout.split() + ["?"] * 4)[:4]
+    rev = (OUT / "gruconv-rev.txt").read_text().strip() if (OUT / "gruconv-rev.txt").exists() else "?"
+    mem = "?"
+    try:
+        mem = f"{int(open('/proc/meminfo').read().split()[1]) / 2**20:.0f} GiB"
+    except Exception:  # noqa: BLE001
+        pass
+    abbrev = {"tensorflow": "tf", "jax": "jax", "torch": "torch"}
+    L = ["# Compatibility matrix: gruconv outputs on other Keras 3 releases and backends", "",
+         "Generated by `scripts/compat.py` (`make compat`); every number below was measured by it. "
+         "Do not edit by hand: rerun the script.", "",
+         f"- Date: {_dt.datetime.now().strftime('%Y-%m-%d %H:%M')}; machine: {platform.platform()}, "
+         f"{os.cpu_count()} CPU cores, {mem} RAM, no GPU (all backends on the CPU).",
+         f"- Outputs written by gruconv at `{rev}` with Keras {pk[0]} on TensorFlow {pk[1]} "
+         f"(project venv; NumPy {pk[2]}, h5py {pk[3]}).",
+         f"- Reference outputs: the raw outputs loaded and run in the project venv (Keras {pk[0]}, "
+         "TensorFlow backend) on fixed random inputs "
+         f"(batch {BATCH}, {STEPS} steps where the time axis is free; seeded by file name).",
+         "- Each cell: plain `keras.saving.load_model(path)` (default arguments: safe mode, compile=True) "
+         f"in that environment, the model run on the same inputs, max abs difference against the "
+         f"reference: `ok` within {TOL:g} ({TOL_F16:g} for float16 models); otherwise the first line of "
+         "the error (legend under each table) or `mismatch <max abs>`.", "",
+         "## Environments", "",
+         "| env | Keras | backend | backend version | NumPy | status |", "|---|---|---|---|---|---|"]
+    for v, b in envs:
+        i = infos.get((v, b), {})
+        L.append(f"| {env_name(v, b)} | {i.get('keras', v)} | {b} | {i.get('backend_version', '-')} | "
+                 f"{i.get('numpy', '-')} | {'ok' if i.get('ok') else 'not usable: ' + str(i.get('error', 'not built'))[:200]} |")
+    L += ["", "TensorFlow envs reuse the project venv's TensorFlow through a `.pth` file (only `keras==X` "
+          "is installed into the env); torch is the CPU-only wheel `torch==2.13.0+cpu` (no `nvidia-*` "
+          "packages), shared by the torch envs; JAX is the release of each Keras release's era "
+          "(`JAX_FOR` in the script).", ""]
+    for d in dirs:
+        res = {}
+        for v, b in envs:
+            f = RESULTS / f"{d.name}__{env_name(v, b)}.json"
+            res[(v, b)] = json.loads(f.read_text()) if f.exists() else {"env_error": "not run"}
+        names = sorted({m for r in res.values() for m in r.get("models", {})})
+        legend: dict = {}
+
+        def cell(r, m):
+            if "env_error" in r:
+                return "env: " + r["env_error"][:60]
+            c = r["models"].get(m)
+            if c is None:
+                return "-"
+            if c["status"] == "ok":
+                return "ok"
+            if c["status"] == "mismatch" and "max_abs" in c:
+                return f"mismatch {c['max_abs']:.1e}"
+            msg = c.get("error", "?")
+            if msg not in legend:
+                legend[msg] = f"E{len(legend) + 1}"
+            return legend[msg]
+
+        title = {"raw": "Raw gruconv outputs",
+                 "portable": "The same outputs through `gruconv.keras_portable.rewrite_keras_zip`",
+                 "portable_qrfree": "float16 outputs through `rewrite_keras_zip(..., qr_free_low_precision=True)`"
+                 }.get(d.name, f"`{d}`")
+        L += [f"## {title}", "", f"Directory: `{os.path.relpath(d, ROOT)}` ({len(names)} models).", ""]
+        L.append("| model | " + " | ".join(f"{_short(v)} {abbrev.get(b, b)}" for v, b in envs) + " |")
+        L.append("|---|" + "---|" * len(envs))
+        for m in names:
+            L.append(f"| {m[:-len('.keras')]} | " + " | ".join(cell(res[e], m) for e in envs) + " |")
+        ok = [sum(1 for m in names if res[e].get("models", {}).get(m, {}).get("status") == "ok") for e in envs]
+        L.append("| **ok / total** | " + " | ".join(f"{n}/{len(names)}" for n in ok) + " |")
+        worst = {}
+        for e in envs:
+            for m, c in res[e].get("models", {}).items():
+                if c.get("status") == "ok":
+                    worst[e] = max(worst.get(e, 0.0), c.get("max_abs", 0.0))
+        L.append("| max abs (ok cells) | " + " | ".join(f"{worst[e]:.1e}" if e in worst else "-" for e in envs)
+                 + " |")
+        if legend:
+            L += ["", "Errors (first line):", ""]
+            for msg, code in legend.items():
+                L.append(f"- **{code}**: `{msg}`")
+        L.append("")
+    probes = sorted(RESULTS.glob("probe__*.json"), key=lambda p: [int(x) for x in p.stem.split("__")[1].split(".")])
+    if probes:
+        L += ["## Config keys and classes each release rejects", "",
+              "Each serialized object of every raw output's `config.json`, deserialized on its own in the "
+              "TensorFlow env of each release; the keys named by the error (`unexpected keyword argument`, "
+              "`Unrecognized keyword arguments`) are removed until it loads (innermost objects first).", "",
+              "| Keras | class | rejected keys (value in the file) | still fails | first error | files |",
+              "|---|---|---|---|---|---|"]
+        for p in probes:
+            d = json.loads(p.read_text())
+            if not d.get("rejected"):
+                L.append(f"| {d['keras']} | - | none | | | |")
+            for cls, r in d.get("rejected", {}).items():
+                keys = ", ".join(f"`{k}`={json.dumps(v)}" for k, v in r["keys"].items()) or "-"
+                L.append(f"| {d['keras']} | `{cls}` | {keys} | {r.get('fails_anyway', '')[:100]} | "
+                         f"{r['error'][:120]} | {len(r['files'])} |")
+        L.append("")
+    # Hand-written analysis below this marker survives a rerun.
+    if DOC.exists() and NOTES_MARKER in DOC.read_text():
+        L += [NOTES_MARKER + DOC.read_text().split(NOTES_MARKER, 1)[1].rstrip(), ""]
+    else:
+        L += [NOTES_MARKER, ""]
+    DOC.write_text("\n".join(L))
+    log(f"wrote {DOC}")
+
+
+# ---------------------------------------------------------------------------------------- worker
+# Runs inside each env's Python: standard library, numpy and keras only (no gruconv).
+
+BATCH, STEPS = 3, 6
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    line = text.splitlines()[0] if text else ""
+    line = f"{type(e).__name__}: {line}" if line else type(e).__name__
+    return line[:300]
+
+
+def _root_error(e: BaseException) -> str:
+    """The first line of the innermost cause (Keras wraps constructor errors in a generic
+    "could not be deserialized properly"), prefixed by nothing else."""
+    seen = []
+    while e is not None and e not in seen:
+        seen.append(e)
+        e = e.__cause__ or e.__context__
+    return _first_line(seen[-1])
+
+
+def _flatten(x):
+    if isinstance(x, dict):
+        return [a for k in sorted(x) for a in _flatten(x[k])]
+    if isinstance(x, (list, tuple)):
+        return [a for v in x for a in _flatten(v)]
+    return [x]
+
+
+def _run_model(keras, np, model, inputs):
+    feed = inputs if len(inputs) > 1 else inputs[0]
+    out = model(feed, training=False)
+    return [np.asarray(keras.ops.convert_to_numpy(o)) for o in _flatten(out)]
+
+
+def _make_inputs(np, model, seed):
+    rng = np.random.default_rng(seed)
+    vocab = min([getattr(la, "input_dim", 10**9) for la in _all_layers(model)
+                 if type(la).__name__ == "Embedding"] or [10])
+    arrays = []
+    for t in model.inputs:
+        shape = [d if d is not None else (BATCH if i == 0 else STEPS) for i, d in enumerate(t.shape)]
+        dtype = str(getattr(t.dtype, "name", t.dtype))
+        if dtype == "bool":
+            lengths = rng.integers(1, shape[1] + 1, size=shape[0])
+            lengths[0] = shape[1]
+            arrays.append(np.arange(shape[1])[None, :] < lengths[:, None])
+        elif "int" in dtype:
+            arrays.append(rng.integers(0, vocab, size=shape).astype(dtype))
+        else:
+            arrays.append(rng.normal(size=shape).astype(dtype))
+    return arrays
+
+
+def _all_layers(model):
+    for la in getattr(model, "layers", []):
+        yield la
+        if hasattr(la, "layers"):
+            yield from _all_layers(la)
+
+
+def _serialized_objects(node, path="$"):
+    """Every serialized Keras object (a dict with class_name + config) in a config.json document,
+    innermost first."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _serialized_objects(v, f"{path}.{k}")
+        if "class_name" in node and isinstance(node.get("config"), dict) and "module" in node:
+            yield path, node
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _serialized_objects(v, f"{path}[{i}]")
+
+
+def probe(args):
+    """Which config keys of which classes does this Keras reject?  Each serialized object of every
+    model's config.json (not models, not layers with inbound nodes) is deserialized on its own; when
+    that fails, each key is left out in turn to find the one(s) whose removal makes it load."""
+    import copy
+    import warnings
+    import zipfile
+
+    warnings.simplefilter("ignore")
+    import keras
+
+    found = {}
+    for path in sorted(Path(args.worker_models).glob("*.keras")):
+        with zipfile.ZipFile(path) as z:
+            doc = json.loads(z.read("config.json"))
+        # Innermost first; each object's rejected keys are removed in place, so that its parent
+        # is probed with children this Keras accepts.
+        for where, obj in _serialized_objects(doc):
+            if obj["class_name"] in ("Functional", "Sequential", "Model") or "layers" in obj["config"]:
+                continue
+            cls = f"{obj['module']}.{obj['class_name']}"
+            for k in found.get(cls, {}).get("keys", {}):
+                obj["config"].pop(k, None)
+            o = {k: v for k, v in obj.items() if k not in ("inbound_nodes", "name")}
+            o["config"] = dict(o["config"])  # a snapshot: obj's config is edited below
+
+            def attempt(cfg):
+                try:
+                    keras.saving.deserialize_keras_object(copy.deepcopy(dict(o, config=cfg)))
+                    return None
+                except Exception as e:  # noqa: BLE001
+                    msgs = []
+                    while e is not None:
+                        msgs.append(_first_line(e))
+                        e = e.__cause__ or e.__context__
+                    return msgs
+
+            msgs = attempt(o["config"])
+            if msgs is None:
+                continue
+            # Remove the key each error names ("unexpected keyword argument 'k'", "Unrecognized
+            # keyword arguments ... {'k': ...}") until the object loads or no key is named.
+            cfg, dropped = dict(o["config"]), {}
+            while msgs is not None:
+                named = {k for k in cfg for m in msgs
+                         if f"unexpected keyword argument '{k}'" in m
+                         or ("Unrecognized keyword arguments" in m and f"'{k}':" in m.split(":", 1)[-1])}
+                if not named:
+                    break
+                for k in named:
+                    dropped[k] = cfg.pop(k)
+                msgs = attempt(cfg)
+            rec = found.setdefault(cls, {"error": attempt(o["config"])[-1], "keys": {}, "files": []})
+            rec["keys"].update(dropped)
+            for k in dropped:
+                obj["config"].pop(k, None)
+            if msgs is not None:
+                rec["fails_anyway"] = msgs[-1]
+            if path.name not in rec["files"]:
+                rec["files"].append(path.name)
+    Path(args.worker_out).write_text(json.dumps({"keras": keras.__version__, "rejected": found}, indent=1))
+
+
+def worker(args):
+    import warnings
+    import zipfile
+    import zlib
+
+    import numpy as np
+    warnings.simplefilter("ignore")
+    import keras
+
+    models = sorted(Path(args.worker_models).glob("*.keras"))
+    ref = Path(args.worker_ref)
+    results = {"keras": keras.__version__, "backend": keras.backend.backend(), "models": {}}
+    for path in models:
+        r = {}
+        results["models"][path.name] = r
+        try:
+            with zipfile.ZipFile(path) as z:
+                f16 = "float16" in z.read("config.json").decode("utf-8", "replace")
+            t = time.time()
+            if args.mode == "reference":
+                # compile=False: the reference needs the architecture and weights only (a model
+                # compiled under another backend must still get a reference)
+                model = keras.saving.load_model(str(path), compile=False)
+                inputs = _make_inputs(np, model, zlib.crc32(path.name.encode()))
+                outs = _run_model(keras, np, model, inputs)
+                np.savez(ref / (path.name + ".npz"), **{f"in_{i}": a for i, a in enumerate(inputs)},
+                         **{f"out_{i}": a for i, a in enumerate(outs)})
+                r.update(status="ok", float16=f16, n_in=len(inputs), n_out=len(outs))
+            else:
+                refpath = ref / (path.name + ".npz")
+                if not refpath.exists():
+                    r.update(status="error", error="no reference (the reference run could not load it)")
+                    continue
+                with np.load(refpath) as z:
+                    inputs = [z[f"in_{i}"] for i in range(sum(k.startswith("in_") for k in z.files))]
+                    want = [z[f"out_{i}"] for i in range(sum(k.startswith("out_") for k in z.files))]
+                model = keras.saving.load_model(str(path))  # plain: default arguments, safe mode
+                r["load_s"] = round(time.time() - t, 2)
+                got = _run_model(keras, np, model, inputs)
+                if len(got) != len(want) or any(g.shape != w.shape for g, w in zip(got, want)):
+                    r.update(status="mismatch", error=f"outputs {[g.shape for g in got]} vs "
+                                                      f"reference {[w.shape for w in want]}")
+                    continue
+                err = max(float(np.max(np.abs(g.astype("float64") - w.astype("float64")))) if g.size else 0.0
+                          for g, w in zip(got, want))
+                tol = TOL_F16 if f16 else TOL
+                r.update(status="ok" if err <= tol else "mismatch", max_abs=err, tol=tol)
+        except Exception as e:  # noqa: BLE001 - every failure is a cell of the matrix
+            r.update(status="error", error=_root_error(e), outer_error=_first_line(e))
+    Path(args.worker_out).write_text(json.dumps(results, indent=1))
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("steps", nargs="*", default=["all"])
+    p.add_argument("--versions", nargs="+", default=KERAS_VERSIONS)
+    p.add_argument("--backends", nargs="+", default=BACKENDS)
+    p.add_argument("--models", nargs="+", help="directories of .keras files to test (default: "
+                   ".compat/out/raw and .compat/out/portable)")
+    p.add_argument("--gruconv-rev", help="convert with this git revision of src/ (git archive) instead "
+                   "of the working tree")
+    p.add_argument("--worker-models", help=argparse.SUPPRESS)
+    p.add_argument("--worker-ref", help=argparse.SUPPRESS)
+    p.add_argument("--worker-out", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.steps[:1] == ["_worker"]:
+        args.mode = args.steps[1]
+        return probe(args) if args.mode == "probe" else worker(args)
+    if args.steps == ["all"]:
+        args.steps = ["build", "convert", "portable", "reference", "check", "probe", "report"]
+    for s in args.steps:
+        globals()[f"cmd_{s}"](args)
+
+
+if __name__ == "__main__":
+    main()

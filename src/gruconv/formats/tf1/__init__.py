@@ -1,0 +1,27 @@
+"""TensorFlow 1.x ``tf.contrib.cudnn_rnn`` checkpoints (GRU and LSTM): the ``tf1-checkpoint`` format.
+
+The registry verbs (:mod:`gruconv.formats`) over four modules:
+
+:mod:`.names`
+    key patterns, name styles (TF 1.3 / 1.4 / 1.5+), layer scopes;
+:mod:`.cells`
+    ONE table per cell of the canonical tensors TF saved (name, shape as a
+    function of ``(in, H)``, blocks <-> :class:`gruconv.canonical.GateParams`),
+    used by shape detection, reading and the cross-check;
+:mod:`.reading`
+    find the stacks, read, cross-check the opaque buffer against the
+    canonical tensors, solve opaque-only shapes, inspect (no TensorFlow,
+    no Keras);
+:mod:`.writing`
+    convert: one ``.keras`` per stack, every other tensor to ``rest.npz``.
+"""
+
+from __future__ import annotations
+
+from .names import FORMAT
+from .reading import (CheckpointDoc, CheckpointStack, CrossCheck, input_files, inspect, output_name, read,
+                      sniff)
+from .writing import check_outputs, convert, to_keras
+
+__all__ = ["FORMAT", "sniff", "read", "inspect", "check_outputs", "convert", "to_keras", "output_name",
+           "input_files", "CheckpointDoc", "CheckpointStack", "CrossCheck"]
