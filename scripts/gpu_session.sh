@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
-# One device session (NVIDIA GPU, PyTorch + cuDNN, no TensorFlow): GPU tests, cuDNN verification of every
-# fixture, GPU forward benchmark. Results land in $OUT (device tool) or ./gpu-out.
-# Needs the wheels in .whl (keras, namex, optree, h5py, ...; see docs/gpu-verification.md) and the
-# golden files in .golden (a copy of ../shared/cudnn-golden).
+# One device session (NVIDIA GPU; PyTorch, JAX and cuDNN there, no TensorFlow): the GPU tests on the
+# torch and the JAX backend, the CLI's own GPU report, the GPU forward benchmark.  Results land in $OUT
+# (device tool) or ./gpu-out; copy them into docs/gpu-verification.md with the date and versions.
+# Needs the wheels in .whl (keras, namex, optree, google-crc32c: the device README says how to fetch them).
+# Usage: scripts/gpu_session.sh [torch|jax|all]  (one device call each fits the 10-minute limit)
 set -uo pipefail
+STAGE=${1:-all}
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 KERAS_BACKEND=torch GRUCONV_GOLDEN_DIR=$PWD/.golden
+export PYTHONPATH=/tmp/site:$PWD/src:$PWD/tests PYTHONUNBUFFERED=1 KERAS_BACKEND=torch
+export GRUCONV_GOLDEN_DIR=$PWD/fixtures/cudnn-golden
 {
   date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-  python3 -c "import torch, keras, numpy; print('torch', torch.__version__, 'keras', keras.__version__, 'numpy', numpy.__version__)"
-  python3 -m gruconv.cudnn_rnn 2>&1 | head -5
+  python3 -c "import torch, jax, keras, numpy; print('torch', torch.__version__, 'jax', jax.__version__, 'keras', keras.__version__, 'numpy', numpy.__version__)"
+  python3 -m gruconv.cudnn_rnn fixtures/cudnn-golden fixtures/cudnn-golden-lstm 2>&1 | tail -25
 } 2>&1 | tee "$OUT/env.txt"
-python3 -m pytest -q -m gpu -p no:cacheprovider -s tests/test_cudnn_gpu.py tests/test_verify.py 2>&1 | tee "$OUT/pytest-gpu.txt"
-for f in fixtures/keras/sequential.h5 fixtures/keras/bidir_none.h5; do
-  python3 -m gruconv verify "$f" --reference cudnn --tolerance 1e-5; echo "exit=$?"
-done 2>&1 | tee "$OUT/verify-cli.txt"
-python3 -m gruconv verify fixtures/tf1/layer_80x256 --reference cudnn --steps 100 --batch 4 2>&1 | tee -a "$OUT/verify-cli.txt"
-python3 -m gruconv verify fixtures/tf1/layer_80x256 --reference cudnn --steps 100 --batch 4 --allow-tf32 2>&1 | tee -a "$OUT/verify-cli.txt"
-python3 scripts/gpu_verify_table.py 2>&1 | tee "$OUT/verify-table.md"
-python3 bench/gpu_forward.py 2>&1 | tee "$OUT/gpu-forward.txt"
+[ "$STAGE" = jax ] || timeout 500 python3 -m pytest -q -m gpu -p no:cacheprovider -rs -s tests/test_cudnn_gpu.py tests/test_verify.py \
+  tests/test_gpu_path.py 2>&1 | tee "$OUT/pytest-gpu-torch.txt" | tail -40
+[ "$STAGE" = torch ] && exit 0
+KERAS_BACKEND=jax XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 400 python3 -m pytest -q -m gpu -p no:cacheprovider \
+  -rs -s tests/test_gpu_path.py 2>&1 | tee "$OUT/pytest-gpu-jax.txt" | tail -25
+for f in fixtures/keras/bidir_concat.h5 fixtures/keras_lstm/mixed.h5 fixtures/tf1/layer_80x256; do
+  python3 -m gruconv verify "$f" --reference cudnn --device both --steps 50 --batch 4; echo "exit=$?"
+done 2>&1 | tee "$OUT/verify-cli.txt" | tail -30
