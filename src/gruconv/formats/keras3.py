@@ -670,8 +670,9 @@ def on_gpu(math: str):
 @contextlib.contextmanager
 def rnn_kernel_probe():
     """Record which implementation each recurrent layer call took: the backend's fused path
-    (cuDNN on torch and TensorFlow; a ``lax.scan`` kernel on JAX, which has no cuDNN GRU) or
-    Keras's step-by-step loop (20x slower on a GPU, ``shared/DESIGN.md``).
+    (cuDNN on torch and TensorFlow; a ``lax.scan`` kernel on JAX, which has no cuDNN GRU; both
+    directions of a ``Bidirectional`` in one backend call from Keras 3.14, ``bidirectional_gru``)
+    or Keras's step-by-step loop (20x slower on a GPU, ``shared/DESIGN.md``).
 
     Keras 3 layers call ``keras.src.backend.gru``/``lstm``, which raise NotImplementedError to
     fall back; torch and TensorFlow call a module-level ``_cudnn_gru``/``_cudnn_lstm`` when they
@@ -700,7 +701,8 @@ def rnn_kernel_probe():
         setattr(module, name, wrapper)
         patched.append((module, name, original))
 
-    for op in ("gru", "lstm"):
+    # Keras 3.14+ also fuses both directions of a Bidirectional into one backend call.
+    for op in ("gru", "lstm", "bidirectional_gru", "bidirectional_lstm"):
         def fused(original, *a, _op=op, **kw):
             mark = len(seen)
             try:
