@@ -237,13 +237,3 @@ class RNNStack:
         return int(
             sum(np.count_nonzero(~np.isfinite(a)) for p in self.params for a in p.arrays().values())
         )
-
-    def to_json(self, include_weights: bool = False) -> dict:
-        """A JSON-able dump: shape facts, provenance and (optionally) the weights as lists."""
-        out = {"name": self.name, "shape": self.shape.to_dict(), "params": self.param_count(),
-               "provenance": self.provenance}
-        if include_weights:
-            out["weights"] = [
-                {k: np.asarray(v).tolist() for k, v in p.arrays().items()} for p in self.params
-            ]
-        return out

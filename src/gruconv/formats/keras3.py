@@ -339,6 +339,12 @@ def restore_initializers(model, originals: dict, source=None) -> None:
         visit(sub, sub.name)
 
 
+#: The one documented config change for half-precision layers (``keras_portable``).
+LOW_PRECISION_NOTE = ("{layers}: float16 recurrent layer(s) written with recurrent_initializer Identity in place of "
+                      "Orthogonal (same gain): building an Orthogonal float16 kernel needs a float16 QR, which JAX "
+                      "and torch lack, so the file would load on TensorFlow only; weights are unaffected")
+
+
 def save(model, out_tmp: Path, *, check: bool = True) -> None:
     """``model.save``, with the weights file staged on disk rather than in memory.
 
@@ -352,9 +358,15 @@ def save(model, out_tmp: Path, *, check: bool = True) -> None:
     given, so the model is saved inside a private ``.gruconv-*`` directory
     and then moved onto ``out_tmp``: a killed process leaves no Keras
     ``tmpXXXX`` file among the user's files (``tests/test_crash_safety.py``).
+
+    The written ``config.json`` is made portable (:mod:`gruconv.keras_portable`: keys that hold
+    their defaults and that Keras 3.8-3.14 do not know, backend-specific optimizer classes, and
+    ``Orthogonal`` -> ``Identity`` in float16/bfloat16 layers so no half-precision QR is needed to
+    load on JAX or torch), then loaded back with plain ``load_model`` (:func:`check_reload`).
     """
     import os
 
+    from ..keras_portable import rewrite_keras_zip
     from ..outputs import staging_dir
 
     try:
@@ -370,6 +382,8 @@ def save(model, out_tmp: Path, *, check: bool = True) -> None:
             with staging_dir(Path(out_tmp).parent) as td:
                 staged = Path(td) / "model.keras"
                 model.save(str(staged))
+                # config.json as every Keras 3.8+ reads it (keras_portable: docs/compatibility.md)
+                rewrite_keras_zip(staged, staged, qr_free_low_precision=True)
                 if check:
                     check_reload(staged, model)
                 os.replace(staged, out_tmp)
@@ -532,11 +546,11 @@ def build_stack_model(stack: RNNStack, *, initial_state: bool = False, return_st
     grus = {}  # (layer, direction) -> GRU or LSTM
     layer_cls = keras.layers.LSTM if lstm else keras.layers.GRU
     settings = CUDNN_COMPATIBLE[s.cell]
-    per_dir = 2 if lstm else 1  # initial states per pseudo-layer
+    per_dir = len(s.cell_spec.states)  # initial states per pseudo-layer
 
     def given(gru, layer, d):
         grus[layer, d] = gru
-        for i in range(3):
+        for i in range(len(_GRU_INITIALIZERS)):  # kernel, recurrent_kernel, bias
             pending.add((layer, d, i))
             if given_init:
                 setattr(gru.cell, _GRU_INITIALIZERS[i], _Given(weight, (layer, d, i), pending))

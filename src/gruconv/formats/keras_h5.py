@@ -934,7 +934,7 @@ def convert(doc: KerasH5Model, output: Path, opts: Optional[Options] = None) -> 
     for rnn in doc.rnns:
         if (rnn.config.get("config") or {}).get("bias_constraint"):
             G = rnn.shape.gates
-            new = "(2, 3*units)" if rnn.shape.cell == "gru" else f"({G}*units,)"
+            new = f"(2, {G}*units)" if rnn.shape.cell == "gru" else f"({G}*units,)"
             result.warnings.append(
                 f"{rnn.path}: bias_constraint carried over, but {_TARGET_CLASS[rnn.shape.cell]}'s bias is {new} "
                 f"where {rnn.cls}'s was ({2 * G}*units,): an axis-based constraint (e.g. MaxNorm) acts "
@@ -961,6 +961,9 @@ def convert(doc: KerasH5Model, output: Path, opts: Optional[Options] = None) -> 
         from . import keras3
 
         model, nonfinite = to_keras(doc, opts)
+        half = [r.path for r in doc.rnns if r.shape.dtype in ("float16", "bfloat16")]
+        if half:
+            result.warnings.append(keras3.LOW_PRECISION_NOTE.format(layers=", ".join(half)))
         producers = keras3.mask_producers(model)
         if producers:
             result.warnings.append(

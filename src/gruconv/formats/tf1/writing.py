@@ -222,6 +222,9 @@ def convert(doc: CheckpointDoc, output: Path, opts: Optional[Options] = None) ->
 
     as_dir, targets, rest_target = _targets(doc, output, opts)
 
+    half = [e.scope for e in doc.stacks if e.stack.shape.dtype in ("float16", "bfloat16")]
+    if half:
+        result.warnings.append(keras3.LOW_PRECISION_NOTE.format(layers=", ".join(half)))
     for e in doc.stacks:
         cc = e.cross_check
         if cc.status == "disagree":
