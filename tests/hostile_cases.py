@@ -13,8 +13,10 @@
 
 Environment knobs (all optional):
 
-``GRUCONV_HOSTILE_AS_GB``        address-space cap of the child in GiB (default 3; a plain
-                                 convert/verify with TensorFlow needs ~2 here, 1.5 fails in OpenBLAS)
+``GRUCONV_HOSTILE_DATA_GB``      memory cap of the child in GiB, ``RLIMIT_DATA`` (heap and private
+                                 writable mappings; default 3; a plain convert/verify peaks at ~0.7 GB RSS)
+``GRUCONV_HOSTILE_AS_GB``        address-space backstop, ``RLIMIT_AS`` (default 8; TensorFlow's import needs
+                                 ~2, and a memory-mapped 2 GB checkpoint shard is address space, not memory)
 ``GRUCONV_HOSTILE_TIMEOUT``      seconds before a run counts as a hang (default 120)
 ``GRUCONV_HOSTILE_HANG_TIMEOUT`` the same for the cases of the "hang" class (default 60)
 ``GRUCONV_HOSTILE_PYTHONPATH``   prepended to the child's PYTHONPATH, e.g. an exported tree
@@ -54,7 +56,8 @@ GRUCONV = Path(sys.executable).with_name("gruconv")
 SETPRIV = shutil.which("setpriv")
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 
-AS_LIMIT = int(float(os.environ.get("GRUCONV_HOSTILE_AS_GB", "3")) * 2**30)
+DATA_LIMIT = int(float(os.environ.get("GRUCONV_HOSTILE_DATA_GB", "3")) * 2**30)
+AS_LIMIT = int(float(os.environ.get("GRUCONV_HOSTILE_AS_GB", "8")) * 2**30)
 TIMEOUT = float(os.environ.get("GRUCONV_HOSTILE_TIMEOUT", "120"))
 HANG_TIMEOUT = float(os.environ.get("GRUCONV_HOSTILE_HANG_TIMEOUT", "60"))
 EXTRA_PYTHONPATH = os.environ.get("GRUCONV_HOSTILE_PYTHONPATH", "")
@@ -65,6 +68,8 @@ TEMP_NAME = re.compile(r"^\..+\.tmp|^\.gruconv-|\.tmp[^/]*$")
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]")
 #: Signs of an uncaught exception.
 TRACEBACK = re.compile(r"Traceback \(most recent call last\)|^\s+File \"|^\w+(Error|Exception): ", re.M)
+#: Batch mode's record of successful conversions inside --out-dir (for --skip-existing): part of its output.
+BATCH_STATE = ("*.gruconv.batch.json", ".gruconv.batch.json")
 #: Lines batch mode prints per input on stderr.
 BATCH_LINE = re.compile(r"^(ok |FAILED |failed |skipped|SKIPPED |nothing|parity|PARITY|gruconv: (error|warning): )")
 
@@ -92,6 +97,12 @@ class Result:
 
 
 def _limits():  # runs in the child before exec
+    # die with the test process: a hung child must not outlive an interrupted pytest (PR_SET_PDEATHSIG)
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
+    resource.setrlimit(resource.RLIMIT_DATA, (DATA_LIMIT, DATA_LIMIT))
     resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
@@ -261,7 +272,8 @@ def check_contract(res: Result, before: dict, after: dict, spec: Spec, work: Pat
     if temps:
         problems.append(f"temporary files left: {temps[:5]}")
     allowed = (code == 0) or (spec.partial_ok and not res.timed_out)
-    bad_new = [k for k in new if k not in temps and not (allowed and _match(k, spec.new_ok))]
+    new_ok = tuple(spec.new_ok) + (BATCH_STATE if spec.batch else ())
+    bad_new = [k for k in new if k not in temps and not (allowed and _match(k, new_ok))]
     if bad_new:
         problems.append(f"{'left behind after a failure' if failed else 'written outside the named outputs'}: "
                         f"{bad_new[:8]}{' ...' if len(bad_new) > 8 else ''}")
@@ -273,7 +285,7 @@ def check_contract(res: Result, before: dict, after: dict, spec: Spec, work: Pat
         if os.path.lexists(work / p):
             problems.append(f"{p!r} exists (must never be created)")
     left = [n for n in os.listdir(tmpdir)]
-    if left:
+    if left and not res.timed_out:  # a killed process cannot clean up
         problems.append(f"left in $TMPDIR: {left[:5]}")
     if spec.check is not None and not res.timed_out:
         problems += spec.check(res, work)

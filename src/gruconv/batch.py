@@ -13,9 +13,14 @@
 2. **Shard** (``K/N``): input ``i`` of the sorted list belongs to shard ``i % N + 1``.
 3. **Plan** each input's output: its path relative to the argument it was found under, mirrored
    under ``DIR`` with the name the input's format gives it (:func:`output_name`). Outputs are
-   resolved and must stay inside ``DIR``; two inputs may not share one output; no output, and no
-   ``--report``/``--junit`` file, may be an input (any spelling, symlink or hard link) — that
-   refuses the whole run before any work. ``--skip-existing`` skips an input only if
+   resolved and must stay inside ``DIR``; inputs (of any shard) that would share one output all
+   fail (none of them is converted). No output, and no ``--report``/``--junit`` file, may be an
+   input (a model's files or the ``--config`` file; any spelling, symlink or hard link) — that
+   refuses the whole run before any work. Nothing is written before these checks: ``DIR`` is
+   created only once something is to be converted (a path component too long for the file
+   system is a one-line refusal, or a failed input).
+   A named checkpoint directory whose prefix cannot be resolved and that holds no other model is
+   a failed input. ``--skip-existing`` skips an input only if
    ``DIR/.gruconv.batch.json`` records a successful conversion of it whose output files are
    unchanged (size, mtime, SHA-256) and whose input has not changed since; anything else is
    converted again (``--force`` implied for it).
@@ -152,6 +157,7 @@ class _Input:
     key: str                     # real path, for deduplication
     format: Optional[str] = None
     error: Optional[GruconvError] = None
+    out_rel: Optional[str] = None    # its output relative to --out-dir, once planned (:func:`_output_rel`)
 
 
 def _detect(path: Path) -> Optional[str]:
@@ -183,6 +189,31 @@ def _checkpoint_prefix(path: Path) -> Path:
 
 def _real(path) -> str:
     return os.path.realpath(os.fspath(path))
+
+
+def _name_too_long(path) -> Optional[str]:
+    """Why ``path`` cannot exist on this file system (a component longer than ``NAME_MAX`` bytes, or
+    the whole longer than ``PATH_MAX``), in words; None if its names fit. Asked before any ``stat``,
+    so an over-long name is a one-line refusal, never ``OSError: [Errno 36]``."""
+    raw = os.fsencode(os.fspath(path))
+    probe = Path(os.fspath(path)).parent
+    while str(probe) not in ("", ".") and not os.path.isdir(probe):
+        probe = probe.parent
+    try:
+        name_max = os.pathconf(probe if str(probe) else ".", "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        name_max = 255
+    try:
+        path_max = os.pathconf(probe if str(probe) else ".", "PC_PATH_MAX")
+    except (OSError, ValueError, AttributeError):
+        path_max = 4096
+    for part in raw.split(b"/"):
+        if name_max and len(part) > name_max:
+            return (f"a path component is {len(part)} bytes long, more than the file system allows "
+                    f"({name_max}): file name too long")
+    if path_max and len(raw) >= path_max:
+        return f"the path is {len(raw)} bytes long, more than the file system allows ({path_max - 1})"
+    return None
 
 
 def _glob_root(pattern: str) -> Path:
@@ -257,6 +288,7 @@ class _Discovery:
         self.items: list[_Input] = []
         self.seen: set[str] = set()
         self.skip_dirs = {_real(out_dir)}
+        self.unresolved: Optional[GruconvError] = None   # why a named checkpoint directory did not resolve
 
     def add(self, item: _Input) -> None:
         if item.key in self.seen:
@@ -295,8 +327,15 @@ class _Discovery:
             if _real(arg) in self.skip_dirs:
                 self.fail(str(arg), UsageError("input directory is the output directory", path=arg))
                 return
+            self.unresolved = None
             if not (_detect(arg) == CHECKPOINT and self._explicit_checkpoint(arg, walk_on_error=True)):
+                unresolved, before = self.unresolved, len(self.items)
                 self._walk_checked(arg, arg)
+                if unresolved is not None and len(self.items) == before:
+                    # a checkpoint directory the user named whose prefix cannot be resolved (e.g. its
+                    # 'checkpoint' file points outside) and no other model in it: a failure, never
+                    # silently nothing
+                    self.fail(str(arg), unresolved)
             return
         if os.path.exists(arg) and not inputs.is_regular(arg):
             try:
@@ -319,6 +358,7 @@ class _Discovery:
             prefix = _checkpoint_prefix(arg)
         except GruconvError as e:
             if walk_on_error:   # a directory of several checkpoints: each prefix is found by its .index
+                self.unresolved = e
                 return False
             self.fail(str(arg), e)
             return True
@@ -444,11 +484,18 @@ def discover(paths, out_dir) -> list[_Input]:
     for raw in paths:
         arg = Path(raw)
         s = os.fspath(raw)
-        exists = os.path.lexists(arg) or Path(s + ".index").exists()
-        if not exists and _GLOB_MAGIC.search(s):
-            d.pattern(s)
-        else:
-            d.explicit(arg)
+        why = _name_too_long(s)
+        if why is not None:
+            d.fail(s, InputError(why, path=s))
+            continue
+        try:
+            exists = os.path.lexists(arg) or os.path.exists(s + ".index")
+            if not exists and _GLOB_MAGIC.search(s):
+                d.pattern(s)
+            else:
+                d.explicit(arg)
+        except OSError as e:   # e.g. ENAMETOOLONG, ELOOP: one failed input, never a traceback
+            d.fail(s, InputError(f"cannot read ({e.strerror or e})", path=s))
     return sorted(d.items, key=lambda i: (i.display, i.key))
 
 
@@ -532,9 +579,11 @@ def output_name(path: Path, fmt: str, options: dict) -> str:
 
 
 def _output_rel(item: _Input, options: dict) -> str:
-    rel = Path(item.rel)
-    name = output_name(Path(_real(item.path)).with_name(rel.name), item.format, options)
-    return (rel.parent / name).as_posix() if str(rel.parent) != "." else name
+    if item.out_rel is None:   # asked twice per run (collision check, plan): the format reads the input
+        rel = Path(item.rel)
+        name = output_name(Path(_real(item.path)).with_name(rel.name), item.format, options)
+        item.out_rel = (rel.parent / name).as_posix() if str(rel.parent) != "." else name
+    return item.out_rel
 
 
 def _extra_outputs(out: Path, fmt: Optional[str]) -> list:
@@ -718,10 +767,49 @@ class _Job:
     made_dirs: list = field(default_factory=list)
 
 
+def _collisions(items: list[_Input], out_dir: Path, options: dict) -> dict:
+    """Before any work: inputs (of any shard: shards share ``out_dir``) that map to one output, or
+    whose output lies inside another's (a directory output). Every one of them fails while planning
+    — the first claimant too, so nothing of a colliding pair is converted — and the others run.
+    Returns ``{input key: OutputError}``; an input whose output cannot be planned at all is left to
+    fail on its own in :func:`_plan`."""
+    claims: dict = {}     # real output path -> [(input, output)]
+    for item in items:
+        if item.error is not None:
+            continue
+        try:
+            out = safe_output(out_dir, _output_rel(item, options))
+        except (GruconvError, OSError):
+            continue
+        claims.setdefault(_real(out), []).append((item, out))
+    base = _real(out_dir)
+    clash: dict = {}      # input key -> (its output, the other input)
+
+    def mark(a, b) -> None:
+        clash.setdefault(a[0].key, (a[1], b[0]))
+        clash.setdefault(b[0].key, (b[1], a[0]))
+
+    for real, group in claims.items():
+        for a in group[1:]:
+            mark(a, group[0])
+        child, parent = real, os.path.dirname(real)
+        while parent != child and len(parent) > len(base):    # an output inside another's directory
+            for other in claims.get(parent, ()):
+                for a in group:
+                    mark(a, other)
+            child, parent = parent, os.path.dirname(parent)
+    return {key: OutputError(f"output {str(out)!r} collides with the output of {other.display}; neither is "
+                             "converted (rename one, or convert them into separate --out-dir directories)")
+            for key, (out, other) in clash.items()}
+
+
 def _plan(items: list[_Input], out_dir: Path, options: dict, skip_existing: bool,
-          state: Optional["_State"] = None) -> list[_Job]:
+          state: Optional["_State"] = None, collisions: Optional[dict] = None) -> list[_Job]:
+    """One job per input; ``collisions`` (:func:`_collisions`, over every shard's inputs; computed
+    here from ``items`` when not given) fail the inputs that share an output."""
+    if collisions is None:
+        collisions = _collisions(items, out_dir, options)
     jobs = []
-    taken: dict[str, str] = {}   # real output path -> input that claimed it
     for item in items:
         rec = Record(input=item.display, format=item.format)
         job = _Job(rec, item)
@@ -730,11 +818,8 @@ def _plan(items: list[_Input], out_dir: Path, options: dict, skip_existing: bool
             if item.error is not None:
                 raise item.error
             out = safe_output(out_dir, _output_rel(item, options))
-            real = _real(out)
-            for other_real, other in taken.items():
-                if real == other_real or real.startswith(other_real + os.sep) or other_real.startswith(real + os.sep):
-                    raise OutputError(f"output {str(out)!r} collides with the output of {other}")
-            taken[real] = item.display
+            if item.key in collisions:
+                raise collisions[item.key]
             rec.output = str(out)
             job.output = out
             job.outs = [out] + _extra_outputs(out, item.format)
@@ -752,11 +837,18 @@ def _plan(items: list[_Input], out_dir: Path, options: dict, skip_existing: bool
     return jobs
 
 
-def _check_no_input_is_written(plan: list[_Job], items: list[_Input], extra_outputs: list) -> None:
-    """Before any work: no planned output, no report file may be (or link to) any input file."""
+def _check_no_input_is_written(plan: list[_Job], items: list[_Input], extra_outputs: list,
+                               extra_inputs: tuple = ()) -> None:
+    """Before any work: no planned output, no report file may be (or link to) any input file —
+    a model's files, or ``extra_inputs`` (the ``--config`` file)."""
     from .outputs import check_outputs
 
+    for p in extra_outputs:
+        why = None if p is None else _name_too_long(p)
+        if why is not None:
+            raise OutputError(why, path=p)
     inputs = [f for item in items if item.error is None for f in _input_files(item)]
+    inputs += [Path(p) for p in extra_inputs if p is not None]
     if not inputs:
         return
     outs = [o for job in plan if job.todo for o in job.outs] + [Path(p) for p in extra_outputs if p is not None]
@@ -1038,21 +1130,35 @@ def convert_many(paths, out_dir, *, jobs: Optional[int] = None, keep_going: bool
         raise UsageError(f"--format must be one of {', '.join(OUTPUT_FORMATS)}, got {options['format']!r}")
     if not paths:
         raise UsageError("no inputs given")
+    config_file = None
     if options.get("config") is not None and not isinstance(options["config"], dict):
-        options["config"] = str(Path(options["config"]).resolve())  # workers may not share our cwd
+        config_file = Path(options["config"])   # an input: no output or report may overwrite it
+        why = _name_too_long(config_file)
+        if why is not None:
+            raise InputError(why, path=config_file)
+        options["config"] = str(config_file.resolve())  # workers may not share our cwd
     out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UsageError(f"--out-dir {str(out_dir)!r} exists and is not a directory")
+    why = _name_too_long(out_dir)
+    if why is not None:
+        raise OutputError(f"--out-dir: {why}", path=out_dir)
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
+        if os.path.lexists(out_dir) and not out_dir.is_dir():
+            raise UsageError(f"--out-dir {str(out_dir)!r} exists and is not a directory")
     except OSError as e:
-        raise OutputError(f"cannot create the output directory ({e.strerror or e})", path=out_dir) from None
+        raise OutputError(f"cannot use the output directory ({e.strerror or e})", path=out_dir) from None
 
+    # Every whole-run refusal comes before anything is written: --out-dir is created only once the
+    # plan stands and something is to be converted.
     all_items = discover(paths, out_dir)
     items = select_shard(all_items, shard_t)
     state = _State(out_dir)
-    plan = _plan(items, out_dir, options, skip_existing, state)
-    _check_no_input_is_written(plan, all_items, [report, junit])
+    plan = _plan(items, out_dir, options, skip_existing, state, _collisions(all_items, out_dir, options))
+    _check_no_input_is_written(plan, all_items, [report, junit], (config_file,))
+    if any(job.todo for job in plan):
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise OutputError(f"cannot create the output directory ({e.strerror or e})", path=out_dir) from None
     summary = Summary(records=[], started=started, jobs=jobs,
                       shard=None if shard_t is None else f"{shard_t[0]}/{shard_t[1]}", out_dir=str(out_dir))
     say = print_fn or _print

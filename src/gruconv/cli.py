@@ -27,6 +27,20 @@ class _Group(click.Group):
         except GruconvError as e:
             click.echo(f"gruconv: error: {e}", err=True)
             ctx.exit(e.exit_code)
+        except OSError as e:
+            # Paths the operating system itself refuses (a name longer than it allows, a symlink
+            # loop) can surface from any stat: one line, the input/output exit code.
+            import errno
+
+            if e.errno not in (errno.ENAMETOOLONG, errno.ELOOP):
+                raise
+            from .errors import InputError
+            from .inputs import display
+
+            name = display(e.filename) if e.filename else "a path"
+            click.echo(f"gruconv: error: {name[:120]}{'...' if len(name) > 120 else ''}: {e.strerror}",
+                       err=True)
+            ctx.exit(InputError.exit_code)
 
 
 def _warn(messages) -> None:
@@ -164,6 +178,7 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
     _warn(result.warnings)
     click.echo(report.convert_text(result))
     if result.verification is not None and not result.verification["passed"]:
+        click.echo(f"gruconv: error: {report.parity_line(result.verification)}; nothing written", err=True)
         sys.exit(ParityError.exit_code)
 
 
@@ -215,6 +230,7 @@ def verify(input, converted, tolerance, reference, allow_tf32, device, batch, st
             tmp.write_text(json.dumps(data, indent=2))
     click.echo(report.verify_text(data))
     if not rep.passed:
+        click.echo(f"gruconv: error: {report.parity_line(data)}", err=True)
         sys.exit(ParityError.exit_code)
 
 

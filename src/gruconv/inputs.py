@@ -479,7 +479,10 @@ def open_hdf5(path, what: str = "an HDF5 file"):
             st2 = None
         if st2 is not None and not same_file(st, st2):
             raise InputError(f"changed while being opened, expected {what}", path=path)
-        _budgets[f.id.fileno] = ReadBudget(path)
+        try:
+            _budgets[f.id.fileno] = ReadBudget(path)
+        except RuntimeError as e:  # libhdf5 cannot describe its own file handle: a damaged file
+            raise InputError(f"not a readable HDF5 file ({display(h5safe._first_line(e))})", path=path) from None
     except BaseException:
         f.close()
         raise

@@ -48,6 +48,11 @@ def check_target(out: Path, *, force: bool) -> None:
             to = "?"
         raise OutputError(f"output is a dangling symbolic link (to '{display(to)}'); remove it, or pass --force "
                           "to replace the link itself", path=out)
+    if out.exists() and not out.is_file():
+        from .inputs import file_kind
+
+        raise OutputError(f"output exists and is {file_kind(os.stat(out))}, not a regular file; gruconv "
+                          "replaces only regular files, even with --force", path=out)
     if out.exists() and not force:
         raise OutputError("output exists; pass --force to overwrite it", path=out)
     if not os.access(parent, os.W_OK):

@@ -88,3 +88,12 @@ def verify_text(rep: dict) -> str:
                  f" ({sum(c['passed'] for c in counted)}/{len(counted)} checks within tolerance"
                  f"{'' if len(floors) > 1 else f' {next(iter(floors)):g}' if floors else ''})")
     return "\n".join(lines)
+
+
+def parity_line(rep: dict) -> str:
+    """The one stderr line of a failed parity check: how many checks failed, and the first reason."""
+    counted = [c for c in rep["checks"] if c.get("counts", True)]
+    bad = [c for c in counted if not c["passed"]]
+    first = f" (first: {bad[0].get('device', 'cpu')} {bad[0]['name']}: {bad[0].get('reason') or 'outside tolerance'})" \
+        if bad else ""
+    return f"{rep['input']}: parity FAIL, {len(bad)} of {len(counted)} check(s) outside tolerance{first}"

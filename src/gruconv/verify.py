@@ -571,6 +571,10 @@ def _keras():
 
 DEVICES = ("auto", "cpu", "gpu", "both")
 
+#: Random-input size bound (batch x steps): a parity check needs a few steps, and an unbounded request
+#: would allocate before anything ran (``tests/test_hostile.py``, ``verify_steps_huge``).
+MAX_RANDOM_STEPS = 1_000_000
+
 
 def _device_runs(device: str, report) -> list:
     """[(label, math)] of the converted-side runs asked for; GPU runs only where the backend has one.
@@ -622,7 +626,16 @@ def verify(input, converted=None, options: Optional[Options] = None, *, toleranc
                                                       else "strict fp32 (CUDNN_FMA_MATH)")),
         seed=seed, batch=batch, steps=steps,
     )
+    if batch * steps > MAX_RANDOM_STEPS:
+        raise UsageError(f"--batch {batch} x --steps {steps} is {batch * steps} sequence steps, more than "
+                         f"{MAX_RANDOM_STEPS} (a check needs a few; --inputs FILE.npz for real data)")
     user_inputs = _load_inputs(inputs) if inputs else None
+    if user_inputs is not None and not user_inputs:
+        raise UsageError("--inputs holds no arrays", path=inputs)
+    if converted is not None and not Path(converted).is_dir():
+        from .inputs import regular_file
+
+        regular_file(converted, "a converted model (.keras or weights .h5)")
     fmt = formats.detect(input)
     module = formats.module(fmt)
     doc = module.read(input, opts)

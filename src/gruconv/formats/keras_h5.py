@@ -523,7 +523,7 @@ def converted_config(model_config: dict, *, zero_init: bool = False) -> dict:
     def visit(node, wrapped=False):
         items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
         for key, value in list(items):
-            if isinstance(value, dict) and value.get("class_name") in CUDNN_CLASSES:
+            if isinstance(value, dict) and _class_name(value) in CUDNN_CLASSES:
                 node[key] = gru_config(value, wrapped=wrapped and key in ("layer", "backward_layer"),
                                        zero_init=zero_init)
             elif isinstance(value, (dict, list)):
@@ -534,7 +534,7 @@ def converted_config(model_config: dict, *, zero_init: bool = False) -> dict:
                 else:
                     visit(value)
 
-    if new.get("class_name") in CUDNN_CLASSES:
+    if _class_name(new) in CUDNN_CLASSES:
         return gru_config(new, zero_init=zero_init)
     visit(new)
     _normalise_for_keras3(new)
@@ -973,14 +973,18 @@ def convert(doc: KerasH5Model, output: Path, opts: Optional[Options] = None) -> 
         if doc.training_config:
             result.warnings.extend(keras3.compile_from_training_config(model, doc.training_config))
         with atomic_path(output, force=opts.force, suffix=".keras") as tmp:
+            digests = keras3.save(model, tmp)
+            del model  # the load-back check below holds Keras's copy; never two at once
             try:
-                keras3.save(model, tmp)
+                keras3.check_reload(tmp, digests)
             except UnsupportedError as e:
                 if not doc.training_config:
                     raise
                 # the compiled file does not load back: save the model without its training setup
                 model, _ = to_keras(doc, opts)
-                keras3.save(model, tmp)
+                digests = keras3.save(model, tmp)
+                del model
+                keras3.check_reload(tmp, digests)
                 result.warnings.append(f"training config dropped: the compiled model did not load back "
                                        f"({e.message}); model written uncompiled")
     for rnn in doc.rnns:

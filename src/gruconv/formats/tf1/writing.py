@@ -126,8 +126,11 @@ def _targets(doc: CheckpointDoc, output: Path, opts: Options) -> tuple:
     """(as_dir, model targets, rest.npz target), every target checked before any work."""
     from ...outputs import check_target
 
+    from ...outputs import check_outputs as never_an_input
+
     input = Path(doc.path)
     force = opts.force
+    never_an_input([output], input_files(doc.path))  # first: whatever else is wrong, say this
     lower = output.name.lower()
     as_dir = output.is_dir() or not lower.endswith(".keras")
     if not as_dir and len(doc.stacks) > 1:
@@ -162,8 +165,6 @@ def _targets(doc: CheckpointDoc, output: Path, opts: Options) -> tuple:
         check_target(output, force=force)
         if doc.other_keys:
             check_target(rest_target, force=force)
-    from ...outputs import check_outputs as never_an_input
-
     never_an_input(targets + [rest_target], input_files(doc.path))
     return as_dir, targets, rest_target
 
@@ -254,7 +255,9 @@ def convert(doc: CheckpointDoc, output: Path, opts: Optional[Options] = None) ->
                                              layer_weights=_layer_weights(r, e))
             r.release()
             with atomic_path(target, force=True if as_dir else force, suffix=".keras") as tmp:
-                keras3.save(model, tmp)
+                digests = keras3.save(model, tmp)
+                del model  # the load-back check holds Keras's copy; never two at once
+                keras3.check_reload(tmp, digests)
             result.outputs.append(str(target))
             result.rnns.append(dict(_rnn_entry(e), output=str(target)))
         if doc.other_keys:
