@@ -35,6 +35,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -417,7 +418,8 @@ def cmd_report(args):
                 return "ok"
             if c["status"] == "mismatch" and "max_abs" in c:
                 return f"mismatch {c['max_abs']:.1e}"
-            msg = c.get("error", "?")
+            # one legend entry per error, not per object id or long config dump
+            msg = re.sub(r"'shared_object_id': \d+", "'shared_object_id': N", c.get("error", "?"))
             if msg not in legend:
                 legend[msg] = f"E{len(legend) + 1}"
             return legend[msg]
@@ -451,7 +453,7 @@ def cmd_report(args):
               "Each serialized object of every raw output's `config.json`, deserialized on its own in the "
               "TensorFlow env of each release; the keys named by the error (`unexpected keyword argument`, "
               "`Unrecognized keyword arguments`) are removed until it loads (innermost objects first).", "",
-              "| Keras | class | rejected keys (value in the file) | still fails | first error | files |",
+              "| Keras | class | rejected keys (value in the file) | still fails | first error | models with it |",
               "|---|---|---|---|---|---|"]
         for p in probes:
             d = json.loads(p.read_text())
@@ -459,8 +461,10 @@ def cmd_report(args):
                 L.append(f"| {d['keras']} | - | none | | | |")
             for cls, r in d.get("rejected", {}).items():
                 keys = ", ".join(f"`{k}`={json.dumps(v)}" for k, v in r["keys"].items()) or "-"
-                L.append(f"| {d['keras']} | `{cls}` | {keys} | {r.get('fails_anyway', '')[:100]} | "
-                         f"{r['error'][:120]} | {len(r['files'])} |")
+                def esc(t):
+                    return t.replace("|", "\\|")
+                L.append(f"| {d['keras']} | `{cls}` | {keys} | {esc(r.get('fails_anyway', '')[:100])} | "
+                         f"{esc(r['error'][:120])} | {len(r['files'])} |")
         L.append("")
     # Hand-written analysis below this marker survives a rerun.
     if DOC.exists() and NOTES_MARKER in DOC.read_text():
@@ -568,8 +572,11 @@ def probe(args):
             if obj["class_name"] in ("Functional", "Sequential", "Model") or "layers" in obj["config"]:
                 continue
             cls = f"{obj['module']}.{obj['class_name']}"
-            for k in found.get(cls, {}).get("keys", {}):
-                obj["config"].pop(k, None)
+            known = [k for k in found.get(cls, {}).get("keys", {}) if k in obj["config"]]
+            for k in known:
+                obj["config"].pop(k)
+            if known and path.name not in found[cls]["files"]:
+                found[cls]["files"].append(path.name)
             o = {k: v for k, v in obj.items() if k not in ("inbound_nodes", "name")}
             o["config"] = dict(o["config"])  # a snapshot: obj's config is edited below
 

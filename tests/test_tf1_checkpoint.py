@@ -397,7 +397,7 @@ def test_existing_output_refused(tmp_path):
         t1.convert(TF1 / "layer_uni_1l", out)
     assert out.read_bytes() == b"old"
     with pytest.raises(UsageError, match=r"\.keras"):
-        t1.convert(TF1 / "layer_uni_1l", tmp_path / "m.h5")
+        t1.convert(TF1 / "layer_uni_1l", tmp_path / "m.npz")
 
 
 # --------------------------------------------------------------------------- cross-check

@@ -906,7 +906,12 @@ def glob_escape(name: str) -> str:
 
 
 def output_name(path, opts: Options, stem: str) -> str:
-    """Batch mode: ``stem.keras``, or ``stem`` as a directory when several stacks convert at once."""
+    """Batch mode: ``stem.keras`` (``stem.h5`` / ``stem.weights.h5`` for the weights formats), or
+    ``stem`` as a directory when several stacks convert at once."""
+    if opts.format == "h5-weights":
+        return stem + ".h5"
+    if opts.format == "keras-weights":
+        return stem + ".weights.h5"
     if opts.rnn is None:
         try:
             if len(read(path, opts).stacks) > 1:

@@ -6,6 +6,11 @@ goes to ``rest.npz``: a plain NumPy archive whose member names are derived
 from the tensor names but made safe (no ``/`` or ``\\``, no ``..``, printable
 ASCII, unique; :func:`npz_member_names`), with the original names kept in
 its ``__manifest__.json`` member (member -> tensor name).
+
+Weights instead of a model (one stack): a ``.h5``/``.hdf5`` name or ``--format h5-weights``
+writes the legacy Keras weights layout with h5py alone (no Keras, no TensorFlow:
+:func:`_write_legacy_weights`); a ``.weights.h5`` name or ``--format keras-weights`` writes Keras 3's
+own weights file from the built model, as for Keras HDF5 inputs.
 """
 
 from __future__ import annotations
@@ -122,6 +127,67 @@ def _layer_weights(r: _Reader, e: CheckpointStack):
     return weight
 
 
+def _output_format(output: Path, opts: Options) -> Optional[str]:
+    """``keras``, ``h5-weights`` (legacy Keras weights layout), ``keras-weights`` (Keras 3's
+    ``.weights.h5``), or None: a directory of ``.keras`` models.  ``--format`` decides, else the
+    output's name (as for Keras HDF5 inputs: :func:`gruconv.formats.keras_h5.output_format`)."""
+    lower = output.name.lower()
+    fmt = opts.format
+    if fmt is None and not output.is_dir():
+        if lower.endswith(".weights.h5"):  # Keras 3 reserves this name for its own format
+            fmt = "keras-weights"
+        elif lower.endswith((".h5", ".hdf5")):
+            fmt = "h5-weights"
+    if fmt in ("h5-weights", "keras-weights"):
+        return fmt
+    return None if output.is_dir() or not lower.endswith(".keras") else "keras"
+
+
+def _legacy_weight_names(e: CheckpointStack, lname: str) -> list:
+    """The ``weight_names`` tf_keras's ``save_weights`` gives layer ``lname`` of the stack: a
+    ``GRU``/``LSTM`` or its ``Bidirectional`` wrapper (forward weights, then backward)."""
+    cell = e.stack.shape.cell
+    roles = ("kernel", "recurrent_kernel", "bias")
+    if not e.stack.shape.bidirectional:
+        return [f"{lname}/{cell}_cell/{r}:0" for r in roles]
+    return [f"{lname}/{side}_{cell}/{cell}_cell/{r}:0" for side in ("forward", "backward") for r in roles]
+
+
+def _write_legacy_weights(r: _Reader, e: CheckpointStack, target: Path, name: str) -> None:
+    """The stack's Keras weights in the legacy layout (tf_keras ``model.save_weights("x.h5")``), with
+    h5py alone: root attrs ``layer_names``/``backend``/``keras_version``, one group per layer of the
+    model :func:`gruconv.formats.keras3.build_stack_model` builds (its names; the input layer with
+    no weights), attr ``weight_names``, datasets under those names.  tf_keras's and Keras 3's
+    ``load_weights`` read it into that architecture (they match layers by order)."""
+    import h5py
+
+    from ...keras_layout import to_keras as keras_arrays
+
+    s = e.stack.shape
+    base = re.sub(r"[^A-Za-z0-9_]+", "_", name).strip("_") or "gru_stack"  # keras3._identifier
+    layer_names = ["inputs"] + [f"{base}_l{layer}" for layer in range(s.num_layers)]
+    try:
+        f = h5py.File(target, "w")
+    except (OSError, RuntimeError, ValueError) as err:
+        raise OutputError(f"cannot create output ({err})", path=target) from None
+    with f:
+        f.attrs["layer_names"] = np.array([n.encode("utf-8") for n in layer_names])
+        f.attrs["backend"] = b"tensorflow"
+        f.attrs["keras_version"] = b"2.x"
+        f.create_group("inputs").attrs["weight_names"] = np.array([], dtype="S1")
+        for layer in range(s.num_layers):
+            lname = layer_names[layer + 1]
+            g = f.create_group(lname)
+            wnames = _legacy_weight_names(e, lname)
+            g.attrs["weight_names"] = np.array([w.encode("utf-8") for w in wnames])
+            for d in range(s.num_directions):
+                arrays = keras_arrays(e.stack.params[s.pseudo_layer(layer, d)], s.cell, s.layer_input_size(layer))
+                r.release()
+                for wname, arr in zip(wnames[3 * d:3 * d + 3], arrays):
+                    g.create_dataset(wname, data=np.asarray(arr))
+                del arrays
+
+
 def _targets(doc: CheckpointDoc, output: Path, opts: Options) -> tuple:
     """(as_dir, model targets, rest.npz target), every target checked before any work."""
     from ...outputs import check_target
@@ -131,16 +197,19 @@ def _targets(doc: CheckpointDoc, output: Path, opts: Options) -> tuple:
     input = Path(doc.path)
     force = opts.force
     never_an_input([output], input_files(doc.path))  # first: whatever else is wrong, say this
-    lower = output.name.lower()
-    as_dir = output.is_dir() or not lower.endswith(".keras")
+    fmt = _output_format(output, opts)
+    as_dir = fmt is None
+    if fmt in ("h5-weights", "keras-weights") and output.is_dir():
+        raise OutputError(f"--format {fmt} writes one file: OUTPUT is a directory", path=output)
     if not as_dir and len(doc.stacks) > 1:
         scopes = ", ".join(repr(e.scope) for e in doc.stacks)
         raise UsageError(f"the checkpoint holds {len(doc.stacks)} {_cells_text(doc.stacks)} stacks ({scopes}): "
                          f"pass --rnn SCOPE to "
                          f"convert one into {output.name}, or a directory as OUTPUT for all", path=input)
-    if as_dir and output.suffix.lower() in (".h5", ".hdf5", ".npz", ".json"):
-        raise UsageError(f"a TF1 checkpoint converts to Keras 3 .keras models: name OUTPUT *.keras, or a "
-                         f"directory (got {output.name!r})", path=input)
+    if as_dir and output.suffix.lower() in (".h5", ".hdf5", ".npz", ".json"):  # (.h5 here: --format keras)
+        raise UsageError(f"a TF1 checkpoint converts to Keras 3 .keras models (or weights: *.h5 legacy layout, "
+                         f"*.weights.h5 Keras 3): name OUTPUT *.keras, *.h5, or a directory "
+                         f"(got {output.name!r})", path=input)
     if as_dir:
         if output.exists() and not output.is_dir():
             raise OutputError("output exists and is not a directory", path=output)
@@ -248,12 +317,27 @@ def convert(doc: CheckpointDoc, output: Path, opts: Optional[Options] = None) ->
             raise OutputError(f"cannot create output directory ({err.strerror or err})", path=output) from None
         created = True
     try:
+        fmt = _output_format(output, opts)
         for e, target in zip(doc.stacks, targets):
+            name = e.scope or f"{e.stack.shape.cell}_stack"
+            if fmt == "h5-weights":
+                with atomic_path(target, force=force, suffix=".h5") as tmp:
+                    _write_legacy_weights(r, e, tmp, name)
+                result.outputs.append(str(target))
+                result.rnns.append(dict(_rnn_entry(e), output=str(target)))
+                continue
             model = keras3.build_stack_model(e.stack, initial_state=opts.initial_state,
                                              return_state=opts.return_state, mask_input=opts.mask_input,
-                                             name=e.scope or f"{e.stack.shape.cell}_stack",
+                                             name=name,
                                              layer_weights=_layer_weights(r, e))
             r.release()
+            if fmt == "keras-weights":
+                with atomic_path(target, force=force, suffix=".weights.h5") as tmp:
+                    keras3.save_weights(model, tmp)
+                del model
+                result.outputs.append(str(target))
+                result.rnns.append(dict(_rnn_entry(e), output=str(target)))
+                continue
             with atomic_path(target, force=True if as_dir else force, suffix=".keras") as tmp:
                 digests = keras3.save(model, tmp)
                 del model  # the load-back check holds Keras's copy; never two at once
