@@ -42,3 +42,22 @@ def golden(request) -> dict:
     g = load_golden(request.param)
     g["file"] = request.param
     return g
+
+
+def planted_error_copy(src: Path, tmp_path: Path) -> Path:
+    """``src`` converted, then one recurrent weight of its first GRU moved by 0.05 and saved again: a
+    conversion error every numerical check must catch."""
+    from gruconv import api
+    from gruconv.formats import keras3
+
+    out = tmp_path / "planted_ok.keras"
+    api.convert(src, out)
+    k = keras3.keras()
+    model = k.saving.load_model(out)
+    gru = next(l for l in model.layers if isinstance(l, k.layers.GRU))
+    w = [np.array(keras3.to_numpy(v)) for v in gru.weights]
+    w[1][0, 0] += 0.05
+    gru.set_weights(w)
+    bad = tmp_path / "planted_bad.keras"
+    model.save(bad)
+    return bad

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, planted_error_copy
 
 pytestmark = pytest.mark.gpu
 
@@ -74,23 +74,10 @@ def test_device_both_reports_cpu_and_both_gpu_maths(path, backend):
 
 def test_planted_error_fails_on_the_gpu_rows_too(tmp_path, backend):
     """A converted file with one recurrent weight changed fails on the CPU and on strict GPU math."""
-    import numpy as np
-
-    from gruconv import api
-    from gruconv.formats import keras3
     from gruconv.verify import verify
 
     src = FIXTURES / "keras" / "sequential.h5"
-    out = tmp_path / "s.keras"
-    api.convert(src, out)
-    k = keras3.keras()
-    model = k.saving.load_model(out)
-    gru = next(l for l in model.layers if isinstance(l, k.layers.GRU))
-    w = [np.array(keras3.to_numpy(v)) for v in gru.weights]
-    w[1][0, 0] += 0.05
-    gru.set_weights(w)
-    bad = tmp_path / "bad.keras"
-    model.save(bad)
+    bad = planted_error_copy(src, tmp_path)
     rep = verify(src, bad, reference="cudnn", device="both")
     failed = {c.device for c in rep.checks if not c.passed}
     assert {"cpu", "gpu strict"} <= failed and not rep.passed

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from conftest import FIXTURES
+from conftest import FIXTURES, planted_error_copy
 from gruconv import report
 from gruconv.cli import main
 from gruconv.verify import Check, VerifyReport, _compare
@@ -98,20 +98,9 @@ def test_bad_inputs_are_usage_errors_in_one_line(tmp_path):
 
 def test_a_parity_failure_says_so_on_stderr_once(tmp_path):
     """A converted file with one recurrent weight changed: exit 1, the table on stdout, one error line."""
-    from gruconv import api
-    from gruconv.formats import keras3
-
     src = FIXTURES / "keras" / "sequential.h5"
-    out = tmp_path / "s.keras"
-    api.convert(src, out)
-    k = keras3.keras()
-    model = k.saving.load_model(out)
-    gru = next(l for l in model.layers if isinstance(l, k.layers.GRU))
-    w = [np.array(keras3.to_numpy(v)) for v in gru.weights]
-    w[1][0, 0] += 0.05
-    gru.set_weights(w)
-    model.save(tmp_path / "bad.keras")
-    res = CliRunner().invoke(main, ["verify", str(src), str(tmp_path / "bad.keras"), "--reference", "oracle",
+    bad = planted_error_copy(src, tmp_path)
+    res = CliRunner().invoke(main, ["verify", str(src), str(bad), "--reference", "oracle",
                                     "--device", "cpu"])
     assert res.exit_code == 1
     assert "parity: FAIL" in res.output
