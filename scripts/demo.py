@@ -16,6 +16,7 @@ STEPS = [
     ["convert", "fixtures/keras/sequential.h5", "demo-out/sequential.keras", "--force", "--verify"],
     ["inspect", "fixtures/tf1/layer_bidir"],
     ["convert", "fixtures/tf1/layer_bidir", "demo-out/layer_bidir.keras", "--force", "--verify"],
+    ["convert", "fixtures/keras_lstm/mixed.h5", "demo-out/mixed_gru_lstm.keras", "--force", "--verify"],
 ]
 
 
