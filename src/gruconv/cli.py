@@ -51,10 +51,11 @@ def _warn(messages) -> None:
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="gruconv")
 def main():
-    """Convert cuDNN-only GRU models into portable Keras 3 models, and prove the numbers match.
+    """Convert cuDNN-only RNN models (GRU, LSTM) into portable Keras 3 models, and prove the numbers match.
 
-    Reads legacy Keras HDF5 files with CuDNNGRU layers and TensorFlow 1.x
-    tf.contrib.cudnn_rnn checkpoints (format detected from content).
+    Reads legacy Keras HDF5 files with CuDNNGRU / CuDNNLSTM layers and
+    TensorFlow 1.x tf.contrib.cudnn_rnn checkpoints (format detected from
+    content).
 
     \b
     Examples:
@@ -100,7 +101,7 @@ def _hints(kw: dict) -> dict:
 @click.option("--config", type=click.Path(path_type=Path, readable=False), help="Architecture JSON for a weights-only file.")
 @hint_options
 def inspect(path, as_json, config, rnn, prefer, **kw):
-    """List every cuDNN GRU in PATH and what `convert` will make of it.
+    """List every cuDNN RNN (GRU, LSTM) in PATH and what `convert` will make of it.
 
     Never imports TensorFlow or Keras; reads headers and the GRU weights only.
 
@@ -139,7 +140,7 @@ def inspect(path, as_json, config, rnn, prefer, **kw):
 @hint_options
 def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path, junit, force, fmt, config,
             initial_state, return_state, mask_input, verify, tolerance, rnn, prefer, **kw):
-    """Convert INPUT (Keras CuDNNGRU HDF5 or TF1 cudnn_rnn checkpoint) into OUTPUT.
+    """Convert INPUT (Keras CuDNNGRU/CuDNNLSTM HDF5 or TF1 cudnn_rnn checkpoint) into OUTPUT.
 
     Usage: gruconv convert INPUT OUTPUT, or gruconv convert INPUT... --out-dir DIR.
 

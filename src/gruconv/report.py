@@ -31,7 +31,7 @@ def inspect_text(info: dict) -> str:
 
 def convert_text(result) -> str:
     if result.nothing_to_convert and not result.outputs:
-        return f"{result.input}: nothing to convert (no CuDNNGRU / cuDNN GRU found); no output written"
+        return f"{result.input}: nothing to convert (no cuDNN RNN: CuDNNGRU/CuDNNLSTM layer or cudnn_rnn stack); no output written"
     lines = []
     for out in result.outputs:
         lines.append(f"wrote {out}")
@@ -44,7 +44,7 @@ def convert_text(result) -> str:
 
 def verify_text(rep: dict) -> str:
     if rep.get("nothing_to_convert"):
-        return f"{rep['input']}: nothing to convert (no CuDNNGRU / cuDNN GRU found); nothing to verify"
+        return f"{rep['input']}: nothing to convert (no cuDNN RNN: CuDNNGRU/CuDNNLSTM layer or cudnn_rnn stack); nothing to verify"
     lines = [f"reference: {rep['reference']} ({rep.get('reference_reason', '')}), math: {rep['math_mode']}"]
     env = rep.get("environment") or {}
     if env.get("backend"):
