@@ -13,7 +13,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 
@@ -541,8 +540,9 @@ def _tensors(case: str) -> dict:
     return {k: b.read(k) for k in b.keys()}
 
 
-def test_inspect_big_checkpoint_is_fast(tf, tmp_path, monkeypatch):
-    """150 MB of other tensors: inspect reads the index and the GRU tensors only."""
+def test_inspect_big_checkpoint_reads_only_the_gru_tensors(tf, tmp_path, monkeypatch):
+    """150 MB of other tensors: inspect reads the index and the GRU tensors only.  (Its speed is a
+    benchmark number, ``docs/benchmarks.md``, not a timed assertion here.)"""
     tensors = _tensors("layer_80x256")
     tensors["embedding/embeddings"] = np.ones((150 * 2**20 // 4 // 1024, 1024), np.float32)
     prefix = _save(tf, tmp_path / "big.ckpt", tensors)
@@ -557,15 +557,9 @@ def test_inspect_big_checkpoint_is_fast(tf, tmp_path, monkeypatch):
 
     monkeypatch.setattr(tfbundle.Bundle, "read", spy(tfbundle.Bundle.read))
     monkeypatch.setattr(tfbundle.Bundle, "view", spy(tfbundle.Bundle.view))
-    best = min(_timed(lambda: t1.inspect(prefix)) for _ in range(3))
-    assert "embedding/embeddings" not in read_keys
-    assert best < 0.3, f"inspect took {best:.3f} s"
-
-
-def _timed(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
+    info = t1.inspect(prefix)
+    assert "embedding/embeddings" not in read_keys and read_keys
+    assert info["rnns"] and info["other_tensors"]["count"] >= 1
 
 
 def test_inconsistent_canonical_shapes(tf, tmp_path):

@@ -15,7 +15,6 @@ import random
 import shutil
 import struct
 import tempfile
-import time
 import tracemalloc
 from pathlib import Path
 
@@ -229,17 +228,16 @@ def test_many_keys_span_several_blocks_and_restarts(tf, tmp_path):
     _assert_same_as_tf(tf, tmp_path / "many")
 
 
-def test_open_is_fast_and_reads_only_the_index(tf, tmp_path):
+def test_open_reads_only_the_index(tf, tmp_path):
+    """Keys and infos of a 3000-tensor checkpoint come from the index alone: the data shard is gone.
+    (Opening speed is a benchmark number, ``docs/benchmarks.md``, not a timed assertion here.)"""
     named = {f"layer_{i:04d}/kernel": tf.zeros([4, 4]) for i in range(3000)}
     _save(tf, tmp_path / "fast", named)
     (tmp_path / "fast.data-00000-of-00001").unlink()  # index-only operations must not care
-    t0 = time.perf_counter()
     with open_bundle(tmp_path / "fast") as b:
         keys = b.keys()
         infos = [b.info(k) for k in keys]
-    elapsed = time.perf_counter() - t0
     assert len(infos) == 3000 and infos[0].shape == (4, 4)
-    assert elapsed < 0.3, f"opening a 3000-tensor index took {elapsed:.3f}s"
 
 
 def test_keys_with_spaces_slashes_and_unicode(tf, tmp_path):
