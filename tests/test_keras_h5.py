@@ -21,7 +21,7 @@ from gruconv import api
 from gruconv.canonical import RNNStack, StackShape
 from gruconv.cudnn_layout import unpack
 from gruconv.formats import keras_h5
-from gruconv.keras_layout import cudnngru_opaque, from_cudnngru, to_cudnngru
+from gruconv.keras_layout import cudnn_opaque, from_cudnn, to_cudnn
 from gruconv.oracle import run_stack
 
 KERAS = FIXTURES / "keras"
@@ -167,25 +167,25 @@ def test_non_gru_weights_carried_over_byte_for_byte(converted, keras):
 
 
 def test_reader_and_cudnngru_packing_agree():
-    """from_cudnngru (converter) equals unpack(cudnngru_opaque) (reference), and to_cudnngru inverts it."""
+    """from_cudnn (converter) equals unpack(cudnn_opaque) (reference), and to_cudnn inverts it (GRU)."""
     rng = np.random.default_rng(3)
     I, H = 5, 4
     k, rk, b = rng.standard_normal((I, 3 * H)), rng.standard_normal((H, 3 * H)), rng.standard_normal(6 * H)
-    p = from_cudnngru(k, rk, b)
-    q = unpack(cudnngru_opaque(k, rk, b), StackShape(I, H, dtype="float64"))[0]
+    p = from_cudnn(k, rk, b)
+    q = unpack(cudnn_opaque(k, rk, b), StackShape(I, H, dtype="float64"))[0]
     for a, c in zip((p.input_weights, p.recurrent_weights, p.input_bias, p.recurrent_bias),
                     (q.input_weights, q.recurrent_weights, q.input_bias, q.recurrent_bias)):
         np.testing.assert_array_equal(a, c)
-    for a, c in zip(to_cudnngru(p), (k, rk, b)):
+    for a, c in zip(to_cudnn(p), (k, rk, b)):
         np.testing.assert_array_equal(a, c)
-    np.testing.assert_array_equal(cudnngru_opaque(k, rk, b), tf_keras_pack(k, rk, b))
+    np.testing.assert_array_equal(cudnn_opaque(k, rk, b), tf_keras_pack(k, rk, b))
 
 
 def test_input_kernel_is_reinterpreted_not_transposed():
     """The trap DESIGN.md names: a CuDNNGRU input kernel block is reshape(H, I), not .T."""
     I, H = 3, 2
     k = np.arange(I * 3 * H, dtype=np.float64).reshape(I, 3 * H)
-    p = from_cudnngru(k, np.zeros((H, 3 * H)), np.zeros(6 * H))
+    p = from_cudnn(k, np.zeros((H, 3 * H)), np.zeros(6 * H))
     r_block = k[:, H:2 * H]
     np.testing.assert_array_equal(p.input_weights[0], r_block.reshape(H, I))
     assert not np.array_equal(p.input_weights[0], r_block.T)

@@ -20,8 +20,7 @@ from conftest import FIXTURES
 from gruconv import api
 from gruconv.canonical import GateParams, RNNStack, StackShape
 from gruconv.cudnn_layout import pack, unpack
-from gruconv.keras_layout import (cudnn_opaque, cudnnlstm_opaque, from_cudnn, from_cudnnlstm, to_cudnnlstm,
-                                  to_keras_lstm)
+from gruconv.keras_layout import cudnn_opaque, from_cudnn, to_cudnn, to_keras_lstm
 from gruconv.oracle import run_stack
 
 KERAS = FIXTURES / "keras_lstm"
@@ -322,8 +321,8 @@ def _golden_params(g, shape):
 @pytest.mark.parametrize("name", GOLDEN_FILES)
 def test_layout_round_trip_against_real_cudnn(name):
     """Every golden LSTM buffer: unpack/pack bit for bit; and each pseudo-layer stored as a CuDNNLSTM
-    (to_cudnnlstm) packs, the way the layer packs, to exactly that pseudo-layer's regions of cuDNN's
-    own weight space, and reads back (from_cudnnlstm) bit for bit."""
+    (to_cudnn) packs, the way the layer packs, to exactly that pseudo-layer's regions of cuDNN's
+    own weight space, and reads back (from_cudnn) bit for bit."""
     g = _golden(name)
     shape = _golden_shape(g)
     params = _golden_params(g, shape)
@@ -338,12 +337,12 @@ def test_layout_round_trip_against_real_cudnn(name):
         rows = layout[layout[:, 0] == p]
         rows = rows[np.lexsort((rows[:, 1], rows[:, 2]))]  # matrices (k 0..7), then biases
         regions = np.concatenate([g["opaque"][off:off + n] for off, n in rows[:, 3:5]])
-        k, rk, b = to_cudnnlstm(q)
+        k, rk, b = to_cudnn(q, 'lstm')
         I, H = q.input_weights.shape[2], q.recurrent_weights.shape[1]
         assert (k.shape, rk.shape, b.shape) == ((I, 4 * H), (H, 4 * H), (8 * H,))
-        np.testing.assert_array_equal(cudnnlstm_opaque(k, rk, b), regions)
+        np.testing.assert_array_equal(cudnn_opaque(k, rk, b, 'lstm'), regions)
         np.testing.assert_array_equal(tf_keras_pack("CuDNNLSTM", k, rk, b), regions)
-        back = from_cudnnlstm(k, rk, b)
+        back = from_cudnn(k, rk, b, cell='lstm')
         for key, arr in q.arrays().items():
             np.testing.assert_array_equal(getattr(back, key), arr)
 
@@ -383,7 +382,7 @@ def test_lstm_bias_is_summed_in_float64_and_rounded_once():
     k = rng.standard_normal((I, 4 * H)).astype(np.float32)
     rk = rng.standard_normal((H, 4 * H)).astype(np.float32)
     b = (rng.standard_normal(8 * H) * 10).astype(np.float32)
-    bias = to_keras_lstm(from_cudnnlstm(k, rk, b))[2]
+    bias = to_keras_lstm(from_cudnn(k, rk, b, cell='lstm'))[2]
     assert bias.dtype == np.float32 and bias.shape == (4 * H,)
     np.testing.assert_array_equal(bias, (b[:4 * H].astype(np.float64) + b[4 * H:].astype(np.float64))
                                   .astype(np.float32))
@@ -392,12 +391,12 @@ def test_lstm_bias_is_summed_in_float64_and_rounded_once():
 def test_input_kernel_is_reinterpreted_not_transposed():
     I, H = 3, 2
     k = np.arange(I * 4 * H, dtype=np.float64).reshape(I, 4 * H)
-    p = from_cudnnlstm(k, np.zeros((H, 4 * H)), np.zeros(8 * H))
+    p = from_cudnn(k, np.zeros((H, 4 * H)), np.zeros(8 * H), cell="lstm")
     for g in range(4):
         np.testing.assert_array_equal(p.input_weights[g], k[:, g * H:(g + 1) * H].reshape(H, I))
     assert not np.array_equal(p.input_weights[0], k[:, :H].T)
     # the cell-parameterised functions are the same as the LSTM-named ones
     np.testing.assert_array_equal(cudnn_opaque(k, np.zeros((H, 4 * H)), np.zeros(8 * H), "lstm"),
-                                  cudnnlstm_opaque(k, np.zeros((H, 4 * H)), np.zeros(8 * H)))
+                                  cudnn_opaque(k, np.zeros((H, 4 * H)), np.zeros(8 * H), "lstm"))
     q = from_cudnn(k, np.zeros((H, 4 * H)), np.zeros(8 * H), cell="lstm")
     np.testing.assert_array_equal(q.input_weights, p.input_weights)

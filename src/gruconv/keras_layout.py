@@ -48,7 +48,6 @@ from .errors import InputError
 #: cuDNN's own order (tf_keras ``cudnn_lstm.py``).
 KERAS_GATE_ORDER = {"gru": (1, 0, 2), "lstm": (0, 1, 2, 3)}
 assert all(len(KERAS_GATE_ORDER[c]) == CELLS[c].num_gates for c in CELLS)
-CUDNN_TO_KERAS = KERAS_GATE_ORDER["gru"]
 #: per cell: the Keras 2 / tf_keras cuDNN-only layer class that stores it
 _KERAS_CLASS = {"gru": "CuDNNGRU", "lstm": "CuDNNLSTM"}
 
@@ -105,31 +104,6 @@ def to_cudnn(p: GateParams, cell: str = "gru") -> tuple:
     return kernel, rkernel, bias
 
 
-def from_cudnngru(kernel, recurrent_kernel, bias, *, where: str = "CuDNNGRU") -> GateParams:
-    """Canonical params from a ``CuDNNGRU`` layer's stored (kernel, recurrent_kernel, bias)."""
-    return from_cudnn(kernel, recurrent_kernel, bias, cell="gru", where=where)
-
-
-def from_cudnnlstm(kernel, recurrent_kernel, bias, *, where: str = "CuDNNLSTM") -> GateParams:
-    """Canonical params from a ``CuDNNLSTM`` layer's stored (kernel, recurrent_kernel, bias).
-
-    ``kernel (I, 4H)``, ``recurrent_kernel (H, 4H)``, ``bias (8H,)`` = input-side
-    i, f, c, o then recurrent-side i, f, c, o (tf_keras ``cudnn_lstm.py``;
-    ``docs/lstm-format-facts.md`` section 2, checked against real cuDNN).
-    """
-    return from_cudnn(kernel, recurrent_kernel, bias, cell="lstm", where=where)
-
-
-def to_cudnngru(p: GateParams) -> tuple:
-    """Inverse of :func:`from_cudnngru` (used to build CuDNNGRU fixtures and planted errors)."""
-    return to_cudnn(p, "gru")
-
-
-def to_cudnnlstm(p: GateParams) -> tuple:
-    """Inverse of :func:`from_cudnnlstm`."""
-    return to_cudnn(p, "lstm")
-
-
 #: The order in which each tf_keras cuDNN layer's ``_process_batch`` hands its Keras gate
 #: blocks (``kernel[:, k*H:(k+1)*H]``, the same for the recurrent kernel and each bias half)
 #: to ``canonical_to_params``, transcribed from the layers' literal slices:
@@ -158,23 +132,6 @@ def cudnn_opaque(kernel, recurrent_kernel, bias, cell: str = "gru") -> np.ndarra
     weights = [blk(k, j) for j in order] + [blk(rk, j) for j in order]
     biases = [blk(b[:G * H], j) for j in order] + [blk(b[G * H:], j) for j in order]
     return np.concatenate([w.reshape(-1) for w in weights] + [v.reshape(-1) for v in biases])
-
-
-def cudnngru_opaque(kernel, recurrent_kernel, bias) -> np.ndarray:
-    """The parameter buffer a ``CuDNNGRU`` layer hands to cuDNN (:func:`cudnn_opaque` for GRU).
-
-    tf_keras ``src/layers/rnn/cudnn_gru.py`` ``_process_batch``: six weight
-    slices in cuDNN order (kernel[:, H:2H] (r), kernel[:, :H] (z),
-    kernel[:, 2H:] (h), then the same of recurrent_kernel), each flattened
-    as stored, then six bias slices (bias[H:2H], bias[:H], bias[2H:3H],
-    bias[4H:5H], bias[3H:4H], bias[5H:]), concatenated.
-    """
-    return cudnn_opaque(kernel, recurrent_kernel, bias, "gru")
-
-
-def cudnnlstm_opaque(kernel, recurrent_kernel, bias) -> np.ndarray:
-    """The parameter buffer a ``CuDNNLSTM`` layer hands to cuDNN (:func:`cudnn_opaque` for LSTM)."""
-    return cudnn_opaque(kernel, recurrent_kernel, bias, "lstm")
 
 
 def _keras_kernels(p: GateParams, cell: str, input_size: int | None) -> tuple:
