@@ -61,7 +61,7 @@ class Case:
     command: str = "convert"         # convert | inspect | verify
     extra: tuple = ()                # extra CLI options
     output: str = "fresh"            # fresh | readonly_dir | missing_parent | exists | is_dir | bad_ext | none
-    requires: tuple = ()             # "tf1" (gruconv.formats.tf1), "batch" (gruconv.batch)
+    requires: tuple = ()             # "tf1" (gruconv.readers.tf1), "batch" (gruconv.batch)
     note: str = ""
     blocked: Optional[bool] = None   # for permission cases: did chmod really block access here?
     marker: Optional[Path] = None    # a file that must never appear (code-execution cases)

@@ -58,7 +58,7 @@ def _have(module: str) -> bool:
         return False
 
 
-HAVE = {"tf1": _have("gruconv.formats.tf1"), "batch": _have("gruconv.batch")}
+HAVE = {"tf1": _have("gruconv.readers.tf1"), "batch": _have("gruconv.batch")}
 
 
 @dataclass(frozen=True)
@@ -401,7 +401,7 @@ def test_bad_input(name, corpus, tmp_path):
     case: Case = corpus[name]
     for need in case.requires:
         if not HAVE[need]:
-            pytest.skip(f"gruconv.{'formats.tf1' if need == 'tf1' else need} is not available")
+            pytest.skip(f"gruconv.{'readers.tf1' if need == 'tf1' else need} is not available")
     exp = expected_for(case)
     out_dir = tmp_path / "out"
     out_dir.mkdir()

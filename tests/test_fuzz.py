@@ -13,7 +13,7 @@ chunk duplications (inserted or overwritten) — are fed to each reader:
   gets past the index's checksums to the checkpoint reader's own logic.
 
 Every case runs :func:`gruconv.api.inspect` (no Keras), then for a readable Keras file the
-legacy writer :func:`gruconv.formats.keras_h5.write` (no Keras either), and for one case in
+legacy writer :func:`gruconv.readers.keras_h5.write` (no Keras either), and for one case in
 :data:`CONVERT_EVERY` the full :func:`gruconv.api.convert` (Keras 3).  Any other exception is a
 bug.  Each reader runs in its own worker process, so a crash inside a C library (HDF5) or a hang
 is caught too, with the case that caused it.
@@ -181,7 +181,7 @@ def _worker(reader: str, start: int, count: int, out_dir: Path, progress: Path) 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     from gruconv import api
     from gruconv.errors import GruconvError
-    from gruconv.formats import keras_h5
+    from gruconv.readers import keras_h5
 
     stats = {"reader": reader, "cases": 0, "ok": 0, "refused": {}, "converted": 0, "failures": []}
     work = out_dir / "case"
@@ -323,7 +323,7 @@ def test_mutated_fixtures_only_succeed_or_raise_gruconv_errors(readers, tmp_path
 
 def _have_tf1() -> bool:
     try:
-        import gruconv.formats.tf1  # noqa: F401
+        import gruconv.readers.tf1  # noqa: F401
         return True
     except ImportError:
         return False
@@ -396,7 +396,7 @@ def test_random_model_configs_only_succeed_or_raise_gruconv_errors(config_corpus
 
     from gruconv import api
     from gruconv.errors import GruconvError
-    from gruconv.formats import keras_h5
+    from gruconv.readers import keras_h5
 
     corpus, work = config_corpus
     name = data.draw(st.sampled_from(sorted(corpus)))

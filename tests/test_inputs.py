@@ -14,7 +14,7 @@ import pytest
 from conftest import FIXTURES
 from gruconv import inputs, tfbundle
 from gruconv.errors import InputError, OutputError, UsageError
-from gruconv import formats
+from gruconv import readers as formats
 from gruconv.outputs import check_outputs, check_target
 
 TF1 = FIXTURES / "tf1"

@@ -20,7 +20,7 @@ from conftest import FIXTURES
 from gruconv import api
 from gruconv.canonical import RNNStack, StackShape
 from gruconv.cudnn_layout import unpack
-from gruconv.formats import keras_h5
+from gruconv.readers import keras_h5
 from gruconv.keras_layout import cudnn_opaque, from_cudnn, to_cudnn
 from gruconv.oracle import run_stack
 

@@ -118,7 +118,7 @@ def baselines(tmp_path_factory) -> dict:
     assert code == 0, err
     tiny, code, err = peak_rss([GRUCONV, "convert", FIX / "sequential.h5", d / "tiny.keras"])
     assert code == 0, err
-    npy, code, err = peak_rss([sys.executable, "-c", "import gruconv.api, gruconv.formats.keras_h5, h5py"])
+    npy, code, err = peak_rss([sys.executable, "-c", "import gruconv.api, gruconv.readers.keras_h5, h5py"])
     assert code == 0, err
     return {"import": imp, "tiny": tiny, "numpy": npy}
 

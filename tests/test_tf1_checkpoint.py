@@ -23,8 +23,8 @@ from conftest import FIXTURES, ROOT, load_golden
 from gruconv import report, tfbundle
 from gruconv.canonical import StackShape
 from gruconv.errors import InputError, OutputError, UsageError
-from gruconv.formats import tf1 as _t1
-from gruconv.formats.tf1 import reading as _t1_reading, writing as _t1_writing
+from gruconv.readers import tf1 as _t1
+from gruconv.readers.tf1 import reading as _t1_reading, writing as _t1_writing
 from gruconv.results import Options
 
 
@@ -508,7 +508,7 @@ def test_inspect_json_and_text(case):
 
 def test_inspect_imports_no_framework():
     code = (
-        "import sys; from gruconv.formats import tf1 as t; "
+        "import sys; from gruconv.readers import tf1 as t; "
         f"t.inspect(t.read({str(TF1 / 'layer_3l_bidir')!r})); "
         f"t.inspect(t.read({str(TF1 / 'opaque_only_skip_uni')!r}, hints={{'input_mode': 'skip'}})); "
         "print([m for m in ('tensorflow', 'keras') if m in sys.modules])"

@@ -18,8 +18,8 @@ import pytest
 from conftest import FIXTURES
 from gruconv import report
 from gruconv.errors import UnsupportedError, UsageError
-from gruconv.formats import tf1 as t1
-from gruconv.formats.tf1 import cells, names, writing
+from gruconv.readers import tf1 as t1
+from gruconv.readers.tf1 import cells, names, writing
 from gruconv.results import Options
 
 TF1 = FIXTURES / "tf1_lstm"

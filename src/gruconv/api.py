@@ -5,7 +5,7 @@
 >>> api.convert("in.h5", "out.keras")                                          # doctest: +SKIP
 
 Each function detects the input's format and hands it to that format's module
-(:mod:`gruconv.formats`), which reads it into the canonical model and writes
+(:mod:`gruconv.readers`), which reads it into the canonical model and writes
 the output; this module knows no format.
 """
 
@@ -15,7 +15,7 @@ import dataclasses
 import os
 from pathlib import Path
 
-from . import formats
+from . import readers
 from .results import ConvertResult, Options
 
 __all__ = ["inspect", "convert", "verify", "check_not_inputs", "ConvertResult", "Options"]
@@ -24,7 +24,7 @@ __all__ = ["inspect", "convert", "verify", "check_not_inputs", "ConvertResult", 
 def inspect(path, options=None, **kw) -> dict:
     """Describe every cuDNN RNN in a file, and what ``convert`` would produce. No TensorFlow/Keras."""
     opts = Options.of(options, **kw)
-    module = formats.module(formats.detect(path))
+    module = readers.module(readers.detect(path))
     return module.inspect(module.read(Path(path), opts))
 
 
@@ -40,7 +40,7 @@ def convert(input, output, options=None, *, verify: bool = False, tolerance: flo
     """
     opts = Options.of(options, **kw)
     input, output = Path(input), Path(output)
-    module = formats.module(formats.detect(input))
+    module = readers.module(readers.detect(input))
     doc = module.read(input, opts)
     if not verify:
         return module.convert(doc, output, opts)
@@ -108,7 +108,7 @@ def check_not_inputs(outputs, input, *others) -> None:
 
     files = [Path(input)]
     try:
-        files += formats.module(formats.detect(input)).input_files(Path(input))
+        files += readers.module(readers.detect(input)).input_files(Path(input))
     except GruconvError:
         pass  # the command itself reports an unreadable input
     for o in others:

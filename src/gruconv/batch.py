@@ -162,7 +162,7 @@ class _Input:
 
 def _detect(path: Path) -> Optional[str]:
     """The format of ``path``, or None when it is no model (or its reader cannot even be imported)."""
-    from . import formats
+    from . import readers as formats
 
     try:
         return formats.detect(path)
@@ -173,7 +173,7 @@ def _detect(path: Path) -> Optional[str]:
 
 
 def _detect_explicit(path: Path) -> str:
-    from . import formats
+    from . import readers as formats
 
     try:
         return formats.detect(path)
@@ -556,7 +556,7 @@ def safe_output(out_dir: Path, rel: str) -> Path:
 # knowledge below until every format module has the verb.
 
 def _format_module(fmt: str):
-    from . import formats
+    from . import readers as formats
 
     return formats.module(fmt)
 

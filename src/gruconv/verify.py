@@ -37,7 +37,7 @@ from typing import Optional
 
 import numpy as np
 
-from . import formats
+from . import readers
 from .canonical import RNNStack, StackShape
 from .cudnn_layout import params_size, unpack
 from .keras_layout import cudnn_opaque, to_cudnn
@@ -636,8 +636,8 @@ def verify(input, converted=None, options: Optional[Options] = None, *, toleranc
         from .inputs import regular_file
 
         regular_file(converted, "a converted model (.keras or weights .h5)")
-    fmt = formats.detect(input)
-    module = formats.module(fmt)
+    fmt = readers.detect(input)
+    module = readers.module(fmt)
     doc = module.read(input, opts)
     keras = _keras()
     report.environment = {"keras": keras.__version__, "backend": keras.backend.backend(), **engine.info}

@@ -13,7 +13,7 @@ on every backend, with no custom objects.
 
 Two routes in:
 
-* Keras HDF5 input: :func:`gruconv.formats.keras_h5.write` first writes a
+* Keras HDF5 input: :func:`gruconv.readers.keras_h5.write` first writes a
   legacy file with GRUs; Keras 3's own legacy loader then builds the model
   (so every non-GRU layer is rebuilt by Keras itself) and ``Model.save``
   writes the ``.keras`` file.
@@ -303,7 +303,7 @@ def restore_initializers(model, originals: dict, source=None) -> None:
 
     ``originals`` maps a CuDNNGRU / CuDNNLSTM config path (``nested/cu_dnngru``,
     ``bidirectional/cu_dnngru``) to its legacy initializer configs
-    (:func:`gruconv.formats.keras_h5.original_initializers`).  Initializers
+    (:func:`gruconv.readers.keras_h5.original_initializers`).  Initializers
     act only when a layer builds its weights, so this changes what the saved
     config says, not any weight.
     """

@@ -27,7 +27,7 @@ model with a ``Lambda`` layer (marshalled Python bytecode) is refused as a
 ``.keras`` target, since building it would run that code; ``--format
 h5-weights`` still writes its converted weights, which carry no code.
 
-Registry verbs (:mod:`gruconv.formats`): :func:`sniff`, :func:`read`,
+Registry verbs (:mod:`gruconv.readers`): :func:`sniff`, :func:`read`,
 :func:`inspect`, :func:`check_outputs`, :func:`convert`, :func:`to_keras`,
 :func:`output_name`, :func:`input_files`.
 """
@@ -905,7 +905,7 @@ def to_keras(doc: KerasH5Model, opts: Optional[Options] = None):
     """
     import tempfile
 
-    from . import keras3
+    from ..formats import keras3
 
     if doc.model_config is None:
         raise UsageError("a weights-only file needs --config ARCH.json (the model's to_json()) to become "
@@ -952,13 +952,13 @@ def convert(doc: KerasH5Model, output: Path, opts: Optional[Options] = None) -> 
         with atomic_path(output, force=opts.force, suffix=".h5") as tmp:
             nonfinite = write(doc, tmp, include_model=False)
     elif out_fmt == "keras-weights":
-        from . import keras3
+        from ..formats import keras3
 
         model, nonfinite = to_keras(doc, opts)
         with atomic_path(output, force=opts.force, suffix=".weights.h5") as tmp:
             keras3.save_weights(model, tmp)
     else:
-        from . import keras3
+        from ..formats import keras3
 
         model, nonfinite = to_keras(doc, opts)
         half = [r.path for r in doc.rnns if r.shape.dtype in ("float16", "bfloat16")]

@@ -1,6 +1,6 @@
 """TensorFlow 1.x ``tf.contrib.cudnn_rnn`` checkpoints (GRU and LSTM): the ``tf1-checkpoint`` format.
 
-The registry verbs (:mod:`gruconv.formats`) over four modules:
+The registry verbs (:mod:`gruconv.readers`) over four modules:
 
 :mod:`.names`
     key patterns, name styles (TF 1.3 / 1.4 / 1.5+), layer scopes;

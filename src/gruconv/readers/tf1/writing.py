@@ -115,7 +115,7 @@ def _layer_weights(r: _Reader, e: CheckpointStack):
     (:func:`gruconv.keras_layout.to_keras_gru` / ``to_keras_lstm``); the params may be views of
     the mapped checkpoint, whose pages are dropped as soon as an array is
     built, so about one array's worth of checkpoint data is resident at a time."""
-    from ..keras3 import _params_weights
+    from ...formats.keras3 import _params_weights
 
     default = _params_weights(e.stack)
 
@@ -130,7 +130,7 @@ def _layer_weights(r: _Reader, e: CheckpointStack):
 def _output_format(output: Path, opts: Options) -> Optional[str]:
     """``keras``, ``h5-weights`` (legacy Keras weights layout), ``keras-weights`` (Keras 3's
     ``.weights.h5``), or None: a directory of ``.keras`` models.  ``--format`` decides, else the
-    output's name (as for Keras HDF5 inputs: :func:`gruconv.formats.keras_h5.output_format`)."""
+    output's name (as for Keras HDF5 inputs: :func:`gruconv.readers.keras_h5.output_format`)."""
     lower = output.name.lower()
     fmt = opts.format
     if fmt is None and not output.is_dir():
@@ -251,7 +251,7 @@ def to_keras(doc: CheckpointDoc, opts: Optional[Options] = None) -> list:
 
     Built with every optional input and output (initial states, final states)
     so verification can drive them all; ``convert`` adds only what was asked."""
-    from .. import keras3
+    from ...formats import keras3
 
     out = []
     for e in doc.stacks:
@@ -269,7 +269,7 @@ def convert(doc: CheckpointDoc, output: Path, opts: Optional[Options] = None) ->
     ``rest.npz``.  Everything is written atomically.
     """
     from ...outputs import atomic_path
-    from .. import keras3
+    from ...formats import keras3
 
     opts = opts or Options()
     force, prefer = opts.force, opts.prefer

@@ -1,0 +1,79 @@
+"""The registry of input formats, detected from content (never from the file extension alone).
+
+Every input-format module offers the same verbs (pandoc's readers list is the model):
+
+``sniff(path) -> bool``
+    cheap content check, no exceptions;
+``read(path, options) -> doc``
+    the file's structure plus its stacks in the canonical model
+    (:mod:`gruconv.canonical`), every problem a ``GruconvError``;
+``inspect(doc) -> dict``
+    the one inspect schema (``file``, ``format``, ``kind``, ``summary``,
+    ``rnns`` [``name``, ``cell``, ``kind``, ``shape``, ``params``,
+    ``converts_to``, ``nonfinite_weights``, ``details``], ``details``);
+``check_outputs(doc, output, options)``
+    refuse unwritable or forbidden targets before any work;
+``convert(doc, output, options) -> ConvertResult``
+    write the Keras 3 output(s) through :mod:`gruconv.formats.keras3`;
+``to_keras(doc, options)``
+    the same model(s) in memory, for ``verify``;
+``output_name(path, options, stem) -> str``
+    batch mode's output name;
+``input_files(path) -> list``
+    every file a conversion reads.
+
+A new format is one module and one line in :data:`READERS`; ``options`` is
+always a :class:`gruconv.results.Options`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..errors import InputError
+
+#: name -> module path, tried in order.
+READERS = {
+    "keras-h5": "gruconv.readers.keras_h5",
+    "tf1-checkpoint": "gruconv.readers.tf1",
+}
+
+
+def module(name: str):
+    """The format module registered as ``name``."""
+    import importlib
+
+    return importlib.import_module(READERS[name])
+
+
+def detect(path) -> str:
+    """The format name of ``path``, or :class:`InputError` saying what was found instead.
+
+    Nothing is opened here that :mod:`gruconv.inputs` has not checked: a FIFO, a device or a
+    socket is refused by its type before any read could block."""
+    from ..inputs import head, regular_file
+
+    path = Path(path)
+    if not os.path.lexists(path) and not Path(str(path) + ".index").exists():
+        raise InputError("no such file or directory", path=path)
+    if path.is_dir():
+        try:
+            os.listdir(path)
+        except OSError as e:
+            raise InputError(f"directory cannot be read ({e.strerror})", path=path) from None
+    elif os.path.lexists(path):
+        st = regular_file(path, "a model file (Keras HDF5 or TensorFlow checkpoint)")
+        if st.st_size == 0:
+            raise InputError("file is empty", path=path)
+        head(path, 8, "a model file")  # readable at all: one line now, not a confusing sniff failure
+    for name in READERS:
+        if module(name).sniff(path):
+            return name
+    if path.is_dir():
+        raise InputError("directory holds no TensorFlow checkpoint ('checkpoint' file or *.index)", path=path)
+    raise InputError("not a Keras HDF5 file nor a TensorFlow checkpoint", path=path)
+
+
+#: The registry under its earlier name (readers were called formats).
+FORMATS = READERS
