@@ -776,12 +776,13 @@ def _all_stacks():
 def test_keras_arrays_equal_to_keras_gru():
     """The lean convert path (Keras arrays straight from the canonical tensors, one at a time)
     gives exactly the arrays to_keras_gru gives from the stack's params."""
+    from gruconv.formats.keras3 import released_weights
     from gruconv.keras_layout import to_keras_gru
 
     seen = 0
     for name, doc, e in _all_stacks():
         s = e.stack.shape
-        weight = t1._layer_weights(doc.reader, e)
+        weight = released_weights(e.stack, doc.reader.release)
         for layer in range(s.num_layers):
             for d in range(s.num_directions):
                 ref = to_keras_gru(e.stack.params[s.pseudo_layer(layer, d)], s.layer_input_size(layer))

@@ -19,7 +19,8 @@ from conftest import FIXTURES
 from gruconv import report
 from gruconv.errors import UnsupportedError, UsageError
 from gruconv.readers import tf1 as t1
-from gruconv.readers.tf1 import cells, names, writing
+from gruconv.readers.tf1 import cells, names
+from gruconv.writers import rest_npz
 from gruconv.results import Options
 
 TF1 = FIXTURES / "tf1_lstm"
@@ -374,7 +375,7 @@ CRAFTED = ["../../x", "/etc/x", "a\x1bb", "line\nbreak", "dense/kernel", "dense_
 
 
 def test_npz_member_names_are_safe_and_unique():
-    got = writing.npz_member_names(CRAFTED)
+    got = rest_npz.npz_member_names(CRAFTED)
     assert len({n.lower() for n in got}) == len(got)
     for n in got:
         assert n and n.isascii() and n.isprintable() and "/" not in n and "\\" not in n and ".." not in n
@@ -391,12 +392,12 @@ def test_rest_npz_with_crafted_names(tf, tmp_path):
     rest = tmp_path / "m.keras.rest.npz"
     with zipfile.ZipFile(rest) as z:
         members = z.namelist()
-        manifest = json.loads(z.read(writing.REST_MANIFEST))["tensors"]
-    assert writing.REST_MANIFEST in members
+        manifest = json.loads(z.read(rest_npz.REST_MANIFEST))["tensors"]
+    assert rest_npz.REST_MANIFEST in members
     for m in members:
         assert "/" not in m and "\\" not in m and ".." not in m and m.isascii() and m.isprintable()
     with np.load(rest) as z:
-        arrays = {manifest[k]: z[k] for k in z.files if k != writing.REST_MANIFEST}
+        arrays = {manifest[k]: z[k] for k in z.files if k != rest_npz.REST_MANIFEST}
     assert sorted(arrays) == sorted(list(extra) + ["global_step"])
     for name, v in extra.items():
         np.testing.assert_array_equal(arrays[name], v)

@@ -16,6 +16,7 @@ import click
 
 from . import __version__
 from .errors import GruconvError
+from .results import OUTPUT_FORMATS
 
 
 class _Group(click.Group):
@@ -126,7 +127,7 @@ def inspect(path, as_json, config, rnn, prefer, **kw):
 @click.option("--report", "report_path", type=click.Path(path_type=Path, readable=False), help="Batch: write a JSON report.")
 @click.option("--junit", type=click.Path(path_type=Path, readable=False), help="Batch: write a JUnit XML report.")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT; also write a model with nothing to convert.")
-@click.option("--format", "fmt", type=click.Choice(["keras", "h5-weights", "keras-weights"]),
+@click.option("--format", "fmt", type=click.Choice(list(OUTPUT_FORMATS)),
               help="Output format (default from OUTPUT's name: .keras model; .weights.h5 Keras 3 weights; "
                    ".h5 legacy-layout weights for Keras 2/tf_keras and Keras 3 load_weights).")
 @click.option("--config", type=click.Path(path_type=Path, readable=False),

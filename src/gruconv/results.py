@@ -1,6 +1,6 @@
 """What the library hands back and takes in: the options record and the conversion result.
 
-A bottom module (it imports nothing of gruconv but errors): format modules,
+A bottom module (it imports nothing of gruconv but errors and the writers registry's names): format modules,
 the API, batch mode and the CLI all speak these two types, so none of them
 imports another for a data class.
 """
@@ -11,9 +11,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from .errors import UsageError
+from .writers import WRITERS
 
-#: Output formats ``convert`` can write.
-OUTPUT_FORMATS = ("keras", "h5-weights", "keras-weights")
+#: Output formats ``convert`` can write: the writers registry's names (:mod:`gruconv.writers`).
+OUTPUT_FORMATS = tuple(WRITERS)
 
 
 @dataclass(frozen=True)

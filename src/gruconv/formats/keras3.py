@@ -495,9 +495,11 @@ class _Given:
         return value
 
 
-def _params_weights(stack: RNNStack) -> Callable:
+def released_weights(stack: RNNStack, release: Optional[Callable] = None) -> Callable:
     """``layer_weights`` from ``stack.params`` (:func:`gruconv.keras_layout.to_keras`: GRU or LSTM),
-    one pseudo-layer's arrays at a time, each handed out once."""
+    one pseudo-layer's arrays at a time, each handed out once; ``release()`` (a reader's: drop the
+    mapped input pages) is called after each array is made, so about one array's worth of input is
+    resident at a time."""
     s = stack.shape
     cache: dict = {}
 
@@ -508,6 +510,8 @@ def _params_weights(stack: RNNStack) -> Callable:
             arrays = cache[layer, d] = to_keras(stack.params[s.pseudo_layer(layer, d)], s.cell,
                                                 s.layer_input_size(layer))
         value, arrays[i] = arrays[i], None
+        if release is not None:
+            release()
         return value
 
     return weight
@@ -568,7 +572,7 @@ def build_stack_model(stack: RNNStack, *, initial_state: bool = False, return_st
         inputs.append(mask)
     x = x_in
     finals = []
-    weight = layer_weights or _params_weights(stack)
+    weight = layer_weights or released_weights(stack)
     pending: set = set()
     grus = {}  # (layer, direction) -> GRU or LSTM
     layer_cls = keras.layers.LSTM if lstm else keras.layers.GRU

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Optional
 
 
-from .. import h5safe
+from .. import h5safe, writers
 from ..canonical import CELLS, RNNStack, StackShape
 from ..cudnn_layout import params_size
 from ..errors import GruconvError, InputError, OutputError, UnsupportedError, UsageError
@@ -841,31 +841,34 @@ def inspect(doc: KerasH5Model) -> dict:
 
 
 def output_format(output: Path, opts: Options) -> str:
-    """``keras`` or ``h5-weights``: ``--format``, else the output's extension."""
-    if opts.format is not None:
-        return opts.format
-    if output.name.lower().endswith(".weights.h5"):  # Keras 3 reserves this name for its own format
-        return "keras-weights"
-    if output.suffix.lower() in (".h5", ".hdf5"):
-        return "h5-weights"
-    if output.suffix.lower() == ".keras":
-        return "keras"
-    raise UsageError(f"cannot tell the output format from {output.name!r}: use a .keras or .h5 name, or --format",
-                     path=output)
+    """The writer's name: ``--format``, else the one claiming the output's name
+    (:func:`gruconv.writers.output_format`)."""
+    fmt = writers.output_format(output, opts)
+    if fmt is None:
+        raise UsageError(f"cannot tell the output format from {output.name!r}: use a .keras or .h5 name, or --format",
+                         path=output)
+    return fmt
 
 
-def output_name(path: Path, opts: Options, stem: str) -> str:
-    """Batch mode: the output file name for an input whose mirrored name without suffix is ``stem``."""
-    if opts.format == "h5-weights":
-        return stem + ".h5"
-    if opts.format == "keras" or opts.config is not None:
-        return stem + ".keras"
+def natural_output(path: Path, opts: Options) -> tuple:
+    """Batch mode: ``(format, many)`` of the output ``path`` converts to without ``--format``: a
+    weights-only file (and no ``--config``) to legacy ``.h5`` weights, anything else to a ``.keras``
+    model; never several files."""
+    if opts.config is not None:
+        return "keras", False
     try:
         with _open(Path(path)) as f:
             weights_only = "model_config" not in f.attrs and "layer_names" in f.attrs
     except GruconvError:
         weights_only = False  # the conversion itself reports what is wrong
-    return stem + (".h5" if weights_only else ".keras")
+    return ("h5-weights" if weights_only else "keras"), False
+
+
+def output_name(path: Path, opts: Options, stem: str) -> str:
+    """Batch mode: the output file name for an input whose mirrored name without suffix is ``stem``
+    (:func:`gruconv.writers.output_name`)."""
+    fmt, many = natural_output(path, opts)
+    return writers.output_name(stem, opts.format or fmt, many=many)
 
 
 def input_files(path: Path) -> list:

@@ -13,15 +13,16 @@ The registry verbs (:mod:`gruconv.readers`) over four modules:
     canonical tensors, solve opaque-only shapes, inspect (no TensorFlow,
     no Keras);
 :mod:`.writing`
-    convert: one ``.keras`` per stack, every other tensor to ``rest.npz``.
+    convert: plan the targets, hand each stack to the chosen writer
+    (:mod:`gruconv.writers`) and the other tensors to ``rest.npz``.
 """
 
 from __future__ import annotations
 
 from .names import FORMAT
-from .reading import (CheckpointDoc, CheckpointStack, CrossCheck, input_files, inspect, output_name, read,
-                      sniff)
+from .reading import (CheckpointDoc, CheckpointStack, CrossCheck, input_files, inspect, natural_output,
+                      output_name, read, sniff)
 from .writing import check_outputs, convert, to_keras
 
 __all__ = ["FORMAT", "sniff", "read", "inspect", "check_outputs", "convert", "to_keras", "output_name",
-           "input_files", "CheckpointDoc", "CheckpointStack", "CrossCheck"]
+           "natural_output", "input_files", "CheckpointDoc", "CheckpointStack", "CrossCheck"]

@@ -273,6 +273,11 @@ class _Reader:
     def release(self) -> None:
         self.bundle.release()
 
+    def view(self, key) -> np.ndarray:
+        """One tensor as a mapped view, not cached (a writer copying it straight from the file's
+        pages; :class:`gruconv.errors.UnsupportedError` for a dtype the bundle cannot map)."""
+        return self.bundle.view(key)
+
     def error(self, message: str, cls=InputError) -> GruconvError:
         return cls(message, path=self.where)
 
@@ -595,7 +600,7 @@ def read(path, options: Optional[Options] = None, **kw) -> CheckpointDoc:
         chosen = [e for e in found if e.scope == rnn or e.opaque_key == rnn]
         if not chosen:
             have = ", ".join(repr(e.scope) for e in found) or "none"
-            raise UsageError(f"no cuDNN {_cells_text(found)} stack with scope {rnn!r}; stacks found: {have}",
+            raise UsageError(f"no cuDNN {cells_text(found)} stack with scope {rnn!r}; stacks found: {have}",
                              path=r.where)
         found = chosen
     elif variable is not None:
@@ -750,7 +755,7 @@ def _cell_word(cell: Optional[str]) -> str:
     return TF_CELLS[cell].title if cell else " or ".join(c.title for c in TF_CELLS.values())
 
 
-def _cells_text(entries: list) -> str:
+def cells_text(entries: list) -> str:
     cells = {e.cell for e in entries}
     return _cell_word(cells.pop()) if len(cells) == 1 and None not in cells else "RNN"
 
@@ -802,7 +807,7 @@ def _cand_text(c: StackShape, with_cell: bool = False) -> str:
             f"{'bi' if c.bidirectional else 'uni'}/{c.input_mode}")
 
 
-def _require_shape(entry: CheckpointStack, where: str) -> None:
+def require_shape(entry: CheckpointStack, where: str) -> None:
     if entry.stack is not None:
         return
     if entry.candidates:
@@ -822,7 +827,7 @@ def _require_shape(entry: CheckpointStack, where: str) -> None:
 # --------------------------------------------------------------------------- inspect
 
 
-def _rnn_entry(e: CheckpointStack) -> dict:
+def rnn_entry(e: CheckpointStack) -> dict:
     """One stack in the inspect / convert schema (``gruconv.results``)."""
     sh = e.shape
     details = [f"defined by: {e.source}"]
@@ -880,7 +885,7 @@ def inspect(doc: CheckpointDoc) -> dict:
         "format": FORMAT,
         "kind": "checkpoint",
         "summary": f"TensorFlow checkpoint {doc.prefix}, {doc.tensor_count} tensors, {doc.total_bytes} bytes",
-        "rnns": [_rnn_entry(e) for e in doc.stacks],
+        "rnns": [rnn_entry(e) for e in doc.stacks],
         "details": details,
         "prefix": doc.prefix,
         "data_shards": doc.num_shards,
@@ -905,18 +910,24 @@ def glob_escape(name: str) -> str:
     return glob.escape(name)
 
 
-def output_name(path, opts: Options, stem: str) -> str:
-    """Batch mode: ``stem.keras`` (``stem.h5`` / ``stem.weights.h5`` for the weights formats), or
-    ``stem`` as a directory when several stacks convert at once."""
-    if opts.format == "h5-weights":
-        return stem + ".h5"
-    if opts.format == "keras-weights":
-        return stem + ".weights.h5"
+def natural_output(path, opts: Options) -> tuple:
+    """Batch mode: ``(format, many)``: ``.keras`` models, ``many`` when several stacks convert at
+    once (no ``--rnn``), so that the output is a directory of them."""
     if opts.rnn is None:
         try:
             if len(read(path, opts).stacks) > 1:
-                return stem
+                return "keras", True
         except GruconvError:
             pass  # reported by the conversion itself
-    return stem + ".keras"
+    return "keras", False
 
+
+def output_name(path, opts: Options, stem: str) -> str:
+    """Batch mode: the output name (:func:`gruconv.writers.output_name`): ``stem`` plus the writer's
+    suffix, or ``stem`` itself as a directory when several stacks go to a writer writing one file
+    per stack."""
+    from ... import writers
+
+    one_per_stack = opts.format is None or writers.module(opts.format).MANY
+    fmt, many = natural_output(path, opts) if one_per_stack else (opts.format, False)
+    return writers.output_name(stem, opts.format or fmt, many=many)

@@ -1,0 +1,88 @@
+"""The registry of output formats: the one place that decides an output's format and its name.
+
+Readers (:mod:`gruconv.readers`) produce one document; writers consume it (pandoc's readers →
+AST → writers split).  Every writer is one module with the same attributes and verbs:
+
+``FORMAT``
+    its ``--format`` name (the key in :data:`WRITERS`);
+``SUFFIX``
+    the name ending it gives an output (batch naming, ``--out-dir``);
+``CLAIMS``
+    the name endings that select it when ``--format`` is not given (longest match wins, so
+    ``x.weights.h5`` is Keras 3 weights, ``x.h5`` legacy weights);
+``MANY``
+    True if it can write one file per stack into a directory (a checkpoint with several stacks);
+``options(doc) -> set``
+    the :class:`gruconv.results.Options` fields it reads for that document (a reader declares its
+    own in its ``OPTIONS``; :func:`gruconv.readers.check_options` refuses every other one given);
+``write_stack(reader, entry, target, options, name)``
+    one bare RNN stack (a TF1 checkpoint's) written to ``target`` (a temporary path), reading one
+    layer at a time and calling ``reader.release()`` between them.
+
+Beside any of them, :mod:`gruconv.writers.rest_npz` writes the document's other tensors.
+
+A new writer is one module and one line in :data:`WRITERS`.  This module imports only
+:mod:`gruconv.errors` (``results`` takes the format names from here).
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Optional
+
+from ..errors import UsageError
+
+#: ``--format`` name -> module path.  Order is the order ``--help`` lists them.
+WRITERS = {
+    "keras": "gruconv.writers.keras_model",
+    "h5-weights": "gruconv.writers.legacy_h5",
+    "keras-weights": "gruconv.writers.keras_weights",
+}
+
+#: The writer of a document's other tensors, beside whichever writer wrote its stacks.
+REST = "gruconv.writers.rest_npz"
+
+
+def module(name: str):
+    """The writer registered as ``name`` (a ``--format`` value)."""
+    if name not in WRITERS:
+        raise UsageError(f"--format must be one of {', '.join(WRITERS)}, got {name!r}")
+    return importlib.import_module(WRITERS[name])
+
+
+def claimed_by(output) -> Optional[str]:
+    """The writer whose ``CLAIMS`` the name of ``output`` ends with (the longest one), or None."""
+    lower = Path(output).name.lower()
+    best, length = None, 0
+    for name in WRITERS:
+        for claim in module(name).CLAIMS:
+            if lower.endswith(claim) and len(claim) > length:
+                best, length = name, len(claim)
+    return best
+
+
+def output_format(output, options) -> Optional[str]:
+    """``--format`` if given, else the writer claiming ``output``'s name, else None (the caller
+    decides: a Keras HDF5 input refuses, a checkpoint writes a directory)."""
+    if options.format is not None:
+        module(options.format)  # a valid name, or the one usage line
+        return options.format
+    return claimed_by(output)
+
+
+def output_name(stem: str, fmt: str, *, many: bool = False) -> str:
+    """The name of the output for an input whose name without suffix is ``stem``: ``stem`` plus the
+    writer's ``SUFFIX``, or ``stem`` itself (a directory) when ``many`` stacks go to a writer that
+    writes one file per stack."""
+    writer = module(fmt)
+    return stem if many and writer.MANY else stem + writer.SUFFIX
+
+
+def suffixes() -> tuple:
+    """Every name ending a writer claims (batch strips them from input names only if also inputs)."""
+    return tuple(c for name in WRITERS for c in module(name).CLAIMS)
+
+
+#: Options every run reads whatever its reader and writer: where and whether to write.
+COMMON_OPTIONS = frozenset({"force", "format"})

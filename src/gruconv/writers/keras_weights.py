@@ -1,0 +1,26 @@
+"""The ``keras-weights`` writer: Keras 3's own weights file (``model.save_weights``; Keras 3 requires
+the name to end in ``.weights.h5``), for ``model.load_weights`` into the converted architecture.
+Written through the Keras boundary (:func:`gruconv.formats.keras3.save_weights`)."""
+
+from __future__ import annotations
+
+FORMAT = "keras-weights"
+SUFFIX = ".weights.h5"
+CLAIMS = (".weights.h5",)
+MANY = False
+
+
+def options(graph: bool) -> frozenset:
+    """Weights carry no model interface: no option of their own."""
+    return frozenset()
+
+
+def write_stack(reader, entry, target, options, name: str) -> None:
+    """One stack's weights, from the model the ``keras`` writer would build (its layer names)."""
+    from ..formats import keras3
+
+    model = keras3.build_stack_model(entry.stack, initial_state=options.initial_state,
+                                     return_state=options.return_state, mask_input=options.mask_input,
+                                     name=name, layer_weights=keras3.released_weights(entry.stack, reader.release))
+    reader.release()
+    keras3.save_weights(model, target)

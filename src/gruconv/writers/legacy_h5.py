@@ -1,0 +1,71 @@
+"""The ``h5-weights`` writer: Keras weights in the legacy HDF5 layout (what tf_keras's
+``model.save_weights("x.h5")`` writes), with h5py alone (no Keras, no TensorFlow).
+
+Layout (tf_keras ``saving/legacy/hdf5_format.py``): root attrs ``layer_names``, ``backend``,
+``keras_version``; one group per layer with attr ``weight_names`` and datasets under those names.
+tf_keras's and Keras 3's ``load_weights`` read it into the converted architecture (they match
+layers by order).  A Keras HDF5 input's whole graph is written by
+:func:`gruconv.readers.keras_h5.write` (the other layers' weights are copied as they are).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ..errors import OutputError
+
+FORMAT = "h5-weights"
+SUFFIX = ".h5"
+CLAIMS = (".h5", ".hdf5")
+MANY = False
+
+
+def options(graph: bool) -> frozenset:
+    """Weights carry no model interface: no option of their own."""
+    return frozenset()
+
+
+def layer_weight_names(stack, lname: str) -> list:
+    """The ``weight_names`` tf_keras's ``save_weights`` gives layer ``lname`` of the stack: a
+    ``GRU``/``LSTM`` or its ``Bidirectional`` wrapper (forward weights, then backward)."""
+    cell = stack.shape.cell
+    roles = ("kernel", "recurrent_kernel", "bias")
+    if not stack.shape.bidirectional:
+        return [f"{lname}/{cell}_cell/{r}:0" for r in roles]
+    return [f"{lname}/{side}_{cell}/{cell}_cell/{r}:0" for side in ("forward", "backward") for r in roles]
+
+
+def write_stack(reader, entry, target, options, name: str) -> None:
+    """The stack's Keras weights, one group per layer of the model
+    :func:`gruconv.formats.keras3.build_stack_model` builds (its names; the input layer with no
+    weights), one direction's arrays at a time (``reader.release()`` after each)."""
+    import h5py
+
+    from ..keras_layout import to_keras as keras_arrays
+
+    stack = entry.stack
+    s = stack.shape
+    base = re.sub(r"[^A-Za-z0-9_]+", "_", name).strip("_") or "gru_stack"  # keras3's layer-name rule
+    layer_names = ["inputs"] + [f"{base}_l{layer}" for layer in range(s.num_layers)]
+    try:
+        f = h5py.File(target, "w")
+    except (OSError, RuntimeError, ValueError) as err:
+        raise OutputError(f"cannot create output ({err})", path=target) from None
+    with f:
+        f.attrs["layer_names"] = np.array([n.encode("utf-8") for n in layer_names])
+        f.attrs["backend"] = b"tensorflow"
+        f.attrs["keras_version"] = b"2.x"
+        f.create_group("inputs").attrs["weight_names"] = np.array([], dtype="S1")
+        for layer in range(s.num_layers):
+            lname = layer_names[layer + 1]
+            g = f.create_group(lname)
+            wnames = layer_weight_names(stack, lname)
+            g.attrs["weight_names"] = np.array([w.encode("utf-8") for w in wnames])
+            for d in range(s.num_directions):
+                arrays = keras_arrays(stack.params[s.pseudo_layer(layer, d)], s.cell, s.layer_input_size(layer))
+                reader.release()
+                for wname, arr in zip(wnames[3 * d:3 * d + 3], arrays):
+                    g.create_dataset(wname, data=np.asarray(arr))
+                del arrays
