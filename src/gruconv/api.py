@@ -41,6 +41,7 @@ def convert(input, output, options=None, *, verify: bool = False, tolerance: flo
     opts = Options.of(options, **kw)
     input, output = Path(input), Path(output)
     module = readers.module(readers.detect(input))
+    refuse_unread(module, output, opts)
     doc = module.read(input, opts)
     if not verify:
         return module.convert(doc, output, opts)
@@ -61,6 +62,22 @@ def convert(input, output, options=None, *, verify: bool = False, tolerance: flo
             return result
         result.outputs = _promote(staged, output, result.outputs, force=opts.force)
     return result
+
+
+def refuse_unread(module, output: Path, opts: Options) -> None:
+    """Refuse (exit 2, one line) every given option that neither this input's reader nor the writer
+    of ``output`` reads (:func:`gruconv.readers.accepted_options`); an output name that tells no
+    writer is left for the conversion to report (only the reader's options count then)."""
+    from .errors import GruconvError
+    from . import writers
+
+    try:
+        fmt = module.output_format(output, opts)
+    except GruconvError:
+        fmt, what = (), module.DESCRIPTION
+    else:
+        what = f"{module.DESCRIPTION} converted to {writers.module(fmt).SUFFIX}"
+    readers.refuse_unread(opts, readers.accepted_options(module.FORMAT, fmt), what)
 
 
 def _promote(staged: Path, output: Path, produced: list, *, force: bool) -> list:

@@ -1151,6 +1151,7 @@ def convert_many(paths, out_dir, *, jobs: Optional[int] = None, keep_going: bool
     # plan stands and something is to be converted.
     all_items = discover(paths, out_dir)
     items = select_shard(all_items, shard_t)
+    _refuse_unread_options(all_items, options)
     state = _State(out_dir)
     plan = _plan(items, out_dir, options, skip_existing, state, _collisions(all_items, out_dir, options))
     _check_no_input_is_written(plan, all_items, [report, junit], (config_file,))
@@ -1239,7 +1240,36 @@ def _settle(job: _Job, state: Optional[_State]) -> None:
             state.failed(job.output)
 
 
+def _run_formats(options: dict) -> list:
+    """The writers a run may use: ``--format``'s, else any (each input's own default)."""
+    from . import writers
+
+    return [options["format"]] if options.get("format") else list(writers.WRITERS)
+
+
+def _refuse_unread_options(items: list, options: dict) -> None:
+    """Refuse (exit 2) before any work an option that no reader or writer of the run reads (a
+    ``--config`` in a run of checkpoints only, ``--rnn`` with Keras files only, ...)."""
+    from . import readers
+
+    names = sorted({item.format for item in items if item.format})
+    if not names:
+        return  # nothing is read: nothing to refuse
+    accepted = set()
+    for name in names:
+        accepted |= readers.accepted_options(name, _run_formats(options))
+    readers.refuse_unread(_options_record(options), accepted, "any input of this run")
+
+
 def _job_options(job: _Job, options: dict) -> dict:
+    """``options`` for one input: those its reader and writers do not read are left out (they are
+    for the run's other inputs; the run refused any that no input reads)."""
+    if job.item.format:
+        from . import readers
+        from .results import Options
+
+        accepted = readers.accepted_options(job.item.format, _run_formats(options))
+        options = {k: v for k, v in options.items() if k not in Options.__dataclass_fields__ or k in accepted}
     return dict(options, force=True) if job.force else options
 
 

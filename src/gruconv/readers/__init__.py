@@ -77,3 +77,55 @@ def detect(path) -> str:
 
 #: The registry under its earlier name (readers were called formats).
 FORMATS = READERS
+
+
+# --------------------------------------------------------------------------- options
+
+#: The command-line spelling of the :class:`gruconv.results.Options` fields whose flag is not
+#: simply ``--field-name`` (the TF1 shape hints travel in one dict).
+_HINT_FLAGS = {"variable": "--variable", "forget_bias": "--forget-bias"}
+
+
+def given_options(options) -> list:
+    """``(field, flag)`` for every option set to something other than its default, in field order
+    (``force`` and ``format`` included: :data:`gruconv.writers.COMMON_OPTIONS` reads them)."""
+    import dataclasses
+
+    out = []
+    for f in dataclasses.fields(options):
+        value = getattr(options, f.name)
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if value == default:
+            continue
+        if f.name == "hints":
+            out += [("hints", _HINT_FLAGS.get(k, "--" + k.replace("_", "-"))) for k in value]
+        else:
+            out.append((f.name, "--" + f.name.replace("_", "-")))
+    return out
+
+
+def accepted_options(name: str, fmt) -> frozenset:
+    """The options a run of reader ``name`` into writer ``fmt`` reads: the reader's ``OPTIONS``, the
+    writer's ``options(graph)`` (``graph``: the reader's documents carry a Keras graph), and
+    :data:`gruconv.writers.COMMON_OPTIONS`.  ``fmt`` may be a collection of writer names (batch:
+    every writer the run may use)."""
+    from .. import writers
+
+    reader = module(name)
+    fmts = [fmt] if isinstance(fmt, str) else list(fmt)
+    out = set(writers.COMMON_OPTIONS) | set(reader.OPTIONS)
+    for f in fmts:
+        out |= writers.module(f).options(reader.GRAPH)
+    return frozenset(out)
+
+
+def refuse_unread(options, accepted, what: str) -> None:
+    """One :class:`UsageError` (exit 2) naming every given option outside ``accepted``: an option
+    nothing reads is refused, never dropped silently."""
+    from ..errors import UsageError
+
+    unread = [flag for field, flag in given_options(options) if field not in accepted]
+    if unread:
+        it = "it" if len(unread) == 1 else "them"
+        raise UsageError(f"{', '.join(unread)} {'does' if len(unread) == 1 else 'do'} not apply to {what}: "
+                         f"refusing to ignore {it}")

@@ -50,6 +50,14 @@ from ..keras_layout import to_keras as keras_arrays  # this module's own to_kera
 from ..results import ConvertResult, Options
 
 FORMAT = "keras-h5"
+#: What this reader reads, for messages.
+DESCRIPTION = "a Keras HDF5 file"
+#: The :class:`gruconv.results.Options` fields this reader reads (``--config``: the architecture of
+#: a weights-only file); any other given one is refused unless the writer reads it.
+OPTIONS = frozenset({"config"})
+#: Its documents carry a Keras graph (the model's other layers and config), so the writer keeps the
+#: model's own interface.
+GRAPH = True
 
 #: CuDNNGRU config keys that GRU also takes (and CuDNNLSTM keys LSTM takes, with
 #: ``unit_forget_bias``: :data:`_CARRIED`); anything else is dropped or refused.

@@ -22,7 +22,15 @@ from __future__ import annotations
 from .names import FORMAT
 from .reading import (CheckpointDoc, CheckpointStack, CrossCheck, input_files, inspect, natural_output,
                       output_name, read, sniff)
-from .writing import check_outputs, convert, to_keras
+from .writing import check_outputs, convert, output_format, to_keras
 
-__all__ = ["FORMAT", "sniff", "read", "inspect", "check_outputs", "convert", "to_keras", "output_name",
+#: What this reader reads, for messages.
+DESCRIPTION = "a TensorFlow checkpoint"
+#: The :class:`gruconv.results.Options` fields this reader reads (which stack, which stored form,
+#: the opaque buffer's shape hints); any other given one is refused unless the writer reads it.
+OPTIONS = frozenset({"rnn", "prefer", "hints"})
+#: Its documents are bare stacks: the writer builds each model's interface (initial states, ...).
+GRAPH = False
+
+__all__ = ["DESCRIPTION", "OPTIONS", "GRAPH", "output_format", "FORMAT", "sniff", "read", "inspect", "check_outputs", "convert", "to_keras", "output_name",
            "natural_output", "input_files", "CheckpointDoc", "CheckpointStack", "CrossCheck"]

@@ -30,6 +30,11 @@ def _output_format(output: Path, opts: Options) -> Optional[str]:
     return None if output.is_dir() or writers.claimed_by(output) != "keras" else "keras"
 
 
+def output_format(output: Path, opts: Options) -> str:
+    """The writer this conversion uses (a directory of models: ``keras``)."""
+    return _output_format(Path(output), opts) or "keras"
+
+
 def _targets(doc: CheckpointDoc, output: Path, opts: Options) -> tuple:
     """(as_dir, model targets, rest.npz target), every target checked before any work."""
     from ...outputs import check_target
