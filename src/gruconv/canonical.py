@@ -237,3 +237,43 @@ class RNNStack:
         return int(
             sum(np.count_nonzero(~np.isfinite(a)) for p in self.params for a in p.arrays().values())
         )
+
+
+@dataclass
+class Document:
+    """What a reader produces and writers consume (pandoc's AST, for cuDNN RNNs).
+
+    ``stacks``: the RNN stacks, each an object with ``name`` and ``stack`` (an :class:`RNNStack`
+    read lazily, one at a time); ``graph``: an optional Keras-graph passthrough (the rest of a Keras
+    model: its config and the other layers' weights), consumed only by writers that can express
+    it; ``other_tensors``: the names of the input's other tensors (a checkpoint's), each read with
+    ``view(name)``; ``release()`` drops whatever the reader holds mapped between layers;
+    ``warnings``: the reader's notes for the user.
+    """
+
+    source: str
+    reader: str
+    stacks: list = field(default_factory=list)
+    graph: object = None
+    other_tensors: list = field(default_factory=list)
+    view: object = None
+    release: object = None
+    warnings: list = field(default_factory=list)
+
+    def drop(self) -> None:
+        """``release()`` when the reader holds anything (writers call it between layers)."""
+        if self.release is not None:
+            self.release()
+
+
+@dataclass
+class Subject:
+    """One thing ``verify`` checks, as the document says: a bare stack (its params, the opaque
+    buffer the original ran, if stored, and the converted model), or a Keras graph (the whole
+    converted model; ``graph`` says where its recurrent layers are)."""
+
+    name: str
+    model: object
+    stack: Optional[RNNStack] = None
+    opaque: Optional[np.ndarray] = None
+    graph: object = None

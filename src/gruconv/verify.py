@@ -39,7 +39,7 @@ import numpy as np
 
 from . import readers
 from .canonical import RNNStack, StackShape
-from .cudnn_layout import params_size, unpack
+from .cudnn_layout import unpack
 from .keras_layout import cudnn_opaque, to_cudnn
 from .errors import InputError, ReferenceUnavailable, UsageError
 from .results import Options
@@ -419,7 +419,7 @@ def _check_user_inputs(keras, model, feed: list, where) -> None:
                              f"Embedding vocabulary 0..{min(emb) - 1}", path=where)
 
 
-def _verify_keras_h5(doc, model, engine, report, rng, tolerance, user_inputs):
+def _verify_graph(doc, model, engine, report, rng, tolerance, user_inputs):
     keras = _keras()
     if user_inputs:
         feed = [np.asarray(a).astype(str(t.dtype)) for a, t in zip(user_inputs, model.inputs)]
@@ -636,8 +636,7 @@ def verify(input, converted=None, options: Optional[Options] = None, *, toleranc
         from .inputs import regular_file
 
         regular_file(converted, "a converted model (.keras or weights .h5)")
-    fmt = readers.detect(input)
-    module = readers.module(fmt)
+    module = readers.module(readers.detect(input))
     doc = module.read(input, opts)
     keras = _keras()
     report.environment = {"keras": keras.__version__, "backend": keras.backend.backend(), **engine.info}
@@ -647,7 +646,7 @@ def verify(input, converted=None, options: Optional[Options] = None, *, toleranc
         first = len(report.checks)
         with warnings.catch_warnings(), scope, keras3.rnn_kernel_probe() as kernels:
             warnings.simplefilter("ignore")
-            done = _run_checks(fmt, module, doc, converted, opts, engine, report,
+            done = _run_checks(module, doc, converted, opts, engine, report,
                                np.random.default_rng(seed), tolerance, user_inputs)
         for c in report.checks[first:]:
             c.device, c.counts = label, math != "default"
@@ -674,42 +673,28 @@ def _kernel_summary(seen: list) -> dict:
     return out
 
 
-def _run_checks(fmt, module, doc, converted, opts, engine, report, rng, tolerance, user_inputs) -> bool:
-    """One run of every check on the current device; True when there was nothing to check."""
+def _run_checks(module, doc, converted, opts, engine, report, rng, tolerance, user_inputs) -> bool:
+    """One run of every check on the current device; True when there was nothing to check.
+
+    The reader says what to check (``nothing_to_verify``, ``verify_subjects``: bare stacks, or a
+    whole model with its Keras graph) and the writers how to load what they wrote; no format is
+    named here."""
     from .formats import keras3
 
-    input = Path(doc.path)
-    if fmt == "keras-h5":
-        if not doc.rnns:
-            report.notes.append("nothing to convert: no CuDNNGRU or CuDNNLSTM layers")
-            report.nothing_to_convert = True
-            return True
-        model = _converted_keras_model(module, doc, converted, opts)
-        if user_inputs:
-            _check_user_inputs(keras3.keras(), model, user_inputs, report.input)
-        _verify_keras_h5(doc, model, engine, report, rng, tolerance, user_inputs)
-    else:
-        if not doc.stacks:
-            if doc.possible_buffers:
-                keys = ", ".join(b["key"] for b in doc.possible_buffers[:5])
-                raise UsageError(f"no cuDNN GRU or LSTM found by name; possible opaque buffers: {keys} "
-                                 "(pass --variable KEY and shape hints)", path=input)
-            report.notes.append("nothing to convert: no cuDNN GRU or LSTM stacks")
-            report.nothing_to_convert = True
-            return True
-        built = dict((id(e), m) for e, m in module.to_keras(doc, opts)) if converted is None else {}
-        for found in doc.stacks:
-            if converted is None:
-                model = built[id(found)]
-            else:
-                target = Path(converted)
-                if target.is_dir():
-                    target = target / (found.scope.replace("/", "__") + ".keras")
-                model = keras3.load(target)
-            opaque = _stored_buffer(doc, found)
-            if opaque is None and engine.kind == "cudnn" and report.notes.count(_NO_BUFFER % found.scope) == 0:
-                report.notes.append(_NO_BUFFER % found.scope)
-            _verify_stack(found.stack, opaque, model, engine, report, rng, tolerance, user_inputs)
+    note = module.nothing_to_verify(doc)
+    if note is not None:
+        report.notes.append(note)
+        report.nothing_to_convert = True
+        return True
+    for subject in module.verify_subjects(doc, converted, opts):
+        if subject.graph is not None:
+            if user_inputs:
+                _check_user_inputs(keras3.keras(), subject.model, user_inputs, report.input)
+            _verify_graph(subject.graph, subject.model, engine, report, rng, tolerance, user_inputs)
+            continue
+        if subject.opaque is None and engine.kind == "cudnn" and report.notes.count(_NO_BUFFER % subject.name) == 0:
+            report.notes.append(_NO_BUFFER % subject.name)
+        _verify_stack(subject.stack, subject.opaque, subject.model, engine, report, rng, tolerance, user_inputs)
     return False
 
 
@@ -717,35 +702,3 @@ def _load_inputs(path) -> list:
     from .inputs import load_npz
 
     return list(load_npz(Path(path), what="verify inputs (.npz)").values())
-
-
-def _stored_buffer(doc, found) -> Optional[np.ndarray]:
-    """The checkpoint's own opaque buffer (what the original ran), when its size fits the stack."""
-    if not found.opaque_key:
-        return None
-    buf = np.array(doc.reader.bundle.read(found.opaque_key))
-    doc.reader.release()
-    if buf.size != params_size(found.stack.shape):
-        return None
-    return buf.astype(found.stack.shape.dtype, copy=False)
-
-
-def _converted_keras_model(module, doc, converted, opts: Options):
-    from .formats import keras3
-
-    if converted is None:
-        # The model `convert` would save, built by the same code, but not saved and re-loaded: loading a
-        # float16 .keras on the torch backend fails in Keras's Orthogonal initializer (no QR for Half).
-        model, _ = module.to_keras(doc, opts)
-        return model
-    converted = Path(converted)
-    if not converted.exists():
-        raise InputError("converted model not found", path=converted)
-    if converted.suffix == ".keras":
-        return keras3.load(converted)
-    # a converted weights-only .h5: rebuild the architecture (GRU in place of CuDNNGRU), then load it
-    if doc.model_config is None:
-        raise UsageError("verifying a weights .h5 needs --config ARCH.json", path=doc.path)
-    model, _ = module.to_keras(doc, opts)
-    keras3.load_weights(model, converted)
-    return model

@@ -42,7 +42,7 @@ from typing import Optional
 
 
 from .. import h5safe, writers
-from ..canonical import CELLS, RNNStack, StackShape
+from ..canonical import CELLS, RNNStack, StackShape, Subject
 from ..cudnn_layout import params_size
 from ..errors import GruconvError, InputError, OutputError, UnsupportedError, UsageError
 from ..keras_layout import CUDNN_COMPATIBLE, describe_keras_layer, from_cudnn
@@ -927,6 +927,33 @@ def to_keras(doc: KerasH5Model, opts: Optional[Options] = None):
         model = keras3.load_legacy(legacy, compile=False, source=doc.path)
     keras3.restore_initializers(model, original_initializers(doc), source=doc.path)
     return model, nonfinite
+
+
+def nothing_to_verify(doc: KerasH5Model) -> Optional[str]:
+    """``verify``'s note when the file holds nothing to check, else None."""
+    return None if doc.rnns else "nothing to convert: no CuDNNGRU or CuDNNLSTM layers"
+
+
+def verify_subjects(doc: KerasH5Model, converted, opts: Options):
+    """What ``verify`` checks: the whole converted model with this file's graph (its recurrent
+    layers are ``doc.rnns``).  Without ``converted``, the model ``convert`` would save, built by the
+    same code but not saved and re-loaded (a float16 ``.keras`` does not load on the torch backend:
+    Keras's Orthogonal initializer has no QR for Half); else what the writer its name claims loads
+    (:func:`gruconv.writers.load`), weights into the rebuilt architecture."""
+    if converted is None:
+        model, _ = to_keras(doc, opts)
+    else:
+        converted = Path(converted)
+        if not converted.exists():
+            raise InputError("converted model not found", path=converted)
+
+        def rebuild():
+            if doc.model_config is None:
+                raise UsageError("verifying a weights .h5 needs --config ARCH.json", path=doc.path)
+            return to_keras(doc, opts)[0]
+
+        model = writers.load(converted, rebuild)
+    yield Subject(name=str(doc.path), model=model, graph=doc)
 
 
 def convert(doc: KerasH5Model, output: Path, opts: Optional[Options] = None) -> ConvertResult:

@@ -15,9 +15,13 @@ AST → writers split).  Every writer is one module with the same attributes and
 ``options(doc) -> set``
     the :class:`gruconv.results.Options` fields it reads for that document (a reader declares its
     own in its ``OPTIONS``; :func:`gruconv.readers.check_options` refuses every other one given);
-``write_stack(reader, entry, target, options, name)``
+``write_stack(document, entry, target, options, name)``
     one bare RNN stack (a TF1 checkpoint's) written to ``target`` (a temporary path), reading one
-    layer at a time and calling ``reader.release()`` between them.
+    layer at a time and calling ``document.drop()`` between them
+    (:class:`gruconv.canonical.Document`);
+``load(path, rebuild)``
+    what it wrote, as a Keras 3 model for ``verify`` (``rebuild()`` gives the converted
+    architecture, for weights-only formats).
 
 Beside any of them, :mod:`gruconv.writers.rest_npz` writes the document's other tensors.
 
@@ -77,6 +81,12 @@ def output_name(stem: str, fmt: str, *, many: bool = False) -> str:
     writes one file per stack."""
     writer = module(fmt)
     return stem if many and writer.MANY else stem + writer.SUFFIX
+
+
+def load(path, rebuild):
+    """The converted model at ``path`` (for ``verify``), loaded by the writer its name claims; a name
+    no writer claims is read as weights into ``rebuild()`` (legacy ``.h5`` layout)."""
+    return module(claimed_by(path) or "h5-weights").load(Path(path), rebuild)
 
 
 def suffixes() -> tuple:

@@ -23,15 +23,22 @@ def options(graph: bool) -> frozenset:
     return frozenset() if graph else INTERFACE_OPTIONS
 
 
-def write_stack(reader, entry, target, options, name: str) -> None:
+def write_stack(document, entry, target, options, name: str) -> None:
     """One stack's Keras 3 model into ``target``: built one layer at a time from the stack's params
-    (``reader.release()`` after each array), saved, and loaded back (digests compared)."""
+    (``document.drop()`` after each array), saved, and loaded back (digests compared)."""
     from ..formats import keras3
 
     model = keras3.build_stack_model(entry.stack, initial_state=options.initial_state,
                                      return_state=options.return_state, mask_input=options.mask_input,
-                                     name=name, layer_weights=keras3.released_weights(entry.stack, reader.release))
-    reader.release()
+                                     name=name, layer_weights=keras3.released_weights(entry.stack, document.drop))
+    document.drop()
     digests = keras3.save(model, target)
     del model  # the load-back check holds Keras's copy; never two at once
     keras3.check_reload(target, digests)
+
+
+def load(path, rebuild):
+    """What this writer wrote, as a Keras 3 model (for ``verify``): ``keras.saving.load_model``."""
+    from ..formats import keras3
+
+    return keras3.load(path)

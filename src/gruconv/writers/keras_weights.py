@@ -15,12 +15,21 @@ def options(graph: bool) -> frozenset:
     return frozenset()
 
 
-def write_stack(reader, entry, target, options, name: str) -> None:
+def write_stack(document, entry, target, options, name: str) -> None:
     """One stack's weights, from the model the ``keras`` writer would build (its layer names)."""
     from ..formats import keras3
 
     model = keras3.build_stack_model(entry.stack, initial_state=options.initial_state,
                                      return_state=options.return_state, mask_input=options.mask_input,
-                                     name=name, layer_weights=keras3.released_weights(entry.stack, reader.release))
-    reader.release()
+                                     name=name, layer_weights=keras3.released_weights(entry.stack, document.drop))
+    document.drop()
     keras3.save_weights(model, target)
+
+
+def load(path, rebuild):
+    """What this writer wrote, loaded into ``rebuild()`` (the converted architecture)."""
+    from ..formats import keras3
+
+    model = rebuild()
+    keras3.load_weights(model, path)
+    return model

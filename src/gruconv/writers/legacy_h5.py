@@ -37,10 +37,10 @@ def layer_weight_names(stack, lname: str) -> list:
     return [f"{lname}/{side}_{cell}/{cell}_cell/{r}:0" for side in ("forward", "backward") for r in roles]
 
 
-def write_stack(reader, entry, target, options, name: str) -> None:
+def write_stack(document, entry, target, options, name: str) -> None:
     """The stack's Keras weights, one group per layer of the model
     :func:`gruconv.formats.keras3.build_stack_model` builds (its names; the input layer with no
-    weights), one direction's arrays at a time (``reader.release()`` after each)."""
+    weights), one direction's arrays at a time (``document.drop()`` after each)."""
     import h5py
 
     from ..keras_layout import to_keras as keras_arrays
@@ -65,7 +65,17 @@ def write_stack(reader, entry, target, options, name: str) -> None:
             g.attrs["weight_names"] = np.array([w.encode("utf-8") for w in wnames])
             for d in range(s.num_directions):
                 arrays = keras_arrays(stack.params[s.pseudo_layer(layer, d)], s.cell, s.layer_input_size(layer))
-                reader.release()
+                document.drop()
                 for wname, arr in zip(wnames[3 * d:3 * d + 3], arrays):
                     g.create_dataset(wname, data=np.asarray(arr))
                 del arrays
+
+
+def load(path, rebuild):
+    """What this writer wrote, loaded into ``rebuild()`` (the converted architecture; Keras 3's
+    ``load_weights`` reads the legacy layout by layer order)."""
+    from ..formats import keras3
+
+    model = rebuild()
+    keras3.load_weights(model, path)
+    return model

@@ -79,20 +79,22 @@ def _npz_array(arr: np.ndarray, key: str, warnings: list) -> tuple:
     return arr, False
 
 
-def write(reader, keys: list, target: Path, force: bool, warnings: list) -> None:
-    """Every tensor of ``keys`` into ``target`` (an ``.npz``), under :func:`npz_member_names`, plus
-    :data:`REST_MANIFEST`: ``{"tensors": {name: tensor key}}`` for the members written.
+def write(document, target: Path, force: bool, warnings: list) -> None:
+    """Every tensor of ``document.other_tensors`` into ``target`` (an ``.npz``), under
+    :func:`npz_member_names`, plus :data:`REST_MANIFEST`: ``{"tensors": {name: tensor key}}`` for
+    the members written.
 
-    ``reader.view(key)`` gives each tensor (a mapped view, written straight from the file's pages),
-    ``reader.release()`` drops them again after each."""
+    ``document.view(key)`` gives each tensor (a mapped view, written straight from the file's
+    pages), ``document.drop()`` lets it go again after each."""
     from ..outputs import atomic_path
 
+    keys = list(document.other_tensors)
     written = {}
     with atomic_path(target, force=force, suffix=".npz") as tmp:
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
             for k, member in zip(keys, npz_member_names(keys)):
                 try:
-                    arr = reader.view(k)
+                    arr = document.view(k)
                 except UnsupportedError as e:
                     warnings.append(f"rest.npz: tensor {k!r} not copied ({e.message})")
                     continue
@@ -101,7 +103,7 @@ def write(reader, keys: list, target: Path, force: bool, warnings: list) -> None
                     np.lib.format.write_array(f, np.asanyarray(arr), allow_pickle=pickle)
                 written[member] = k
                 del arr
-                reader.release()
+                document.drop()
             manifest = {"about": "gruconv rest.npz: array name (np.load(...).files) -> TensorFlow tensor name",
                         "tensors": written}
             zf.writestr(REST_MANIFEST, json.dumps(manifest, indent=1, ensure_ascii=True) + "\n")

@@ -22,7 +22,7 @@ from __future__ import annotations
 from .names import FORMAT
 from .reading import (CheckpointDoc, CheckpointStack, CrossCheck, input_files, inspect, natural_output,
                       output_name, read, sniff)
-from .writing import check_outputs, convert, output_format, to_keras
+from .writing import check_outputs, convert, nothing_to_verify, output_format, to_keras, verify_subjects
 
 #: What this reader reads, for messages.
 DESCRIPTION = "a TensorFlow checkpoint"
@@ -32,5 +32,5 @@ OPTIONS = frozenset({"rnn", "prefer", "hints"})
 #: Its documents are bare stacks: the writer builds each model's interface (initial states, ...).
 GRAPH = False
 
-__all__ = ["DESCRIPTION", "OPTIONS", "GRAPH", "output_format", "FORMAT", "sniff", "read", "inspect", "check_outputs", "convert", "to_keras", "output_name",
+__all__ = ["DESCRIPTION", "OPTIONS", "GRAPH", "output_format", "nothing_to_verify", "verify_subjects", "FORMAT", "sniff", "read", "inspect", "check_outputs", "convert", "to_keras", "output_name",
            "natural_output", "input_files", "CheckpointDoc", "CheckpointStack", "CrossCheck"]

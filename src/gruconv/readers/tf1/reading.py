@@ -40,7 +40,7 @@ from typing import Optional
 
 import numpy as np
 
-from ...canonical import GateParams, RNNStack, StackShape
+from ...canonical import Document, GateParams, RNNStack, StackShape
 from ...cudnn_layout import iter_matrix_regions, params_size, solve_shapes
 from ...errors import GruconvError, InputError, UnsupportedError, UsageError
 from ...keras_layout import describe_keras_stack
@@ -144,6 +144,14 @@ class CheckpointDoc:
     possible_buffers: list = field(default_factory=list)   # {key, size, dtype} worth a --variable
     warnings: list = field(default_factory=list)
     reader: object = field(default=None, repr=False, compare=False)
+
+    def document(self) -> Document:
+        """The canonical :class:`~gruconv.canonical.Document` writers consume: the stacks, no Keras
+        graph, the other tensors (read as mapped views), the reader's warnings."""
+        r = self.reader
+        return Document(source=str(self.path), reader=FORMAT, stacks=list(self.stacks),
+                        other_tensors=list(self.other_keys), view=r.view, release=r.release,
+                        warnings=list(self.warnings))
 
 
 def _converts_to(shape: Optional[StackShape]) -> Optional[str]:

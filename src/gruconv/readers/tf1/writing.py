@@ -12,7 +12,10 @@ import contextlib
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
+
 from ... import writers
+from ...canonical import Subject
 from ...errors import OutputError, UsageError
 from ...results import ConvertResult, Options
 from ...writers import rest_npz
@@ -33,6 +36,22 @@ def _output_format(output: Path, opts: Options) -> Optional[str]:
 def output_format(output: Path, opts: Options) -> str:
     """The writer this conversion uses (a directory of models: ``keras``)."""
     return _output_format(Path(output), opts) or "keras"
+
+
+def stack_targets(doc: CheckpointDoc, directory: Path, fmt: str) -> list:
+    """The file each stack gets in a directory output: its scope made a file name
+    (:func:`.names.file_stem`, unique up to case) plus the writer's suffix; the one rule, for
+    ``convert`` and for ``verify`` finding what ``convert`` wrote."""
+    names, targets = set(), []
+    for e in doc.stacks:
+        default = f"{e.stack.shape.cell}_stack"
+        stem, n = file_stem(e.scope, default), 1
+        while stem.lower() in names:
+            n += 1
+            stem = f"{file_stem(e.scope, default)}_{n}"
+        names.add(stem.lower())
+        targets.append(Path(directory) / writers.output_name(stem, fmt))
+    return targets
 
 
 def _targets(doc: CheckpointDoc, output: Path, opts: Options) -> tuple:
@@ -65,15 +84,7 @@ def _targets(doc: CheckpointDoc, output: Path, opts: Options) -> tuple:
             raise OutputError(f"output directory {str(parent)!r} does not exist", path=output)
         if output.is_dir() and any(output.iterdir()) and not force:
             raise OutputError("output directory is not empty; pass --force to write into it", path=output)
-        names, targets = set(), []
-        for e in doc.stacks:
-            default = f"{e.stack.shape.cell}_stack"
-            stem, n = file_stem(e.scope, default), 1
-            while stem.lower() in names:
-                n += 1
-                stem = f"{file_stem(e.scope, default)}_{n}"
-            names.add(stem.lower())
-            targets.append(output / writers.output_name(stem, "keras"))
+        targets = stack_targets(doc, output, "keras")
         rest_target = output / rest_npz.NAME
     else:
         targets = [output]
@@ -105,6 +116,49 @@ def to_keras(doc: CheckpointDoc, opts: Optional[Options] = None) -> list:
         require_shape(e, doc.reader.where)
         out.append((e, keras3.build_stack_model(e.stack, initial_state=True, return_state=True, name=e.scope)))
     return out
+
+
+def nothing_to_verify(doc: CheckpointDoc) -> Optional[str]:
+    """``verify``'s note when the checkpoint holds nothing to check, else None; a 1-D tensor that may
+    be an opaque buffer is a usage error naming it (the user passes hints)."""
+    if doc.stacks:
+        return None
+    if doc.possible_buffers:
+        keys = ", ".join(b["key"] for b in doc.possible_buffers[:5])
+        raise UsageError(f"no cuDNN GRU or LSTM found by name; possible opaque buffers: {keys} "
+                         "(pass --variable KEY and shape hints)", path=Path(doc.path))
+    return "nothing to convert: no cuDNN GRU or LSTM stacks"
+
+
+def verify_subjects(doc: CheckpointDoc, converted, opts: Options):
+    """What ``verify`` checks: every stack, with the opaque buffer the original ran (when stored and
+    of the stack's size) and its converted model: built in memory with every optional input and
+    output (:func:`to_keras`), or what ``convert`` wrote (a directory: the file
+    :func:`stack_targets` names; loaded by the writer the name claims, :func:`gruconv.writers.load`)."""
+    from ...cudnn_layout import params_size
+    from ...formats import keras3
+
+    built = dict((id(e), m) for e, m in to_keras(doc, opts)) if converted is None else {}
+    targets = {}
+    if converted is not None and Path(converted).is_dir():
+        targets = dict(zip((id(e) for e in doc.stacks), stack_targets(doc, Path(converted), "keras")))
+    for found in doc.stacks:
+        if converted is None:
+            model = built.pop(id(found))
+        else:
+            def rebuild(e=found):
+                return keras3.build_stack_model(e.stack, initial_state=opts.initial_state,
+                                                return_state=opts.return_state, mask_input=opts.mask_input,
+                                                name=e.scope or f"{e.stack.shape.cell}_stack")
+
+            model = writers.load(targets.get(id(found), Path(converted)), rebuild)
+        opaque = None
+        if found.opaque_key:
+            buf = np.array(doc.reader.view(found.opaque_key))
+            doc.reader.release()
+            if buf.size == params_size(found.stack.shape):
+                opaque = buf.astype(found.stack.shape.dtype, copy=False)
+        yield Subject(name=found.scope, model=model, stack=found.stack, opaque=opaque)
 
 
 def convert(doc: CheckpointDoc, output: Path, opts: Optional[Options] = None) -> ConvertResult:
@@ -164,16 +218,17 @@ def convert(doc: CheckpointDoc, output: Path, opts: Optional[Options] = None) ->
             raise OutputError(f"cannot create output directory ({err.strerror or err})", path=output) from None
         created = True
     try:
+        document = doc.document()
         writer = writers.module(_output_format(output, opts) or "keras")
         for e, target in zip(doc.stacks, targets):
             name = e.scope or f"{e.stack.shape.cell}_stack"
             with atomic_path(target, force=True if as_dir else force, suffix=writer.SUFFIX) as tmp:
-                writer.write_stack(r, e, tmp, opts, name)
+                writer.write_stack(document, e, tmp, opts, name)
             r.release()
             result.outputs.append(str(target))
             result.rnns.append(dict(rnn_entry(e), output=str(target)))
         if doc.other_keys:
-            rest_npz.write(r, doc.other_keys, rest_target, True if as_dir else force, result.warnings)
+            rest_npz.write(document, rest_target, True if as_dir else force, result.warnings)
             result.outputs.append(str(rest_target))
     except BaseException:
         # All or nothing: a model placed before a later output (rest.npz) failed is removed again.
