@@ -247,75 +247,21 @@ def _all_layers(keras, model) -> list:
     return out
 
 
-def _activations_into(keras, model, parts: list, feed: list):
-    """The layer at path ``parts`` (nested model names first) and the arguments it is called with
-    in the converted model, as arrays: ``(layer, args, kwargs)``.
-
-    The layer's inbound node gives its call arguments (``x``, and ``initial_state=`` of an
-    encoder-decoder); a nested model's ``.input`` would be its own inner Input, not the tensor
-    that reaches it, so the node's tensors are used, never ``layer.input``."""
-    container = model
-    args, kwargs = list(feed), {}
-    for i, name in enumerate(parts):
-        try:
-            layer = container.get_layer(name)
-        except ValueError:
-            raise InputError(f"converted model has no layer {'/'.join(parts[:i + 1])!r}") from None
-        node = _node_in(keras, container, layer)
-        tensors = list(node.arguments.keras_tensors)
-        sub = keras.Model(container.inputs, tensors)
-        acts = sub(feed if len(feed) > 1 else feed[0])
-        acts = acts if isinstance(acts, (list, tuple)) else [acts]
-        values = [_np(keras, a) for a in acts]
-        by_id = {id(t): v for t, v in zip(tensors, values)}
-        args, kwargs = node.arguments.fill_in(by_id)
-        feed = values
-        container = layer
-    return container, list(args), dict(kwargs)
-
-
 def _masks_reaching(keras, model, doc, feed) -> dict:
     """{id(layer): mask array} for the converted recurrent layers that receive a mask when the
-    whole model runs on ``feed`` (Keras passes it to ``call``; a CuDNNGRU never used one)."""
+    whole model runs on ``feed`` (:func:`gruconv.formats.keras3.masks_received`; a CuDNNGRU never
+    used one)."""
+    from .formats.keras3 import find_layer, masks_received
+
     targets = []
     for rnn in doc.rnns:
         parts = rnn.path.split("/")
         if rnn.wrapper is not None:
             parts = parts[:-1]
-        layer = model
-        try:
-            for name in parts:
-                layer = layer.get_layer(name)
-        except ValueError:
-            continue
-        targets.append(layer)
-    seen: dict = {}
-    for layer in targets:
-        original = layer.call
-
-        def spy(*a, _layer=layer, _original=original, **kw):
-            if kw.get("mask") is not None and id(_layer) not in seen:
-                seen[id(_layer)] = np.asarray(_np(keras, kw["mask"])).astype(bool)
-            return _original(*a, **kw)
-
-        layer.call = spy
-    try:
-        model(feed if len(feed) > 1 else feed[0])
-    finally:
-        for layer in targets:
-            layer.__dict__.pop("call", None)
-    return seen
-
-
-def _node_in(keras, container, layer):
-    """The node where ``container``'s graph calls ``layer`` (a shared layer's first call there)."""
-    for node in layer._inbound_nodes:
-        try:
-            keras.Model(container.inputs, list(node.arguments.keras_tensors))
-            return node
-        except Exception:  # noqa: BLE001 - a node of another graph
-            continue
-    raise InputError(f"converted model: layer {layer.name!r} is not reachable from the model inputs")
+        layer = find_layer(model, parts)
+        if layer is not None:
+            targets.append(layer)
+    return masks_received(model, targets, feed)
 
 
 def _reference_rnn(rnn, x_bt: np.ndarray, engine: _Engine, initial_state=None) -> tuple:
@@ -427,7 +373,7 @@ def _verify_graph(doc, model, engine, report, rng, tolerance, user_inputs):
         report.steps = int(feed[0].shape[1]) if feed[0].ndim > 1 else 0
     else:
         feed = _random_inputs(keras, model, report.batch, report.steps, rng)
-    from .formats.keras3 import mask_producers
+    from .formats.keras3 import layer_call, mask_producers
 
     masks = _masks_reaching(keras, model, doc, feed) if mask_producers(model) else {}
     for rnn in doc.rnns:
@@ -438,7 +384,7 @@ def _verify_graph(doc, model, engine, report, rng, tolerance, user_inputs):
         parts = rnn.path.split("/")
         if rnn.wrapper is not None:
             parts = parts[:-1]
-        layer, args, kwargs = _activations_into(keras, model, parts, feed)
+        layer, args, kwargs = layer_call(model, parts, feed)
         if getattr(layer, "stateful", False) or getattr(getattr(layer, "layer", None), "stateful", False):
             for l in (layer, getattr(layer, "layer", None)):
                 if hasattr(l, "reset_states"):

@@ -795,3 +795,81 @@ def save_weights(model, out_tmp: Path) -> None:
         load_weights(model, out_tmp)
     except InputError as e:
         raise UnsupportedError(f"the converted weights do not load back ({e.message})") from None
+
+
+# --------------------------------------------------------------------------- graph probing (verify)
+# Driving a converted model's layer graph (its nodes, a layer's call) is Keras knowledge: it stays
+# behind this boundary; verify asks these functions for arrays.
+
+def find_layer(model, parts: list):
+    """The layer at path ``parts`` (nested model names first) of ``model``, or None."""
+    layer = model
+    try:
+        for name in parts:
+            layer = layer.get_layer(name)
+    except ValueError:
+        return None
+    return layer
+
+
+def _node_in(container, layer):
+    """The node where ``container``'s graph calls ``layer`` (a shared layer's first call there)."""
+    k = keras()
+    for node in layer._inbound_nodes:
+        try:
+            k.Model(container.inputs, list(node.arguments.keras_tensors))
+            return node
+        except Exception:  # noqa: BLE001 - a node of another graph
+            continue
+    raise InputError(f"converted model: layer {layer.name!r} is not reachable from the model inputs")
+
+
+def layer_call(model, parts: list, feed: list):
+    """The layer at path ``parts`` (nested model names first) and the arguments it is called with
+    in ``model`` run on ``feed``, as arrays: ``(layer, args, kwargs)``.
+
+    The layer's inbound node gives its call arguments (``x``, and ``initial_state=`` of an
+    encoder-decoder); a nested model's ``.input`` would be its own inner Input, not the tensor
+    that reaches it, so the node's tensors are used, never ``layer.input``."""
+    k = keras()
+    container = model
+    args, kwargs = list(feed), {}
+    for i, name in enumerate(parts):
+        try:
+            layer = container.get_layer(name)
+        except ValueError:
+            raise InputError(f"converted model has no layer {'/'.join(parts[:i + 1])!r}") from None
+        node = _node_in(container, layer)
+        tensors = list(node.arguments.keras_tensors)
+        sub = k.Model(container.inputs, tensors)
+        acts = sub(feed if len(feed) > 1 else feed[0])
+        acts = acts if isinstance(acts, (list, tuple)) else [acts]
+        values = [to_numpy(a) for a in acts]
+        by_id = {id(t): v for t, v in zip(tensors, values)}
+        args, kwargs = node.arguments.fill_in(by_id)
+        feed = values
+        container = layer
+    return container, list(args), dict(kwargs)
+
+
+def masks_received(model, layers: list, feed: list) -> dict:
+    """{id(layer): bool mask array} for those of ``layers`` that Keras hands a mask when ``model``
+    runs on ``feed`` (each layer's ``call`` is wrapped for the one run, then restored)."""
+    import numpy as np
+
+    seen: dict = {}
+    for layer in layers:
+        original = layer.call
+
+        def spy(*a, _layer=layer, _original=original, **kw):
+            if kw.get("mask") is not None and id(_layer) not in seen:
+                seen[id(_layer)] = np.asarray(to_numpy(kw["mask"])).astype(bool)
+            return _original(*a, **kw)
+
+        layer.call = spy
+    try:
+        model(feed if len(feed) > 1 else feed[0])
+    finally:
+        for layer in layers:
+            layer.__dict__.pop("call", None)
+    return seen
