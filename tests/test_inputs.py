@@ -170,23 +170,23 @@ def test_open_hdf5_guards_and_budget(tmp_path):
 
     from gruconv import h5safe
 
-    with inputs.open_hdf5(SEQ) as f:
+    with h5safe.open_hdf5(SEQ) as f:
         ds = f["model_weights/cu_dnngru/cu_dnngru/kernel:0"]
         h5safe.read_dataset(ds, SEQ)
         h5safe.read_dataset(ds, SEQ)                 # checked and read again: charged once
-        assert inputs.budget_for(ds).total == 6 * 24 * 4
-    assert inputs._budgets == {}
+        assert h5safe.budget_for(ds).total == 6 * 24 * 4
+    assert h5safe._budgets == {}
     p = tmp_path / "bombs.h5"
     with h5py.File(p, "w") as f:
         for i in range(8):
             f.create_dataset(f"d{i}", shape=(2**17,), dtype="f4", chunks=(2**10,))   # 512 KiB, none stored
-    with inputs.open_hdf5(p) as f:
+    with h5safe.open_hdf5(p) as f:
         with pytest.raises(InputError, match=r"d2: datasets declare 1572864 bytes more than the file stores"):
             for i in range(8):
                 h5safe.check_dataset(f[f"d{i}"], p)
     os.mkfifo(tmp_path / "fifo.h5")
     with pytest.raises(InputError, match="FIFO"):
-        inputs.open_hdf5(tmp_path / "fifo.h5")
+        h5safe.open_hdf5(tmp_path / "fifo.h5")
     assert h5safe.is_hdf5(tmp_path / "fifo.h5") is False
 
 
@@ -198,7 +198,7 @@ def test_model_config_attribute_depth(tmp_path):
     p = tmp_path / "deep.h5"
     with h5py.File(p, "w") as f:
         f.attrs["model_config"] = b"[" * 100_000 + b"]" * 100_000
-    with inputs.open_hdf5(p) as f:
+    with h5safe.open_hdf5(p) as f:
         with pytest.raises(InputError, match="attribute 'model_config' is nested 100000 levels deep"):
             h5safe.read_json_attr(f, "model_config", p)
 

@@ -15,7 +15,8 @@ from click.testing import CliRunner
 from conftest import FIXTURES, planted_error_copy
 from gruconv import report
 from gruconv.cli import main
-from gruconv.verify import Check, VerifyReport, _compare
+from gruconv.verify import Check, VerifyReport
+from gruconv.verify import compare as _compare
 
 
 def _report(*checks) -> VerifyReport:

@@ -83,7 +83,7 @@ def refuse_unread(module, output: Path, opts: Options) -> None:
 def _promote(staged: Path, output: Path, produced: list, *, force: bool) -> list:
     """Move verified outputs from the staging directory to where the user asked for them."""
     from .errors import OutputError
-    from .outputs import _place_new, check_target
+    from .outputs import check_target, place_new
 
     moved = []
     for p in produced:
@@ -102,7 +102,7 @@ def _promote(staged: Path, output: Path, produced: list, *, force: bool) -> list
             if force:
                 os.replace(p, target)
             else:
-                _place_new(p, target)
+                place_new(p, target)
         except OSError as e:
             raise OutputError(f"cannot write output ({e.strerror or e})", path=target) from None
         moved.append(str(target))

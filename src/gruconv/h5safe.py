@@ -15,24 +15,26 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InputError
+import contextlib
+import os
+from typing import Optional
+
+from . import inputs
+from .errors import InputError, display, first_line
+from .inputs import MAX_EXPANSION, ReadBudget, regular_file, same_file
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
-#: A Keras weight tensor larger than this is refused before it is read.
-MAX_TENSOR_BYTES = 16 * 2**30
 #: Above this declared size, a dataset must actually store its bytes (see :func:`check_dataset`).
 BOMB_FLOOR_BYTES = 2**20
-#: Most a filtered (compressed) dataset may expand; deflate's own limit is ~1032:1, and Keras 3's
-#: ``saving_lib.safe_get_h5_dataset`` uses 1000 too.
-MAX_EXPANSION = 1000
+# A filtered (compressed) dataset may expand at most :data:`gruconv.inputs.MAX_EXPANSION` times
+# (deflate's own limit is ~1032:1, and Keras 3's ``saving_lib.safe_get_h5_dataset`` uses 1000 too);
+# one weight tensor at most ``inputs.limit("tensor")`` bytes (16 GiB unless ``GRUCONV_MAX_BYTES``).
 
 
 def is_hdf5(path) -> bool:
     """HDF5 files start with the signature at 0, 512, 1024, 2048, ... (user block).
 
     False for anything but a regular file (a FIFO is never opened, so this never blocks)."""
-    from . import inputs
-
     if not inputs.is_regular(path):
         return False
     try:
@@ -43,10 +45,8 @@ def is_hdf5(path) -> bool:
 
 
 def open_file(path):
-    """Open a Keras HDF5 input with every guard (:func:`gruconv.inputs.open_hdf5`)."""
-    from . import inputs
-
-    return inputs.open_hdf5(path, "an HDF5 file")
+    """Open a Keras HDF5 input with every guard (:func:`open_hdf5`)."""
+    return open_hdf5(path, "an HDF5 file")
 
 
 def _superblock_sizes(f, base: int) -> tuple:
@@ -80,8 +80,6 @@ def check_global_heaps(path) -> None:
     (constant memory); a collection is recognised by its signature, version 1 and a size that
     fits the file, so weight bytes that happen to spell ``GCOL`` are not mistaken for one.
     """
-    from . import inputs
-
     p = Path(path)
     st = inputs.regular_file(p, "an HDF5 file")
     key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
@@ -220,7 +218,7 @@ def read_attr(obj, name: str, default: Any = None) -> Any:
     except _BadType as e:
         raise InputError(f"attribute {name!r} of {obj.name} {e}") from None
     except (OSError, RuntimeError, KeyError, TypeError, ValueError) as e:
-        raise InputError(f"attribute {name!r} of {obj.name} cannot be read ({_first_line(e)})") from None
+        raise InputError(f"attribute {name!r} of {obj.name} cannot be read ({first_line(e)})") from None
     if not chunks:
         return default
     out: list = []
@@ -233,8 +231,6 @@ def read_json_attr(obj, name: str, path) -> Any:
     raw = read_attr(obj, name)
     if raw is None:
         return None
-    from . import inputs
-
     if isinstance(raw, list):
         if not all(isinstance(r, str) for r in raw):
             raise InputError(f"attribute {name!r} is not text", path=path)
@@ -260,7 +256,7 @@ def child(group, name: str, path, kind: str = "any"):
     try:
         link = group.get(name, getlink=True)
     except (OSError, RuntimeError, ValueError, KeyError, TypeError) as e:
-        raise InputError(f"{_join(group, name)} cannot be read ({_first_line(e)})", path=path) from None
+        raise InputError(f"{_join(group, name)} cannot be read ({first_line(e)})", path=path) from None
     if link is None:
         raise InputError(f"{_join(group, name)} is missing", path=path)
     if not isinstance(link, h5py.HardLink):
@@ -272,7 +268,7 @@ def child(group, name: str, path, kind: str = "any"):
     try:
         obj = group[name]
     except (OSError, RuntimeError, ValueError, KeyError, TypeError) as e:
-        raise InputError(f"{_join(group, name)} cannot be read ({_first_line(e)})", path=path) from None
+        raise InputError(f"{_join(group, name)} cannot be read ({first_line(e)})", path=path) from None
     if kind == "group" and not isinstance(obj, h5py.Group):
         raise InputError(f"{obj.name} is not a group", path=path)
     if kind == "dataset" and not isinstance(obj, h5py.Dataset):
@@ -280,17 +276,12 @@ def child(group, name: str, path, kind: str = "any"):
     return obj
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
-
-
 def child_exists(group, name: str, path) -> bool:
     """Whether ``group`` has a member (any link kind) called ``name``; errors become :class:`InputError`."""
     try:
         return group.get(name, getlink=True) is not None
     except (OSError, RuntimeError, ValueError, KeyError, TypeError) as e:
-        raise InputError(f"{_join(group, name)} cannot be read ({_first_line(e)})", path=path) from None
+        raise InputError(f"{_join(group, name)} cannot be read ({first_line(e)})", path=path) from None
 
 
 def resolve(root, dotted: str, path, kind: str = "any"):
@@ -314,7 +305,7 @@ def check_dataset(ds, path, *, max_bytes: int | None = None, numeric: bool = Tru
     backed by stored bytes (all of them without filters, 1/:data:`MAX_EXPANSION`
     of them with compression) — a chunked dataset that declares terabytes and
     stores nothing is a "shape bomb" that reading would turn into fill values.
-    Below that floor, a file opened with :func:`gruconv.inputs.open_hdf5` has one
+    Below that floor, a file opened with :func:`open_hdf5` has one
     budget for all its datasets: their unbacked bytes together may not exceed 1 MiB
     (so ten thousand small bombs are refused like one big one).  ``max_bytes``
     defaults to :func:`gruconv.inputs.limit` ``("tensor")`` (16 GiB, ``GRUCONV_MAX_BYTES``).
@@ -325,7 +316,7 @@ def check_dataset(ds, path, *, max_bytes: int | None = None, numeric: bool = Tru
         external = ds.external
         virtual = ds.is_virtual
     except (OSError, RuntimeError, ValueError, TypeError, KeyError) as e:
-        raise InputError(f"{ds.name} cannot be read ({_first_line(e)})", path=path) from None
+        raise InputError(f"{ds.name} cannot be read ({first_line(e)})", path=path) from None
     if external:
         raise InputError(f"{ds.name} keeps its data in external file(s) {[x[0] for x in external]!r}; "
                          "refused", path=path)
@@ -341,9 +332,7 @@ def check_dataset(ds, path, *, max_bytes: int | None = None, numeric: bool = Tru
         except _BadType as e:
             raise InputError(f"{ds.name} {e}", path=path) from None
         except (OSError, RuntimeError, TypeError) as e:
-            raise InputError(f"{ds.name} cannot be read ({_first_line(e)})", path=path) from None
-    from . import inputs
-
+            raise InputError(f"{ds.name} cannot be read ({first_line(e)})", path=path) from None
     nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
     if max_bytes is None:
         max_bytes = inputs.limit("tensor")
@@ -356,13 +345,13 @@ def check_dataset(ds, path, *, max_bytes: int | None = None, numeric: bool = Tru
         stored = ds.id.get_storage_size()
         filtered = ds.id.get_create_plist().get_nfilters() > 0
     except (OSError, RuntimeError, ValueError) as e:
-        raise InputError(f"{ds.name} cannot be read ({_first_line(e)})", path=path) from None
+        raise InputError(f"{ds.name} cannot be read ({first_line(e)})", path=path) from None
     allowed = stored * (MAX_EXPANSION if filtered else 1)
     if nbytes > BOMB_FLOOR_BYTES and nbytes > allowed:
         raise InputError(
             f"{ds.name} declares {nbytes} bytes (shape {shape}) but the file stores only {stored} "
             "bytes of it (a sparse or truncated dataset, or a shape bomb); refused", path=path)
-    budget = inputs.budget_for(ds)
+    budget = budget_for(ds)
     if budget is not None and budget.first_time(ds):
         budget.charge(nbytes, min(nbytes, allowed), ds.name)
     return nbytes
@@ -374,4 +363,76 @@ def read_dataset(ds, path, *, max_bytes: int | None = None) -> np.ndarray:
     try:
         return np.asarray(ds[()])
     except (OSError, RuntimeError, ValueError, TypeError, KeyError) as e:
-        raise InputError(f"{ds.name} cannot be read ({_first_line(e)})", path=path) from None
+        raise InputError(f"{ds.name} cannot be read ({first_line(e)})", path=path) from None
+
+
+# --------------------------------------------------------------------------- guarded opening
+# The one way an HDF5 input is opened (moved here from :mod:`gruconv.inputs`, which knows no HDF5:
+# so the two modules no longer import each other).
+
+#: Budgets of the HDF5 files opened by :func:`open_hdf5`, by HDF5 file number (``ObjectID.fileno``).
+_budgets: dict = {}
+
+
+def budget_for(obj) -> Optional[ReadBudget]:
+    """The :class:`ReadBudget` of the file ``obj`` (an h5py object) was opened from by :func:`open_hdf5`."""
+    try:
+        return _budgets.get(obj.id.fileno)
+    except Exception:  # noqa: BLE001 - a closed or foreign object has no budget
+        return None
+
+
+def open_hdf5(path, what: str = "an HDF5 file"):
+    """Open an HDF5 file read-only with every guard: regular file, global-heap check, same inode.
+
+    Returns an ``h5py.File`` (usable as a context manager); datasets read through
+    :func:`gruconv.h5safe.check_dataset` / ``read_dataset`` are charged to its
+    :class:`ReadBudget` until it is closed.
+    """
+    st = regular_file(path, what)
+    check_global_heaps(path)
+    try:
+        f = _GuardedFile(path, "r")
+    except (OSError, RuntimeError, ValueError) as e:
+        raise InputError(f"not a readable HDF5 file ({display(first_line(e))})", path=path) from None
+    try:
+        try:
+            st2 = os.fstat(f.id.get_vfd_handle())
+        except (OSError, RuntimeError, ValueError, TypeError):
+            st2 = None
+        if st2 is not None and not same_file(st, st2):
+            raise InputError(f"changed while being opened, expected {what}", path=path)
+        try:
+            _budgets[f.id.fileno] = ReadBudget(path)
+        except RuntimeError as e:  # libhdf5 cannot describe its own file handle: a damaged file
+            raise InputError(f"not a readable HDF5 file ({display(first_line(e))})", path=path) from None
+    except BaseException:
+        f.close()
+        raise
+    return f
+
+
+def _hdf5_file_class():
+    import h5py
+
+    class GuardedFile(h5py.File):
+        """An ``h5py.File`` whose :class:`ReadBudget` is dropped when it is closed."""
+
+        def close(self):
+            with contextlib.suppress(Exception):
+                _budgets.pop(self.id.fileno, None)
+            super().close()
+
+    return GuardedFile
+
+
+class _LazyClass:
+    cls = None
+
+    def __call__(self, *a, **kw):
+        if _LazyClass.cls is None:
+            _LazyClass.cls = _hdf5_file_class()
+        return _LazyClass.cls(*a, **kw)
+
+
+_GuardedFile = _LazyClass()

@@ -23,18 +23,16 @@ everywhere:
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import stat
-import unicodedata
 from typing import Optional
 
-from .errors import InputError
+from .errors import InputError, display, first_line
 
 __all__ = [
     "ENV_MAX_BYTES", "LIMITS", "ReadBudget", "check_json_depth", "display", "limit", "load_json", "load_npz",
-    "open_hdf5", "open_regular", "parse_json", "read_bytes", "regular_file", "same_file", "file_kind",
+    "open_regular", "parse_json", "read_bytes", "regular_file", "same_file", "file_kind",
 ]
 
 #: The environment variable that replaces every byte limit below.
@@ -55,52 +53,6 @@ MAX_EXPANSION = 1000
 MAX_JSON_DEPTH = 256
 #: Default member count of an .npz.
 MAX_NPZ_MEMBERS = 4096
-
-
-# --------------------------------------------------------------------------- display
-
-_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\x1b": "\\x1b"}
-
-
-def _escape_char(ch: str) -> str:
-    if ch in _ESCAPES:
-        return _ESCAPES[ch]
-    o = ord(ch)
-    if 0xDC80 <= o <= 0xDCFF:          # a byte that was not UTF-8 (surrogateescape)
-        return f"\\x{o - 0xDC00:02x}"
-    if o <= 0xFF:
-        return f"\\x{o:02x}"
-    return f"\\u{o:04x}" if o <= 0xFFFF else f"\\U{o:08x}"
-
-
-def _needs_escape(ch: str) -> bool:
-    o = ord(ch)
-    if o < 0x20 or 0x7F <= o < 0xA0:
-        return True
-    if o < 0x80:
-        return False
-    # line/paragraph separators, bidi overrides and other format characters, lone surrogates
-    return unicodedata.category(ch) in ("Zl", "Zp", "Cf", "Cs", "Cc")
-
-
-_PLAIN = re.compile(r"[\x20-\x7e]*\Z")
-
-
-def display(value) -> str:
-    """``value`` (a path, bytes or text) as one printable line: control characters escaped.
-
-    Newline becomes ``\\n``, ESC ``\\x1b``, a non-UTF-8 byte of a file name ``\\xNN``, a Unicode
-    line separator or bidi override ``\\uNNNN``; everything else is kept as is.
-    """
-    if isinstance(value, (bytes, bytearray)):
-        value = bytes(value).decode("utf-8", "surrogateescape")
-    else:
-        value = os.fspath(value) if isinstance(value, os.PathLike) else str(value)
-        if isinstance(value, bytes):
-            value = value.decode("utf-8", "surrogateescape")
-    if _PLAIN.match(value):
-        return value
-    return "".join(_escape_char(c) if _needs_escape(c) else c for c in value)
 
 
 # --------------------------------------------------------------------------- limits
@@ -387,15 +339,10 @@ def _read_npy_member(zf, zi, path, np, npformat):
     except InputError:
         raise
     except Exception as e:  # noqa: BLE001 - zipfile/numpy raise many types on a broken member
-        raise InputError(f"{label} cannot be read ({display(_first_line(e))})", path=path) from None
+        raise InputError(f"{label} cannot be read ({display(first_line(e))})", path=path) from None
     arr = np.frombuffer(buf, dtype=dtype)
     order = "F" if fortran else "C"
     return arr.reshape(shape, order=order) if shape else arr.reshape(())
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
 
 
 # --------------------------------------------------------------------------- HDF5
@@ -445,76 +392,6 @@ class ReadBudget:
                 f"{ENV_MAX_BYTES} to raise it if the file is trusted)", path=self.path)
 
 
-#: Budgets of the HDF5 files opened by :func:`open_hdf5`, by HDF5 file number (``ObjectID.fileno``).
-_budgets: dict = {}
-
-
-def budget_for(obj) -> Optional[ReadBudget]:
-    """The :class:`ReadBudget` of the file ``obj`` (an h5py object) was opened from by :func:`open_hdf5`."""
-    try:
-        return _budgets.get(obj.id.fileno)
-    except Exception:  # noqa: BLE001 - a closed or foreign object has no budget
-        return None
-
-
-def open_hdf5(path, what: str = "an HDF5 file"):
-    """Open an HDF5 file read-only with every guard: regular file, global-heap check, same inode.
-
-    Returns an ``h5py.File`` (usable as a context manager); datasets read through
-    :func:`gruconv.h5safe.check_dataset` / ``read_dataset`` are charged to its
-    :class:`ReadBudget` until it is closed.
-    """
-    from . import h5safe
-
-    st = regular_file(path, what)
-    h5safe.check_global_heaps(path)
-    try:
-        f = _GuardedFile(path, "r")
-    except (OSError, RuntimeError, ValueError) as e:
-        raise InputError(f"not a readable HDF5 file ({display(h5safe._first_line(e))})", path=path) from None
-    try:
-        try:
-            st2 = os.fstat(f.id.get_vfd_handle())
-        except (OSError, RuntimeError, ValueError, TypeError):
-            st2 = None
-        if st2 is not None and not same_file(st, st2):
-            raise InputError(f"changed while being opened, expected {what}", path=path)
-        try:
-            _budgets[f.id.fileno] = ReadBudget(path)
-        except RuntimeError as e:  # libhdf5 cannot describe its own file handle: a damaged file
-            raise InputError(f"not a readable HDF5 file ({display(h5safe._first_line(e))})", path=path) from None
-    except BaseException:
-        f.close()
-        raise
-    return f
-
-
-def _hdf5_file_class():
-    import h5py
-
-    class GuardedFile(h5py.File):
-        """An ``h5py.File`` whose :class:`ReadBudget` is dropped when it is closed."""
-
-        def close(self):
-            with contextlib.suppress(Exception):
-                _budgets.pop(self.id.fileno, None)
-            super().close()
-
-    return GuardedFile
-
-
-class _LazyClass:
-    cls = None
-
-    def __call__(self, *a, **kw):
-        if _LazyClass.cls is None:
-            _LazyClass.cls = _hdf5_file_class()
-        return _LazyClass.cls(*a, **kw)
-
-
-_GuardedFile = _LazyClass()
-
-
 # --------------------------------------------------------------------------- misc
 
 def head(path, n: int, what: str = "a file") -> bytes:
@@ -534,4 +411,4 @@ def is_regular(path) -> bool:
         return False
 
 
-__all__ += ["MAX_EXPANSION", "budget_for", "head", "is_regular", "over_limit"]
+__all__ += ["MAX_EXPANSION", "head", "is_regular", "over_limit"]

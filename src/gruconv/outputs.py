@@ -167,7 +167,7 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def _place_new(tmp: Path, out: Path) -> None:
+def place_new(tmp: Path, out: Path) -> None:
     """Move ``tmp`` to ``out`` only if ``out`` does not exist, atomically where the filesystem
     has hard links (``link`` fails if the name exists), so a racing writer is never clobbered."""
     appeared = OutputError("output appeared while converting; pass --force to overwrite it", path=out)
@@ -208,7 +208,7 @@ def atomic_path(out: Path, *, force: bool, suffix: str = ""):
         if force:
             os.replace(tmp, out)
         else:
-            _place_new(tmp, out)
+            place_new(tmp, out)
         _fsync_dir(parent)
     except OSError as e:
         raise OutputError(f"cannot write output ({e.strerror or e})", path=out) from None

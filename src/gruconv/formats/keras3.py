@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..canonical import RNNStack
-from ..errors import InputError, UnsupportedError
+from ..errors import InputError, UnsupportedError, first_line
 from ..keras_layout import CUDNN_COMPATIBLE, to_keras
 
 FORMAT = "keras"
@@ -119,13 +119,6 @@ def cpu():
         return contextlib.nullcontext()
 
 
-def _first_line(e: BaseException, limit: int = 300) -> str:
-    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    if len(msg) > limit:
-        msg = msg[:limit].rsplit(" ", 1)[0] + " ..."
-    return msg
-
-
 def load(path: Path, *, compile: bool = True):
     """``keras.saving.load_model(path)`` as a user calls it (safe mode); failures are one-line errors."""
     k = keras()
@@ -134,14 +127,14 @@ def load(path: Path, *, compile: bool = True):
             warnings.simplefilter("ignore")
             return k.saving.load_model(str(path), compile=compile, safe_mode=True)
     except Exception as e:  # noqa: BLE001 - any Keras failure means an unreadable model
-        raise InputError(f"cannot load converted model ({_first_line(e, 200)})", path=path) from None
+        raise InputError(f"cannot load converted model ({first_line(e, 200)})", path=path) from None
 
 
 def load_weights(model, path: Path) -> None:
     try:
         model.load_weights(str(path))
     except Exception as e:  # noqa: BLE001
-        raise InputError(f"cannot load converted weights ({_first_line(e, 200)})", path=path) from None
+        raise InputError(f"cannot load converted weights ({first_line(e, 200)})", path=path) from None
 
 
 def to_numpy(t):
@@ -161,7 +154,7 @@ def load_legacy(h5_path: Path, *, compile: bool, source=None):
             warnings.simplefilter("ignore")
             return k.saving.load_model(str(h5_path), compile=compile, safe_mode=True)
     except Exception as e:  # Keras raises ValueError/TypeError/KeyError for unknown configs
-        raise UnsupportedError(f"Keras 3 cannot rebuild this model: {_first_line(e)}", path=source) from None
+        raise UnsupportedError(f"Keras 3 cannot rebuild this model: {first_line(e, 300)}", path=source) from None
 
 
 def _known(kind: str, identifier):
@@ -290,7 +283,7 @@ def compile_from_training_config(model, training_config: str) -> list:
             # "Skipping variable loading for optimizer" warnings.
             model.optimizer.build(model.trainable_variables)
     except Exception as e:  # noqa: BLE001 - any refusal means: write the model uncompiled, and say so
-        msg = _first_line(e, 200)
+        msg = first_line(e, 200)
         return [f"training config not accepted by Keras 3 ({msg}); model written uncompiled"]
     if dropped:
         return [f"training config: {', '.join(dropped)} not carried over (custom code, or unknown to Keras 3: "
@@ -438,7 +431,7 @@ def check_reload(path: Path, digests: list) -> None:
             loaded = k.saving.load_model(str(path))
     except Exception as e:  # noqa: BLE001 - the file is not what we promise: refuse it
         raise UnsupportedError(f"the converted model does not load back with keras.saving.load_model "
-                               f"({_first_line(e, 200)}); nothing written") from None
+                               f"({first_line(e, 200)}); nothing written") from None
     got = weight_digests(loaded)
     del loaded
     if len(got) != len(digests):
@@ -656,7 +649,7 @@ def gpu_status() -> tuple:
             return bool(gpus), (f"tensorflow {tf.__version__}, {len(gpus)} GPU(s)" if gpus
                                 else "tensorflow sees no GPU")
     except Exception as e:  # noqa: BLE001 - probing must never fail verify
-        return False, f"{be}: GPU probe failed ({_first_line(e, 120)})"
+        return False, f"{be}: GPU probe failed ({first_line(e, 120)})"
     return False, f"backend {be} has no GPU path"
 
 

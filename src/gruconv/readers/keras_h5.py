@@ -44,7 +44,7 @@ from typing import Optional
 from .. import h5safe, writers
 from ..canonical import CELLS, RNNStack, StackShape, Subject
 from ..cudnn_layout import params_size
-from ..errors import GruconvError, InputError, OutputError, UnsupportedError, UsageError
+from ..errors import GruconvError, InputError, OutputError, UnsupportedError, UsageError, first_line
 from ..keras_layout import CUDNN_COMPATIBLE, describe_keras_layer, from_cudnn
 from ..keras_layout import to_keras as keras_arrays  # this module's own to_keras is the registry verb
 from ..results import ConvertResult, Options
@@ -149,11 +149,9 @@ def sniff(path: Path) -> bool:
 
 
 def _open(path: Path):
-    """Every read of the file goes through :func:`gruconv.inputs.open_hdf5` (regular file, global-heap
+    """Every read of the file goes through :func:`gruconv.h5safe.open_hdf5` (regular file, global-heap
     guard, same inode, a budget on the bytes datasets may declare)."""
-    from ..inputs import open_hdf5
-
-    return open_hdf5(path, "a Keras HDF5 file")
+    return h5safe.open_hdf5(path, "a Keras HDF5 file")
 
 
 def _class_name(cfg) -> Optional[str]:
@@ -297,7 +295,7 @@ def _rnn_from_weights(path: Path, rpath: str, top: str, cfg: dict, wrapper_cfg: 
             try:
                 shapes[role], dt = tuple(ds.shape or ()), ds.dtype
             except (OSError, RuntimeError, ValueError, TypeError) as e:
-                raise InputError(f"{where}: {role} cannot be read ({h5safe._first_line(e)})", path=path) from None
+                raise InputError(f"{where}: {role} cannot be read ({first_line(e)})", path=path) from None
             if dt.kind not in "fiub":
                 raise InputError(f"{ds.name} has dtype {dt}, expected a numeric tensor", path=path)
             dtypes.add(str(dt))
@@ -729,7 +727,7 @@ def write(doc: KerasH5Model, out_path, *, include_model: bool = True, include_tr
     try:
         dst_file = h5py.File(out_path, "w")
     except (OSError, RuntimeError, ValueError) as e:
-        raise OutputError(f"cannot create {out_path} ({h5safe._first_line(e)})", path=out_path) from None
+        raise OutputError(f"cannot create {out_path} ({first_line(e)})", path=out_path) from None
     where = "the file's attributes"
     try:
         with _open(doc.path) as src, dst_file as dst:
@@ -771,7 +769,7 @@ def write(doc: KerasH5Model, out_path, *, include_model: bool = True, include_tr
             raise type(e)(e.message, path=doc.path) from None
         raise
     except (OSError, RuntimeError, KeyError, ValueError, TypeError) as e:
-        raise InputError(f"cannot copy {where} into the converted file ({h5safe._first_line(e)})",
+        raise InputError(f"cannot copy {where} into the converted file ({first_line(e)})",
                          path=doc.path) from None
     finally:
         if current.get("rnn") is not None:

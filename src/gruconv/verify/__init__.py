@@ -1,0 +1,186 @@
+"""Numerical parity: the ORIGINAL parameters through a reference GRU vs the converted Keras 3 model.
+
+References (``--reference``):
+
+``cudnn``
+    The real cuDNN GRU on a GPU (:mod:`gruconv.cudnn_rnn`), fed the opaque
+    buffer exactly as the original framework fed it: for a TF1 checkpoint the
+    stored buffer itself; for a Keras ``CuDNNGRU`` the buffer its
+    ``_process_batch`` builds (each direction a separate unidirectional
+    cuDNN call, weights flattened in cuDNN gate order — see
+    :mod:`gruconv.keras_layout`).  Strict fp32 (``CUDNN_FMA_MATH``) unless
+    ``allow_tf32``: with TF32, cuDNN's own error against float64 is 1e-4–5e-4
+    (``shared/cudnn-golden/README.md``), so a 1e-5 check would fail on
+    correct weights.
+``oracle``
+    :mod:`gruconv.oracle`, float64 NumPy, on any machine.
+``auto``
+    ``cudnn`` when a GPU and libcudnn are usable, else ``oracle``; the report
+    says which ran and why.
+
+Every check also reports the reference's own error against float64 (the
+noise floor), so a chaotic GRU's amplified rounding is not mistaken for a
+conversion bug.  The converted side always runs on the CPU.
+
+Checks: per converted recurrent layer (fed exactly the activations that reach
+it in the converted model; every output compared: sequence/last output and
+final states), plus end to end where the reference can produce the model's
+outputs (a TF1 stack; a Sequential model).
+
+The package: :mod:`.verdicts` (comparison and verdict rules), :mod:`.engines` (reference engines),
+:mod:`.graph` (graph checks), :mod:`.stacks` (stack checks); this module runs them as the reader
+says (``nothing_to_verify``, ``verify_subjects``) on every device asked for.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from .. import readers
+from ..errors import ReferenceUnavailable, UsageError
+from ..results import Options
+from .engines import Engine, choose_reference
+from .graph import check_user_inputs, verify_graph
+from .stacks import verify_stack
+from .verdicts import FLOAT16_TOLERANCE_FLOOR, Check, VerifyReport, compare
+
+__all__ = ["verify", "Check", "VerifyReport", "compare", "FLOAT16_TOLERANCE_FLOOR", "DEVICES", "MAX_RANDOM_STEPS"]
+
+
+DEVICES = ("auto", "cpu", "gpu", "both")
+
+#: Random-input size bound (batch x steps): a parity check needs a few steps, and an unbounded request
+#: would allocate before anything ran (``tests/test_hostile.py``, ``verify_steps_huge``).
+MAX_RANDOM_STEPS = 1_000_000
+
+
+def _device_runs(device: str, report) -> list:
+    """[(label, math)] of the converted-side runs asked for; GPU runs only where the backend has one.
+
+    ``auto``: ``both`` where a GPU is usable, else ``cpu``.  Each GPU run is done twice: strict fp32
+    (counts for the verdict) and the framework's default math (informational)."""
+    from ..formats import keras3
+
+    if device not in DEVICES:
+        raise UsageError(f"--device must be one of {', '.join(DEVICES)}, got {device!r}")
+    runs = [("cpu", None)] if device in ("auto", "cpu", "both") else []
+    if device == "cpu":
+        return runs
+    ok, why = keras3.gpu_status()
+    backend = keras3.keras().backend.backend()
+    if not ok:
+        if device == "gpu":
+            raise ReferenceUnavailable(f"--device gpu: the {backend} backend has no usable GPU here ({why})")
+        report.notes.append(f"GPU path not run: {why}")
+        report.devices.append({"device": "gpu", "ran": False, "reason": why})
+        return runs
+    settings = keras3.MATH_SETTINGS.get(backend, {})
+    for math in ("strict", "default"):
+        report.devices.append({"device": f"gpu {math}", "ran": True, "reason": why,
+                               "math": settings.get(math, math), "kernels": {}})
+        runs.append((f"gpu {math}", math))
+    return runs
+
+
+def verify(input, converted=None, options: Optional[Options] = None, *, tolerance: float = 1e-5,
+           reference: str = "auto", allow_tf32: bool = False, batch: int = 2, steps: int = 8, seed: int = 0,
+           inputs=None, device: str = "cpu", **kw) -> VerifyReport:
+    """Run the original parameters through the reference and the converted model on the CPU; compare.
+
+    Without ``converted``, the model is built in memory by the format's
+    ``to_keras`` — the same code ``convert`` saves from.  Never raises for a
+    parity failure: the report says; the CLI decides.
+    """
+    from ..formats import keras3
+
+    opts = Options.of(options, **kw)
+    input = Path(input)
+    kind, reason = choose_reference(reference)
+    engine = Engine(kind, allow_tf32)
+    report = VerifyReport(
+        input=str(input), converted=None if converted is None else str(converted), reference=kind,
+        reference_reason=reason, tolerance=tolerance,
+        math_mode=("float64" if kind == "oracle" else ("TF32 allowed (CUDNN_DEFAULT_MATH)" if allow_tf32
+                                                      else "strict fp32 (CUDNN_FMA_MATH)")),
+        seed=seed, batch=batch, steps=steps,
+    )
+    if batch * steps > MAX_RANDOM_STEPS:
+        raise UsageError(f"--batch {batch} x --steps {steps} is {batch * steps} sequence steps, more than "
+                         f"{MAX_RANDOM_STEPS} (a check needs a few; --inputs FILE.npz for real data)")
+    user_inputs = _load_inputs(inputs) if inputs else None
+    if user_inputs is not None and not user_inputs:
+        raise UsageError("--inputs holds no arrays", path=inputs)
+    if converted is not None and not Path(converted).is_dir():
+        from ..inputs import regular_file
+
+        regular_file(converted, "a converted model (.keras or weights .h5)")
+    module = readers.module(readers.detect(input))
+    doc = module.read(input, opts)
+    keras = keras3.keras()
+    report.environment = {"keras": keras.__version__, "backend": keras.backend.backend(), **engine.info}
+    runs = _device_runs(device, report)
+    for label, math in runs:
+        scope = keras3.cpu() if math is None else keras3.on_gpu(math)
+        first = len(report.checks)
+        with warnings.catch_warnings(), scope, keras3.rnn_kernel_probe() as kernels:
+            warnings.simplefilter("ignore")
+            done = _run_checks(module, doc, converted, opts, engine, report,
+                               np.random.default_rng(seed), tolerance, user_inputs)
+        for c in report.checks[first:]:
+            c.device, c.counts = label, math != "default"
+        for d in report.devices:
+            if d.get("device") == label:
+                d["kernels"] = _kernel_summary(kernels)
+        if label == "cpu" and runs[1:]:
+            report.notes.append(f"CPU run: recurrent kernels {_kernel_summary(kernels) or 'none recorded'}")
+        if done:
+            break
+    report.environment.update(engine.info)
+    return report
+
+
+_NO_BUFFER = "%s: no stored opaque buffer; cuDNN was fed the canonical weights packed in this cuDNN's layout"
+
+
+def _kernel_summary(seen: list) -> dict:
+    """{'gru': {'cudnn': 2}, ...} from :func:`gruconv.formats.keras3.rnn_kernel_probe`."""
+    out: dict = {}
+    for op, how in seen:
+        out.setdefault(op, {}).setdefault(how, 0)
+        out[op][how] += 1
+    return out
+
+
+def _run_checks(module, doc, converted, opts, engine, report, rng, tolerance, user_inputs) -> bool:
+    """One run of every check on the current device; True when there was nothing to check.
+
+    The reader says what to check (``nothing_to_verify``, ``verify_subjects``: bare stacks, or a
+    whole model with its Keras graph) and the writers how to load what they wrote; no format is
+    named here."""
+    from ..formats import keras3
+
+    note = module.nothing_to_verify(doc)
+    if note is not None:
+        report.notes.append(note)
+        report.nothing_to_convert = True
+        return True
+    for subject in module.verify_subjects(doc, converted, opts):
+        if subject.graph is not None:
+            if user_inputs:
+                check_user_inputs(keras3.keras(), subject.model, user_inputs, report.input)
+            verify_graph(subject.graph, subject.model, engine, report, rng, tolerance, user_inputs)
+            continue
+        if subject.opaque is None and engine.kind == "cudnn" and report.notes.count(_NO_BUFFER % subject.name) == 0:
+            report.notes.append(_NO_BUFFER % subject.name)
+        verify_stack(subject.stack, subject.opaque, subject.model, engine, report, rng, tolerance, user_inputs)
+    return False
+
+
+def _load_inputs(path) -> list:
+    from ..inputs import load_npz
+
+    return list(load_npz(Path(path), what="verify inputs (.npz)").values())

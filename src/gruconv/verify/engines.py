@@ -1,0 +1,71 @@
+"""Reference engines: the original parameters run by real cuDNN on a GPU
+(:mod:`gruconv.cudnn_rnn`) or by the float64 oracle (:mod:`gruconv.oracle`), and the choice
+between them (``--reference``)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..canonical import RNNStack
+from ..errors import ReferenceUnavailable, UsageError
+
+
+class Engine:
+    """Runs a canonical stack; also returns its float64 run for the noise floor.
+
+    An LSTM's initial cell state goes in as ``c0``; its final cell states, the
+    reference's and the float64 oracle's, are left in ``cy`` and ``cy64``
+    (None for a GRU) after each :meth:`run`.
+    """
+
+    def __init__(self, kind: str, allow_tf32: bool):
+        self.kind = kind
+        self.allow_tf32 = allow_tf32
+        self.info: dict = {}
+        self.cy = self.cy64 = None
+        if kind == "cudnn":
+            from .. import cudnn_lib
+
+            ok, reason = cudnn_lib.available()
+            if not ok:
+                raise ReferenceUnavailable(f"cuDNN reference unavailable: {reason}")
+            self.info = cudnn_lib.library_info()
+
+    def run(self, stack: RNNStack, x_tm: np.ndarray, h0=None, lengths=None, opaque=None, c0=None) -> tuple:
+        """(y, hy, y64, hy64): reference outputs and the float64 oracle's, time-major."""
+        from ..oracle import run_stack
+
+        y64, hy64, cy64 = run_stack(stack, x_tm, h0, lengths, c0)
+        self.cy64 = cy64
+        if self.kind == "oracle":
+            self.cy = cy64
+            return y64, hy64, y64, hy64
+        from .. import cudnn_rnn
+        from ..cudnn_layout import pack
+
+        buf = pack(stack.params, stack.shape) if opaque is None else opaque
+        cast = lambda a: None if a is None else np.asarray(a).astype(buf.dtype)  # noqa: E731
+        y, hy, cy, info = cudnn_rnn.run(buf, stack.shape, x_tm.astype(buf.dtype), cast(h0), cast(c0),
+                                        lengths, allow_tf32=self.allow_tf32)
+        self.cy = cy
+        self.info.update(info)
+        return y, hy, y64, hy64
+
+
+def choose_reference(reference: str) -> tuple:
+    if reference not in ("auto", "cudnn", "oracle"):
+        raise UsageError(f"--reference must be auto, cudnn or oracle, got {reference!r}")
+    if reference == "oracle":
+        return "oracle", "requested"
+    if reference == "cudnn":
+        return "cudnn", "requested"
+    try:
+        from .. import cudnn_lib
+
+        ok, reason = cudnn_lib.available()
+    except Exception as e:  # noqa: BLE001 - availability probing must never fail verify
+        ok, reason = False, str(e)
+    if ok:
+        return "cudnn", f"auto: {reason}"
+    short = reason.split(";")[0].split(": ")[-1][:80]
+    return "oracle", f"auto: no usable GPU/cuDNN here: {short}; float64 oracle instead"

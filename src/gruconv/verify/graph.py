@@ -1,0 +1,261 @@
+"""Graph checks: a converted model that keeps a Keras graph (a Keras HDF5 model's), checked layer by
+layer (each converted recurrent layer fed exactly the activations that reach it in the converted
+model; every output compared) and end to end for a Sequential model.  Driving the Keras graph
+itself is the Keras boundary's (:mod:`gruconv.formats.keras3`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..canonical import RNNStack, StackShape
+from ..cudnn_layout import unpack
+from ..errors import UsageError
+from ..formats import keras3
+from ..formats.keras3 import to_numpy
+from ..keras_layout import cudnn_opaque, to_cudnn
+from .engines import Engine
+from .verdicts import Check, compare
+
+
+def _random_inputs(keras, model, batch: int, steps: int, rng) -> list:
+    emb = [l.input_dim for l in _all_layers(keras, model) if isinstance(l, keras.layers.Embedding)]
+    vocab = min(emb) if emb else 10
+    # A nested model may fix a dimension its outer model leaves open (outer Input(None), inner
+    # Input(12)): the tightest declared dims of same-rank nested inputs are used.
+    nested = [tuple(t.shape) for l in _all_layers(keras, model) if isinstance(l, keras.Model)
+              for t in l.inputs]
+    zero_masked = any(isinstance(l, keras.layers.Embedding) and getattr(l, "mask_zero", False)
+                      for l in _all_layers(keras, model))
+    mask_values = [float(l.mask_value) for l in _all_layers(keras, model) if isinstance(l, keras.layers.Masking)]
+    out = []
+    for t in model.inputs:
+        shape = [d for d in t.shape]
+        for inner in nested:
+            if len(inner) == len(shape):
+                shape = [i if s is None and i is not None else s for s, i in zip(shape, inner)]
+        if shape and shape[0] is None:
+            shape[0] = batch
+        shape = [steps if d is None else d for d in shape]
+        dtype = str(t.dtype)
+        if "int" in dtype:
+            a = rng.integers(1 if zero_masked else 0, vocab, size=shape).astype(dtype)
+        else:
+            a = rng.uniform(-1.0, 1.0, size=shape).astype(dtype)
+        if (zero_masked and "int" in dtype or mask_values and "int" not in dtype) and len(shape) >= 2 \
+                and shape[1] > 1:
+            # right padding on every other sequence: masked steps the converted layer skips
+            pad = mask_values[0] if "int" not in dtype else 0
+            a[::2, shape[1] // 2:] = pad
+        out.append(a)
+    return out
+
+
+def _all_layers(keras, model) -> list:
+    out = []
+    for layer in model.layers:
+        out.append(layer)
+        if isinstance(layer, keras.Model):
+            out.extend(_all_layers(keras, layer))
+        for attr in ("layer", "forward_layer", "backward_layer"):
+            inner = getattr(layer, attr, None)
+            if isinstance(inner, keras.layers.Layer):
+                out.append(inner)
+    return out
+
+
+def _masks_reaching(keras, model, doc, feed) -> dict:
+    """{id(layer): mask array} for the converted recurrent layers that receive a mask when the
+    whole model runs on ``feed`` (:func:`gruconv.formats.keras3.masks_received`; a CuDNNGRU never
+    used one)."""
+    from ..formats.keras3 import find_layer, masks_received
+
+    targets = []
+    for rnn in doc.rnns:
+        parts = rnn.path.split("/")
+        if rnn.wrapper is not None:
+            parts = parts[:-1]
+        layer = find_layer(model, parts)
+        if layer is not None:
+            targets.append(layer)
+    return masks_received(model, targets, feed)
+
+
+def _reference_rnn(rnn, x_bt: np.ndarray, engine: Engine, initial_state=None) -> tuple:
+    """The ORIGINAL CuDNNGRU / CuDNNLSTM (or Bidirectional of one) outputs, as the original layer returned them.
+
+    Returns (outputs, outputs64) in the layer's output order.  Semantics (tf_keras
+    ``layers/rnn/base_cudnn_rnn.py``): ``go_backwards`` reverses the input and
+    returns outputs in processing order; Bidirectional runs a second layer on
+    the reversed input and re-reverses its sequence before merging.  States
+    with ``return_state``: ``[h]`` (GRU) or ``[h, c]`` (LSTM, ``cudnn_lstm.py``
+    returns ``output, [h, c]``); Bidirectional appends the forward layer's
+    states, then the backward layer's (tf_keras and Keras 3 ``bidirectional.py``:
+    ``states = y[1:] + y_rev[1:]``).
+    """
+    s = rnn.stack.shape
+    opts = rnn.options
+    lead = x_bt.shape[:-2]
+    x = x_bt.reshape((-1,) + x_bt.shape[-2:])  # TimeDistributed folds its extra axes into the batch
+
+    lstm = s.cell == "lstm"
+
+    per_dir = len(s.cell_spec.states)
+    init = initial_state or []
+
+    def one(params, reverse_input, d=0):
+        # The buffer the ORIGINAL layer gave cuDNN: stored arrays (to_cudnn, the exact inverse of the
+        # reader) packed as CuDNNGRU/CuDNNLSTM packs them (cudnn_opaque), read back by the golden-tested layout.
+        xi = x[:, ::-1] if reverse_input else x
+        shape = StackShape(s.input_size, s.units, 1, False, "linear", s.dtype, s.cell)
+        buf = cudnn_opaque(*to_cudnn(params, s.cell), s.cell)
+        uni = RNNStack(rnn.path, shape, unpack(buf, shape))
+        given = init[d * per_dir:(d + 1) * per_dir]
+        h0 = given[0][None] if given else None
+        c0 = given[1][None] if len(given) > 1 else None
+        y, hy, y64, hy64 = engine.run(uni, np.ascontiguousarray(xi.transpose(1, 0, 2)), h0, opaque=buf,
+                                      **({"c0": c0} if c0 is not None else {}))
+        states = [hy[0]] + ([engine.cy[0]] if lstm else [])
+        states64 = [hy64[0]] + ([engine.cy64[0]] if lstm else [])
+        return (y.transpose(1, 0, 2), states), (y64.transpose(1, 0, 2), states64)
+
+    def outputs(pairs):
+        if rnn.wrapper != "Bidirectional":
+            (y, st), = pairs
+            outs = [y if opts["return_sequences"] else st[0]]
+            return outs + (st if opts["return_state"] else [])
+        (yf, stf), (yb, stb) = pairs
+        hf, hb = stf[0], stb[0]
+        if opts["return_sequences"]:
+            fw, bw = yf, yb[:, ::-1]
+        else:
+            fw, bw = hf, hb
+        mode = rnn.merge_mode
+        merged = {"concat": lambda: [np.concatenate([fw, bw], -1)], "sum": lambda: [fw + bw],
+                  "mul": lambda: [fw * bw], "ave": lambda: [(fw + bw) / 2], None: lambda: [fw, bw]}[mode]()
+        return merged + (stf + stb if opts["return_state"] else [])
+
+    go_back = opts["go_backwards"]
+    runs = [one(rnn.stack.params[0], go_back)]
+    if rnn.wrapper == "Bidirectional":
+        runs.append(one(rnn.stack.params[1], not go_back, 1))
+    ref = outputs([r[0] for r in runs])
+    ref64 = outputs([r[1] for r in runs])
+    fold = lambda a: a.reshape(lead + a.shape[1:])  # noqa: E731
+    return [fold(a) for a in ref], [fold(a) for a in ref64]
+
+
+def _compute_dtype(rnn) -> str:
+    """The dtype the layer computes in: its weights' dtype, or float16 under a mixed-precision
+    policy (``mixed_float16`` / ``mixed_bfloat16``: float32 weights, half-precision math, in the
+    original CuDNNGRU as in the converted GRU), which gets the float16 tolerance floor."""
+    dtype = (rnn.config.get("config") or {}).get("dtype")
+    name = dtype if isinstance(dtype, str) else ((dtype or {}).get("config") or {}).get("name") \
+        if isinstance(dtype, dict) else None
+    if isinstance(name, str) and name.startswith("mixed_"):
+        return "float16"
+    return rnn.stack.shape.dtype
+
+
+def check_user_inputs(keras, model, feed: list, where) -> None:
+    """``--inputs`` must fit the model: one array per input, its rank, fixed dims and dtype kind,
+    and token ids inside every Embedding's vocabulary.  One-line usage errors, never a traceback."""
+    if len(feed) != len(model.inputs):
+        raise UsageError(f"--inputs holds {len(feed)} array(s), the model takes {len(model.inputs)} "
+                         f"({', '.join(t.name for t in model.inputs)})", path=where)
+    emb = [l.input_dim for l in _all_layers(keras, model) if isinstance(l, keras.layers.Embedding)]
+    for i, (a, t) in enumerate(zip(feed, model.inputs)):
+        want = tuple(t.shape)
+        if a.ndim != len(want) or any(w is not None and w != g for w, g in zip(want, a.shape)):
+            raise UsageError(f"--inputs array {i} has shape {a.shape}, the model input {t.name!r} takes "
+                             f"{tuple('?' if w is None else w for w in want)}", path=where)
+        if a.ndim >= 2 and a.shape[0] == 0 or a.size == 0:
+            raise UsageError(f"--inputs array {i} is empty (shape {a.shape})", path=where)
+        integer = "int" in str(t.dtype)
+        if a.dtype.kind not in ("iu" if integer else "fiu") or a.dtype.kind == "b":
+            raise UsageError(f"--inputs array {i} has dtype {a.dtype}, the model input {t.name!r} takes "
+                             f"{t.dtype}", path=where)
+        if a.dtype.kind == "f" and not np.isfinite(a).all():
+            raise UsageError(f"--inputs array {i} holds NaN/Inf values", path=where)
+        if integer and emb and a.size and (a.min() < 0 or a.max() >= min(emb)):
+            raise UsageError(f"--inputs array {i} holds token ids {int(a.min())}..{int(a.max())}, outside the "
+                             f"Embedding vocabulary 0..{min(emb) - 1}", path=where)
+
+
+def verify_graph(doc, model, engine, report, rng, tolerance, user_inputs):
+    keras = keras3.keras()
+    if user_inputs:
+        feed = [np.asarray(a).astype(str(t.dtype)) for a, t in zip(user_inputs, model.inputs)]
+        report.batch = int(feed[0].shape[0])
+        report.steps = int(feed[0].shape[1]) if feed[0].ndim > 1 else 0
+    else:
+        feed = _random_inputs(keras, model, report.batch, report.steps, rng)
+    from ..formats.keras3 import layer_call, mask_producers
+
+    masks = _masks_reaching(keras, model, doc, feed) if mask_producers(model) else {}
+    for rnn in doc.rnns:
+        bad = rnn.stack.nonfinite_count()
+        if bad:
+            report.notes.append(f"{rnn.path}: {bad} NaN/Inf weight value(s) in the original; NaN outputs "
+                                "at the same places on both sides count as equal")
+        parts = rnn.path.split("/")
+        if rnn.wrapper is not None:
+            parts = parts[:-1]
+        layer, args, kwargs = layer_call(model, parts, feed)
+        if getattr(layer, "stateful", False) or getattr(getattr(layer, "layer", None), "stateful", False):
+            for l in (layer, getattr(layer, "layer", None)):
+                if hasattr(l, "reset_states"):
+                    l.reset_states()
+        mask = masks.get(id(layer))
+        if mask is not None:
+            kwargs = dict(kwargs, mask=mask)
+            report.notes.append(f"{rnn.path}: the converted layer receives a mask ({int((~mask).sum())} padded "
+                                "step(s) in the inputs); the original cuDNN layer ignored masks")
+        got = layer(*args, **kwargs)
+        got = [to_numpy(g) for g in (got if isinstance(got, (list, tuple)) else [got])]
+        x = np.asarray(args[0])
+        states = kwargs.get("initial_state")
+        states = None if states is None else [np.asarray(a, dtype=np.float64) for a in
+                                              (states if isinstance(states, (list, tuple)) else [states])]
+        if states is not None:
+            report.notes.append(f"{rnn.path}: fed its initial state from the model, as in the original")
+        ref, ref64 = _reference_rnn(rnn, x.astype(np.float64), engine, states)
+        names = _output_names(rnn)
+        for name, g, r, r64 in zip(names, got, ref, ref64):
+            report.checks.append(compare(f"{rnn.path}: {name}", g, r, r64, tolerance, _compute_dtype(rnn)))
+        if len(got) != len(ref):
+            report.checks.append(Check(f"{rnn.path}: output count", float("inf"), float("inf"), tolerance,
+                                       False, None, (len(got), len(ref))))
+    if isinstance(model, keras.Sequential) and doc.rnns and all("/" not in r.path or r.wrapper and
+                                                               r.path.count("/") == 1 for r in doc.rnns):
+        _end_to_end_sequential(keras, doc, model, engine, report, feed, tolerance)
+
+
+def _output_names(rnn) -> list:
+    opts = rnn.options
+    first = "sequence" if opts["return_sequences"] else "last output"
+    if rnn.wrapper == "Bidirectional" and rnn.merge_mode is None:
+        names = [f"forward {first}", f"backward {first}"]
+    else:
+        names = [first]
+    if opts["return_state"]:
+        states = ["state"] if rnn.shape.cell == "gru" else ["state h", "state c"]
+        if rnn.wrapper == "Bidirectional":
+            states = [f"{d} {st}" for d in ("forward", "backward") for st in states]
+        names += states
+    return names
+
+
+def _end_to_end_sequential(keras, doc, model, engine, report, feed, tolerance):
+    by_top = {r.path.split("/")[0]: r for r in doc.rnns}
+    act = feed[0]
+    act64 = act.astype(np.float64)
+    for layer in model.layers:
+        rnn = by_top.get(layer.name)
+        if rnn is not None:
+            ref, ref64 = _reference_rnn(rnn, act64, engine)
+            act, act64 = ref[0], ref64[0]
+        else:
+            act = to_numpy(layer(act))  # non-recurrent layers: the converted model's own (unchanged) layers
+            act64 = act.astype(np.float64)
+    got = to_numpy(model(feed[0]))
+    report.checks.append(compare("end to end: model output", got, act, None, tolerance, "float32"))
