@@ -42,7 +42,7 @@ from typing import Optional
 
 
 from .. import h5safe, writers
-from ..canonical import CELLS, RNNStack, StackShape, Subject
+from ..canonical import CELLS, Document, RNNStack, StackShape, Subject
 from ..cudnn_layout import params_size
 from ..errors import GruconvError, InputError, OutputError, UnsupportedError, UsageError, first_line
 from ..keras_layout import CUDNN_COMPATIBLE, describe_keras_layer, from_cudnn
@@ -118,6 +118,11 @@ class KerasRNN:
         return _CUDNN_CLASS_OF[self.shape.cell]
 
     @property
+    def name(self) -> str:
+        """Its name in a :class:`~gruconv.canonical.Document`: the layer's config path."""
+        return self.path
+
+    @property
     def options(self) -> dict:
         c = _conf(self.config)
         return {k: bool(c.get(k, False)) for k in ("return_sequences", "return_state", "go_backwards", "stateful")}
@@ -140,6 +145,23 @@ class KerasH5Model:
     @property
     def weights_root(self) -> str:
         return "model_weights" if self.kind == "model" else "/"
+
+    # The Keras-graph passthrough: what writers that can express a Keras graph ask of it.
+
+    def document(self) -> Document:
+        """The canonical :class:`~gruconv.canonical.Document`: the cuDNN layers as stacks (read
+        lazily), this model as the Keras graph passthrough, no other tensors."""
+        return Document(source=str(self.path), reader=FORMAT, stacks=list(self.rnns), graph=self)
+
+    def write_legacy(self, out_path, *, include_model: bool = True, include_training: bool = True,
+                     zero_init: bool = False) -> dict:
+        """The graph as a legacy Keras HDF5 file with GRU/LSTM layers (:func:`write`)."""
+        return write(self, out_path, include_model=include_model, include_training=include_training,
+                     zero_init=zero_init)
+
+    def build_model(self):
+        """The graph as a Keras 3 model in memory, and the NaN/Inf count per layer (:func:`to_keras`)."""
+        return to_keras(self)
 
 
 def sniff(path: Path) -> bool:
@@ -979,50 +1001,9 @@ def convert(doc: KerasH5Model, output: Path, opts: Optional[Options] = None) -> 
         result.warnings.append(
             f"optimizer state ({doc.optimizer_weight_count} tensors) dropped: its slots follow the cuDNN layers' "
             "weight layout; the converted model starts with a fresh optimizer")
-    if out_fmt == "h5-weights":
-        if doc.model_config is not None:
-            result.warnings.append(
-                f"{output.name} holds the converted weights only, in the legacy layout (Keras 3 and tf_keras "
-                "load_weights into the same architecture with GRU in place of CuDNNGRU); the architecture is "
-                "not written: name the output .keras for the whole model")
-        with atomic_path(output, force=opts.force, suffix=".h5") as tmp:
-            nonfinite = write(doc, tmp, include_model=False)
-    elif out_fmt == "keras-weights":
-        from ..formats import keras3
-
-        model, nonfinite = to_keras(doc, opts)
-        with atomic_path(output, force=opts.force, suffix=".weights.h5") as tmp:
-            keras3.save_weights(model, tmp)
-    else:
-        from ..formats import keras3
-
-        model, nonfinite = to_keras(doc, opts)
-        half = [r.path for r in doc.rnns if r.shape.dtype in ("float16", "bfloat16")]
-        if half:
-            result.warnings.append(keras3.LOW_PRECISION_NOTE.format(layers=", ".join(half)))
-        producers = keras3.mask_producers(model)
-        if producers:
-            result.warnings.append(
-                f"mask-producing layer(s) {', '.join(producers)}: the cuDNN layers never used a mask, the "
-                "converted Keras 3 layers apply one that reaches them, so outputs on padded steps can differ "
-                "(`gruconv verify` feeds padded inputs and shows whether they do)")
-        if doc.training_config:
-            result.warnings.extend(keras3.compile_from_training_config(model, doc.training_config))
-        with atomic_path(output, force=opts.force, suffix=".keras") as tmp:
-            digests = keras3.save(model, tmp)
-            del model  # the load-back check below holds Keras's copy; never two at once
-            try:
-                keras3.check_reload(tmp, digests)
-            except UnsupportedError as e:
-                if not doc.training_config:
-                    raise
-                # the compiled file does not load back: save the model without its training setup
-                model, _ = to_keras(doc, opts)
-                digests = keras3.save(model, tmp)
-                del model
-                keras3.check_reload(tmp, digests)
-                result.warnings.append(f"training config dropped: the compiled model did not load back "
-                                       f"({e.message}); model written uncompiled")
+    writer = writers.module(out_fmt)
+    with atomic_path(output, force=opts.force, suffix=writer.SUFFIX) as tmp:
+        nonfinite = writer.write_graph(doc.document(), tmp, opts, result.warnings, final=output)
     for rnn in doc.rnns:
         bad = nonfinite.get(rnn.path, 0)
         result.rnns.append(_rnn_entry(rnn, bad))

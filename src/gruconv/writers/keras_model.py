@@ -23,6 +23,44 @@ def options(graph: bool) -> frozenset:
     return frozenset() if graph else INTERFACE_OPTIONS
 
 
+def write_graph(document, target, options, warnings: list, *, final) -> dict:
+    """A Keras graph as a ``.keras`` model: built (``graph.build_model()``), compiled from the
+    original training config where Keras 3 can, saved, loaded back (digests compared); a compiled
+    model that does not load back is saved again uncompiled, with a warning.  Returns NaN/Inf
+    counts per layer."""
+    from ..errors import UnsupportedError
+    from ..formats import keras3
+
+    graph = document.graph
+    model, nonfinite = graph.build_model()
+    half = [r.path for r in graph.rnns if r.shape.dtype in ("float16", "bfloat16")]
+    if half:
+        warnings.append(keras3.LOW_PRECISION_NOTE.format(layers=", ".join(half)))
+    producers = keras3.mask_producers(model)
+    if producers:
+        warnings.append(
+            f"mask-producing layer(s) {', '.join(producers)}: the cuDNN layers never used a mask, the "
+            "converted Keras 3 layers apply one that reaches them, so outputs on padded steps can differ "
+            "(`gruconv verify` feeds padded inputs and shows whether they do)")
+    if graph.training_config:
+        warnings.extend(keras3.compile_from_training_config(model, graph.training_config))
+    digests = keras3.save(model, target)
+    del model  # the load-back check below holds Keras's copy; never two at once
+    try:
+        keras3.check_reload(target, digests)
+    except UnsupportedError as e:
+        if not graph.training_config:
+            raise
+        # the compiled file does not load back: save the model without its training setup
+        model, _ = graph.build_model()
+        digests = keras3.save(model, target)
+        del model
+        keras3.check_reload(target, digests)
+        warnings.append(f"training config dropped: the compiled model did not load back "
+                        f"({e.message}); model written uncompiled")
+    return nonfinite
+
+
 def write_stack(document, entry, target, options, name: str) -> None:
     """One stack's Keras 3 model into ``target``: built one layer at a time from the stack's params
     (``document.drop()`` after each array), saved, and loaded back (digests compared)."""

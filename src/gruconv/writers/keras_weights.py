@@ -15,6 +15,15 @@ def options(graph: bool) -> frozenset:
     return frozenset()
 
 
+def write_graph(document, target, options, warnings: list, *, final) -> dict:
+    """A Keras graph's converted model's weights (``model.save_weights``)."""
+    from ..formats import keras3
+
+    model, nonfinite = document.graph.build_model()
+    keras3.save_weights(model, target)
+    return nonfinite
+
+
 def write_stack(document, entry, target, options, name: str) -> None:
     """One stack's weights, from the model the ``keras`` writer would build (its layer names)."""
     from ..formats import keras3

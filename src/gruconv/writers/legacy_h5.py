@@ -4,8 +4,8 @@
 Layout (tf_keras ``saving/legacy/hdf5_format.py``): root attrs ``layer_names``, ``backend``,
 ``keras_version``; one group per layer with attr ``weight_names`` and datasets under those names.
 tf_keras's and Keras 3's ``load_weights`` read it into the converted architecture (they match
-layers by order).  A Keras HDF5 input's whole graph is written by
-:func:`gruconv.readers.keras_h5.write` (the other layers' weights are copied as they are).
+layers by order).  A Keras graph (a Keras HDF5 input's) writes itself in this layout
+(``graph.write_legacy``: the other layers' weights are copied as they are).
 """
 
 from __future__ import annotations
@@ -25,6 +25,18 @@ MANY = False
 def options(graph: bool) -> frozenset:
     """Weights carry no model interface: no option of their own."""
     return frozenset()
+
+
+def write_graph(document, target, options, warnings: list, *, final) -> dict:
+    """A Keras graph's weights in the legacy layout (the other layers' copied as they are, the
+    cuDNN layers' transformed); the architecture is not written.  Returns NaN/Inf counts per layer."""
+    graph = document.graph
+    if graph.model_config is not None:
+        warnings.append(
+            f"{final.name} holds the converted weights only, in the legacy layout (Keras 3 and tf_keras "
+            "load_weights into the same architecture with GRU in place of CuDNNGRU); the architecture is "
+            "not written: name the output .keras for the whole model")
+    return graph.write_legacy(target, include_model=False)
 
 
 def layer_weight_names(stack, lname: str) -> list:
