@@ -62,9 +62,6 @@ from . import __version__
 from .errors import GruconvError, InputError, OutputError, ParityError, UsageError
 
 STATUSES = ("ok", "nothing-to-convert", "skipped", "parity-failed", "failed")
-CHECKPOINT = "tf1-checkpoint"
-KERAS_H5 = "keras-h5"
-_MODEL_SUFFIXES = (".h5", ".hdf5", ".keras")
 _GLOB_MAGIC = re.compile(r"[*?[]")
 #: Discovery bounds: entries looked at per root argument, and directory depth below it.
 MAX_WALK_ENTRIES = 1_000_000
@@ -181,10 +178,22 @@ def _detect_explicit(path: Path) -> str:
         raise InputError(f"cannot detect the format: a reader failed to import ({e})", path=path) from None
 
 
-def _checkpoint_prefix(path: Path) -> Path:
-    from .tfbundle import resolve_prefix
+def _spans_files(fmt: Optional[str]) -> bool:
+    """Whether an input of reader ``fmt`` is a set of files named by one prefix (a directory or a
+    prefix is one input, not descended into): the reader has ``input_prefix``."""
+    if fmt is None:
+        return False
+    from . import readers
 
-    return Path(resolve_prefix(path))
+    return getattr(readers.module(fmt), "input_prefix", None) is not None
+
+
+def _input_prefix(fmt: str, path: Path) -> Path:
+    """The prefix naming the one input at ``path`` (the reader's ``input_prefix``; a
+    :class:`GruconvError` when it cannot be resolved)."""
+    from . import readers
+
+    return Path(readers.module(fmt).input_prefix(path))
 
 
 def _real(path) -> str:
@@ -303,9 +312,9 @@ class _Discovery:
     def found(self, path: Path, root: Path, fmt: str) -> bool:
         """Add ``path``; False for a checkpoint directory whose prefix cannot be resolved (several
         ``*.index`` files and no ``checkpoint`` file, or a broken one): walk it instead."""
-        if fmt == CHECKPOINT:
+        if _spans_files(fmt):
             try:
-                prefix = _checkpoint_prefix(path)
+                prefix = _input_prefix(fmt, path)
             except GruconvError:
                 return False
             if not path.is_dir():      # its .index / .data-* / .meta file: the input is the prefix
@@ -328,7 +337,8 @@ class _Discovery:
                 self.fail(str(arg), UsageError("input directory is the output directory", path=arg))
                 return
             self.unresolved = None
-            if not (_detect(arg) == CHECKPOINT and self._explicit_checkpoint(arg, walk_on_error=True)):
+            fmt = _detect(arg)
+            if not (_spans_files(fmt) and self._explicit_prefix(arg, fmt, walk_on_error=True)):
                 unresolved, before = self.unresolved, len(self.items)
                 self._walk_checked(arg, arg)
                 if unresolved is not None and len(self.items) == before:
@@ -348,14 +358,14 @@ class _Discovery:
         except GruconvError as e:
             self.fail(str(arg), e)
             return
-        if fmt == CHECKPOINT:
-            self._explicit_checkpoint(arg)
+        if _spans_files(fmt):
+            self._explicit_prefix(arg, fmt)
             return
         self.add(_Input(str(arg), arg, arg.name, _real(arg), fmt))
 
-    def _explicit_checkpoint(self, arg: Path, walk_on_error: bool = False) -> bool:
+    def _explicit_prefix(self, arg: Path, fmt: str, walk_on_error: bool = False) -> bool:
         try:
-            prefix = _checkpoint_prefix(arg)
+            prefix = _input_prefix(fmt, arg)
         except GruconvError as e:
             if walk_on_error:   # a directory of several checkpoints: each prefix is found by its .index
                 self.unresolved = e
@@ -366,7 +376,7 @@ class _Discovery:
             name = Path(_real(arg)).name if arg.name in ("", ".", "..") else arg.name
         else:
             name = prefix.name
-        self.add(_Input(str(arg), arg, name, "ckpt:" + _real(prefix), CHECKPOINT))
+        self.add(_Input(str(arg), arg, name, "ckpt:" + _real(prefix), fmt))
         return True
 
     def pattern(self, pattern: str) -> None:
@@ -390,7 +400,7 @@ class _Discovery:
             if p.is_dir():
                 if _real(p) in self.skip_dirs:
                     continue
-                if not (_detect(p) == CHECKPOINT and self.found(p, root, CHECKPOINT)):
+                if not ((fmt := _detect(p)) is not None and _spans_files(fmt) and self.found(p, root, fmt)):
                     self._walk_checked(p, root)
             else:
                 fmt = _detect(p)
@@ -463,7 +473,7 @@ class _Discovery:
                         if max_depth is None or depth + 1 < max_depth:
                             subdirs.append((p, depth + 1))
                         continue
-                    if not (_detect(p) == CHECKPOINT and self.found(p, root, CHECKPOINT)):
+                    if not ((fmt := _detect(p)) is not None and _spans_files(fmt) and self.found(p, root, fmt)):
                         subdirs.append((p, depth + 1))
                     continue
                 if match is not None:
@@ -569,7 +579,9 @@ def _options_record(options: dict):
 
 
 def _stem(name: str) -> str:
-    return name[: -len(Path(name).suffix)] if Path(name).suffix.lower() in _MODEL_SUFFIXES else name
+    from . import readers
+
+    return name[: -len(Path(name).suffix)] if Path(name).suffix.lower() in readers.input_suffixes() else name
 
 
 def output_name(path: Path, fmt: str, options: dict) -> str:
@@ -587,8 +599,11 @@ def _output_rel(item: _Input, options: dict) -> str:
 
 
 def _extra_outputs(out: Path, fmt: Optional[str]) -> list:
-    """Files written beside ``out`` (for the overlap check): a TF1 conversion's ``OUT.rest.npz``."""
-    return [out.with_name(out.name + ".rest.npz")] if fmt == CHECKPOINT else []
+    """Files written beside ``out`` (for the overlap check), as the reader says (``extra_outputs``:
+    a checkpoint's other tensors in ``OUT.rest.npz``)."""
+    if fmt is None:
+        return []
+    return list(_format_module(fmt).extra_outputs(out))
 
 
 def _input_files(item: _Input) -> list:

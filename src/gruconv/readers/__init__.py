@@ -79,6 +79,14 @@ def detect(path) -> str:
 FORMATS = READERS
 
 
+def input_suffixes() -> tuple:
+    """Name endings batch mode strips from an input's name to name its output: every reader's
+    ``SUFFIXES`` and every ending a writer claims (an input named like an output)."""
+    from .. import writers
+
+    return tuple(dict.fromkeys(sum((tuple(module(n).SUFFIXES) for n in READERS), ()) + writers.suffixes()))
+
+
 # --------------------------------------------------------------------------- options
 
 #: The command-line spelling of the :class:`gruconv.results.Options` fields whose flag is not

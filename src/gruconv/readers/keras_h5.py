@@ -58,6 +58,8 @@ OPTIONS = frozenset({"config"})
 #: Its documents carry a Keras graph (the model's other layers and config), so the writer keeps the
 #: model's own interface.
 GRAPH = True
+#: Input name endings (batch mode names an output after the input without them).
+SUFFIXES = (".h5", ".hdf5")
 
 #: CuDNNGRU config keys that GRU also takes (and CuDNNLSTM keys LSTM takes, with
 #: ``unit_forget_bias``: :data:`_CARRIED`); anything else is dropped or refused.
@@ -897,6 +899,11 @@ def output_name(path: Path, opts: Options, stem: str) -> str:
     (:func:`gruconv.writers.output_name`)."""
     fmt, many = natural_output(path, opts)
     return writers.output_name(stem, opts.format or fmt, many=many)
+
+
+def extra_outputs(output: Path) -> list:
+    """Files a conversion writes beside ``output``: none."""
+    return []
 
 
 def input_files(path: Path) -> list:

@@ -31,6 +31,25 @@ DESCRIPTION = "a TensorFlow checkpoint"
 OPTIONS = frozenset({"rnn", "prefer", "hints"})
 #: Its documents are bare stacks: the writer builds each model's interface (initial states, ...).
 GRAPH = False
+#: Input name endings (a checkpoint is named by its prefix: none).
+SUFFIXES = ()
 
-__all__ = ["DESCRIPTION", "OPTIONS", "GRAPH", "output_format", "nothing_to_verify", "verify_subjects", "FORMAT", "sniff", "read", "inspect", "check_outputs", "convert", "to_keras", "output_name",
+
+def input_prefix(path):
+    """Batch mode's "what is one input here": a checkpoint directory, prefix or any of its files is
+    the one input named by its prefix (:func:`gruconv.tfbundle.resolve_prefix`; a
+    :class:`~gruconv.errors.GruconvError` when it cannot be resolved)."""
+    from ...tfbundle import resolve_prefix
+
+    return resolve_prefix(path)
+
+
+def extra_outputs(output):
+    """Files a conversion writes beside the one-file ``output``: the other tensors' ``rest.npz``."""
+    from ...writers import rest_npz
+
+    return [rest_npz.beside(output)]
+
+
+__all__ = ["DESCRIPTION", "OPTIONS", "GRAPH", "SUFFIXES", "input_prefix", "extra_outputs", "output_format", "nothing_to_verify", "verify_subjects", "FORMAT", "sniff", "read", "inspect", "check_outputs", "convert", "to_keras", "output_name",
            "natural_output", "input_files", "CheckpointDoc", "CheckpointStack", "CrossCheck"]
