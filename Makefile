@@ -30,9 +30,13 @@ bench: setup
 fuzz: setup
 	GRUCONV_FUZZ_CASES=5000 $(PY) -m pytest -q tests/test_fuzz.py
 
+# Every fixture generator (written by the real tf_keras / TensorFlow writers); each but
+# make_user_fixtures.py also takes --check (rebuild in a temp dir, compare byte for byte).
+FIXTURE_GENERATORS := make_keras_fixtures make_keras_lstm_fixtures make_tf1_fixtures make_tf1_lstm_fixtures \
+                      make_user_fixtures
+
 fixtures: setup
-	$(PY) fixtures/make_keras_fixtures.py
-	$(PY) fixtures/make_tf1_fixtures.py
+	for g in $(FIXTURE_GENERATORS); do $(PY) fixtures/$$g.py || exit 1; done
 
 clean:
 	rm -rf $(VENV) demo-out bench-out
