@@ -511,7 +511,7 @@ def test_reports_are_valid_with_hostile_names(tmp_path, monkeypatch):
 
 
 def test_progress_line_on_a_terminal(tree, monkeypatch):
-    monkeypatch.setattr(batch, "_isatty", lambda stream: True)
+    monkeypatch.setattr(batch.records, "_isatty", lambda stream: True)
     broken(Path("models/zz.h5"))
     res = cli(tree, "--out-dir", "out", "--jobs", "1", "--keep-going")
     assert res.exit_code == 3

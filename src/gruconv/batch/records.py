@@ -1,0 +1,255 @@
+"""Records and what is shown of them: one :class:`Record` per input, the :class:`Summary`, the console lines and table, the JSON and JUnit reports."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from .. import __version__
+from ..errors import InputError, ParityError
+
+
+STATUSES = ("ok", "nothing-to-convert", "skipped", "parity-failed", "failed")
+
+
+# --------------------------------------------------------------------------- records
+
+@dataclass
+class Record:
+    """What happened to one input (one line of the console, one JSON entry, one JUnit testcase)."""
+
+    input: str
+    status: str = "failed"
+    format: Optional[str] = None
+    output: Optional[str] = None          # the planned output path (file or directory)
+    outputs: list = field(default_factory=list)
+    stacks: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)
+    verification: Optional[dict] = None
+    error: Optional[str] = None
+    error_type: Optional[str] = None
+    exit_code: int = 0
+    seconds: float = 0.0
+    traceback: Optional[str] = None
+
+    def to_json(self) -> dict:
+        out = {
+            "input": self.input, "format": self.format, "status": self.status, "output": self.output,
+            "outputs": self.outputs, "stacks": self.stacks, "warnings": self.warnings,
+            "verification": self.verification, "error": self.error, "exit_code": self.exit_code,
+            "seconds": round(self.seconds, 4),
+        }
+        if self.traceback is not None:
+            out["traceback"] = self.traceback
+        return out
+
+
+@dataclass
+class Summary:
+    """The outcome of :func:`convert_many`: per-input records (sorted by input) and the exit code."""
+
+    records: list
+    not_run: list = field(default_factory=list)   # inputs never started (the run stopped first)
+    started: str = ""
+    duration_s: float = 0.0
+    jobs: int = 1
+    shard: Optional[str] = None
+    out_dir: str = ""
+
+    @property
+    def counts(self) -> dict:
+        c = {s: 0 for s in STATUSES}
+        for r in self.records:
+            c[r.status] += 1
+        return c
+
+    @property
+    def exit_code(self) -> int:
+        """``InputError.exit_code`` if any input failed (whatever its own error was: the README's
+        "3 an input failed"), else ``ParityError.exit_code`` for a parity failure, else 0."""
+        if any(r.status == "failed" for r in self.records):
+            return InputError.exit_code
+        if any(r.status == "parity-failed" for r in self.records):
+            return ParityError.exit_code
+        return 0
+
+    @property
+    def converted(self) -> int:
+        return sum(1 for r in self.records if r.status in ("ok", "parity-failed"))
+
+    def to_json(self) -> dict:
+        return {
+            "gruconv_version": __version__, "started": self.started, "duration_s": round(self.duration_s, 4),
+            "jobs": self.jobs, "shard": self.shard, "out_dir": self.out_dir,
+            "summary": self.counts, "exit_code": self.exit_code,
+            "inputs": [r.to_json() for r in self.records], "not_run": list(self.not_run),
+        }
+
+
+# --------------------------------------------------------------------------- console
+
+class Console:
+    def __init__(self, total: int, enabled: bool, say=None):
+        self.total, self.done, self.enabled = total, 0, enabled
+        self.tty = enabled and _isatty(sys.stderr)
+        self.width = 0
+        self.say = say or print_console
+
+    def record(self, rec: Record) -> None:
+        self.done += 1
+        if not self.enabled:
+            return
+        line = _line(rec)
+        if self.tty:
+            self._clear()
+            if rec.status in ("failed", "parity-failed"):
+                self.say(line, err=True)
+            progress = f"[{self.done}/{self.total}] {rec.status}  {_display(rec.input)}"
+            cols = _columns()
+            progress = progress if len(progress) < cols else progress[: cols - 4] + "..."
+            self.say("\r" + progress, err=True, nl=False)
+            self.width = len(progress)
+        else:
+            self.say(line, err=True)
+
+    def _clear(self) -> None:
+        if self.width:
+            self.say("\r" + " " * self.width + "\r", err=True, nl=False)
+            self.width = 0
+
+    def close(self) -> None:
+        if self.tty:
+            self._clear()
+
+
+def _isatty(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _columns() -> int:
+    try:
+        return max(20, os.get_terminal_size(sys.stderr.fileno()).columns)
+    except (OSError, ValueError, AttributeError):
+        return 80
+
+
+def _display(text) -> str:
+    from ..inputs import display
+
+    return display(text)
+
+
+def _short_error(rec: Record) -> str:
+    err = rec.error or rec.status
+    for prefix in (f"{rec.input}: ", f"{_display(rec.input)}: "):
+        if err.startswith(prefix):
+            return err[len(prefix):]
+    return err
+
+
+def _line(rec: Record) -> str:
+    """One console line for a record; control characters in names escaped (one line, always)."""
+    t = f"({rec.seconds:.1f}s)"
+    name = _display(rec.input)
+    if rec.status == "ok":
+        outs = ", ".join(rec.outputs) or rec.output or "?"
+        return f"ok  {name} -> {_display(outs)} {t}"
+    if rec.status == "nothing-to-convert":
+        return f"ok  {name}: nothing to convert {t}"
+    if rec.status == "skipped":
+        return f"skipped {name}"
+    return f"FAILED {name}: {_display(_short_error(rec))}"
+
+
+def summary_text(summary: Summary) -> str:
+    """The table printed on stdout at the end of a batch."""
+    c = summary.counts
+    rows = [(s, str(c[s])) for s in STATUSES]
+    if summary.not_run:
+        rows.append(("not run", str(len(summary.not_run))))
+    rows.append(("total", str(len(summary.records) + len(summary.not_run))))
+    rate = summary.converted / summary.duration_s if summary.duration_s > 0 else 0.0
+    rows += [("time", f"{summary.duration_s:.1f} s"), ("throughput", f"{rate:.2f} models/s"),
+             ("jobs", str(summary.jobs))]
+    if summary.shard:
+        rows.append(("shard", summary.shard))
+    w = max(len(k) for k, _ in rows)
+    v = max(len(x) for _, x in rows)
+    return "\n".join(f"{k:<{w}}  {x:>{v}}" for k, x in rows)
+
+
+# --------------------------------------------------------------------------- reports
+
+_XML_BAD = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _xml_text(s) -> str:
+    s = str(s).encode("utf-8", "backslashreplace").decode("utf-8")  # lone surrogates from odd file names
+    return _XML_BAD.sub(lambda m: f"\\x{ord(m.group()):02x}", s)
+
+
+def junit_xml(summary: Summary) -> bytes:
+    """One ``<testsuite name="gruconv">``, one ``<testcase>`` per input that ran (or was skipped)."""
+    import xml.etree.ElementTree as ET
+
+    c = summary.counts
+    failures = c["failed"] + c["parity-failed"]
+    suite = ET.Element("testsuite", {
+        "name": "gruconv", "tests": str(len(summary.records)), "failures": str(failures), "errors": "0",
+        "skipped": str(c["skipped"]), "time": f"{summary.duration_s:.3f}", "timestamp": summary.started,
+        "hostname": _xml_text(socket.gethostname() or "localhost"),
+    })
+    props = ET.SubElement(suite, "properties")
+    for name, value in (("gruconv_version", __version__), ("jobs", summary.jobs), ("shard", summary.shard or ""),
+                        ("out_dir", summary.out_dir)):
+        ET.SubElement(props, "property", {"name": name, "value": _xml_text(value)})
+    for r in summary.records:
+        case = ET.SubElement(suite, "testcase", {"classname": "gruconv.convert", "name": _xml_text(r.input),
+                                                 "time": f"{r.seconds:.3f}"})
+        if r.status in ("failed", "parity-failed"):
+            fail = ET.SubElement(case, "failure", {"message": _xml_text(_short_error(r)),
+                                                   "type": _xml_text(r.error_type or r.status)})
+            fail.text = _xml_text(r.error or "") + ("\n\n" + _xml_text(r.traceback) if r.traceback else "")
+        elif r.status == "skipped":
+            ET.SubElement(case, "skipped", {"message": "output is up to date (recorded as converted, unchanged since)"})
+        out_lines = [f"status: {r.status}"] + [f"output: {o}" for o in r.outputs] + \
+                    [f"warning: {w}" for w in r.warnings]
+        ET.SubElement(case, "system-out").text = _xml_text("\n".join(out_lines))
+    ET.indent(suite)
+    return ET.tostring(suite, encoding="utf-8", xml_declaration=True) + b"\n"
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    from ..outputs import atomic_path
+
+    path = Path(path)
+    if str(path.parent):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path, force=True) as tmp:
+        tmp.write_bytes(data)
+
+
+def write_reports(summary: Summary, report=None, junit=None) -> None:
+    if report is not None:
+        write_atomic(Path(report), (json.dumps(summary.to_json(), indent=2) + "\n").encode("utf-8"))
+    if junit is not None:
+        write_atomic(Path(junit), junit_xml(summary))
+
+
+def print_console(text: str, err: bool = False, nl: bool = True) -> None:
+    """The default ``print_fn``: like ``click.echo`` for text, to the current ``sys.stderr`` /
+    ``sys.stdout`` (looked up at each call, so test runners that swap them see the output)."""
+    stream = sys.stderr if err else sys.stdout
+    if stream is None:
+        return
+    stream.write(text + ("\n" if nl else ""))
+    stream.flush()

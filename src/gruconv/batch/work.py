@@ -1,0 +1,248 @@
+"""The work: converting one input (:func:`gruconv.api.convert`) in-process or in spawned workers, the options each input gets, and settling each job (placing or undoing its outputs)."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import os
+import time
+import traceback
+from typing import Optional
+
+from ..errors import GruconvError, OutputError, ParityError
+from .records import Console, Record
+from .state import State, input_mtime, output_files
+from .plan import Job, fail_record, options_record, snapshot, undo
+
+
+# --------------------------------------------------------------------------- workers
+
+def _worker_init(threads: int) -> None:
+    """Pool initializer: cap the framework's thread pools at this worker's share of the CPUs (N
+    workers each spinning up one thread per core only fight each other), then pay the framework
+    start-up once per worker, before its first job."""
+    for var in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS"):
+        os.environ.setdefault(var, str(threads))
+    try:
+        from ..formats.keras3 import keras
+
+        keras()
+    except Exception:  # noqa: BLE001 - the first conversion reports it properly
+        pass
+
+
+def _jsonable(obj):
+    return json.loads(json.dumps(obj, default=str))
+
+
+def _convert_one(input: str, output: str, options: dict) -> dict:
+    """Convert one input; never raises for a per-input problem (returns the record's fields)."""
+    from .. import api
+
+    t0 = time.perf_counter()
+    out: dict = {"status": "failed", "exit_code": GruconvError.exit_code}
+    try:
+        result = api.convert(input, output, **options)
+        res = _jsonable(result.to_json())
+        out.update(format=res.get("format"), outputs=res.get("outputs") or [],
+                   stacks=res.get("rnns") or res.get("stacks") or [],
+                   warnings=res.get("warnings") or [], verification=res.get("verification"))
+        ver = res.get("verification")
+        if result.nothing_to_convert and not res.get("outputs"):
+            out.update(status="nothing-to-convert", exit_code=0)
+        elif ver is not None and not ver.get("passed", True):
+            out.update(status="parity-failed", exit_code=ParityError.exit_code, error_type="ParityError",
+                       error=_parity_message(ver))
+        else:
+            out.update(status="ok", exit_code=0)
+    except GruconvError as e:
+        out.update(status="parity-failed" if isinstance(e, ParityError) else "failed", exit_code=e.exit_code,
+                   error=str(e), error_type=type(e).__name__)
+    except Exception as e:  # noqa: BLE001 - a bug: record it, keep the batch alive
+        out.update(status="failed", exit_code=GruconvError.exit_code, error=f"internal error: {type(e).__name__}: {e}",
+                   error_type="InternalError", traceback=traceback.format_exc())
+    out["seconds"] = time.perf_counter() - t0
+    return out
+
+
+def _parity_message(ver: dict) -> str:
+    bad = [c for c in ver.get("checks") or [] if not c.get("passed", True)]
+    if not bad:
+        return "verification failed"
+    parts = [f"{c.get('name')}: max abs {c.get('max_abs'):.3g} > {c.get('tolerance'):.3g}" for c in bad[:3]]
+    more = f" (+{len(bad) - 3} more)" if len(bad) > 3 else ""
+    return "converted model outside tolerance: " + "; ".join(parts) + more
+
+
+def _apply(rec: Record, res: dict) -> None:
+    rec.status = res["status"]
+    rec.exit_code = res.get("exit_code", 0)
+    rec.format = res.get("format") or rec.format
+    for k in ("outputs", "stacks", "warnings"):
+        setattr(rec, k, res.get(k) or [])
+    rec.verification = res.get("verification")
+    rec.error, rec.error_type = res.get("error"), res.get("error_type")
+    rec.traceback = res.get("traceback")
+    rec.seconds = res.get("seconds", 0.0)
+
+
+def cpu_count() -> int:
+    """CPUs this process may use (its affinity mask where the OS has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _prepare(job: Job) -> None:
+    """Create the output's parent directories (remembered, so a failure can remove them again),
+    and note what the output files are before the job (:func:`snapshot`)."""
+    job.snap = snapshot(job.outs)
+    try:
+        job.input_mtime = input_mtime(job.item)
+    except (OSError, ValueError):
+        job.input_mtime = None
+    if job.output is not None and str(job.output.parent):
+        missing = []
+        d = job.output.parent
+        while str(d) not in ("", ".") and not os.path.lexists(d):
+            missing.append(d)
+            d = d.parent
+        job.output.parent.mkdir(parents=True, exist_ok=True)
+        job.made_dirs = missing
+
+
+def _settle(job: Job, state: Optional[State]) -> None:
+    """After a job: a failure leaves no output (files it created or replaced are removed, and the
+    directories made for it); the record of successful conversions is updated either way."""
+    rec = job.record
+    if rec.status in ("failed", "parity-failed"):
+        removed = undo(job.outs, job.snap)
+        if removed and rec.status == "parity-failed":
+            rec.warnings.append(f"output removed because verification failed: {', '.join(removed)}")
+        if removed:
+            rec.outputs = [o for o in rec.outputs if o not in removed]
+        for d in getattr(job, "made_dirs", []):
+            try:
+                d.rmdir()
+            except OSError:
+                break
+        if state is not None and job.output is not None:
+            state.failed(job.output)
+    elif state is not None and job.output is not None:
+        if rec.status == "ok" and output_files(job.outs):
+            state.succeeded(job.item, job.outs, job.input_mtime)
+        else:
+            state.failed(job.output)
+
+
+def _run_formats(options: dict) -> list:
+    """The writers a run may use: ``--format``'s, else any (each input's own default)."""
+    from .. import writers
+
+    return [options["format"]] if options.get("format") else list(writers.WRITERS)
+
+
+def refuse_unread_options(items: list, options: dict) -> None:
+    """Refuse (exit 2) before any work an option that no reader or writer of the run reads (a
+    ``--config`` in a run of checkpoints only, ``--rnn`` with Keras files only, ...)."""
+    from .. import readers
+
+    names = sorted({item.format for item in items if item.format})
+    if not names:
+        return  # nothing is read: nothing to refuse
+    accepted = set()
+    for name in names:
+        accepted |= readers.accepted_options(name, _run_formats(options))
+    readers.refuse_unread(options_record(options), accepted, "any input of this run")
+
+
+def _job_options(job: Job, options: dict) -> dict:
+    """``options`` for one input: those its reader and writers do not read are left out (they are
+    for the run's other inputs; the run refused any that no input reads)."""
+    if job.item.format:
+        from .. import readers
+        from ..results import Options
+
+        accepted = readers.accepted_options(job.item.format, _run_formats(options))
+        options = {k: v for k, v in options.items() if k not in Options.__dataclass_fields__ or k in accepted}
+    return dict(options, force=True) if job.force else options
+
+
+def run_plan(plan: list[Job], jobs: int, keep_going: bool, options: dict, console: Console, done: list,
+         state: Optional[State] = None) -> None:
+    """Execute the plan; append each finished job to ``done`` (in completion order)."""
+    # Without keep_going, nothing after a failure decided while planning is started.
+    runnable = []
+    for job in plan:
+        runnable.append(job)
+        if job.record.status == "failed" and not job.todo and not keep_going:
+            break
+
+    def finish(job: Job) -> bool:
+        if job.todo:
+            _settle(job, state)
+        done.append(job)
+        console.record(job.record)
+        return job.record.status in ("failed", "parity-failed")
+
+    todo = [j for j in runnable if j.todo]
+    workers = min(jobs, len(todo))
+    if workers <= 1:
+        for job in runnable:
+            if job.todo:
+                try:
+                    _prepare(job)
+                except OSError as e:
+                    fail_record(job.record, OutputError(f"cannot create the output directory ({e.strerror or e})",
+                                                  path=job.output))
+                else:
+                    _apply(job.record, _convert_one(str(job.item.path), str(job.output),
+                                                    _job_options(job, options)))
+            if finish(job) and not keep_going:
+                return
+        return
+
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    threads = max(1, cpu_count() // workers)
+    pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
+                                  initargs=(threads,))
+    futures: dict = {}
+    try:
+        for job in runnable:
+            if not job.todo:
+                finish(job)  # skipped, or failed while planning (then last in `runnable`: earlier jobs run)
+                continue
+            try:
+                _prepare(job)
+            except OSError as e:
+                fail_record(job.record, OutputError(f"cannot create the output directory ({e.strerror or e})",
+                                              path=job.output))
+                if finish(job) and not keep_going:
+                    break
+                continue
+            futures[pool.submit(_convert_one, str(job.item.path), str(job.output),
+                                _job_options(job, options))] = job
+        for fut in cf.as_completed(futures):
+            job = futures[fut]
+            if fut.cancelled():
+                continue
+            try:
+                _apply(job.record, fut.result())
+            except cf.CancelledError:
+                continue
+            except Exception as e:  # noqa: BLE001 - a worker died (BrokenProcessPool) or the result broke
+                job.record.status, job.record.exit_code = "failed", GruconvError.exit_code
+                job.record.error = (f"internal error: worker process failed: {type(e).__name__}: {e}"
+                                    + (" (a worker died: out of memory, killed, or a spawned worker could not "
+                                       "import the calling script's __main__)"
+                                       if isinstance(e, cf.process.BrokenProcessPool) else ""))
+                job.record.error_type = "InternalError"
+                job.record.traceback = "".join(traceback.format_exception(e))
+            if finish(job) and not keep_going:
+                for f in futures:
+                    f.cancel()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
