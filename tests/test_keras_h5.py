@@ -342,3 +342,46 @@ def test_regularizers_constraints_initializers_carried(converted, keras):
         assert {k: v for k, v in cfg[key]["config"].items() if k in original[key]["config"]} == \
             original[key]["config"], key
     assert any("bias_constraint" in w for w in converted["options.h5"].warnings)
+
+
+# --------------------------------------------------------------------------- the writers registry (issue 16)
+
+def test_batch_keras_weights_output_is_named_weights_h5(tmp_path):
+    """``--format keras-weights`` is Keras 3's weights file, named ``.weights.h5`` for every input
+    (it was ``sequential.keras`` holding HDF5 bytes for a Keras HDF5 input), and loads back."""
+    from gruconv import batch
+
+    summary = batch.convert_many([KERAS / "sequential.h5"], tmp_path / "o", jobs=1, echo=False,
+                                 format="keras-weights")
+    assert summary.exit_code == 0
+    assert sorted(p.name for p in (tmp_path / "o").iterdir() if not p.name.startswith(".")) == \
+        ["sequential.weights.h5"]
+    assert (tmp_path / "o" / "sequential.weights.h5").read_bytes()[:4] == b"\x89HDF"
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--return-state"], "--return-state"),
+    (["--mask-input", "--initial-state"], "--initial-state, --mask-input"),
+    (["--rnn", "x", "--num-units", "3"], "--num-units, --rnn"),
+])
+def test_options_no_reader_or_writer_reads_are_refused(tmp_path, flags, named):
+    """An option neither the Keras HDF5 reader nor the writer reads is a usage error naming it, in
+    one line, exit 2, nothing written (it was silently ignored, exit 0)."""
+    from click.testing import CliRunner
+
+    from gruconv.cli import main
+
+    out = tmp_path / "o.keras"
+    res = CliRunner().invoke(main, ["convert", str(KERAS / "sequential.h5"), str(out)] + flags)
+    assert res.exit_code == 2, res.output
+    lines = [l for l in res.output.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("gruconv: error: ") and named in lines[0], res.output
+    assert "a Keras HDF5 file converted to .keras" in lines[0]
+    assert not out.exists()
+
+
+def test_options_the_writer_reads_still_pass(tmp_path):
+    """``--config`` is the Keras HDF5 reader's: a weights-only file with it converts (control for
+    the refusal above)."""
+    res = api.convert(KERAS / "weights_only.h5", tmp_path / "o.keras", config=KERAS / "weights_only.json")
+    assert res.outputs == [str(tmp_path / "o.keras")]

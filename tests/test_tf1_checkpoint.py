@@ -900,3 +900,47 @@ def test_convert_big_stack_matches_oracle(tf, tmp_path):
     y, hy = _run(tmp_path / "b.keras", x, h0)
     oy, ohy, _ = run_stack(e.stack, x, h0)
     assert _errors(y, hy, oy, ohy) <= TOL
+
+
+# --------------------------------------------------------------------------- declared options (issue 16)
+
+def test_config_with_a_checkpoint_is_refused(tmp_path):
+    """``--config`` is read by no TF1 reader or writer: one usage line, exit 2, nothing written (it
+    was ignored with exit 0)."""
+    from click.testing import CliRunner
+
+    from gruconv.cli import main
+
+    out = tmp_path / "o.keras"
+    res = CliRunner().invoke(main, ["convert", str(TF1 / "layer_uni"), str(out),
+                                    "--config", str(FIXTURES / "keras" / "weights_only.json")])
+    assert res.exit_code == 2, res.output
+    lines = [l for l in res.output.splitlines() if l.strip()]
+    assert lines == ["gruconv: error: --config does not apply to a TensorFlow checkpoint converted to .keras: "
+                     "refusing to ignore it"], res.output
+    assert not out.exists() and not (tmp_path / "o.keras.rest.npz").exists()
+
+
+def test_model_interface_options_only_for_a_model_writer(tmp_path):
+    """``--return-state`` shapes a ``.keras`` model's outputs; legacy ``.h5`` weights have no outputs,
+    so it is refused there and accepted for ``.keras``."""
+    with pytest.raises(UsageError, match="--return-state does not apply to a TensorFlow checkpoint converted to .h5"):
+        api.convert(TF1 / "layer_uni", tmp_path / "o.h5", return_state=True)
+    assert not (tmp_path / "o.h5").exists()
+    res = api.convert(TF1 / "layer_uni", tmp_path / "o.keras", return_state=True)
+    assert str(tmp_path / "o.keras") in res.outputs
+
+
+def test_batch_refuses_an_option_no_input_reads_and_hands_each_input_its_own(tmp_path):
+    """Batch: ``--config`` over checkpoints only is refused before any work (exit 2); ``--rnn`` over a
+    mixed run is the checkpoint's and does not fail the Keras file."""
+    from gruconv import batch
+
+    with pytest.raises(UsageError, match="--config does not apply to any input of this run"):
+        batch.convert_many([TF1 / "layer_uni"], tmp_path / "a", jobs=1, echo=False,
+                           config=str(FIXTURES / "keras" / "weights_only.json"))
+    assert not (tmp_path / "a").exists()
+    summary = batch.convert_many([TF1 / "layer_uni", FIXTURES / "keras" / "sequential.h5"], tmp_path / "b",
+                                 jobs=1, echo=False, rnn="rnn/cudnn_gru")
+    assert summary.exit_code == 0, [r.error for r in summary.records]
+    assert {r.status for r in summary.records} == {"ok"}

@@ -1,0 +1,164 @@
+"""The module structure the readers → document → writers split promises (issue 16), checked on the
+source: no import cycle (function-level imports included), no private name used across modules, no
+format name in ``verify`` or ``batch``, and every registered reader and writer offering its verbs.
+
+Each check is an AST walk over ``src/gruconv``; a planted violation is shown failing in
+:func:`test_the_cycle_finder_finds_a_planted_cycle`."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+SRC = ROOT / "src"
+PKG = SRC / "gruconv"
+
+
+def _modules() -> dict:
+    out = {}
+    for p in PKG.rglob("*.py"):
+        name = ".".join(p.relative_to(SRC).with_suffix("").parts)
+        out[name[: -len(".__init__")] if name.endswith(".__init__") else name] = p
+    return out
+
+
+def _imports(name: str, path: Path, mods: dict):
+    """(target module, imported name or None) for every gruconv import in ``path``, at any depth."""
+    pkg = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    for n in ast.walk(ast.parse(path.read_text())):
+        if isinstance(n, ast.ImportFrom):
+            if n.level:
+                base = pkg.split(".")[: len(pkg.split(".")) - (n.level - 1)]
+                target = ".".join(base + ([n.module] if n.module else []))
+            else:
+                target = n.module or ""
+            if not target.startswith("gruconv"):
+                continue
+            for a in n.names:
+                full = f"{target}.{a.name}"
+                yield (full, None) if full in mods else (target, a.name)
+        elif isinstance(n, ast.Import):
+            for a in n.names:
+                if a.name.startswith("gruconv"):
+                    yield a.name, None
+
+
+def _graph(mods: dict) -> dict:
+    return {m: {t for t, _ in _imports(m, p, mods) if t in mods and t != m} for m, p in mods.items()}
+
+
+def _cycles(graph: dict) -> list:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _without_package_edges(graph: dict) -> dict:
+    """A package's ``__init__`` importing its own submodules (to re-export them) is not a cycle
+    between modules: drop edges from a package to modules inside it."""
+    return {m: {t for t in ts if not t.startswith(m + ".")} for m, ts in graph.items()}
+
+
+def test_no_import_cycle():
+    assert _cycles(_without_package_edges(_graph(_modules()))) == []
+
+
+def test_the_cycle_finder_finds_a_planted_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_private_name_used_across_modules():
+    mods = _modules()
+    bad = []
+    for m, p in mods.items():
+        for target, imported in _imports(m, p, mods):
+            if imported and imported.startswith("_") and not imported.startswith("__") and target != m:
+                bad.append(f"{m} imports {target}.{imported}")
+    assert bad == []
+
+
+@pytest.mark.parametrize("package", ["verify", "batch"])
+def test_no_format_name_in(package):
+    """``verify`` asks the document and the writers; ``batch`` asks the readers and the writers."""
+    from gruconv import readers, writers
+
+    names = set(readers.READERS) | set(writers.WRITERS) | {".rest.npz", ".weights.h5", "CHECKPOINT"}
+    found = []
+    for p in (PKG / package).rglob("*.py"):
+        tree = ast.parse(p.read_text())
+        # a dict key such as the report's {"keras": keras.__version__} names the library, not a format
+        keys = {id(k) for d in ast.walk(tree) if isinstance(d, ast.Dict) for k in d.keys if k is not None}
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in names and id(n) not in keys:
+                found.append(f"{p.name}:{n.lineno} {n.value!r}")
+    assert found == []
+
+
+def test_every_writer_offers_the_writer_verbs():
+    from gruconv import writers
+
+    for name in writers.WRITERS:
+        w = writers.module(name)
+        assert w.FORMAT == name
+        for attr in ("SUFFIX", "CLAIMS", "MANY", "options", "write_stack", "write_graph", "load"):
+            assert hasattr(w, attr), (name, attr)
+        assert w.SUFFIX.endswith(w.CLAIMS) or any(w.SUFFIX.endswith(c) for c in w.CLAIMS)
+        assert writers.claimed_by("x" + w.SUFFIX) == name
+
+
+def test_every_reader_offers_the_reader_verbs():
+    from gruconv import readers
+
+    for name in readers.READERS:
+        r = readers.module(name)
+        assert r.FORMAT == name
+        for attr in ("DESCRIPTION", "OPTIONS", "GRAPH", "SUFFIXES", "sniff", "read", "inspect", "input_files",
+                     "extra_outputs", "output_format", "check_outputs", "convert", "output_name",
+                     "natural_output", "nothing_to_verify", "verify_subjects"):
+            assert hasattr(r, attr), (name, attr)
+
+
+def test_options_cover_every_field_once():
+    """Every ``Options`` field is read by some reader or writer (or is common): none can be refused
+    for every input, and none is silently ignored by all."""
+    import dataclasses
+
+    from gruconv import readers, writers
+    from gruconv.results import Options
+
+    read = set(writers.COMMON_OPTIONS)
+    for name in readers.READERS:
+        read |= readers.accepted_options(name, list(writers.WRITERS))
+    assert {f.name for f in dataclasses.fields(Options)} == read
+    importlib.import_module("gruconv.cli")  # the --format choices come from the registry
