@@ -21,9 +21,9 @@ OUTPUT_FORMATS = tuple(WRITERS)
 class Options:
     """Every conversion option, in one record that every format module takes whole.
 
-    A format reads the fields that apply to it; :meth:`not_applicable` names
-    the ones set that a format ignores, so the API can refuse them instead of
-    dropping them silently.
+    Each reader and writer declares the fields it reads (a reader's ``OPTIONS``, a writer's
+    ``options(graph)``); :func:`gruconv.readers.refuse_unread` refuses any other one given, in
+    one line (exit 2), instead of dropping it silently.
     """
 
     force: bool = False

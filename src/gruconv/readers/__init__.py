@@ -1,29 +1,35 @@
-"""The registry of input formats, detected from content (never from the file extension alone).
+"""The registry of input formats (readers), detected from content (never from the extension alone).
 
-Every input-format module offers the same verbs (pandoc's readers list is the model):
+Readers produce one document; writers (:mod:`gruconv.writers`) consume it: pandoc's readers →
+AST → writers split.  Every reader module offers the same attributes and verbs (``options`` is
+always a :class:`gruconv.results.Options`):
 
+``FORMAT``, ``DESCRIPTION``, ``OPTIONS``, ``GRAPH``, ``SUFFIXES``
+    its name, its words for messages, the option fields it reads, whether its documents carry a
+    Keras graph, the input name endings batch strips;
 ``sniff(path) -> bool``
     cheap content check, no exceptions;
 ``read(path, options) -> doc``
-    the file's structure plus its stacks in the canonical model
-    (:mod:`gruconv.canonical`), every problem a ``GruconvError``;
+    the file's structure plus its stacks in the canonical model; ``doc.document()`` is the
+    :class:`gruconv.canonical.Document` writers consume; every problem a ``GruconvError``;
 ``inspect(doc) -> dict``
-    the one inspect schema (``file``, ``format``, ``kind``, ``summary``,
-    ``rnns`` [``name``, ``cell``, ``kind``, ``shape``, ``params``,
-    ``converts_to``, ``nonfinite_weights``, ``details``], ``details``);
-``check_outputs(doc, output, options)``
-    refuse unwritable or forbidden targets before any work;
+    the one inspect schema (``file``, ``format``, ``kind``, ``summary``, ``rnns`` [``name``,
+    ``cell``, ``kind``, ``shape``, ``params``, ``converts_to``, ``nonfinite_weights``,
+    ``details``], ``details``);
+``output_format(output, options)``, ``check_outputs(doc, output, options)``
+    the writer the conversion uses (asked of the writers registry), and the refusal of
+    unwritable or forbidden targets before any work;
 ``convert(doc, output, options) -> ConvertResult``
-    write the Keras 3 output(s) through :mod:`gruconv.formats.keras3`;
-``to_keras(doc, options)``
-    the same model(s) in memory, for ``verify``;
-``output_name(path, options, stem) -> str``
-    batch mode's output name;
-``input_files(path) -> list``
-    every file a conversion reads.
+    plan the targets and hand the document to the writer;
+``nothing_to_verify(doc)``, ``verify_subjects(doc, converted, options)``
+    what ``verify`` checks (:class:`gruconv.canonical.Subject`), loaded through the writers;
+``natural_output(path, options)``, ``output_name(path, options, stem)``
+    batch mode's output format and name (through :func:`gruconv.writers.output_name`);
+``input_files(path)``, ``extra_outputs(output)``, ``input_prefix(path)`` (multi-file inputs only)
+    every file a conversion reads, the files it writes beside the output, and batch mode's
+    "what is one input here".
 
-A new format is one module and one line in :data:`READERS`; ``options`` is
-always a :class:`gruconv.results.Options`.
+A new reader is one module and one line in :data:`READERS`.
 """
 
 from __future__ import annotations
