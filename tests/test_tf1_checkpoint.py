@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES, ROOT, load_golden
-from gruconv import report, tfbundle
+from gruconv import api, report, tfbundle
 from gruconv.canonical import StackShape
 from gruconv.errors import InputError, OutputError, UsageError
 from gruconv.readers import tf1 as _t1

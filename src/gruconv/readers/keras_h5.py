@@ -915,14 +915,14 @@ def check_outputs(doc: KerasH5Model, output: Path, opts: Options) -> None:
     """Refuse what this conversion cannot or must not write, before any work is done."""
     from ..outputs import check_target
 
-    out_fmt = output_format(output, opts)
-    if doc.lambdas and out_fmt == "keras":
+    writer = writers.module(output_format(output, opts))
+    if doc.lambdas and writer.SAVES_MODEL:
         # Building a Keras model calls every layer on symbolic inputs: a Lambda's code would run.
         raise UnsupportedError(
             f"model has Lambda layer(s) {', '.join(doc.lambdas)} holding Python code; gruconv never runs it, "
             "and a .keras model cannot be built without running it (--format h5-weights writes the "
             "converted weights alone, no code)", path=doc.path)
-    if out_fmt in ("keras", "keras-weights") and doc.model_config is None and doc.rnns:
+    if writer.NEEDS_ARCHITECTURE and doc.model_config is None and doc.rnns:
         raise UsageError("a weights-only file needs --config ARCH.json (the model's to_json()) to become "
                          "a .keras model; or write a .h5 weights file", path=doc.path)
     check_target(output, force=opts.force)

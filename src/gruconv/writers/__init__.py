@@ -12,6 +12,9 @@ AST → writers split).  Every writer is one module with the same attributes and
     ``x.weights.h5`` is Keras 3 weights, ``x.h5`` legacy weights);
 ``MANY``
     True if it can write one file per stack into a directory (a checkpoint with several stacks);
+``SAVES_MODEL``, ``NEEDS_ARCHITECTURE``
+    whether it writes a whole model (a Keras graph's layers are rebuilt: a ``Lambda`` is refused),
+    and whether it needs the architecture at all (a weights-only Keras file then needs ``--config``);
 ``options(doc) -> set``
     the :class:`gruconv.results.Options` fields it reads for that document (a reader declares its
     own in its ``OPTIONS``; :func:`gruconv.readers.check_options` refuses every other one given);

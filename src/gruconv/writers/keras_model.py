@@ -12,6 +12,10 @@ from __future__ import annotations
 FORMAT = "keras"
 SUFFIX = ".keras"
 CLAIMS = (".keras",)
+#: Writes a whole model (config and weights): a Keras graph's layers are rebuilt and saved with it.
+SAVES_MODEL = True
+#: Needs the architecture (a weights-only Keras file needs ``--config``) to write anything.
+NEEDS_ARCHITECTURE = True
 MANY = True          # a checkpoint with several stacks: one .keras per stack in a directory
 
 #: Options a bare stack's model reads (its inputs and outputs); see :func:`options`.

@@ -7,6 +7,10 @@ from __future__ import annotations
 FORMAT = "keras-weights"
 SUFFIX = ".weights.h5"
 CLAIMS = (".weights.h5",)
+#: Writes a whole model (config and weights): a Keras graph's layers are rebuilt and saved with it.
+SAVES_MODEL = False
+#: Needs the architecture (a weights-only Keras file needs ``--config``) to write anything.
+NEEDS_ARCHITECTURE = True
 MANY = False
 
 

@@ -19,6 +19,10 @@ from ..errors import OutputError
 FORMAT = "h5-weights"
 SUFFIX = ".h5"
 CLAIMS = (".h5", ".hdf5")
+#: Writes a whole model (config and weights): a Keras graph's layers are rebuilt and saved with it.
+SAVES_MODEL = False
+#: Needs the architecture (a weights-only Keras file needs ``--config``) to write anything.
+NEEDS_ARCHITECTURE = False
 MANY = False
 
 
