@@ -944,3 +944,18 @@ def test_batch_refuses_an_option_no_input_reads_and_hands_each_input_its_own(tmp
                                  jobs=1, echo=False, rnn="rnn/cudnn_gru")
     assert summary.exit_code == 0, [r.error for r in summary.records]
     assert {r.status for r in summary.records} == {"ok"}
+
+
+def test_inspect_and_verify_refuse_options_their_reader_does_not_read(tmp_path):
+    """``inspect``/``verify`` of a checkpoint with ``--config`` are refused as ``convert`` is (exit 2),
+    and a Keras HDF5 file with ``--rnn``; the reader's own options still pass."""
+    from gruconv.verify import verify
+
+    cfg = FIXTURES / "keras" / "weights_only.json"
+    with pytest.raises(UsageError, match="--config does not apply to a TensorFlow checkpoint"):
+        api.inspect(TF1 / "layer_uni", config=cfg)
+    with pytest.raises(UsageError, match="--config does not apply to a TensorFlow checkpoint"):
+        verify(TF1 / "layer_uni", config=cfg, reference="oracle")
+    with pytest.raises(UsageError, match="--rnn does not apply to a Keras HDF5 file"):
+        api.inspect(FIXTURES / "keras" / "sequential.h5", rnn="x")
+    assert api.inspect(TF1 / "layer_uni", rnn="rnn/cudnn_gru")["rnns"]

@@ -25,6 +25,7 @@ def inspect(path, options=None, **kw) -> dict:
     """Describe every cuDNN RNN in a file, and what ``convert`` would produce. No TensorFlow/Keras."""
     opts = Options.of(options, **kw)
     module = readers.module(readers.detect(path))
+    readers.refuse_unread(opts, readers.accepted_options(module.FORMAT, ()), module.DESCRIPTION)
     return module.inspect(module.read(Path(path), opts))
 
 

@@ -119,6 +119,9 @@ def verify(input, converted=None, options: Optional[Options] = None, *, toleranc
 
         regular_file(converted, "a converted model (.keras or weights .h5)")
     module = readers.module(readers.detect(input))
+    from .. import writers
+
+    readers.refuse_unread(opts, readers.accepted_options(module.FORMAT, list(writers.WRITERS)), module.DESCRIPTION)
     doc = module.read(input, opts)
     keras = keras3.keras()
     report.environment = {"keras": keras.__version__, "backend": keras.backend.backend(), **engine.info}
