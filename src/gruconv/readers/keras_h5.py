@@ -27,9 +27,14 @@ model with a ``Lambda`` layer (marshalled Python bytecode) is refused as a
 ``.keras`` target, since building it would run that code; ``--format
 h5-weights`` still writes its converted weights, which carry no code.
 
-Registry verbs (:mod:`gruconv.readers`): :func:`sniff`, :func:`read`,
-:func:`inspect`, :func:`check_outputs`, :func:`convert`, :func:`to_keras`,
-:func:`output_name`, :func:`input_files`.
+Registry verbs (:mod:`gruconv.readers`): :func:`sniff`, :func:`read`, :func:`inspect`,
+:func:`output_format`, :func:`check_outputs`, :func:`convert`, :func:`nothing_to_verify`,
+:func:`verify_subjects`, :func:`natural_output`, :func:`output_name`, :func:`input_files`,
+:func:`extra_outputs`.  The model read is the Keras-graph passthrough of its
+:class:`~gruconv.canonical.Document` (:meth:`KerasH5Model.document`): writers that express a
+Keras graph ask it for :meth:`~KerasH5Model.write_legacy` (the legacy file above) or
+:meth:`~KerasH5Model.build_model` (the Keras 3 model in memory).  The config rewriting and the
+legacy writing still live here (moving them into :mod:`gruconv.writers` is the next step).
 """
 
 from __future__ import annotations
