@@ -22,10 +22,11 @@ demo: setup
 #   make test      everything that checks behaviour, minus tests marked `slow` (long corpora, fuzz
 #                  seeds, memory measurements, SIGKILL crash runs); target <= 5 min on 2 cores.
 #   make test-all  every non-GPU test, `slow` included (what .ci/run runs); target <= 20 min.
-# Both run on all cores through pytest-xdist (JOBS=1 for a serial run, e.g. to debug) and print the
+# Both run on all cores through pytest-xdist (JOBS=0 for a serial run, e.g. to debug; --dist loadgroup keeps
+# a module marked xdist_group(...) on one worker so its batched module fixture runs once) and print the
 # whole-process wall time; the exit status is pytest's own.
 JOBS   ?= auto
-PYTEST := $(PY) -m pytest -q -n $(JOBS)
+PYTEST := $(PY) -m pytest -q -n $(JOBS) --dist loadgroup
 
 define timed
 @start=$$(date +%s); $(1); rc=$$?; \
