@@ -47,7 +47,7 @@ bench: setup
 	$(PY) bench/run.py
 
 fuzz: setup
-	GRUCONV_FUZZ_CASES=5000 $(PY) -m pytest -q tests/test_fuzz.py -m 'not gpu'
+	GRUCONV_FUZZ_CASES=5000 $(PY) -m pytest -q tests/test_fuzz.py
 
 fixtures: setup
 	$(PY) fixtures/make_keras_fixtures.py
