@@ -134,14 +134,15 @@ def keras_baselines(tmp_path_factory) -> dict:
 
 
 #: Measured spread of (convert peak - plain load_model peak) / model bytes: see the docstring of
-#: test_conversion_peaks_within_one_model_of_loading_its_output.  The bound is 1.0 x the model.
-CONVERT_OVER_LOAD_BOUND = 1.0
+#: test_conversion_peaks_within_one_and_a_half_models_of_loading_its_output.  The bound is 1.5 x the model.
+CONVERT_OVER_LOAD_BOUND = 1.5
 
 
 @pytest.mark.slow  # three TensorFlow processes and a 44.5 MB model; a measurement, not a behaviour check
-def test_conversion_peaks_within_one_model_of_loading_its_output(big_model, keras_baselines, tmp_path):
+def test_conversion_peaks_within_one_and_a_half_models_of_loading_its_output(big_model, keras_baselines, tmp_path):
     """The conversion's peak RSS exceeds what a plain ``keras.saving.load_model`` of its own output
-    needs by at most 1.0 x the model's weight bytes: the converter holds no extra copies of the weights.
+    needs by at most 1.5 x the model's weight bytes: the converter holds at most about one extra copy
+    of the weights beyond what loading the output needs (measured: 0.25 x median).
 
     Why this comparison: the conversion ends by loading its own output with plain
     ``keras.saving.load_model`` (the output contract), so that load is part of its peak; both are
@@ -157,7 +158,7 @@ def test_conversion_peaks_within_one_model_of_loading_its_output(big_model, kera
     convert above the import baseline: min 4.10, median 4.22, max 4.70 (the old bound was
     max(3, load + 0.5) = ~4.2-4.7, i.e. inside this range: it failed by chance);
     load above the import baseline: min 3.74, median 4.12, max 4.30.
-    Bound 1.0 = max + 1.5 x (max - min) = 1.52, rounded up.
+    Bound 1.5 = max + 1.5 x (max - min) = 1.52, to one decimal; the old 0.5 sat inside the range.
     """
     path, model_bytes = big_model
     out = tmp_path / "big.keras"
