@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: setup demo test test-gpu bench fuzz fixtures clean compat
+.PHONY: setup demo test test-all test-gpu bench fuzz fixtures clean compat
 
 setup: $(STAMP)
 
@@ -18,11 +18,30 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(PY) scripts/demo.py
 
+# Two tiers, chosen by markers (docs/testing.md says which tests are where and why):
+#   make test      everything that checks behaviour, minus tests marked `slow` (long corpora, fuzz
+#                  seeds, memory measurements, SIGKILL crash runs); target <= 5 min on 2 cores.
+#   make test-all  every non-GPU test, `slow` included (what .ci/run runs); target <= 20 min.
+# Both run on all cores through pytest-xdist (JOBS=0 for a serial run, e.g. to debug; --dist loadgroup keeps
+# a module marked xdist_group(...) on one worker so its batched module fixture runs once) and print the
+# whole-process wall time; the exit status is pytest's own.
+JOBS   ?= auto
+PYTEST := $(PY) -m pytest -q -n $(JOBS) --dist loadgroup
+
+define timed
+@start=$$(date +%s); $(1); rc=$$?; \
+echo "$(2): $$(( $$(date +%s) - start )) s wall, pytest exit $$rc, load average $$(cut -d' ' -f1-3 /proc/loadavg)"; \
+exit $$rc
+endef
+
 test: setup
-	$(PY) -m pytest -q
+	$(call timed,$(PYTEST) -m 'not gpu and not slow' $(ARGS),make test)
+
+test-all: setup
+	$(call timed,$(PYTEST) -m 'not gpu' $(ARGS),make test-all)
 
 test-gpu: setup
-	$(PY) -m pytest -q -m gpu
+	$(PY) -m pytest -q -m gpu $(ARGS)
 
 bench: setup
 	$(PY) bench/run.py

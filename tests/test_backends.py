@@ -18,6 +18,10 @@ import pytest
 
 from conftest import FIXTURES
 
+# Tier and scheduling (docs/testing.md): one module fixture runs a JAX child over every fixture (minutes on
+# 2 loaded cores), so the module is `slow`; xdist_group keeps its tests on one worker (one child, not one per worker).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_backends")]
+
 CASES = [
     ("keras/sequential.h5", 1e-5),
     ("keras/bidir_concat.h5", 1e-5),

@@ -289,26 +289,43 @@ def corpus(tmp_path_factory) -> dict:
             os.chmod(p, 0o755)
 
 
-def _case_names() -> list:
+def _case_names() -> dict:
+    """{case name: whether it runs as a ``limited`` child} of a throw-away corpus."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as td:
-        names = [c.name for c in make_corpus(Path(td) / "c")]
+        names = {c.name: c.limited for c in make_corpus(Path(td) / "c")}
         for p in (Path(td) / "c" / "gen" / "unreadable.h5", Path(td) / "c" / "out" / "readonly"):
             os.chmod(p, 0o755)
     return names
 
 
-CASE_NAMES = _case_names()
+_LIMITED = _case_names()
+CASE_NAMES = list(_LIMITED)
+
+#: Tiers (docs/testing.md).  In-process cases (CliRunner) run in ``make test``.  A case that starts a
+#: process (``SUBPROCESS``, or ``limited``: RLIMIT_AS + timeout) pays an interpreter start and often a
+#: TensorFlow import, so it is marked ``slow`` (``make test-all``) except this sample, one per kind
+#: of risk: early refusals through the real entry point's exit code, an existing output kept, a FIFO
+#: (hang), /dev/zero (endless read), a symlink loop.
+FAST_CHILD_CASES = {"gen_empty_file", "gen_missing_file", "out_exists_no_force",
+                    "x_fifo_input", "x_dev_zero_input_inspect", "x_symlink_loop"}
+
+
+def _tiered(name: str):
+    child = _LIMITED[name] or name in SUBPROCESS
+    return pytest.param(name, marks=pytest.mark.slow) if child and name not in FAST_CHILD_CASES else name
 
 
 def test_corpus_is_large_and_every_case_has_an_expectation():
     assert len(CASE_NAMES) >= 40
     assert len(set(CASE_NAMES)) == len(CASE_NAMES)
     assert set(CASE_NAMES) == set(EXPECTED), (set(CASE_NAMES) ^ set(EXPECTED))
+    assert FAST_CHILD_CASES <= set(CASE_NAMES), FAST_CHILD_CASES - set(CASE_NAMES)
     assert set(PENDING) <= set(EXPECTED) and SUBPROCESS <= set(EXPECTED)
 
 
+@pytest.mark.slow  # rebuilds the whole corpus in a child process; the fixture already builds it in-process
 def test_make_bad_inputs_script(tmp_path):
     r = subprocess.run([sys.executable, str(Path(__file__).with_name("make_bad_inputs.py")), str(tmp_path / "c")],
                        capture_output=True, text=True, timeout=120)
@@ -396,7 +413,7 @@ def _run(argv: list, subprocess_: bool, cwd: Path, env: Optional[dict] = None, l
 # --------------------------------------------------------------------------- the table, case by case
 
 
-@pytest.mark.parametrize("name", CASE_NAMES)
+@pytest.mark.parametrize("name", [_tiered(n) for n in CASE_NAMES])
 def test_bad_input(name, corpus, tmp_path):
     case: Case = corpus[name]
     for need in case.requires:
@@ -555,6 +572,7 @@ def test_inspect_never_writes_and_never_imports_keras(corpus, tmp_path):
 SETPRIV = shutil.which("setpriv")
 
 
+@pytest.mark.slow  # a console-script child per case
 @pytest.mark.skipif(not (IS_ROOT and SETPRIV), reason="needs root and setpriv to drop to an unprivileged user")
 @pytest.mark.parametrize("what", ["unreadable_input", "unreadable_input_inspect", "unreadable_data_shard",
                                   "unreadable_checkpoint_dir", "readonly_output_dir"])
@@ -613,6 +631,7 @@ def test_permission_cases_as_an_unprivileged_user(what):
         shutil.rmtree(d, ignore_errors=True)
 
 
+@pytest.mark.slow  # converts every corpus input through worker processes
 @pytest.mark.skipif(not HAVE["batch"], reason="gruconv.batch is not available")
 def test_batch_over_the_whole_corpus_keeps_going_without_a_crash(corpus, tmp_path):
     """``--out-dir`` over every Keras and TF1 corpus input: each failure is one record, nothing crashes,

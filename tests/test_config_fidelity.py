@@ -164,7 +164,9 @@ def _converted_cases() -> list:
                 cfg = json.loads(f.attrs["model_config"])
             if "CuDNN" not in json.dumps(cfg):
                 continue
-            cases.append(pytest.param(p, id=f"{folder}/{name}"))
+            # tier (docs/testing.md): one TensorFlow child per case; make test runs one file per folder
+            cases.append(pytest.param(p, id=f"{folder}/{name}",
+                                      marks=() if not any(folder in str(c.id) for c in cases) else pytest.mark.slow))
     return cases
 
 

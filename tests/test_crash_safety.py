@@ -32,7 +32,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+# Tiers (docs/testing.md): every test that starts ``gruconv convert`` children (TensorFlow each) is
+# marked ``slow`` (``make test-all``); the cleanup rules themselves are checked in-process in ``make test``.
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "fixtures" / "keras"
@@ -103,6 +104,7 @@ def _run_and_kill(src: Path, out: Path, mode: str, delay: float, *extra) -> str:
     return "finished" if finished else f"killed after {time.monotonic() - t0:.3f}s"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("with_old", [False, True], ids=["fresh", "replacing"])
 def test_sigkill_never_leaves_a_partial_output(tmp_path, runtime, old_output, with_old):
     report = []
@@ -131,6 +133,7 @@ def test_sigkill_never_leaves_a_partial_output(tmp_path, runtime, old_output, wi
     print(f"left behind by SIGKILL: {sorted(leftovers_seen) or 'nothing'}")
 
 
+@pytest.mark.slow
 def test_next_run_removes_temp_files_of_killed_writers(tmp_path, runtime):
     out = tmp_path / "model.keras"
     # kill writers inside their write window until one leaves a temporary file behind
@@ -178,6 +181,7 @@ def _dead_pid() -> int:
     return p.pid
 
 
+@pytest.mark.slow
 def test_two_forced_conversions_racing_leave_one_complete_file(tmp_path):
     out = tmp_path / "model.keras"
     for round_ in range(2):
@@ -199,6 +203,7 @@ def test_two_forced_conversions_racing_leave_one_complete_file(tmp_path):
     print(f"\nsurvivor loads: {r.stdout.strip()}")
 
 
+@pytest.mark.slow
 def test_racing_without_force_one_wins_the_other_refuses(tmp_path):
     out = tmp_path / "model.keras"
     a = _start(FIX / "sequential.h5", out)

@@ -311,6 +311,7 @@ def _check(runners: list) -> None:
                           + (f"\n... {len(problems) - 10} more" if len(problems) > 10 else ""))
 
 
+@pytest.mark.slow  # fuzz seeds: make test-all (300 cases per reader), make fuzz (5000)
 @pytest.mark.parametrize("readers", [["keras-h5", "tf1-index", "tf1-data", "tf1-tensors"]], ids=["all-readers"])
 def test_mutated_fixtures_only_succeed_or_raise_gruconv_errors(readers, tmp_path):
     if not _have_tf1():
@@ -386,6 +387,7 @@ def config_corpus(tmp_path_factory):
     return out, tmp_path_factory.mktemp("cfgfuzz")
 
 
+@pytest.mark.slow  # fuzz seeds: make test-all (300 cases per reader), make fuzz (5000)
 @settings(max_examples=max(50, CASES // 3), deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())

@@ -1,4 +1,7 @@
-"""Memory: claimed sizes are refused from headers; a real conversion stays within a small multiple of the model.
+"""Memory: claimed sizes are refused from headers; a real conversion holds no extra copy of the model.
+
+Tiers: the header refusals (no Keras in the child) run in ``make test``; the big-model measurements
+(TensorFlow in every child) are marked ``slow`` (``make test-all``).
 
 Peak resident memory of one ``gruconv`` run is measured with
 ``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss`` in a small wrapper process that runs the
@@ -112,49 +115,87 @@ def big_model(tmp_path_factory) -> tuple:
 
 
 @pytest.fixture(scope="module")
-def baselines(tmp_path_factory) -> dict:
+def reader_baseline() -> int:
+    """Peak RSS of a process importing gruconv's reader side only (h5py, NumPy): no Keras, cheap."""
+    npy, code, err = peak_rss([sys.executable, "-c", "import gruconv.api, gruconv.readers.keras_h5, h5py"])
+    assert code == 0, err
+    return npy
+
+
+@pytest.fixture(scope="module")
+def keras_baselines(tmp_path_factory) -> dict:
+    """Peak RSS of importing Keras, and of converting the 20 KB fixture (both import TensorFlow)."""
     d = tmp_path_factory.mktemp("base")
     imp, code, err = peak_rss([sys.executable, "-c", "from gruconv.formats.keras3 import keras; keras()"])
     assert code == 0, err
     tiny, code, err = peak_rss([GRUCONV, "convert", FIX / "sequential.h5", d / "tiny.keras"])
     assert code == 0, err
-    npy, code, err = peak_rss([sys.executable, "-c", "import gruconv.api, gruconv.readers.keras_h5, h5py"])
-    assert code == 0, err
-    return {"import": imp, "tiny": tiny, "numpy": npy}
+    return {"import": imp, "tiny": tiny}
 
 
-def test_normal_conversion_stays_within_three_times_the_model(big_model, baselines, tmp_path):
+#: Measured spread of (convert peak - plain load_model peak) / model bytes: see the docstring of
+#: test_conversion_peaks_within_one_and_a_half_models_of_loading_its_output.  The bound is 1.5 x the model.
+CONVERT_OVER_LOAD_BOUND = 1.5
+
+
+@pytest.mark.slow  # three TensorFlow processes and a 44.5 MB model; a measurement, not a behaviour check
+def test_conversion_peaks_within_one_and_a_half_models_of_loading_its_output(big_model, keras_baselines, tmp_path):
+    """The conversion's peak RSS exceeds what a plain ``keras.saving.load_model`` of its own output
+    needs by at most 1.5 x the model's weight bytes: the converter holds at most about one extra copy
+    of the weights beyond what loading the output needs (measured: 0.25 x median).
+
+    Why this comparison: the conversion ends by loading its own output with plain
+    ``keras.saving.load_model`` (the output contract), so that load is part of its peak; both are
+    measured the same way (fresh wrapper process, ``ru_maxrss``), and the Keras import and load
+    costs, which vary with Keras/TensorFlow versions, cancel.  The old bound, ``max(3 x model, load
+    + 0.5 x model)`` above the import baseline, sat inside the measured spread (a clean run
+    measured 4.44 x against a 4.38 x bound, issue 17).
+
+    Measured spread (``.venv/bin/python tests/test_memory.py RUNS DIR``: import, convert, load, each a
+    fresh process; 2-core machine shared with other test runs), in multiples of the 44.5 MB model:
+    10 runs, 1-min load average 5.6-9.5, 2026-11-27:
+    convert peak - load peak: min -0.06, median 0.25, max 0.57 (the asserted quantity);
+    convert above the import baseline: min 4.10, median 4.22, max 4.70 (the old bound was
+    max(3, load + 0.5) = ~4.2-4.7, i.e. inside this range: it failed by chance);
+    load above the import baseline: min 3.74, median 4.12, max 4.30.
+    Bound 1.5 = max + 1.5 x (max - min) = 1.52, to one decimal; the old 0.5 sat inside the range.
+    """
     path, model_bytes = big_model
     out = tmp_path / "big.keras"
     peak, code, err = peak_rss([GRUCONV, "convert", path, out])
     assert code == 0, err
     assert out.stat().st_size > model_bytes  # every weight made it into the archive
-    above_import = peak - baselines["import"]
-    above_tiny = peak - baselines["tiny"]
-    print(f"\nmodel: {model_bytes / MB:.1f} MiB of weights ({path.stat().st_size / MB:.1f} MiB file)"
-          f"\npeak RSS, convert big model:       {peak / MB:8.1f} MiB"
-          f"\npeak RSS, import Keras only:       {baselines['import'] / MB:8.1f} MiB"
-          f"\npeak RSS, convert 20 KB fixture:   {baselines['tiny'] / MB:8.1f} MiB"
-          f"\nabove the import baseline:         {above_import / MB:8.1f} MiB = {above_import / model_bytes:.2f} x model"
-          f"\nabove the tiny-conversion baseline:{above_tiny / MB:8.1f} MiB = {above_tiny / model_bytes:.2f} x model")
-    # The conversion ends by loading its own output with plain keras.saving.load_model (the output
-    # contract); that load alone needs what a user's load needs.  Bound: the larger of 3 x the model
-    # and what loading the output costs, plus half a model.
     load_peak, code, err = peak_rss([sys.executable, "-c",
                                      f"from gruconv.formats.keras3 import keras; keras().saving.load_model({str(out)!r})"])
     assert code == 0, err
-    load_above = load_peak - baselines["import"]
-    print(f"\nplain load_model of the output:    {load_above / MB:8.1f} MiB = {load_above / model_bytes:.2f} x model")
-    bound = max(3 * model_bytes, load_above + model_bytes // 2)
-    assert above_import <= bound, (f"{above_import / model_bytes:.2f} x the model above the baseline "
-                                   f"(bound {bound / model_bytes:.2f} x)")
+    above_import = peak - keras_baselines["import"]
+    above_tiny = peak - keras_baselines["tiny"]
+    load_above = load_peak - keras_baselines["import"]
+    over_load = (peak - load_peak) / model_bytes
+    print(f"\nmodel: {model_bytes / MB:.1f} MiB of weights ({path.stat().st_size / MB:.1f} MiB file)"
+          f"\npeak RSS, convert big model:       {peak / MB:8.1f} MiB"
+          f"\npeak RSS, import Keras only:       {keras_baselines['import'] / MB:8.1f} MiB"
+          f"\npeak RSS, convert 20 KB fixture:   {keras_baselines['tiny'] / MB:8.1f} MiB"
+          f"\nabove the import baseline:         {above_import / MB:8.1f} MiB = {above_import / model_bytes:.2f} x model"
+          f"\nabove the tiny-conversion baseline:{above_tiny / MB:8.1f} MiB = {above_tiny / model_bytes:.2f} x model"
+          f"\nplain load_model of the output:    {load_above / MB:8.1f} MiB = {load_above / model_bytes:.2f} x model"
+          f"\nconvert peak - load peak:          {over_load:.2f} x model (bound {CONVERT_OVER_LOAD_BOUND} x)")
+    assert over_load <= CONVERT_OVER_LOAD_BOUND, (
+        f"conversion peaked {over_load:.2f} x the model above a plain load of its output "
+        f"(bound {CONVERT_OVER_LOAD_BOUND} x)")
 
 
-def test_inspect_of_the_big_model_reads_only_gru_weights(big_model, baselines):
+@pytest.mark.slow  # a 44.5 MB model generated and read; a measurement
+def test_inspect_of_the_big_model_peaks_under_three_times_the_model_above_the_reader_baseline(big_model,
+                                                                                               reader_baseline):
+    """``inspect`` of the 44.5 MB model peaks at most 3 x the model above the reader-only baseline.
+
+    Measured (same runs as the conversion test): min 0.88, median 0.89, max 0.89 x the model (10 runs); 3 x leaves a margin of
+    several times the spread."""
     path, model_bytes = big_model
     peak, code, err = peak_rss([GRUCONV, "inspect", path])
     assert code == 0, err
-    above = peak - baselines["numpy"]
+    above = peak - reader_baseline
     print(f"\ninspect big model: peak {peak / MB:.1f} MiB, {above / MB:.1f} MiB above the reader-only baseline "
           f"({above / model_bytes:.2f} x model)")
     assert above <= 3 * model_bytes
@@ -162,8 +203,10 @@ def test_inspect_of_the_big_model_reads_only_gru_weights(big_model, baselines):
 
 @pytest.mark.parametrize("command", ["inspect", "convert"])
 @pytest.mark.parametrize("bomb", ["terabytes", "sparse_gru"])
-def test_claimed_sizes_are_refused_from_the_header(bomb, command, baselines, tmp_path):
-    """A file claiming huge tensors: refused before allocating (peak RSS barely above the baseline)."""
+def test_claimed_sizes_are_refused_from_the_header_within_32_mib(bomb, command, reader_baseline, tmp_path):
+    """A file claiming huge tensors: refused before allocating (peak RSS under 32 MiB above the
+    reader-only baseline; a refusal that imported Keras or allocated the claim would be hundreds of
+    MiB or GiB above it, so the margin dwarfs process-to-process noise of a few MiB)."""
     import h5py
 
     src = tmp_path / "bomb.h5"
@@ -186,14 +229,15 @@ def test_claimed_sizes_are_refused_from_the_header(bomb, command, baselines, tmp
     peak, code, err = peak_rss(argv)
     assert code == 3, err
     assert "refused" in err and err.count("\n") == 1, err
-    above = peak - baselines["numpy"]
+    above = peak - reader_baseline
     print(f"\n{bomb} via {command}: peak {peak / MB:.1f} MiB, {above / MB:+.1f} MiB vs the reader-only baseline")
     assert above < 32 * MB
     assert not (tmp_path / "out.keras").exists()
 
 
-def test_checkpoint_claiming_terabytes_is_refused_without_allocating(baselines, tmp_path):
-    """A TF1 index entry claiming a 4 TiB opaque buffer (the data file holds 2 KB)."""
+def test_checkpoint_claiming_terabytes_is_refused_within_32_mib(reader_baseline, tmp_path):
+    """A TF1 index entry claiming a 4 TiB opaque buffer (the data file holds 2 KB): peak RSS under
+    32 MiB above the reader-only baseline (same margin argument as the HDF5 claims above)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from make_bad_inputs import read_bundle, write_bundle
 
@@ -204,8 +248,45 @@ def test_checkpoint_claiming_terabytes_is_refused_without_allocating(baselines, 
         peak, code, err = peak_rss(argv)
         assert code in (0, 3), err
         assert code == 0 or err.count("\n") == 1, err
-        above = peak - baselines["numpy"]
+        above = peak - reader_baseline
         print(f"\ncheckpoint claiming 4 TiB, {argv[1]}: exit {code}, peak {peak / MB:.1f} MiB, "
               f"{above / MB:+.1f} MiB vs the reader-only baseline")
         assert above < 32 * MB
     assert not (tmp_path / "out.keras").exists()
+
+
+def _spread(runs: int, work: Path) -> None:
+    """Re-measure the spread quoted in the docstrings: ``runs`` repeats of every measured quantity."""
+    import statistics
+    import time
+
+    work.mkdir(parents=True, exist_ok=True)
+    big = work / "big.h5"
+    model_bytes = make_big_cudnngru_h5(big)
+    rows = []
+    for i in range(runs):
+        t0 = time.time()
+        r = {}
+        for key, argv in (("import", [sys.executable, "-c", "from gruconv.formats.keras3 import keras; keras()"]),
+                          ("numpy", [sys.executable, "-c", "import gruconv.api, gruconv.readers.keras_h5, h5py"]),
+                          ("convert", [GRUCONV, "convert", big, work / f"big{i}.keras"]),
+                          ("load", [sys.executable, "-c", "from gruconv.formats.keras3 import keras; "
+                                    f"keras().saving.load_model({str(work / f'big{i}.keras')!r})"]),
+                          ("inspect", [GRUCONV, "inspect", big])):
+            r[key], code, err = peak_rss(argv)
+            assert code == 0, err
+        (work / f"big{i}.keras").unlink()
+        r.update(conv_minus_load_x=(r["convert"] - r["load"]) / model_bytes,
+                 conv_above_import_x=(r["convert"] - r["import"]) / model_bytes,
+                 load_above_import_x=(r["load"] - r["import"]) / model_bytes,
+                 inspect_above_numpy_x=(r["inspect"] - r["numpy"]) / model_bytes,
+                 secs=time.time() - t0, loadavg=Path("/proc/loadavg").read_text().split()[0])
+        rows.append(r)
+        print(json.dumps(r), flush=True)
+    for k in ("conv_minus_load_x", "conv_above_import_x", "load_above_import_x", "inspect_above_numpy_x"):
+        v = [r[k] for r in rows]
+        print(f"{k}: min {min(v):.3f} median {statistics.median(v):.3f} max {max(v):.3f}")
+
+
+if __name__ == "__main__":  # .venv/bin/python tests/test_memory.py RUNS WORK_DIR
+    _spread(int(sys.argv[1]), Path(sys.argv[2]))

@@ -26,6 +26,9 @@ import pytest
 
 from gruconv import api
 
+# xdist_group (docs/testing.md): the module fixtures run batched TensorFlow children; one worker runs them once.
+pytestmark = pytest.mark.xdist_group("test_tf1_h5_weights")
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
 

@@ -34,6 +34,9 @@ import pytest
 
 from conftest import FIXTURES
 
+# xdist_group (docs/testing.md): the module fixtures run batched TensorFlow children; one worker runs them once.
+pytestmark = pytest.mark.xdist_group("test_user_models")
+
 USER = FIXTURES / "keras_user"
 MANIFEST = json.loads((USER / "manifest.json").read_text())
 CASES = MANIFEST["fixtures"]
