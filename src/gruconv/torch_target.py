@@ -111,7 +111,10 @@ def _safe(name: str, *, dots: bool) -> str:
     """Printable ASCII ``[A-Za-z0-9_/-]`` (and ``.`` where ``dots``); anything else becomes ``_``."""
     keep = r"[^A-Za-z0-9_/\-.]" if dots else r"[^A-Za-z0-9_/\-]"
     out = re.sub(keep, "_", name)
+    out = re.sub(r"\.{2,}", lambda m: "_" * len(m[0]), out)  # no "..": keys are sometimes made paths
     out = re.sub(r"/{2,}", "/", out).strip("/") or "_"
+    if out.startswith("."):
+        out = "_" + out[1:]
     if len(out) > _NAME_MAX:
         import hashlib
 
@@ -194,7 +197,7 @@ def write_safetensors(path, stacks: list, other_tensors: Optional[dict] = None, 
                      "batch_first": True, "source": str(source)})
     tensor_map = {}
     for (orig, arr), key in zip(storable.items(), keys):
-        tensors[key] = np.ascontiguousarray(arr)
+        tensors[key] = np.asarray(arr, order="C")  # not ascontiguousarray: it makes 0-d arrays 1-d
         tensor_map[key] = str(orig)
     document = {"rnns": rnns, "tensors": tensor_map}
     text = json.dumps(document, ensure_ascii=True, sort_keys=False)
