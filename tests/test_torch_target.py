@@ -322,8 +322,16 @@ def test_golden_through_torch_cuda_strict_fp32(tmp_path):
         feed = (case["x"], case["h0"], case["c0"], case["lengths"])
         strict = max_error(case, *gtorch.run_torch(mods, *feed, device="cuda", strict=True))
         default = max_error(case, *gtorch.run_torch(mods, *feed, device="cuda", strict=False))
-        assert torch.backends.cudnn.allow_tf32 is True  # restored after the strict run
-        print(f"{case['file']}: torch CUDA strict fp32 vs cuDNN strict {strict:.2e}; default math {default:.2e}")
+        rnn = getattr(torch.backends.cudnn, "rnn", None)  # torch 2.9+: per-backend fp32_precision
+        if rnn is not None and hasattr(rnn, "fp32_precision"):
+            assert rnn.fp32_precision != "ieee"  # restored after the strict run (torch's default: tf32)
+        else:
+            assert torch.backends.cudnn.allow_tf32 is True
+        T, B = case["x"].shape[:2]
+        packed = max_error(case, *gtorch.run_torch(mods, *feed[:3], case["lengths"] if case["lengths"] is not None
+                                                   else np.full(B, T), device="cuda", strict=True))
+        print(f"{case['file']}: torch CUDA strict fp32 vs cuDNN strict {strict:.2e} (through a packed sequence "
+              f"{packed:.2e}); default math {default:.2e}")
         worst = max(worst, strict)
     print(f"worst strict: {worst:.2e}")
     assert worst <= TOLERANCE

@@ -69,22 +69,37 @@ def load(path, device: str = "cpu") -> dict:
 
 @contextlib.contextmanager
 def _fp32_mode(torch, strict: bool):
-    """Strict fp32 on a GPU: no TF32 in cuDNN or cuBLAS (``torch.backends.cudnn.allow_tf32`` defaults
-    to True, which moves cuDNN's GRU by 1e-4..5e-4: ``shared/DESIGN.md``); restored afterwards."""
+    """Strict fp32 on a GPU: no TF32 in cuDNN's RNN or cuBLAS (torch lets cuDNN use TF32 by default,
+    which moves cuDNN's GRU by 1e-4..5e-4: ``shared/DESIGN.md``); restored afterwards.
+
+    torch 2.9+ has per-backend ``fp32_precision`` settings and refuses to read the legacy
+    ``allow_tf32`` flags once they disagree (measured, torch 2.11: ``RuntimeError ... a mix of the
+    legacy and new APIs``), so the new API is used where it exists, the legacy flags elsewhere.
+    """
     if not strict:
         yield
         return
+    rnn = getattr(torch.backends.cudnn, "rnn", None)
+    matmul = torch.backends.cuda.matmul
+    if rnn is not None and hasattr(rnn, "fp32_precision") and hasattr(matmul, "fp32_precision"):
+        saved = (rnn.fp32_precision, matmul.fp32_precision)
+        rnn.fp32_precision, matmul.fp32_precision = "ieee", "ieee"
+        try:
+            yield
+        finally:
+            rnn.fp32_precision, matmul.fp32_precision = saved
+        return
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        saved = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
+        saved = (torch.backends.cudnn.allow_tf32, matmul.allow_tf32)
         torch.backends.cudnn.allow_tf32 = False
-        torch.backends.cuda.matmul.allow_tf32 = False
+        matmul.allow_tf32 = False
     try:
         yield
     finally:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+            torch.backends.cudnn.allow_tf32, matmul.allow_tf32 = saved
 
 
 def _pick(modules, name: Optional[str], path=None):
