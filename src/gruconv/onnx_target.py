@@ -84,7 +84,8 @@ def build(stack: RNNStack, *, initial_state: bool = False, mask_input: bool = Fa
     if mask_input:
         inputs.append(helper.make_tensor_value_info("sequence_lens", TensorProto.INT32, ["batch"]))
     nodes.append(helper.make_node("Transpose", ["x"], ["x_tm"], perm=[1, 0, 2], name="x_to_time_major"))
-    const("axes0", np.array([0], np.int64))
+    if initial_state:
+        const("axes0", np.array([0], np.int64))   # only where used: onnxruntime warns of unused initializers
     const("shape_tb_", np.array([0, 0, -1], np.int64))
     layer_in, finals_h, finals_c = "x_tm", [], []
     for k in range(s.num_layers):
