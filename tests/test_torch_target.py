@@ -335,3 +335,16 @@ def test_golden_through_torch_cuda_strict_fp32(tmp_path):
         worst = max(worst, strict)
     print(f"worst strict: {worst:.2e}")
     assert worst <= TOLERANCE
+
+
+def test_overlapping_data_is_refused_by_the_loader(tmp_path):
+    """Offsets inside the file but overlapping another tensor's pass our header checks; safetensors'
+    own validation refuses them when the tensors are read, and that too is one line."""
+    header, data = _valid(tmp_path)
+    start = header["rnn.bias_hh_l0"]["data_offsets"][0]
+    header["step"]["data_offsets"] = [start, start + 8]
+    path = _raw(tmp_path / "overlap.safetensors", header, data)
+    with pytest.raises(InputError) as e:
+        gtorch.load(path)
+    assert "\n" not in str(e.value) and "cannot read .safetensors tensors" in str(e.value), str(e.value)
+    print(f"\n{e.value}")
