@@ -348,3 +348,22 @@ def test_overlapping_data_is_refused_by_the_loader(tmp_path):
         gtorch.load(path)
     assert "\n" not in str(e.value) and "cannot read .safetensors tensors" in str(e.value), str(e.value)
     print(f"\n{e.value}")
+
+
+def test_float64_stack_stays_float64(tmp_path):
+    """A float64 original keeps its dtype in the file and in the module: float64 torch matches the
+    float64 oracle to rounding, which a float32 detour could not (~1e-7)."""
+    case = load_case(next(p for p in CASES if p.name == "lstm_2l_bidir_varlen.npz"))
+    st = case["stack"]
+    st64 = type(st)(st.name, type(st.shape)(**{**st.shape.to_dict(), "dtype": "float64"}),
+                    [p.astype(np.float64) for p in st.params])
+    out = tmp_path / "f64.safetensors"
+    torch_target.write_safetensors(out, [("r", st64, "")], {})
+    assert torch_target.read_document(out)["rnns"][0]["dtype"] == "float64"
+    m = gtorch.load(out)["r"]
+    assert next(m.parameters()).dtype == torch.float64
+    x = case["x"].astype(np.float64)
+    y, hy, cy = gtorch.run_torch(m, x, case["h0"], case["c0"], case["lengths"])
+    r64 = run_stack(st64, x, case["h0"], case["lengths"], case["c0"])
+    assert y.dtype == np.float64
+    assert max(np.abs(y - r64[0]).max(), np.abs(hy - r64[1]).max(), np.abs(cy - r64[2]).max()) < 1e-12
