@@ -210,6 +210,9 @@ def verdict_for(cls: str, fields: dict, backend: str, mask: bool) -> dict:
     out = {"verdict": best, "failing": failing}
     if note:
         out["ceiling"] = {"verdict": CEILING[(backend, cls)][0], "source": f"Keras {KERAS_RELEASE} {note}"}
+    if fields.get("use_cudnn") is True and best == "fallback":
+        out["raises"] = ("ValueError: use_cudnn=True was specified, but cuDNN is not supported for this layer "
+                         "configuration (GRU/LSTM.inner_loop)")
     if mask and backend == "tensorflow" and best == "cudnn":
         out["requires"] = "every mask right-padded with no fully-masked row (_assert_valid_mask)"
     return out
@@ -590,6 +593,8 @@ def text_lines(report: dict) -> list:
                 extra = " (no cuDNN GRU on JAX)"
             if b.get("requires"):
                 extra = f" if {b['requires']}"
+            if b.get("raises"):
+                extra = f" -> raises {b['raises']}"
             lines.append(f"    {be:<10} {b['verdict']}{extra}" + (f": {why}" if why else ""))
         for t in e.get("to_become_eligible") or []:
             ok = "weights allow it" if t["weights_allow"] else "NOT with these weights"
