@@ -185,6 +185,22 @@ def build(keras, case):
     return keras.Model(inp, rec(x), name=case["id"])
 
 
+_FIXTURE_MODELS: dict = {}
+
+
+def fixture_models() -> dict:
+    if not _FIXTURE_MODELS:
+        import importlib.util as iu
+        from pathlib import Path
+
+        gen = Path(__file__).resolve().parent.parent / "fixtures" / "make_keras3_fixtures.py"
+        spec = iu.spec_from_file_location("make_keras3_fixtures", gen)
+        mod = iu.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        _FIXTURE_MODELS.update(mod.keras3_models())
+    return _FIXTURE_MODELS
+
+
 def main(cases_path, out_path):
     import numpy as np
 
@@ -202,6 +218,8 @@ def main(cases_path, out_path):
             with keras.device(dev):
                 if "path" in case:
                     model = keras.saving.load_model(case["path"], compile=False)
+                elif "builder" in case:  # the fixture models, built here by the same code on this backend
+                    model = fixture_models()[case["builder"]]
                 else:
                     model = build(keras, case)
                 rec["config"] = json.loads(model.to_json())
