@@ -277,7 +277,7 @@ def test_hostile_keras_zip_is_refused_with_one_line(tmp_path, case):
         "unknown": [("config.json", cfg), ("payload.pkl", b"x")],
         "too_many": [("config.json", cfg)] + [(f"assets/{i}", b"") for i in range(el.MAX_ZIP_MEMBERS)],
         "no_config": [("metadata.json", b"{}")],
-        "bomb": [("config.json", cfg), ("model.weights.h5", b"\0" * (8 * 2**20))],
+        "bomb": [("config.json", b'{"a": "' + b" " * (8 * 2**20) + b'"}')],
         "big_config": [("config.json", b" " * (el.MAX_CONFIG_BYTES + 10) + b"{}")],
         "not_json": [("config.json", b"\x80\x81 nope")],
         "deep_json": [("config.json", b"[" * 5000 + b"]" * 5000)],
@@ -288,12 +288,15 @@ def test_hostile_keras_zip_is_refused_with_one_line(tmp_path, case):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # zipfile warns on the duplicate name it is asked to write
-        comp = zipfile.ZIP_STORED if case == "big_config" else zipfile.ZIP_DEFLATED
+        comp = zipfile.ZIP_STORED if case in ("big_config", "deep_json") else zipfile.ZIP_DEFLATED
         _zip(p, members, comp)
     with pytest.raises(InputError) as ei:
         el.inspect_path(p)
     msg = str(ei.value)
     assert "\n" not in msg and str(p) in msg
+    want = {"bomb": "zip bomb", "too_many": "members", "dup": "twice", "no_config": "no config.json",
+            "big_config": "declares", "deep_json": "nest", "not_json": "UTF-8"}.get(case, "not one Keras writes")
+    assert want in msg, msg
 
 
 def test_zip_member_inflating_past_its_declared_size_is_refused(tmp_path):
@@ -337,3 +340,39 @@ def test_legacy_h5_without_model_config_asks_for_config(tmp_path):
         f.attrs["layer_names"] = [b"gru"]
     with pytest.raises(UsageError, match="--config"):
         el.inspect_path(p)
+
+
+def test_mangled_configs_never_crash():
+    """Any JSON shape in place of any part of a real config gives a report or an InputError, not a bug."""
+    import random
+
+    from gruconv.errors import GruconvError
+
+    rng = random.Random(22)
+    base = json.loads((K3 / "masked_text.config.json").read_text())
+    junk = [None, 3, -1.5, "x", [], {}, [1, "a", None], {"class_name": 7}, True, ["a", 0, 0]]
+
+    def nodes(obj, acc, path=()):
+        acc.append(path)
+        if isinstance(obj, dict):
+            for k, v in obj.items():
+                nodes(v, acc, path + (k,))
+        elif isinstance(obj, list):
+            for i, v in enumerate(obj):
+                nodes(v, acc, path + (i,))
+        return acc
+
+    paths = nodes(base, [])
+    for _ in range(400):
+        cfg = copy.deepcopy(base)
+        p = rng.choice(paths[1:])
+        tgt = cfg
+        for k in p[:-1]:
+            tgt = tgt[k]
+        tgt[p[-1]] = rng.choice(junk)
+        try:
+            rep = el.evaluate(cfg)
+            el.text_lines(rep)
+            json.dumps(rep)
+        except GruconvError:
+            pass

@@ -475,7 +475,9 @@ def read_keras_zip(path) -> tuple:
             names.add(n)
             if zi.flag_bits & 0x1:
                 raise InputError(f".keras zip member {n!r} is encrypted; refused", path=path)
-            if zi.file_size > 64 and zi.file_size > MAX_ZIP_RATIO * max(zi.compress_size, 1):
+            # only config.json / metadata.json are ever inflated, so only they can bomb this reader
+            if n in ("config.json", "metadata.json") and zi.file_size > 4096 \
+                    and zi.file_size > MAX_ZIP_RATIO * max(zi.compress_size, 1):
                 raise InputError(f".keras zip member {n!r} expands {zi.file_size} bytes from {zi.compress_size} "
                                  f"(more than {MAX_ZIP_RATIO}:1): a zip bomb; refused", path=path)
         if "config.json" not in names:
