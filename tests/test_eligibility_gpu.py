@@ -49,7 +49,9 @@ def _cases():
         cases.append({"id": f"{layer.lower()}_cell", "layer": layer, "kwargs": {}, "wrap": "RNNCell"})
     for name in ("eligible", "mixed", "masked_text", "nested", "wrappers"):  # fixtures/make_keras3_fixtures.py
         cases.append({"id": f"model_{name}", "builder": name})
-    for p in sorted(K3.glob("*.keras")) + sorted(K3.glob("legacy_*.h5")):  # the saved files, when present
+    # the saved files, when present.  (Not the tf_keras legacy .h5 files: Keras 3.15.1 load_model refuses
+    # them, "Unrecognized keyword arguments passed to GRU: {'time_major': False}".)
+    for p in sorted(K3.glob("*.keras")):
         cases.append({"id": f"file_{p.name}", "path": str(p)})
     return cases
 

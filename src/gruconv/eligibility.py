@@ -10,6 +10,8 @@ Read from Keras 3.15.1 (the release installed in the project venv):
   ``backend.lstm`` only when ``use_cudnn`` is ``"auto"``/``True`` and ``recurrent_dropout`` is 0; a
   ``NotImplementedError`` from the backend sends it to ``RNN.inner_loop``, Keras's step-by-step loop
   (``fallback``).  A generic ``RNN(GRUCell(...))`` never calls the backend op.
+  ``use_cudnn`` is not written by ``get_config`` (3.15.1): a saved model loads with ``"auto"``; the
+  rule matters only for configs that carry the key by hand (``from_config`` passes it on).
 * ``keras/src/backend/tensorflow/rnn.py`` ``gru``/``lstm`` -> ``cudnn_ok`` ->
   ``_do_gru_arguments_support_cudnn``: tanh, sigmoid, ``not unroll``, ``use_bias``, GRU
   ``reset_after``; a GPU must be visible; ``_cudnn_gru`` asserts every mask is right-padded with no
