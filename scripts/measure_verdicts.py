@@ -154,6 +154,69 @@ def keras_rows(fixture, steps, seeds, batch=2, alone=False):
     return rows, plants
 
 
+def weights_only_layer(keras, rnn):
+    """The converted RNN of a weights-only file (no architecture), built ALONE: Keras 3 GRU/LSTM with
+    ``return_sequences`` and ``return_state`` (Bidirectional with ``merge_mode=None``, so both directions
+    are compared apart), weights from :func:`gruconv.keras_layout.to_keras` (what ``convert`` writes).
+    Returns ``(layer, reference view of rnn)``: the view has the options the layer was built with."""
+    from types import SimpleNamespace
+
+    from gruconv.keras_layout import to_keras
+
+    s = rnn.stack.shape
+    if s.cell == "gru":
+        make = lambda: keras.layers.GRU(s.units, return_sequences=True, return_state=True, reset_after=True,  # noqa: E731
+                                        recurrent_activation="sigmoid")
+    else:
+        make = lambda: keras.layers.LSTM(s.units, return_sequences=True, return_state=True,  # noqa: E731
+                                         recurrent_activation="sigmoid")
+    bidir = rnn.wrapper == "Bidirectional"
+    layer = keras.layers.Bidirectional(make(), merge_mode=None) if bidir else make()
+    layer.build((None, None, s.input_size))
+    subs = [layer.forward_layer, layer.backward_layer] if bidir else [layer]
+    for sub, p in zip(subs, rnn.stack.params):
+        sub.set_weights(to_keras(p, s.cell, s.input_size))
+    view = SimpleNamespace(stack=rnn.stack, shape=rnn.stack.shape, path=rnn.path, wrapper="Bidirectional" if bidir else None,
+                           merge_mode=None, options={"return_sequences": True, "return_state": True,
+                                                     "go_backwards": False})
+    return layer, view
+
+
+def weights_only_rows(fixture, steps, seeds, batch=2):
+    """Per-layer verification of ``X_weights.h5`` without ``--config`` (the wiring plan's prototype)."""
+    from gruconv import sensitivity, verify as V
+    from gruconv.formats import keras3, keras_h5
+
+    keras = keras3.keras()
+    doc = keras_h5.read(TRAINED / f"{fixture}_weights.h5")
+    assert doc.model_config is None and doc.rnns, "weights-only file with recognisable CuDNN layers expected"
+    eng = V._Engine("oracle", False)
+    rows, plants = [], []
+    rng = np.random.default_rng(0)
+    for rnn in doc.rnns:
+        layer, view = weights_only_layer(keras, rnn)
+        x = rng.uniform(-1, 1, (batch, steps, rnn.stack.shape.input_size)).astype(np.float32)
+        x64 = x.astype(np.float64)
+        _, ref64 = V._reference_rnn(view, x64, eng)
+        t0 = time.perf_counter()
+        fl = sensitivity.floors(lambda e: V._reference_rnn(view, x64, e)[0], ref64, seeds=seeds)
+        tf = time.perf_counter() - t0
+        names = V._output_names(view)
+        got = [keras3.to_numpy(g) for g in _listify(layer(x))]
+        assert len(got) == len(ref64) == len(names)
+        for n, g, r, f in zip(names, got, ref64, fl):
+            rows.append(_row(fixture, "weights-only", steps, f"{rnn.path}: {n}", g, r, f, tf))
+        inner = layer.forward_layer if hasattr(layer, "forward_layer") else layer
+        w0 = [keras3.to_numpy(v) for v in inner.weights]
+        for p in PLANTS[rnn.stack.shape.cell]:
+            inner.set_weights(plant(p, rnn.stack.shape.cell, w0))
+            got = [keras3.to_numpy(g) for g in _listify(layer(x))]
+            inner.set_weights(w0)
+            plants.append(_planted(p, [_row(fixture, "weights-only", steps, f"{rnn.path}: {n}", g, r, f)
+                                       for n, g, r, f in zip(names, got, ref64, fl)]))
+    return rows, plants
+
+
 def tf1_rows(fixture, steps, seeds, batch=2):
     from gruconv import sensitivity
     from gruconv.formats import keras3
@@ -213,7 +276,7 @@ def main(argv=None) -> int:
     for fx in args.fixtures:
         for steps in args.steps:
             for fn in (lambda: keras_rows(fx, steps, args.seeds), lambda: keras_rows(fx, steps, args.seeds, alone=True),
-                       lambda: tf1_rows(fx, steps, args.seeds)):
+                       lambda: weights_only_rows(fx, steps, args.seeds), lambda: tf1_rows(fx, steps, args.seeds)):
                 r, p = fn()
                 rows += r
                 plants += p

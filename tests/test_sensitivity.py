@@ -138,6 +138,7 @@ def _verdicts(rows):
 FIXTURES = ["gru2", "lstm2", "bilstm"]
 PATHS = {"h5 in model": lambda f, t: H.keras_rows(f, t, sensitivity.DEFAULT_SEEDS),
          "h5 layer alone": lambda f, t: H.keras_rows(f, t, sensitivity.DEFAULT_SEEDS, alone=True),
+         "weights-only": lambda f, t: H.weights_only_rows(f, t, sensitivity.DEFAULT_SEEDS),
          "tf1": lambda f, t: H.tf1_rows(f, t, sensitivity.DEFAULT_SEEDS)}
 _CACHE: dict = {}
 
