@@ -372,8 +372,7 @@ def stack_model_config(shape, name: str, *, initial_state: bool = False, return_
         init = state_names[layer * per:(layer + 1) * per]
         # build_stack_model calls every layer with initial_state= (None without state inputs)
         kwargs = {"initial_state": [_tensor([n, 0, 0]) for n in init] if init else None}
-        if mask_input:
-            kwargs["mask"] = _tensor(["mask", 0, 0])
+        kwargs["mask"] = _tensor(["mask", 0, 0]) if mask_input else None  # passed as mask=mask
         obj["name"] = lname
         obj["inbound_nodes"] = [{"args": [_tensor(prev)], "kwargs": kwargs}]
         layers.append(obj)
