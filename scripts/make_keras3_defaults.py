@@ -61,6 +61,22 @@ for cls in REGULARIZERS:
     out["regularizers"][cls] = entry(getattr(keras.regularizers, cls)(), drop=())
 for cls in CONSTRAINTS:
     out["constraints"][cls] = entry(getattr(keras.constraints, cls)(), drop=())
+OPTIMIZERS = ["Adam", "AdamW", "Adamax", "Nadam", "RMSprop", "SGD", "Adagrad", "Adadelta", "Ftrl", "Lion"]
+out["optimizers"] = {cls: entry(getattr(keras.optimizers, cls)(), drop=()) for cls in OPTIMIZERS}
+# Names keras.losses.get / keras.metrics.get resolve (a string a legacy training config may hold).
+CANDIDATES = sorted({n for m in (keras.losses, keras.metrics) for n in dir(m) if n.islower() and not n.startswith("_")}
+                    | {"mse", "mae", "mape", "msle", "kld", "acc", "accuracy", "crossentropy", "ce", "bce"})
+
+
+def resolves(getter, name):
+    try:
+        return getter(name) is not None
+    except Exception:  # noqa: BLE001
+        return False
+
+
+out["loss_names"] = [n for n in CANDIDATES if resolves(keras.losses.get, n)]
+out["metric_names"] = [n for n in CANDIDATES if resolves(keras.metrics.get, n)]
 json.loads(json.dumps(out))  # plain JSON values only
 target = os.path.join(os.path.dirname(__file__), "..", "src", "gruconv", "keras3_defaults.py")
 with open(target, "w") as f:

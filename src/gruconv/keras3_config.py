@@ -498,3 +498,121 @@ def _unique(cls: str, used: dict) -> str:
 
 def dumps(doc: dict) -> str:
     return json.dumps(doc)
+
+
+# --------------------------------------------------------------------------- training config
+
+#: Per optimizer: the slot variables ``build`` creates, as the ``add_optimizer_variables`` calls it
+#: makes (``keras/src/optimizers/adam.py``, ``rmsprop.py``, ``sgd.py``): within one call the names
+#: alternate per model variable (``model.weights.h5`` of ``fixtures/keras_user/compiled_adam_mse.h5``:
+#: kernel m, kernel v, recurrent m, ...), successive calls follow each other.
+def _slot_calls(cls: str, cfg: dict) -> Optional[list]:
+    if cls in ("Adam", "AdamW"):
+        return [["momentum", "velocity"]] + ([["velocity_hat"]] if cfg.get("amsgrad") else [])
+    if cls == "RMSprop":
+        return [["velocity"]] + ([["momentum"]] if cfg.get("momentum") else []) + \
+               ([["average_gradient"]] if cfg.get("centered") else [])
+    if cls == "SGD":
+        return [["momentum"]] if cfg.get("momentum") else []
+    return None
+
+
+@dataclass
+class Compiled:
+    """What a legacy ``training_config`` becomes: Keras 3's ``compile_config`` and the optimizer's
+    variables (written fresh: iterations 0, the learning rate, zero slots), plus warnings."""
+
+    compile_config: dict
+    optimizer_name: str
+    learning_rate: float
+    slot_calls: list
+    warnings: list
+
+
+def _metric(m, dropped: list):
+    """One tf.keras metric entry as :func:`gruconv.formats.keras3._legacy_metric` turns it into a
+    Keras 3 one (built-in names kept, ``acc``/``accuracy`` -> ``accuracy``, custom ones dropped)."""
+    names = DEFAULTS["metric_names"]
+    if m is None:
+        return None
+    if isinstance(m, list):
+        return [x for x in (_metric(x, dropped) for x in m) if x is not None]
+    if isinstance(m, dict) and "class_name" not in m:
+        return {k: _metric(v, dropped) for k, v in m.items()}
+    if isinstance(m, str):
+        if m in ("acc", "accuracy"):
+            return "accuracy"
+        if m in names:
+            return m
+        dropped.append(f"metric {m!r}")
+        return None
+    if isinstance(m, dict) and _cls(m) == "MeanMetricWrapper":
+        cfg = m.get("config") or {}
+        name, fn = cfg.get("name"), cfg.get("fn")
+        if name in ("acc", "accuracy"):
+            return "accuracy"
+        for cand in (name, fn):
+            if isinstance(cand, str) and cand in names:
+                return cand
+        dropped.append(f"metric {name or fn!r}")
+        return None
+    raise UnsupportedError(f"training config: metric {_cls(m) or m!r:.60} is not one the streaming writer writes")
+
+
+def _loss(loss, dropped: list):
+    if loss is None:
+        return None
+    if isinstance(loss, list):
+        return [_loss(x, dropped) for x in loss]
+    if isinstance(loss, dict) and "class_name" not in loss:
+        return {k: _loss(v, dropped) for k, v in loss.items()}
+    if isinstance(loss, str):
+        if loss in DEFAULTS["loss_names"]:
+            return loss
+        dropped.append(f"loss {loss!r:.60}")
+        return None
+    raise UnsupportedError(f"training config: loss object {_cls(loss) or loss!r:.60} is not one the streaming "
+                           "writer writes")
+
+
+def compile_config(training_config: str, n_outputs: int) -> Compiled:
+    """Keras 3's ``compile_config`` for a legacy ``training_config`` (JSON), as
+    :func:`gruconv.formats.keras3.compile_from_training_config` compiles the model today: the optimizer
+    without its ``Custom>`` prefix and only the arguments Keras 3 takes, built-in losses and metrics
+    kept, custom ones dropped with a warning.  An optimizer outside Adam/AdamW/RMSprop/SGD, EMA or
+    gradient accumulation raises :class:`UnsupportedError` (the Keras route handles those)."""
+    try:
+        tc = json.loads(training_config)
+    except ValueError:
+        raise UnsupportedError("training config is not JSON") from None
+    opt = tc.get("optimizer_config") or {}
+    cls = _cls(opt)
+    table = DEFAULTS["optimizers"].get(cls)
+    given = opt.get("config") or {}
+    if table is None:
+        raise UnsupportedError(f"training config: optimizer {cls!r} is outside the streaming writer's vocabulary")
+    cfg = copy.deepcopy(table["config"])
+    cfg.update({k: copy.deepcopy(v) for k, v in given.items() if k in cfg})
+    calls = _slot_calls(cls, cfg)
+    if calls is None or cfg.get("use_ema") or cfg.get("gradient_accumulation_steps") \
+            or not isinstance(cfg.get("learning_rate"), (int, float)):
+        raise UnsupportedError(f"training config: {cls} with these settings is outside the streaming writer's "
+                               "vocabulary")
+    dropped: list = []
+    loss = _loss(tc.get("loss"), dropped)
+    metrics = _metric(tc.get("metrics"), dropped)
+    weighted = _metric(tc.get("weighted_metrics"), dropped)
+    if isinstance(metrics, list) and n_outputs == 1 and len(metrics) == 1 and isinstance(metrics[0], list):
+        metrics = metrics[0]
+    if isinstance(weighted, list) and n_outputs == 1 and len(weighted) == 1 and isinstance(weighted[0], list):
+        weighted = weighted[0]
+    cc = {"optimizer": {"module": table["module"], "class_name": cls, "config": cfg, "registered_name": None},
+          "loss": loss, "loss_weights": tc.get("loss_weights"), "metrics": metrics or None,
+          "weighted_metrics": weighted or None, "run_eagerly": False, "steps_per_execution": 1,
+          "jit_compile": False}
+    warnings = []
+    if dropped:
+        warnings.append(f"training config: {', '.join(dropped)} not carried over (custom code, or unknown to "
+                        "Keras 3: gruconv never runs code from a model file); compile the loaded model again to "
+                        "train with it")
+    return Compiled(cc, cfg["name"], float(cfg["learning_rate"]), calls, warnings)

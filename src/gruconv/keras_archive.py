@@ -253,27 +253,66 @@ def stack_arrays(stack, tops: list) -> Iterable:
 
 # --------------------------------------------------------------------------- entry points
 
-def write_keras_h5_doc(doc, target, *, weights_only: bool = False) -> list:
+def write_keras_h5_doc(doc, target, *, weights_only: bool = False, warnings: Optional[list] = None) -> list:
     """Stream a legacy Keras HDF5 document into a ``.keras`` archive (or a Keras 3 ``.weights.h5``
     with ``weights_only``).  Raises :class:`UnsupportedError` for what this writer does not cover
-    (the caller may fall back to the Keras-built route): a layer outside the vocabulary, a model
-    with a training config (compiling needs Keras to resolve losses and metrics)."""
+    (the caller may fall back to the Keras-built route): a layer outside the vocabulary, a training
+    config outside :func:`gruconv.keras3_config.compile_config`'s.  ``warnings`` receives what a
+    training config loses (custom losses / metrics), as the Keras route reports it."""
     from .formats import keras_h5
 
     if doc.model_config is None:
         raise UnsupportedError("a weights-only input needs its architecture (--config)", path=doc.path)
-    if doc.training_config and not weights_only:
-        raise UnsupportedError("the streaming writer does not write a training config (compiling needs Keras)",
-                               path=doc.path)
     try:
         config = keras3_config.model_config(keras_h5.converted_config(doc.model_config))
+        groups, tops = keras3_config.saveable_plan(config)
+        arrays = legacy_h5_arrays(doc, tops)
+        if weights_only:
+            return write_weights(target, groups, arrays)
+        if doc.training_config:
+            compiled = keras3_config.compile_config(doc.training_config, _n_outputs(config))
+            config["compile_config"] = compiled.compile_config
+            if warnings is not None:
+                warnings.extend(compiled.warnings)
+            groups = groups + [("optimizer/vars", compiled.optimizer_name)]
+            arrays = with_optimizer(arrays, tops, compiled)
+        return write_keras(target, config, groups, arrays)
     except UnsupportedError as e:
-        raise UnsupportedError(e.message, path=doc.path) from None
-    groups, tops = keras3_config.saveable_plan(config)
-    arrays = legacy_h5_arrays(doc, tops)
-    if weights_only:
-        return write_weights(target, groups, arrays)
-    return write_keras(target, config, groups, arrays)
+        if e.path is None:
+            raise UnsupportedError(e.message, path=doc.path) from None
+        raise
+
+
+def _n_outputs(config: dict) -> int:
+    outs = config["config"].get("output_layers")
+    if config["class_name"] == "Sequential" or not outs or isinstance(outs[0], str):
+        return 1
+    return len(outs)
+
+
+def with_optimizer(arrays: Iterable, tops: list, compiled) -> Iterable:
+    """``arrays`` followed by a freshly built optimizer's variables (``optimizer/vars``), as
+    :func:`gruconv.formats.keras3.compile_from_training_config` leaves them after
+    ``optimizer.build(model.trainable_variables)``: ``iterations`` (int64 0), ``learning_rate``
+    (float32), then zero slots per trainable variable (:attr:`keras3_config.Compiled.slot_calls`).
+    Shapes are taken from the model arrays as they stream past (only shapes are kept)."""
+    import numpy as np
+
+    shapes = {}
+    for g, i, a in arrays:
+        shapes[g, i] = (np.shape(a), np.asarray(a).dtype)
+        yield g, i, a
+        del a
+    trainable = [s for t in tops for s in t.slots if s.trainable]
+    yield "optimizer/vars", 0, np.array(0, dtype=np.int64)
+    yield "optimizer/vars", 1, np.array(compiled.learning_rate, dtype=np.float32)
+    k = 2
+    for call in compiled.slot_calls:
+        for s in trainable:
+            shape, dtype = shapes[s.group, s.index]
+            for _ in call:
+                yield "optimizer/vars", k, np.zeros(shape, dtype)
+                k += 1
 
 
 def write_stack(stack, target, *, name: Optional[str] = None, initial_state: bool = False,
