@@ -261,3 +261,38 @@ def test_keras3_weights_file_is_bit_identical_to_save_weights(tmp_path, fixture)
     assert sorted(a) == sorted(b)
     for k in b:
         assert a[k] == b[k], k
+
+
+_OTHER_BACKEND = r"""
+import json, sys, warnings
+import numpy as np
+warnings.simplefilter("ignore")
+import keras
+bad = []
+for ref, mine in json.load(open(sys.argv[1])):
+    a, b = keras.saving.load_model(mine), keras.saving.load_model(ref)
+    if json.loads(json.dumps(a.get_config())) != json.loads(json.dumps(b.get_config())):
+        bad.append([mine, "config"])
+    for wa, wb in zip(a.weights, b.weights):
+        x, y = np.asarray(keras.ops.convert_to_numpy(wa)), np.asarray(keras.ops.convert_to_numpy(wb))
+        if x.dtype != y.dtype or x.shape != y.shape or x.tobytes() != y.tobytes():
+            bad.append([mine, wa.path])
+    if len(a.weights) != len(b.weights):
+        bad.append([mine, "weight count"])
+print(json.dumps({"backend": keras.backend.backend(), "checked": len(json.load(open(sys.argv[1]))), "bad": bad}))
+"""
+
+
+@pytest.mark.parametrize("backend", ["jax"])  # torch is not installed in the project venv
+def test_streamed_outputs_load_the_same_on_another_backend(outputs, tmp_path, backend):
+    """One fresh process per backend loads every streamed output and today's output and compares them."""
+    pairs = [[str(r), str(m)] for r, m in outputs.values() if not isinstance(m, Exception)]
+    listing = tmp_path / "pairs.json"
+    listing.write_text(json.dumps(pairs))
+    env = dict(os.environ, KERAS_BACKEND=backend, PYTHONPATH=str(ROOT / "src"))
+    out = subprocess.run([sys.executable, "-c", _OTHER_BACKEND, str(listing)], capture_output=True, text=True,
+                         env=env, timeout=900)
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["backend"] == backend and report["checked"] == len(pairs) == len(FIXTURES)
+    assert report["bad"] == []
