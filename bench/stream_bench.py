@@ -30,7 +30,7 @@ STREAM_H5 = ("import sys; from gruconv.formats import keras_h5; from gruconv imp
              "keras_archive.write_keras_h5_doc(keras_h5.read(sys.argv[1]), sys.argv[2])")
 STREAM_CKPT = ("import sys; from gruconv.formats import tf1; from gruconv import keras_archive; "
                "d = tf1.read(sys.argv[1]); e = d.stacks[0]; "
-               "keras_archive.write_stack(e.stack, sys.argv[2], name=e.scope or 'gru_stack')")
+               "keras_archive.write_stack(e.stack, sys.argv[2], name=e.scope or 'gru_stack', release=d.reader.release)")
 
 
 def run(cmd: list) -> tuple:

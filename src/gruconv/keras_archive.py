@@ -232,7 +232,7 @@ def legacy_h5_arrays(doc, tops: list) -> Iterable:
                 del value
 
 
-def stack_arrays(stack, tops: list) -> Iterable:
+def stack_arrays(stack, tops: list, release: Optional[Callable] = None) -> Iterable:
     """``(group, index, array)`` for a canonical stack (TF1 checkpoints) and the plan of
     :func:`gruconv.keras3_config.stack_model_config`: per layer, direction 0 then 1, Keras arrays
     ``kernel, recurrent_kernel, bias`` (:func:`gruconv.keras_layout.to_keras`)."""
@@ -248,7 +248,9 @@ def stack_arrays(stack, tops: list) -> Iterable:
             slots = top.slots[3 * d:3 * d + 3]
             for slot, value in zip(slots, arrays):
                 yield slot.group, slot.index, value
-            del arrays
+            del arrays, value
+            if release is not None:  # e.g. the checkpoint reader's: drop the mapped pages read so far
+                release()
 
 
 # --------------------------------------------------------------------------- entry points
@@ -316,13 +318,15 @@ def with_optimizer(arrays: Iterable, tops: list, compiled) -> Iterable:
 
 
 def write_stack(stack, target, *, name: Optional[str] = None, initial_state: bool = False,
-                return_state: bool = False, mask_input: bool = False, weights_only: bool = False) -> list:
+                return_state: bool = False, mask_input: bool = False, weights_only: bool = False,
+                release: Optional[Callable] = None) -> list:
     """Stream a canonical stack into a ``.keras`` archive (or ``.weights.h5``): the model of
-    :func:`gruconv.formats.keras3.build_stack_model`."""
+    :func:`gruconv.formats.keras3.build_stack_model`.  ``release`` is called after each pseudo-layer
+    (TF1: ``doc.reader.release``, so about one layer of the mapped checkpoint is resident at a time)."""
     config = keras3_config.stack_model_config(stack.shape, name or stack.name, initial_state=initial_state,
                                               return_state=return_state, mask_input=mask_input)
     groups, tops = keras3_config.saveable_plan(config)
-    arrays = stack_arrays(stack, tops)
+    arrays = stack_arrays(stack, tops, release)
     if weights_only:
         return write_weights(target, groups, arrays)
     return write_keras(target, config, groups, arrays)
