@@ -219,17 +219,34 @@ def legacy_h5_arrays(doc, tops: list) -> Iterable:
                 if ds.name in replaced:
                     rnn, d, i = replaced[ds.name]
                     if current is None or current[0] != (id(rnn), d):
-                        current = ((id(rnn), d), to_keras(rnn.stack.params[d], rnn.shape.cell))
+                        current = None  # the previous direction's arrays go first
+                        current = ((id(rnn), d), _direction_arrays(src, doc.path, rnn, d))
                     value = current[1][i]
                     current[1][i] = None
-                    if all(v is None for v in current[1]):
-                        if d == len(rnn.datasets) - 1:
-                            rnn.release()
-                        current = None
                 else:
                     value = ds[()]
                 yield slot.group, slot.index, value
                 del value
+
+
+def _direction_arrays(src, path, rnn, d: int) -> list:
+    """One direction of a CuDNNGRU / CuDNNLSTM as Keras 3 arrays ``[kernel, recurrent_kernel, bias]``:
+    read, made canonical (:func:`gruconv.keras_layout.from_cudnn`), reordered
+    (:func:`gruconv.keras_layout.to_keras`), the intermediate arrays freed on the way; one direction at a
+    time, where ``rnn.stack`` would hold both (the reading is :func:`keras_h5._load_stack`'s)."""
+    from . import h5safe
+    from .keras_layout import from_cudnn, to_keras
+
+    roles = rnn.datasets[d]
+    where = f"{rnn.cls} {rnn.path}" + ("" if len(rnn.datasets) == 1 else f" ({'forward' if d == 0 else 'backward'})")
+    raw = {role: h5safe.read_dataset(h5safe.resolve(src, name, path, "dataset"), path) for role, name in roles.items()}
+    try:
+        params = from_cudnn(raw.pop("kernel"), raw.pop("recurrent_kernel"), raw.pop("bias"), cell=rnn.shape.cell,
+                            where=where)
+    except InputError as e:
+        raise InputError(e.message, path=path) from None
+    del raw
+    return to_keras(params, rnn.shape.cell)
 
 
 def stack_arrays(stack, tops: list, release: Optional[Callable] = None) -> Iterable:
