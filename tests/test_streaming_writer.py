@@ -296,3 +296,30 @@ def test_streamed_outputs_load_the_same_on_another_backend(outputs, tmp_path, ba
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["backend"] == backend and report["checked"] == len(pairs) == len(FIXTURES)
     assert report["bad"] == []
+
+
+def test_vocabulary_model_matches_keras_built(tmp_path):
+    """A tf_keras model using most of the vocabulary (``tests/make_vocabulary_model.py``, written in a fresh
+    process by tf_keras's legacy writer): weights file bit-identical, loaded configs and weights equal."""
+    from gruconv.formats import keras3
+
+    src = tmp_path / "vocab.h5"
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    out = subprocess.run([sys.executable, str(ROOT / "tests" / "make_vocabulary_model.py"), str(src)],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    ref, mine = tmp_path / "ref.keras", tmp_path / "mine.keras"
+    api.convert(src, ref)
+    stream(src, mine)
+    a, b = _h5_tree(_h5_of(mine)), _h5_tree(_h5_of(ref))
+    assert sorted(a) == sorted(b) and all(a[k] == b[k] for k in b)
+    k = keras3.keras()
+    ma, mb = k.saving.load_model(mine), k.saving.load_model(ref)
+    assert _json(ma.get_config()) == _json(mb.get_config())
+    classes = {layer.__class__.__name__ for layer in ma.layers}
+    assert {"LayerNormalization", "SimpleRNN", "PReLU", "Dot", "Reshape", "RepeatVector", "LeakyReLU"} <= classes
+    for x, y in zip(ma.layers, mb.layers):
+        assert _json(x.get_config()) == _json(y.get_config()), x.name
+    assert len(ma.weights) == len(mb.weights) == 21
+    for p, q in zip(ma.weights, mb.weights):
+        assert keras3.to_numpy(p).tobytes() == keras3.to_numpy(q).tobytes(), p.path

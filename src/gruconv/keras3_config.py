@@ -53,6 +53,9 @@ VOCABULARY = tuple(sorted(set(_LAYERS) | _WRAPPERS | {"Sequential", "Functional"
 #: by keras_h5), so they never reach a Keras 3 config.
 _IGNORED = {"input_shape", "batch_input_shape", "batch_size", "input_dim", "implementation", "time_major",
             "autocast", "input_length"}
+#: Legacy argument names Keras 3 constructors rename (keras/src/layers/activations/leaky_relu.py: ``alpha``
+#: -> ``negative_slope``).
+_RENAMED = {("LeakyReLU", "alpha"): "negative_slope"}
 _RNN = {"GRU": "gru_cell", "LSTM": "lstm_cell", "SimpleRNN": "simple_rnn_cell"}
 #: Legacy class names of Keras 3 classes (aliases tf.keras wrote).
 _ALIASES = {"Convolution1D": "Conv1D", "MaxPool1D": "MaxPooling1D", "AvgPool1D": "AveragePooling1D",
@@ -198,6 +201,9 @@ def _plain(legacy: dict, cls: str, path: str) -> dict:
         extra = given
     for key, value in extra.items():
         if key in ("name",):
+            continue
+        key = _RENAMED.get((cls, key), key)
+        if key in ("trainable", "dtype") and key not in cfg:  # Layer.__init__ takes them; this get_config omits them
             continue
         if key == "activity_regularizer" and key not in cfg:  # every Layer takes it; listed when set
             if value is not None:
