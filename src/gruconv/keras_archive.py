@@ -1,0 +1,349 @@
+"""Write ``.keras`` archives and Keras 3 ``.weights.h5`` files with h5py and NumPy only, one layer at a time.
+
+Why (issue 20): Keras 3 builds the whole model in memory (initialising every variable), then
+``Model.save`` copies every weight into ``model.weights.h5``; the conversion peaks at several times
+the parameter bytes and pays a 2-6 s framework import.  Everything in the archive is plain data:
+
+* ``metadata.json``, ``config.json`` (:mod:`gruconv.keras3_config`), ``model.weights.h5``, in that
+  order, ``ZIP_STORED`` (``keras/src/saving/saving_lib.py`` ``_save_model_to_fileobj``: the zip is
+  opened with zipfile's default compression and the weights file, when staged on disk, is added with
+  ``zf.write``);
+* ``model.weights.h5``: one ``<object path>/vars`` group per saveable object with attribute ``name``
+  (``H5IOStore.make`` / ``_create_h5_group``), datasets ``vars/0``, ``vars/1``, ... in the object's
+  variable order (``Layer.save_own_variables``); object paths from
+  :func:`gruconv.keras3_config.saveable_plan`.
+
+Here the weights go input -> transform -> HDF5 dataset -> freed, one layer at a time, into a file
+staged beside the target, which is then streamed into the zip (``ZipFile.write`` copies in chunks):
+peak memory is the largest layer, not the model.  The target appears atomically (temporary file
+beside it, :func:`os.replace`) and only after :func:`self_check` passed: the archive reopens, its
+config parses and names the expected classes, and every weight is present with the shape, dtype and
+SHA-256 recorded while it was written.
+
+No Keras, TensorFlow, JAX or torch import anywhere in this module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tempfile
+import zipfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterable, Optional
+
+from .errors import InputError, OutputError, UnsupportedError
+from . import keras3_config
+
+CONFIG_NAME, METADATA_NAME, WEIGHTS_NAME = "config.json", "metadata.json", "model.weights.h5"
+
+
+def _digest(a) -> str:
+    import numpy as np
+
+    return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
+
+
+# --------------------------------------------------------------------------- HDF5 weights
+
+def write_weights_h5(path, groups: list, arrays: Iterable) -> list:
+    """Write a Keras 3 weights HDF5 file at ``path``.
+
+    ``groups``: ``(group path, name)`` for every ``vars`` group, created in this order (empty ones
+    too, as Keras creates them when it has a name to record).  ``arrays``: an iterable of
+    ``(group path, index, array)`` consumed one at a time (each array is dropped after writing).
+    Returns the manifest ``[(dataset path, shape, dtype str, sha256)]`` for :func:`self_check`."""
+    import h5py
+    import numpy as np
+
+    manifest = []
+    with h5py.File(path, "w") as f:
+        for gpath, name in groups:
+            g = f.require_group(gpath)
+            if name is not None:
+                g.attrs["name"] = name
+        for gpath, index, array in arrays:
+            a = np.asarray(array)
+            ds_path = f"{gpath}/{index}"
+            if ds_path in f:
+                raise UnsupportedError(f"weight {ds_path} written twice (object paths collide)")
+            f[gpath][str(index)] = a
+            manifest.append((ds_path, tuple(a.shape), str(a.dtype), _digest(a)))
+            del a, array
+    return manifest
+
+
+# --------------------------------------------------------------------------- atomic targets
+
+@contextmanager
+def _staged(target: Path, suffix: str):
+    target = Path(target)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=target.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+    finally:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+
+
+def _put_in_place(tmp: Path, target: Path) -> None:
+    try:
+        os.replace(tmp, target)
+    except OSError as e:
+        raise OutputError(f"cannot move the written file into place ({e.strerror or e})", path=target) from None
+
+
+def write_keras(target, config: dict, groups: list, arrays: Iterable, *, meta: Optional[dict] = None) -> list:
+    """Write the ``.keras`` archive ``target`` (atomically; :func:`self_check` before it appears).
+    Returns the weights manifest."""
+    target = Path(target)
+    meta = meta or keras3_config.metadata()
+    with _staged(target, ".h5.tmp") as h5_tmp, _staged(target, ".keras.tmp") as zip_tmp:
+        manifest = write_weights_h5(h5_tmp, groups, arrays)
+        with zipfile.ZipFile(zip_tmp, "w") as zf:  # ZIP_STORED, as Keras writes it
+            zf.writestr(METADATA_NAME, json.dumps(meta))
+            zf.writestr(CONFIG_NAME, json.dumps(config))
+            zf.write(h5_tmp, WEIGHTS_NAME)  # copied in chunks: never the whole file in memory
+        self_check(zip_tmp, manifest, config=config)
+        _put_in_place(zip_tmp, target)
+    return manifest
+
+
+def write_weights(target, groups: list, arrays: Iterable) -> list:
+    """Write a Keras 3 ``.weights.h5`` file (what ``Model.save_weights`` writes), atomically."""
+    target = Path(target)
+    with _staged(target, ".weights.h5.tmp") as tmp:
+        manifest = write_weights_h5(tmp, groups, arrays)
+        self_check(tmp, manifest)
+        _put_in_place(tmp, target)
+    return manifest
+
+
+# --------------------------------------------------------------------------- structural self-check
+
+def self_check(path, manifest: list, *, config: Optional[dict] = None) -> None:
+    """Reopen what was written and prove its structure: for a ``.keras`` zip, exactly the three
+    members, ``config.json`` parses (and equals ``config`` when given), ``metadata.json`` parses;
+    every weight of ``manifest`` present with its shape, dtype and SHA-256, and no other dataset.
+    Raises :class:`OutputError` (one line) naming the first difference."""
+    import h5py
+
+    path = Path(path)
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as zf:
+                names = zf.namelist()
+                if sorted(names) != sorted([CONFIG_NAME, METADATA_NAME, WEIGHTS_NAME]):
+                    raise OutputError(f"self-check: archive members {names}", path=path)
+                bad = zf.testzip()
+                if bad is not None:
+                    raise OutputError(f"self-check: archive member {bad} fails its CRC", path=path)
+                got = json.loads(zf.read(CONFIG_NAME).decode("utf-8"))
+                json.loads(zf.read(METADATA_NAME).decode("utf-8"))
+                if config is not None and got != json.loads(json.dumps(config)):
+                    raise OutputError("self-check: config.json differs from the generated config", path=path)
+                with zf.open(WEIGHTS_NAME) as fh:
+                    _check_h5(h5py.File(fh, "r"), manifest, path)
+        else:
+            _check_h5(h5py.File(path, "r"), manifest, path)
+    except OutputError:
+        raise
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as e:
+        raise OutputError(f"self-check: cannot reread the written file ({str(e).splitlines()[0][:200]})",
+                          path=path) from None
+
+
+def _check_h5(f, manifest: list, path) -> None:
+    import h5py
+
+    with f:
+        seen = []
+        f.visititems(lambda n, o: seen.append(n) if isinstance(o, h5py.Dataset) else None)
+        expected = {m[0] for m in manifest}
+        extra = sorted(set(seen) - expected)
+        if extra:
+            raise OutputError(f"self-check: unexpected weight {extra[0]}", path=path)
+        for ds_path, shape, dtype, digest in manifest:
+            if ds_path not in f:
+                raise OutputError(f"self-check: weight {ds_path} missing", path=path)
+            a = f[ds_path][()]
+            if tuple(a.shape) != tuple(shape) or str(a.dtype) != dtype:
+                raise OutputError(f"self-check: weight {ds_path} is {a.dtype}{tuple(a.shape)}, wrote "
+                                  f"{dtype}{tuple(shape)}", path=path)
+            if _digest(a) != digest:
+                raise OutputError(f"self-check: weight {ds_path} does not read back bit for bit", path=path)
+            del a
+
+
+# --------------------------------------------------------------------------- sources
+
+def legacy_h5_arrays(doc, tops: list) -> Iterable:
+    """``(group, index, array)`` for a legacy Keras HDF5 document (:mod:`gruconv.formats.keras_h5`),
+    one array in memory at a time: each top-level layer's saved weights, matched in the order Keras 3's
+    legacy loader matches them (:attr:`gruconv.keras3_config.TopLayer.legacy_order`); CuDNNGRU /
+    CuDNNLSTM weights transformed per direction (:func:`gruconv.keras_layout.to_keras`), as
+    :func:`gruconv.formats.keras_h5.write` does."""
+    from . import h5safe
+    from .formats import keras_h5
+    from .keras_layout import to_keras
+
+    replaced = {}
+    for rnn in doc.rnns:
+        for d, roles in enumerate(rnn.datasets):
+            for i, role in enumerate(keras_h5._WEIGHT_ROLES):
+                replaced[roles[role]] = (rnn, d, i)
+    with keras_h5._open(doc.path) as src:
+        sroot = h5safe.child(src, "model_weights", doc.path, "group") if doc.kind == "model" else src
+        names = set(doc.layer_names)
+        for top in tops:
+            order = top.legacy_order
+            if not order:
+                continue
+            if top.name not in names:
+                raise InputError(f"layer {top.name!r} has {len(order)} weight(s) but no weight group in the file",
+                                 path=doc.path)
+            group = h5safe.child(sroot, top.name, doc.path, "group")
+            wnames = keras_h5._weight_names(group, doc.path)
+            if len(wnames) != len(order):
+                raise InputError(f"layer {top.name!r}: the file holds {len(wnames)} weight(s), Keras 3's "
+                                 f"{top.name} has {len(order)}", path=doc.path)
+            current = None
+            for slot, wname in zip(order, wnames):
+                ds = h5safe.resolve(group, wname, doc.path, "dataset")
+                if ds.name in replaced:
+                    rnn, d, i = replaced[ds.name]
+                    if current is None or current[0] != (id(rnn), d):
+                        current = None  # the previous direction's arrays go first
+                        current = ((id(rnn), d), _direction_arrays(src, doc.path, rnn, d))
+                    value = current[1][i]
+                    current[1][i] = None
+                else:
+                    value = ds[()]
+                yield slot.group, slot.index, value
+                del value
+
+
+def _direction_arrays(src, path, rnn, d: int) -> list:
+    """One direction of a CuDNNGRU / CuDNNLSTM as Keras 3 arrays ``[kernel, recurrent_kernel, bias]``:
+    read, made canonical (:func:`gruconv.keras_layout.from_cudnn`), reordered
+    (:func:`gruconv.keras_layout.to_keras`), the intermediate arrays freed on the way; one direction at a
+    time, where ``rnn.stack`` would hold both (the reading is :func:`keras_h5._load_stack`'s)."""
+    from . import h5safe
+    from .keras_layout import from_cudnn, to_keras
+
+    roles = rnn.datasets[d]
+    where = f"{rnn.cls} {rnn.path}" + ("" if len(rnn.datasets) == 1 else f" ({'forward' if d == 0 else 'backward'})")
+    raw = {role: h5safe.read_dataset(h5safe.resolve(src, name, path, "dataset"), path) for role, name in roles.items()}
+    try:
+        params = from_cudnn(raw.pop("kernel"), raw.pop("recurrent_kernel"), raw.pop("bias"), cell=rnn.shape.cell,
+                            where=where)
+    except InputError as e:
+        raise InputError(e.message, path=path) from None
+    del raw
+    return to_keras(params, rnn.shape.cell)
+
+
+def stack_arrays(stack, tops: list, release: Optional[Callable] = None) -> Iterable:
+    """``(group, index, array)`` for a canonical stack (TF1 checkpoints) and the plan of
+    :func:`gruconv.keras3_config.stack_model_config`: per layer, direction 0 then 1, Keras arrays
+    ``kernel, recurrent_kernel, bias`` (:func:`gruconv.keras_layout.to_keras`)."""
+    from .keras_layout import to_keras
+
+    s = stack.shape
+    rnn_tops = [t for t in tops if t.slots]
+    if len(rnn_tops) != s.num_layers:
+        raise UnsupportedError(f"stack plan has {len(rnn_tops)} layers, the stack {s.num_layers}")
+    for layer, top in enumerate(rnn_tops):
+        for d in range(s.num_directions):
+            arrays = to_keras(stack.params[s.pseudo_layer(layer, d)], s.cell, s.layer_input_size(layer))
+            slots = top.slots[3 * d:3 * d + 3]
+            for slot, value in zip(slots, arrays):
+                yield slot.group, slot.index, value
+            del arrays, value
+            if release is not None:  # e.g. the checkpoint reader's: drop the mapped pages read so far
+                release()
+
+
+# --------------------------------------------------------------------------- entry points
+
+def write_keras_h5_doc(doc, target, *, weights_only: bool = False, warnings: Optional[list] = None) -> list:
+    """Stream a legacy Keras HDF5 document into a ``.keras`` archive (or a Keras 3 ``.weights.h5``
+    with ``weights_only``).  Raises :class:`UnsupportedError` for what this writer does not cover
+    (the caller may fall back to the Keras-built route): a layer outside the vocabulary, a training
+    config outside :func:`gruconv.keras3_config.compile_config`'s.  ``warnings`` receives what a
+    training config loses (custom losses / metrics), as the Keras route reports it."""
+    from .formats import keras_h5
+
+    if doc.model_config is None:
+        raise UnsupportedError("a weights-only input needs its architecture (--config)", path=doc.path)
+    try:
+        config = keras3_config.model_config(keras_h5.converted_config(doc.model_config))
+        groups, tops = keras3_config.saveable_plan(config)
+        arrays = legacy_h5_arrays(doc, tops)
+        if weights_only:
+            return write_weights(target, groups, arrays)
+        if doc.training_config:
+            compiled = keras3_config.compile_config(doc.training_config, _n_outputs(config))
+            config["compile_config"] = compiled.compile_config
+            if warnings is not None:
+                warnings.extend(compiled.warnings)
+            groups = groups + [("optimizer/vars", compiled.optimizer_name)]
+            arrays = with_optimizer(arrays, tops, compiled)
+        return write_keras(target, config, groups, arrays)
+    except UnsupportedError as e:
+        if e.path is None:
+            raise UnsupportedError(e.message, path=doc.path) from None
+        raise
+
+
+def _n_outputs(config: dict) -> int:
+    outs = config["config"].get("output_layers")
+    if config["class_name"] == "Sequential" or not outs or isinstance(outs[0], str):
+        return 1
+    return len(outs)
+
+
+def with_optimizer(arrays: Iterable, tops: list, compiled) -> Iterable:
+    """``arrays`` followed by a freshly built optimizer's variables (``optimizer/vars``), as
+    :func:`gruconv.formats.keras3.compile_from_training_config` leaves them after
+    ``optimizer.build(model.trainable_variables)``: ``iterations`` (int64 0), ``learning_rate``
+    (float32), then zero slots per trainable variable (:attr:`keras3_config.Compiled.slot_calls`).
+    Shapes are taken from the model arrays as they stream past (only shapes are kept)."""
+    import numpy as np
+
+    shapes = {}
+    for g, i, a in arrays:
+        shapes[g, i] = (np.shape(a), np.asarray(a).dtype)
+        yield g, i, a
+        del a
+    trainable = [s for t in tops for s in t.slots if s.trainable]
+    yield "optimizer/vars", 0, np.array(0, dtype=np.int64)
+    yield "optimizer/vars", 1, np.array(compiled.learning_rate, dtype=np.float32)
+    k = 2
+    for call in compiled.slot_calls:
+        for s in trainable:
+            shape, dtype = shapes[s.group, s.index]
+            for _ in call:
+                yield "optimizer/vars", k, np.zeros(shape, dtype)
+                k += 1
+
+
+def write_stack(stack, target, *, name: Optional[str] = None, initial_state: bool = False,
+                return_state: bool = False, mask_input: bool = False, weights_only: bool = False,
+                release: Optional[Callable] = None) -> list:
+    """Stream a canonical stack into a ``.keras`` archive (or ``.weights.h5``): the model of
+    :func:`gruconv.formats.keras3.build_stack_model`.  ``release`` is called after each pseudo-layer
+    (TF1: ``doc.reader.release``, so about one layer of the mapped checkpoint is resident at a time)."""
+    config = keras3_config.stack_model_config(stack.shape, name or stack.name, initial_state=initial_state,
+                                              return_state=return_state, mask_input=mask_input)
+    groups, tops = keras3_config.saveable_plan(config)
+    arrays = stack_arrays(stack, tops, release)
+    if weights_only:
+        return write_weights(target, groups, arrays)
+    return write_keras(target, config, groups, arrays)
