@@ -35,7 +35,19 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
-import numpy as np  # noqa: E402
+import numpy as np
+
+
+class _VerifyInternals:
+    """The verify internals this harness reruns, from the ``gruconv.verify`` package's modules."""
+
+    def __getattr__(self, name):
+        from gruconv.verify import engines, graph
+
+        return getattr(engines if name == "Engine" else graph, name)
+
+
+V = _VerifyInternals()  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 TRAINED = REPO / "fixtures" / "trained"
@@ -111,8 +123,9 @@ def _listify(x):
 
 
 def keras_rows(fixture, steps, seeds, batch=2, alone=False):
-    from gruconv import api, sensitivity, verify as V
-    from gruconv.formats import keras3, keras_h5
+    from gruconv import api, sensitivity
+    from gruconv.formats import keras3
+    from gruconv.readers import keras_h5
 
     keras = keras3.keras()
     src = TRAINED / f"{fixture}.h5"
@@ -124,12 +137,12 @@ def keras_rows(fixture, steps, seeds, batch=2, alone=False):
         model = keras3.load(out)
         rng = np.random.default_rng(0)
         feed = V._random_inputs(keras, model, batch, steps, rng)
-        eng = V._Engine("oracle", False)
+        eng = V.Engine("oracle", False)
         for rnn in doc.rnns:
             parts = rnn.path.split("/")
             if rnn.wrapper is not None:
                 parts = parts[:-1]
-            layer, args, kwargs = V._activations_into(keras, model, parts, feed)
+            layer, args, kwargs = keras3.layer_call(model, parts, feed)
             x = np.asarray(args[0])
             if alone:
                 x = np.random.default_rng(1).uniform(-1, 1, x.shape).astype(np.float32)
@@ -184,13 +197,14 @@ def weights_only_layer(keras, rnn):
 
 def weights_only_rows(fixture, steps, seeds, batch=2):
     """Per-layer verification of ``X_weights.h5`` without ``--config`` (the wiring plan's prototype)."""
-    from gruconv import sensitivity, verify as V
-    from gruconv.formats import keras3, keras_h5
+    from gruconv import sensitivity
+    from gruconv.formats import keras3
+    from gruconv.readers import keras_h5
 
     keras = keras3.keras()
     doc = keras_h5.read(TRAINED / f"{fixture}_weights.h5")
     assert doc.model_config is None and doc.rnns, "weights-only file with recognisable CuDNN layers expected"
-    eng = V._Engine("oracle", False)
+    eng = V.Engine("oracle", False)
     rows, plants = [], []
     rng = np.random.default_rng(0)
     for rnn in doc.rnns:
@@ -220,7 +234,7 @@ def weights_only_rows(fixture, steps, seeds, batch=2):
 def tf1_rows(fixture, steps, seeds, batch=2):
     from gruconv import sensitivity
     from gruconv.formats import keras3
-    from gruconv.formats.tf1 import reading, writing
+    from gruconv.readers.tf1 import reading, writing
     from gruconv.oracle import run_stack
 
     doc = reading.read(TRAINED / f"{fixture}.tf1")

@@ -38,7 +38,7 @@ H = _harness()
 
 
 def _tf1_stack(name):
-    from gruconv.formats.tf1 import reading
+    from gruconv.readers.tf1 import reading
 
     doc = reading.read(TRAINED / f"{name}.tf1")
     (found,) = doc.stacks

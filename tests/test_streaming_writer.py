@@ -30,7 +30,7 @@ import pytest
 
 from gruconv import api, keras_archive
 from gruconv.errors import OutputError, UnsupportedError
-from gruconv.formats import keras_h5, tf1
+from gruconv.readers import keras_h5, tf1
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "fixtures"

@@ -509,7 +509,7 @@ def _hdf5_model_config(path) -> tuple:
     """(model_config or None, keras_version) of a legacy HDF5 file, via the guarded opener."""
     from . import h5safe, inputs
 
-    with inputs.open_hdf5(path, "a Keras HDF5 file") as f:
+    with h5safe.open_hdf5(path, "a Keras HDF5 file") as f:
         cfg = h5safe.read_json_attr(f, "model_config", path)
         ver = h5safe.read_attr(f, "keras_version")
         layer_names = h5safe.read_attr(f, "layer_names")

@@ -5,7 +5,7 @@ legacy tf.keras ``model_config`` into Keras 3 objects and ``Model.save`` seriali
 (issue 20: the import alone is 2-6 s and ~650 MiB).  This module does that translation on the JSON:
 
 * input: a legacy (Keras 2 / tf.keras) ``model_config`` *after*
-  :func:`gruconv.formats.keras_h5.converted_config` (CuDNNGRU/CuDNNLSTM -> GRU/LSTM, Keras-3 mends);
+  :func:`gruconv.readers.keras_h5.converted_config` (CuDNNGRU/CuDNNLSTM -> GRU/LSTM, Keras-3 mends);
 * output: the Keras 3 serialized form (``module``/``class_name``/``config``/``registered_name``,
   Keras 3 node format ``{"args", "kwargs"}``), every constructor argument filled from the defaults
   Keras 3.15.1's ``get_config()`` reports (:mod:`gruconv.keras3_defaults`, generated from Keras by
@@ -17,7 +17,7 @@ Evidence that the two agree: ``tests/test_streaming_writer.py`` loads this confi
 
 Not written (Keras recomputes them on load; shape inference is not done here): ``build_config``
 and the true ``shape`` of ``__keras_tensor__`` references (written as ``[None]``, as
-:func:`gruconv.formats.keras_h5._tensor_ref` already does for legacy loads), ``shared_object_id``.
+:func:`gruconv.readers.keras_h5._tensor_ref` already does for legacy loads), ``shared_object_id``.
 
 Also :func:`saveable_plan`: the object paths of ``model.weights.h5`` (``keras/src/saving/saving_lib.py``
 ``_save_state`` / ``_save_container_state``: a container's children are named by the snake-cased
@@ -293,7 +293,7 @@ def _model(legacy: dict, cls: str, path: str) -> dict:
 def model_config(converted_legacy: dict, *, qr_free_low_precision: bool = True) -> dict:
     """The Keras 3 ``config.json`` document for a converted legacy model config.
 
-    ``converted_legacy``: :func:`gruconv.formats.keras_h5.converted_config` of the file's
+    ``converted_legacy``: :func:`gruconv.readers.keras_h5.converted_config` of the file's
     ``model_config``.  The result passes through :func:`gruconv.keras_portable.portable_config`
     (with ``qr_free_low_precision``, as :func:`gruconv.formats.keras3.save` does)."""
     cls = _cls(converted_legacy)

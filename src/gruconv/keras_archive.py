@@ -184,13 +184,13 @@ def _check_h5(f, manifest: list, path) -> None:
 # --------------------------------------------------------------------------- sources
 
 def legacy_h5_arrays(doc, tops: list) -> Iterable:
-    """``(group, index, array)`` for a legacy Keras HDF5 document (:mod:`gruconv.formats.keras_h5`),
+    """``(group, index, array)`` for a legacy Keras HDF5 document (:mod:`gruconv.readers.keras_h5`),
     one array in memory at a time: each top-level layer's saved weights, matched in the order Keras 3's
     legacy loader matches them (:attr:`gruconv.keras3_config.TopLayer.legacy_order`); CuDNNGRU /
     CuDNNLSTM weights transformed per direction (:func:`gruconv.keras_layout.to_keras`), as
-    :func:`gruconv.formats.keras_h5.write` does."""
+    :func:`gruconv.readers.keras_h5.write` does."""
     from . import h5safe
-    from .formats import keras_h5
+    from .readers import keras_h5
     from .keras_layout import to_keras
 
     replaced = {}
@@ -278,7 +278,7 @@ def write_keras_h5_doc(doc, target, *, weights_only: bool = False, warnings: Opt
     (the caller may fall back to the Keras-built route): a layer outside the vocabulary, a training
     config outside :func:`gruconv.keras3_config.compile_config`'s.  ``warnings`` receives what a
     training config loses (custom losses / metrics), as the Keras route reports it."""
-    from .formats import keras_h5
+    from .readers import keras_h5
 
     if doc.model_config is None:
         raise UnsupportedError("a weights-only input needs its architecture (--config)", path=doc.path)
