@@ -82,7 +82,6 @@ CUDNN_CLASSES = {"CuDNNGRU": "gru", "CuDNNLSTM": "lstm"}
 _TARGET_CLASS = {"gru": "GRU", "lstm": "LSTM"}
 _CARRIED = {"gru": _CARRIED_KEYS, "lstm": _CARRIED_KEYS + ("unit_forget_bias",)}
 #: Weight-name prefixes tf_keras gives unnamed cuDNN layers (``cu_dnngru``, ``cu_dnnlstm_1``).
-_AUTO_NAMES = {"cu_dnngru": "CuDNNGRU", "cu_dnnlstm": "CuDNNLSTM"}
 _CONTAINER_CLASSES = {"Sequential", "Model", "Functional"}
 _CUDNN_CLASS_OF = {"gru": "CuDNNGRU", "lstm": "CuDNNLSTM"}
 _WRAPPERS = {"Bidirectional", "TimeDistributed"}
@@ -102,6 +101,7 @@ class KerasRNN:
     shape: StackShape              # 1 layer; bidirectional when wrapped in Bidirectional
     datasets: list                 # per direction: {role: dataset path} in the weight group
     source: Path = None            # the HDF5 file the weights are read from, on demand
+    inferred: Optional[str] = None  # weights-only, no class name: how the class was inferred (shapes)
     _stack: Optional[RNNStack] = field(default=None, repr=False)
 
     @property
@@ -466,41 +466,57 @@ def _str_or_none(value) -> Optional[str]:
 
 
 def _rnns_without_config(path: Path, groups: dict) -> list:
-    """Weights-only file without an architecture: CuDNNGRUs / CuDNNLSTMs recognised by their weight
-    names (tf_keras's automatic names ``cu_dnngru``, ``cu_dnnlstm``, ...: :data:`_AUTO_NAMES`)."""
+    """Weights-only file without an architecture: CuDNNGRUs / CuDNNLSTMs recognised by the shapes of
+    their weights (:func:`gruconv.cudnn_shapes.classify`), never by their names -- libraries saved them
+    as ``rnn_1`` and TF2 checkpoints as ``layer_with_weights-N``.  A Bidirectional's halves are the
+    owners ``forward_<name>``/``backward_<name>`` (tf_keras HDF5) or ``forward_layer``/``backward_layer``
+    (TF2 object names) of one group.  A triple that looks recurrent but fits no row of the shape table
+    is refused with the table's reason."""
+    from ..cudnn_shapes import classify
+
     rnns = []
     for top, entries in groups.items():
         owners: dict = {}
         for wname, ds in entries:
             parts, role = _owner_and_role(wname)
-            if parts and _auto_class(parts[-1]) and role in _WEIGHT_ROLES:
+            if parts and role in _WEIGHT_ROLES:
                 owners.setdefault(tuple(parts), {})[role] = ds
-        pairs = {}
+        pairs: dict = {}
+        verdicts = {}
         for parts, roles in owners.items():
+            if set(roles) != set(_WEIGHT_ROLES):
+                continue
+            v = classify({r: tuple(roles[r].shape or ()) for r in _WEIGHT_ROLES})
+            if v.cls is None and v.cell is not None:
+                raise InputError(f"{top}: weights of {'/'.join(parts)} look recurrent but fit no known layer: "
+                                 f"{v.reason}", path=path)
+            if not v.is_cudnn:
+                continue
             last = parts[-1]
             if last.startswith(("forward_", "backward_")):
-                base = last.split("_", 1)[1]
-                pairs.setdefault(parts[:-1] + (base,), [None, None])[0 if last.startswith("forward_") else 1] = roles
+                base = "layer" if last in ("forward_layer", "backward_layer") else last.split("_", 1)[1]
+                key = parts[:-1] + (base,)
+                pairs.setdefault(key, [None, None])[0 if last.startswith("forward_") else 1] = roles
             else:
-                pairs.setdefault(parts, [roles])
+                key = parts
+                pairs.setdefault(key, [roles])
+            verdicts.setdefault(key, []).append(v)
         for parts, found in pairs.items():
-            cls = _auto_class(parts[-1])
+            vs = verdicts[parts]
+            cls = vs[0].cls
             if any(r is None for r in found):
                 raise InputError(f"{'/'.join(parts)}: only one direction of a bidirectional {cls} found", path=path)
-            name = parts[-1]
-            rpath = f"{top}/{name}" if top != name else name
+            if len({v.cls for v in vs}) != 1:
+                raise InputError(f"{'/'.join(parts)}: forward and backward halves are different layers "
+                                 f"({vs[0].cls}, {vs[1].cls})", path=path)
+            name = parts[-1] if parts[-1] != "layer" or len(parts) == 1 else parts[-2]
+            rpath = top if name in (top, "layer") else f"{top}/{name}"
             fake_cfg = {"class_name": cls, "config": {"name": name}}
             wrapper = {"class_name": "Bidirectional", "config": {}} if len(found) == 2 else None
-            rnns.append(_rnn_from_weights(path, rpath, top, fake_cfg, wrapper, found))
+            rnn = _rnn_from_weights(path, rpath, top, fake_cfg, wrapper, found)
+            rnn.inferred = vs[0].reason
+            rnns.append(rnn)
     return rnns
-
-
-def _auto_class(name: str) -> Optional[str]:
-    """``CuDNNGRU``/``CuDNNLSTM`` when ``name`` carries tf_keras's automatic name for one, else None."""
-    for stem, cls in _AUTO_NAMES.items():
-        if stem in name:
-            return cls
-    return None
 
 
 # --------------------------------------------------------------------------- writing
@@ -842,9 +858,10 @@ def _rnn_entry(rnn: KerasRNN, nonfinite: Optional[int] = None) -> dict:
 def _cell_details(rnn: KerasRNN) -> list:
     """Per-cell notes for reports: an LSTM's single bias is cuDNN's two biases summed
     (:func:`gruconv.keras_layout.to_keras_lstm`), exact but for the one rounding of the sum."""
+    notes = [f"class: {rnn.inferred}"] if rnn.inferred else []
     if rnn.shape.cell != "lstm":
-        return []
-    return [f"bias: cuDNN's input and recurrent biases summed in float64, rounded once to {rnn.shape.dtype} "
+        return notes
+    return notes + [f"bias: cuDNN's input and recurrent biases summed in float64, rounded once to {rnn.shape.dtype} "
             "(LSTM has one bias; at most half an ulp per bias value)"]
 
 
