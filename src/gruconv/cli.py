@@ -20,11 +20,26 @@ from .results import OUTPUT_FORMATS
 
 
 class _Group(click.Group):
-    """Turns every :class:`GruconvError` into one line on stderr and its exit code."""
+    """Turns every :class:`GruconvError` into one line on stderr and its exit code; SIGTERM/SIGINT
+    into cleanup and ``128 + signal`` (:mod:`gruconv.signals`)."""
+
+    def main(self, *args, **kwargs):
+        from .signals import install, restore
+
+        previous = install()
+        try:
+            return super().main(*args, **kwargs)
+        finally:
+            restore(previous)
 
     def invoke(self, ctx):
+        from .signals import Interrupted
+
         try:
             return super().invoke(ctx)
+        except Interrupted as e:
+            click.echo(f"gruconv: error: {e}; outputs not written, temporary files removed", err=True)
+            ctx.exit(e.exit_code)
         except GruconvError as e:
             click.echo(f"gruconv: error: {e}", err=True)
             ctx.exit(e.exit_code)

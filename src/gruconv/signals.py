@@ -1,0 +1,86 @@
+"""SIGTERM and SIGINT as exceptions, so every ``finally`` and context manager cleans up.
+
+Without a handler, SIGTERM kills the process where it stands: staging files (``.NAME.PID.tmp.keras``,
+``$TMPDIR/gruconv-*``) stay behind, and SIGINT surfaces as Click's ``Aborted!`` with exit 1, the
+parity-failure code (issue 23).  :func:`install` turns both into :class:`Interrupted`, a
+``BaseException`` (like ``KeyboardInterrupt``) so no ``except Exception`` swallows it; the CLI maps it
+to the shell's convention, ``128 + signal number`` (130 for SIGINT, 143 for SIGTERM).
+
+Batch workers are separate processes: :func:`die_with_parent` ends a worker when the process that
+started it is gone (``PR_SET_PDEATHSIG`` on Linux, and a watcher thread everywhere), so a killed main
+process never leaves workers computing for nobody.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+HANDLED = (signal.SIGTERM, signal.SIGINT)
+
+
+class Interrupted(BaseException):
+    """The process was asked to stop (SIGTERM/SIGINT); raised in the main thread by the handler."""
+
+    def __init__(self, signo: int):
+        self.signo = signo
+        self.exit_code = 128 + signo
+        super().__init__(f"interrupted by {signal.Signals(signo).name}")
+
+
+def _raise(signo, _frame):
+    # A second signal while cleaning up must not interrupt the cleanup itself.
+    for s in HANDLED:
+        signal.signal(s, signal.SIG_IGN)
+    raise Interrupted(signo)
+
+
+def install() -> dict:
+    """Turn SIGTERM/SIGINT into :class:`Interrupted` (main thread only; elsewhere a no-op).
+
+    Returns the handlers it replaced, for :func:`restore` (an in-process caller, e.g. Click's test
+    runner, gets its own handlers back)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    previous = {s: signal.getsignal(s) for s in HANDLED}
+    for s in HANDLED:
+        signal.signal(s, _raise)
+    return previous
+
+
+def restore(previous: dict) -> None:
+    for s, h in previous.items():
+        if h is not None:
+            signal.signal(s, h)
+
+
+def die_with_parent() -> None:
+    """In a worker process: exit as soon as the parent process is gone.
+
+    The parent's pid is recorded now; ``PR_SET_PDEATHSIG`` (Linux, ``prctl(2)``) delivers SIGTERM to
+    this process when the parent thread exits, and a daemon thread polls ``getppid()`` once a second
+    for the platforms and races that prctl does not cover."""
+    parent = os.getppid()
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(128 + signal.SIGTERM))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the whole group: the parent decides
+    if os.getppid() != parent:
+        os._exit(128 + signal.SIGTERM)
+
+    def watch():
+        import time
+
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                os._exit(128 + signal.SIGTERM)
+
+    threading.Thread(target=watch, name="gruconv-parent-watch", daemon=True).start()
