@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: setup demo test test-all test-gpu bench fuzz fixtures clean compat
+.PHONY: setup demo test test-all test-slow test-gpu bench fuzz fixtures clean compat
 
 setup: $(STAMP)
 
@@ -39,6 +39,10 @@ test: setup
 
 test-all: setup
 	$(call timed,$(PYTEST) -m 'not gpu' $(ARGS),make test-all)
+
+# The slow tier alone: `make test` + `make test-slow` = `make test-all` (what .ci/run runs, in that order).
+test-slow: setup
+	$(call timed,$(PYTEST) -m 'slow and not gpu' $(ARGS),make test-slow)
 
 test-gpu: setup
 	$(PY) -m pytest -q -m gpu $(ARGS)
