@@ -24,11 +24,14 @@ class _Group(click.Group):
     into cleanup and ``128 + signal`` (:mod:`gruconv.signals`)."""
 
     def main(self, *args, **kwargs):
-        from .signals import install, restore
+        from .signals import Interrupted, install, restore
 
         previous = install()
         try:
             return super().main(*args, **kwargs)
+        except Interrupted as e:  # a signal outside invoke (option parsing, Click's own exit path)
+            click.echo(f"gruconv: error: {e}; stopped, temporary files removed (an output is only ever in place complete)", err=True)
+            sys.exit(e.exit_code)
         finally:
             restore(previous)
 
@@ -38,7 +41,7 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except Interrupted as e:
-            click.echo(f"gruconv: error: {e}; outputs not written, temporary files removed", err=True)
+            click.echo(f"gruconv: error: {e}; stopped, temporary files removed (an output is only ever in place complete)", err=True)
             ctx.exit(e.exit_code)
         except GruconvError as e:
             click.echo(f"gruconv: error: {e}", err=True)
