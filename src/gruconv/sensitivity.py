@@ -57,27 +57,9 @@ BOUNDS = ("tolerance", "rtol", "floor")
 
 # --------------------------------------------------------------------------- float32 forward
 
-def _sigmoid(v):
-    return v.dtype.type(0.5) * (v.dtype.type(1) + np.tanh(v.dtype.type(0.5) * v))
-
-
-def _gru_step(xw, h, c, R, bR):
-    r = _sigmoid(xw[0] + h @ R[0].T + bR[0])
-    z = _sigmoid(xw[1] + h @ R[1].T + bR[1])
-    n = np.tanh(xw[2] + r * (h @ R[2].T + bR[2]))
-    return (h.dtype.type(1) - z) * n + z * h, None
-
-
-def _lstm_step(xw, h, c, R, bR):
-    i = _sigmoid(xw[0] + h @ R[0].T + bR[0])
-    f = _sigmoid(xw[1] + h @ R[1].T + bR[1])
-    g = np.tanh(xw[2] + h @ R[2].T + bR[2])
-    o = _sigmoid(xw[3] + h @ R[3].T + bR[3])
-    c_new = f * c + i * g
-    return o * np.tanh(c_new), c_new
-
-
-_STEPS = {"gru": _gru_step, "lstm": _lstm_step}
+# cuDNN's equations, once: the oracle's step functions keep their inputs' dtype (Python scalars are
+# weak under NumPy's promotion rules), so evaluated on float32 arrays they are a float32 forward.
+from .oracle import STEPS as _STEPS  # noqa: E402
 
 
 def forward(stack: RNNStack, x, h0=None, seq_lengths=None, c0=None, dtype=np.float32) -> tuple:
