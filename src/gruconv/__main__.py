@@ -1,3 +1,3 @@
-from gruconv.cli import run
+from gruconv.entry import main
 
-run()
+main()

@@ -253,6 +253,3 @@ def verify(input, converted, tolerance, reference, allow_tf32, device, batch, st
         click.echo(f"gruconv: error: {report.parity_line(data)}", err=True)
         sys.exit(ParityError.exit_code)
 
-
-def run():  # pragma: no cover - console entry point for `python -m gruconv`
-    main(prog_name="gruconv")

@@ -43,8 +43,10 @@ def install() -> dict:
     runner, gets its own handlers back)."""
     if threading.current_thread() is not threading.main_thread():
         return {}
-    previous = {s: signal.getsignal(s) for s in HANDLED}
-    for s in HANDLED:
+    # A signal the process inherited as ignored (``nohup``, a shell's background job for SIGINT) stays
+    # ignored, as Python itself leaves an inherited SIG_IGN for SIGINT in place.
+    previous = {s: signal.getsignal(s) for s in HANDLED if signal.getsignal(s) is not signal.SIG_IGN}
+    for s in previous:
         signal.signal(s, _raise)
     return previous
 
