@@ -3,7 +3,8 @@
 Corpus: ``fixtures/keras_user/`` (written by ``fixtures/make_user_fixtures.py`` with tf_keras's
 real CuDNNGRU; ``manifest.json`` lists each file's inputs).
 
-Independent reference (no gruconv code involved): tf_keras itself.  In a subprocess with
+Independent reference (no gruconv code involved): tf_keras itself, its outputs stored in
+``reference_outputs.npz`` (the quick tier reads them; the slow tier recomputes them).  In a subprocess with
 ``TF_USE_LEGACY_KERAS=1`` the model config is taken from the file (or the ``to_json`` file),
 every ``CuDNNGRU`` is rewritten to ``GRU(reset_after=True, recurrent_activation="sigmoid",
 activation="tanh", use_bias=True)`` with the same return_*/go_backwards options, the model is
@@ -183,12 +184,17 @@ def make_inputs(name: str) -> list[np.ndarray]:
     return xs
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory):
+#: tf_keras's own outputs on :func:`make_inputs`, stored (``<stem>/y<i>``): computing them takes a
+#: TensorFlow process and ~37 CPU-seconds, half this module's cost, so the quick tier reads them and
+#: the slow tier (:func:`test_stored_references_are_tf_keras_own_outputs`) recomputes them.
+#: Rewrite with ``python tests/test_user_models.py --write-references`` after changing the corpus.
+REFERENCES = USER / "reference_outputs.npz"
+
+
+def tf_keras_outputs(base: Path) -> dict:
     """{fixture name: list of outputs | error text}, all computed in ONE tf_keras subprocess."""
-    base = tmp_path_factory.mktemp("user_ref")
     inputs, out = base / "inputs", base / "ref"
-    inputs.mkdir()
+    inputs.mkdir(parents=True)
     out.mkdir()
     for name in NAMES:
         xs = make_inputs(name)
@@ -204,7 +210,27 @@ def reference(tmp_path_factory):
         else:
             with np.load(out / f"{stem}.npz") as d:
                 refs[name] = [d[f"y{i}"] for i in range(len(d.files))]
-    return {"outputs": refs, "inputs": inputs}
+    return refs
+
+
+def stored_outputs() -> dict:
+    """The stored tf_keras outputs, as :func:`tf_keras_outputs` returns them (a missing entry: text)."""
+    refs = {name: [] for name in NAMES}
+    with np.load(REFERENCES) as d:
+        for key in sorted(d.files, key=lambda k: (k.rsplit("/y", 1)[0], int(k.rsplit("/y", 1)[1]))):
+            stem, _ = key.rsplit("/y", 1)
+            refs.setdefault(stem + ".h5", []).append(d[key])
+    return {name: v if v else f"no stored tf_keras output for {name} in {REFERENCES.name}" for name, v in refs.items()}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The tf_keras outputs (stored) and the inputs they were computed on (regenerated: deterministic)."""
+    inputs = tmp_path_factory.mktemp("user_ref") / "inputs"
+    inputs.mkdir()
+    for name in NAMES:
+        np.savez(inputs / (name[:-3] + ".npz"), **{f"x{i}": x for i, x in enumerate(make_inputs(name))})
+    return {"outputs": stored_outputs(), "inputs": inputs}
 
 
 @pytest.fixture(scope="module")
@@ -298,3 +324,35 @@ def test_planted_error_is_caught(reference, converted):
     ok, report = compare(ref, converted["planted"], CASES[name]["tolerance"])
     print(report)
     assert not ok, f"a perturbed weight went unnoticed:\n{report}"
+
+
+@pytest.mark.slow
+def test_stored_references_are_tf_keras_own_outputs(tmp_path):
+    """The stored reference is what tf_keras computes today, on these inputs: recomputed live.
+
+    Equal to float32 rounding (1e-6 absolute, i.e. a few ulps of these outputs): a CPU with other
+    vector instructions may sum in another order, a changed input or model differs by far more."""
+    live, stored = tf_keras_outputs(tmp_path), stored_outputs()
+    for name in NAMES:
+        assert not isinstance(live[name], str), live[name]
+        ok, report = compare(live[name], stored[name], 1e-6)
+        assert ok, f"{name}: stored reference is not tf_keras's output now\n{report}"
+    planted = [y.copy() for y in stored["text_classifier.h5"]]
+    planted[0].flat[0] += 1e-5
+    assert not compare(live["text_classifier.h5"], planted, 1e-6)[0]
+
+
+if __name__ == "__main__":  # python tests/test_user_models.py --write-references
+    import argparse
+    import tempfile
+
+    ap = argparse.ArgumentParser(description="Rewrite fixtures/keras_user/reference_outputs.npz with tf_keras.")
+    ap.add_argument("--write-references", action="store_true", required=True)
+    ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        refs = tf_keras_outputs(Path(tmp))
+    bad = {n: r for n, r in refs.items() if isinstance(r, str)}
+    if bad:
+        sys.exit("tf_keras failed on: " + ", ".join(bad))
+    np.savez(REFERENCES, **{f"{n[:-3]}/y{i}": y for n, ys in refs.items() for i, y in enumerate(ys)})
+    print(f"wrote {REFERENCES} ({len(refs)} models)")
