@@ -193,6 +193,19 @@ def test_cudnn_file_inspect_reports_what_convert_makes():
     assert len(info["rnns"]) == 2  # the conversion listing is unchanged
 
 
+def test_readme_section_is_real_output(monkeypatch):
+    """The README's "Does my model run on cuDNN?" example lines are what inspect prints now."""
+    root = FIXTURES.parent
+    readme = (root / "README.md").read_text()
+    section = readme.split("### Does my model run on cuDNN?", 1)[1].split("\n## ", 1)[0]
+    monkeypatch.chdir(root)
+    for argv in (["inspect", "fixtures/keras3/legacy_masked.h5"], ["convert", "fixtures/keras3/mixed.keras", "out.keras"]):
+        res = cli(*argv)
+        assert res.exit_code == 0
+        assert f"$ gruconv {' '.join(argv)}\n{res.stdout}" in section, res.stdout
+    assert not (root / "out.keras").exists()
+
+
 # --------------------------------------------------------------------------- convert / verify
 
 

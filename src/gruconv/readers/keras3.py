@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Optional
 
 from .. import eligibility, h5safe, inputs
-from ..errors import GruconvError, InputError, UsageError
+from ..errors import GruconvError, InputError, UsageError, first_line
 from ..results import ConvertResult, Options
 
 FORMAT = "keras3"
@@ -107,7 +107,15 @@ def _is_keras_zip(path: Path) -> bool:
 
 def _h5_kind(path: Path) -> Optional[str]:
     """``"weights"`` (Keras 3 ``save_weights``), ``"model-h5"`` (Keras 3 legacy-format ``save``) or
-    None (anything else: a legacy Keras file for :mod:`gruconv.readers.keras_h5`)."""
+    None (anything else: a legacy Keras file for :mod:`gruconv.readers.keras_h5`).  A damaged file
+    is an InputError (h5py raises OSError, RuntimeError, KeyError, ... from a corrupt header)."""
+    try:
+        return _h5_kind_of(path)
+    except (OSError, RuntimeError, ValueError, KeyError, TypeError) as e:
+        raise InputError(f"not a readable HDF5 file ({first_line(e, 200)})", path=path) from None
+
+
+def _h5_kind_of(path: Path) -> Optional[str]:
     with h5safe.open_hdf5(path, "a Keras HDF5 file") as f:
         if "model_config" in f.attrs:
             version = h5safe.read_attr(f, "keras_version")
@@ -135,7 +143,7 @@ def sniff(path: Path) -> bool:
         if _is_keras_zip(path):
             return True
         return h5safe.is_hdf5(path) and _h5_kind(path) is not None
-    except (GruconvError, OSError, RecursionError):
+    except (GruconvError, OSError, RecursionError):  # _h5_kind turns h5py's own errors into InputError
         return False
 
 
@@ -165,7 +173,7 @@ def _recurrent_cells(path: Path) -> list:
     with h5safe.open_hdf5(path, "a Keras 3 weights file") as f:
         try:
             f.visititems(visit)
-        except (OSError, RuntimeError, KeyError, ValueError) as e:
+        except (OSError, RuntimeError, KeyError, ValueError, TypeError) as e:
             raise InputError(f"weights file cannot be walked ({e})", path=path) from None
     return out
 
