@@ -69,6 +69,31 @@ def test_legacy_files_stay_with_the_legacy_reader(name):
     assert readers.detect(KERAS / "sequential.h5") == "keras-h5"
 
 
+def test_an_hdf5_file_that_merely_has_a_layers_group_is_not_claimed(tmp_path):
+    import h5py
+
+    p = tmp_path / "other.h5"
+    with h5py.File(p, "w") as f:
+        f.create_group("layers/x")
+    assert not k3.sniff(p)
+    _one_error_line(cli("inspect", p), 3, "not a Keras model file")
+
+
+@pytest.mark.parametrize("argv", [["inspect", K3 / "mixed.keras"], ["inspect", K3 / "legacy_gru_v1.h5", "--json"],
+                                  ["convert", K3 / "mixed.keras", "/nonexistent/o.keras"]])
+def test_inspect_and_convert_of_keras3_import_no_framework(argv):
+    import subprocess
+    import sys
+
+    code = ("import sys, runpy; sys.argv = ['gruconv'] + %r\n"
+            "try:\n    runpy.run_module('gruconv', run_name='__main__')\nexcept SystemExit as e:\n    print('RC=%%s' %% e.code)\n"
+            "print('HEAVY=' + ','.join(m for m in ('tensorflow', 'keras', 'tf_keras', 'torch', 'jax') if m in sys.modules))"
+            % ([str(a) for a in argv],))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = r.stdout.strip().splitlines()
+    assert out[-1] == "HEAVY=" and out[-2] in ("RC=0", "RC=None"), r.stdout + r.stderr
+
+
 def test_an_npz_is_not_claimed(tmp_path):
     import numpy as np
 

@@ -116,6 +116,8 @@ def _h5_kind(path: Path) -> Optional[str]:
 
 
 def _h5_kind_of(path: Path) -> Optional[str]:
+    import h5py
+
     with h5safe.open_hdf5(path, "a Keras HDF5 file") as f:
         if "model_config" in f.attrs:
             version = h5safe.read_attr(f, "keras_version")
@@ -129,8 +131,10 @@ def _h5_kind_of(path: Path) -> Optional[str]:
         if "layer_names" in f.attrs or len(f.attrs):
             return None
         top = set(f.keys())
+        # the model's own ``vars`` group is always written (saving_lib._save_state: every object with
+        # save_own_variables gets ``<path>/vars``, the model's path being the root)
         if top and top <= {"layers", "vars", "optimizer", "_layer_checkpoint_dependencies", "metrics"} \
-                and top & {"layers", "vars", "_layer_checkpoint_dependencies"}:
+                and f.get("vars", getclass=True) is h5py.Group:
             return "weights"
     return None
 
