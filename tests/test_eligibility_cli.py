@@ -375,3 +375,22 @@ def test_directory_bound_is_checked_before_zipfile_parses_it(tmp_path, monkeypat
     with pytest.raises(Exception) as ei:
         eligibility.read_keras_zip(p)
     assert "lists 60000 members" in str(ei.value)
+
+
+def test_batch_lists_keras3_files_as_nothing_to_convert(tmp_path):
+    """In a batch tree, Keras 3 files are recognised (not failures, as a Keras 3 .weights.h5 was before)
+    and nothing is written for them; an .npz beside them is no input at all."""
+    import numpy as np
+
+    from gruconv import batch
+
+    tree = tmp_path / "models"
+    tree.mkdir()
+    for name in ("mixed.keras", "eligible.weights.h5", "mixed.keras3.h5"):
+        shutil.copyfile(K3 / name, tree / name)
+    np.savez(tree / "arrays.npz", a=np.zeros(2))
+    s = batch.convert_many([tree], tmp_path / "out", jobs=1, echo=False)
+    got = {Path(r.input).name: (r.status, r.outputs) for r in s.records}
+    assert got == {n: ("nothing-to-convert", []) for n in ("mixed.keras", "eligible.weights.h5", "mixed.keras3.h5")}
+    written = [p.name for p in (tmp_path / "out").rglob("*")] if (tmp_path / "out").exists() else []
+    assert set(written) <= {".gruconv.batch.json"}, written  # batch's own state file, no model
