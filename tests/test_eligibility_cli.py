@@ -394,3 +394,28 @@ def test_batch_lists_keras3_files_as_nothing_to_convert(tmp_path):
     assert got == {n: ("nothing-to-convert", []) for n in ("mixed.keras", "eligible.weights.h5", "mixed.keras3.h5")}
     written = [p.name for p in (tmp_path / "out").rglob("*")] if (tmp_path / "out").exists() else []
     assert set(written) <= {".gruconv.batch.json"}, written  # batch's own state file, no model
+
+
+def _as_zip64(src: Path, dst: Path, entries=None) -> Path:
+    """``src`` with a zip64 end record and locator before its end record, which then says "see zip64"
+    (APPNOTE 4.3.14-16): what a writer emits past 65535 entries or 4 GiB.  ``entries`` overrides
+    the zip64 record's member count."""
+    raw = src.read_bytes()
+    at = raw.rfind(b"PK\x05\x06")
+    _, _, _, _, n, cd_size, cd_offset, clen = struct.unpack("<4s4H2LH", raw[at:at + 22])
+    n64 = n if entries is None else entries
+    rec = struct.pack("<4sQ2H2L4Q", b"PK\x06\x06", 44, 45, 45, 0, 0, n64, n64, cd_size, cd_offset)
+    loc = struct.pack("<4sLQL", b"PK\x06\x07", 0, at, 1)
+    end = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, 0xFFFF, 0xFFFF, cd_size, 0xFFFFFFFF, 0)
+    dst.write_bytes(raw[:at] + rec + loc + end)
+    return dst
+
+
+def test_zip64_end_records_are_read_and_bounded(tmp_path):
+    ok = _as_zip64(K3 / "eligible.keras", tmp_path / "z64.keras")
+    assert zipfile.ZipFile(ok).namelist()  # Python's own reader accepts the archive
+    res = cli("inspect", ok, "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["cudnn_eligibility"]["summary"]["torch"]["cudnn"] == 2
+    bad = _as_zip64(K3 / "eligible.keras", tmp_path / "z64_many.keras", entries=70000)
+    _one_error_line(cli("inspect", bad), 3, "lists 70000 members")
