@@ -34,7 +34,7 @@ def inspect_text(info: dict) -> str:
 
 
 def convert_text(result) -> str:
-    if result.nothing_to_convert and not result.outputs and getattr(result, "reason", None):
+    if result.nothing_to_convert and not result.outputs and result.reason:
         return f"{result.input}: {result.reason}; no output written"
     if result.nothing_to_convert and not result.outputs:
         return f"{result.input}: nothing to convert (no cuDNN RNN: CuDNNGRU/CuDNNLSTM layer or cudnn_rnn stack); no output written"

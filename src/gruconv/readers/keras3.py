@@ -299,9 +299,7 @@ def check_outputs(doc: Keras3File, output: Path, opts: Options) -> None:
 def convert(doc: Keras3File, output: Path, opts: Optional[Options] = None) -> ConvertResult:
     """Nothing to convert: a result that says so, with no output (``--force`` included: copying a
     Keras 3 file is not a conversion)."""
-    result = ConvertResult(input=str(doc.path), format=FORMAT, nothing_to_convert=True)
-    result.reason = NOTHING
-    return result
+    return ConvertResult(input=str(doc.path), format=FORMAT, nothing_to_convert=True, reason=NOTHING)
 
 
 def nothing_to_verify(doc: Keras3File):
