@@ -252,6 +252,17 @@ def test_convert_keras3_says_nothing_to_convert_and_writes_nothing(tmp_path, nam
     assert sorted(p.name for p in src.parent.iterdir()) == [name]
 
 
+def test_convert_with_verify_of_keras3_writes_nothing(tmp_path):
+    res = cli("convert", K3 / "mixed.keras", tmp_path / "y.keras", "--verify")
+    assert res.exit_code == 0 and "already a Keras 3 file, nothing to convert" in res.stdout
+    assert list(tmp_path.iterdir()) == []  # no staging directory left either
+
+
+def test_inspect_refuses_tf1_hints_for_keras3():
+    _one_error_line(cli("inspect", K3 / "mixed.keras", "--num-units", "3"), 2,
+                    "--num-units does not apply to a Keras 3 file")
+
+
 def test_convert_refuses_options_a_keras3_file_cannot_use(tmp_path):
     _one_error_line(cli("convert", K3 / "mixed.keras", tmp_path / "o.keras", "--initial-state"), 2, "--initial-state")
     _one_error_line(cli("convert", K3 / "mixed.keras", tmp_path / "o.keras", "--config", K3 / "mixed.config.json"),
