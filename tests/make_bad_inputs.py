@@ -326,7 +326,7 @@ def make_corpus(dest) -> list:
     (g / "notes.h5").write_text("this is a text file, not a model\n" * 20)
     add("gen_text_named_h5", g / "notes.h5")
     (g / "zip.keras").write_bytes(b"PK\x03\x04" + bytes(100))
-    add("gen_zip_named_keras", g / "zip.keras", note="a .keras input is not a supported input format")
+    add("gen_zip_named_keras", g / "zip.keras", note="zip magic and a .keras name, no zip directory: the Keras 3 reader refuses it")
     gi = g / "garbage_index"
     gi.mkdir()
     (gi / "model.ckpt.index").write_bytes(bytes((i * 37 + 11) % 256 for i in range(500)))

@@ -22,11 +22,21 @@ __all__ = ["inspect", "convert", "verify", "check_not_inputs", "ConvertResult", 
 
 
 def inspect(path, options=None, **kw) -> dict:
-    """Describe every cuDNN RNN in a file, and what ``convert`` would produce. No TensorFlow/Keras."""
+    """Describe every cuDNN RNN in a file, and what ``convert`` would produce; for a file with a Keras
+    architecture, also whether each recurrent layer runs on cuDNN (``cudnn_eligibility``,
+    :mod:`gruconv.eligibility`).  No TensorFlow/Keras."""
     opts = Options.of(options, **kw)
     module = readers.module(readers.detect(path))
     readers.refuse_unread(opts, readers.accepted_options(module.FORMAT, ()), module.DESCRIPTION)
-    return module.inspect(module.read(Path(path), opts))
+    doc = module.read(Path(path), opts)
+    info = module.inspect(doc)
+    if "cudnn_eligibility" not in info:  # a Keras graph read by another reader (issue 22)
+        from .eligibility import for_document
+
+        report = for_document(doc)
+        if report is not None:
+            info["cudnn_eligibility"] = report
+    return info
 
 
 def convert(input, output, options=None, *, verify: bool = False, tolerance: float = 1e-5,

@@ -122,11 +122,15 @@ def _hints(kw: dict) -> dict:
 def inspect(path, as_json, config, rnn, prefer, **kw):
     """List every cuDNN RNN (GRU, LSTM) in PATH and what `convert` will make of it.
 
+    For a Keras model (Keras 3 .keras / .weights.h5 with --config / .h5, or a
+    legacy HDF5 model) also says whether each recurrent layer runs on cuDNN on
+    the TensorFlow, JAX and torch backends, and if not, which condition fails.
     Never imports TensorFlow or Keras; reads headers and the GRU weights only.
 
     \b
-    Example:
+    Examples:
       gruconv inspect fixtures/keras/sequential.h5 --json
+      gruconv inspect model.keras
     """
     from . import api, report
 

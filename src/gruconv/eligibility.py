@@ -36,7 +36,9 @@ The rules are checked against what Keras actually does on a GPU by ``tests/test_
 from __future__ import annotations
 
 import json
+import os
 import stat
+import struct
 import zipfile
 from pathlib import Path
 from typing import Any, Optional
@@ -149,6 +151,11 @@ MAX_CONFIG_BYTES = 16 * 2**20
 MAX_ZIP_MEMBERS = 64
 MAX_ZIP_RATIO = 200
 _ZIP_OK = {"config.json", "metadata.json", "model.weights.h5", "model.weights.npz", "assets"}
+#: Bound on a ``.keras`` zip's central directory, checked from its end record before parsing it.
+MAX_CENTRAL_DIRECTORY = 1 << 20
+_EOCD = b"PK\x05\x06"
+_EOCD64_LOCATOR = b"PK\x06\x07"
+_EOCD64 = b"PK\x06\x06"
 
 
 # --------------------------------------------------------------------------- evaluation
@@ -429,6 +436,34 @@ def evaluate(config: dict, *, legacy: bool = False, source: str = "") -> dict:
                          "fallback": "Keras's step-by-step loop (RNN.inner_loop)"}}
 
 
+def for_document(doc) -> Optional[dict]:
+    """The report for a document another reader read (:mod:`gruconv.readers.keras_h5`): its
+    ``model_config`` (the file's, or ``--config``'s for a weights-only file), evaluated with Keras 2
+    defaults unless the file says Keras 3 wrote it.  None when the document has no architecture (a
+    weights-only file without ``--config``, a TF1 checkpoint).  CuDNNGRU/CuDNNLSTM layers are
+    reported as what ``gruconv convert`` writes for them."""
+    config = getattr(doc, "model_config", None)
+    if not isinstance(config, dict):
+        return None
+    version = str(getattr(doc, "keras_version", None) or "")
+    path = getattr(doc, "path", None)
+    legacy = not version.startswith("3.")
+    weights_only = getattr(doc, "kind", None) == "weights"
+    try:
+        rep = evaluate(config, legacy=legacy, source=f"{path} + --config" if weights_only else str(path))
+    except RecursionError:
+        raise InputError("model config is nested too deeply", path=path) from None
+    except InputError as e:
+        if e.path is None:
+            raise InputError(e.message, path=path) from None
+        raise
+    rep["format"] = ("legacy HDF5 weights + config" if weights_only else "legacy HDF5 model") if legacy \
+        else ("HDF5 weights + config" if weights_only else "HDF5 model")
+    if version:
+        rep["saved_by_keras"] = version
+    return rep
+
+
 # --------------------------------------------------------------------------- reading files
 
 
@@ -448,18 +483,66 @@ def _json(data: bytes, what: str, path) -> Any:
     return inputs.parse_json(data, what, path=path, max_bytes=MAX_CONFIG_BYTES)
 
 
+def zip_directory(f, size: int, path) -> tuple:
+    """``(entries, cd_offset, cd_size)`` from a zip's end-of-central-directory record (zip64 too),
+    refusing a directory with more than :data:`gruconv.MAX_ZIP_MEMBERS` entries, larger
+    than :data:`MAX_CENTRAL_DIRECTORY`, or lying outside the file (truncated) -- checked here
+    because :class:`zipfile.ZipFile` reads and parses the whole directory as soon as it opens.
+    Layout: APPNOTE.TXT 4.3.16 (end record), 4.3.14-15 (zip64 end record and locator)."""
+    tail_len = min(size, 22 + 0xFFFF)
+    f.seek(size - tail_len)
+    tail = f.read(tail_len)
+    at = tail.rfind(_EOCD)
+    if at < 0 or len(tail) - at < 22:
+        raise InputError("zip archive has no end-of-central-directory record (truncated or not a zip)", path=path)
+    _, _, _, _, entries, cd_size, cd_offset, _ = struct.unpack("<4s4H2LH", tail[at:at + 22])
+    if entries == 0xFFFF or cd_size == 0xFFFFFFFF or cd_offset == 0xFFFFFFFF:
+        loc = at - 20
+        if loc < 0 or tail[loc:loc + 4] != _EOCD64_LOCATOR:
+            raise InputError("zip64 archive has no zip64 end-record locator (truncated?)", path=path)
+        _, _, rec_at, _ = struct.unpack("<4sLQL", tail[loc:loc + 20])
+        if rec_at + 56 > size:
+            raise InputError("zip64 end record lies outside the file (truncated?)", path=path)
+        f.seek(rec_at)
+        rec = f.read(56)
+        if rec[:4] != _EOCD64:
+            raise InputError("zip64 end record not where its locator says (damaged)", path=path)
+        _, _, _, _, _, _, _, entries, cd_size, cd_offset = struct.unpack("<4sQ2H2L4Q", rec)
+    if entries > MAX_ZIP_MEMBERS:
+        raise InputError(f"zip archive lists {entries} members, more than {MAX_ZIP_MEMBERS} "
+                         "(a .keras file has 3 and a few assets); refused", path=path)
+    if cd_size > MAX_CENTRAL_DIRECTORY:
+        raise InputError(f"zip central directory declares {cd_size} bytes, more than {MAX_CENTRAL_DIRECTORY}; "
+                         "refused", path=path)
+    if cd_offset + cd_size > size:
+        raise InputError("zip central directory lies past the end of the file (truncated)", path=path)
+    return entries, cd_offset, cd_size
+
+
+
 def read_keras_zip(path) -> tuple:
     """(config, metadata) of a ``.keras`` zip, reading only ``config.json``/``metadata.json``.
 
-    Nothing is extracted or executed; the archive is refused (InputError) if it has too many members,
+    Nothing is extracted or executed; the archive is refused (InputError) if its central directory is
+    out of bounds (:func:`zip_directory`, before :mod:`zipfile` parses it), has too many members,
+    a symbolic-link member,
     odd member names (absolute, ``..``, backslashes, not Keras's own), a member whose declared size or
     compression ratio is out of bounds (a zip bomb), or a member that inflates past its declared size.
     """
+    from . import inputs
+
     path = Path(path)
     _regular(path)
+    with inputs.open_regular(path, "a .keras file") as fh:
+        zip_directory(fh, os.fstat(fh.fileno()).st_size, path)
+        fh.seek(0)
+        return _read_keras_zip(fh, path)
+
+
+def _read_keras_zip(fh, path) -> tuple:
     try:
-        zf = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError, ValueError) as e:
+        zf = zipfile.ZipFile(fh)
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as e:
         raise InputError(f"not a readable .keras zip ({e})", path=path) from None
     with zf:
         infos = zf.infolist()
@@ -475,6 +558,12 @@ def read_keras_zip(path) -> tuple:
             if n in names:
                 raise InputError(f".keras zip has member {n!r} twice; refused", path=path)
             names.add(n)
+            if stat.S_ISLNK(zi.external_attr >> 16) or stat.S_ISDIR(zi.external_attr >> 16) and top != "assets":
+                # a Unix mode in the high 16 bits (APPNOTE 4.4.15, what zip -y writes): Keras writes
+                # plain files; a link is harmless unextracted, but it is not a Keras archive's
+                raise InputError(f".keras zip member {n!r} is a "
+                                 f"{'symbolic link' if stat.S_ISLNK(zi.external_attr >> 16) else 'directory'}, "
+                                 "not a file Keras writes; refused", path=path)
             if zi.flag_bits & 0x1:
                 raise InputError(f".keras zip member {n!r} is encrypted; refused", path=path)
             # only config.json / metadata.json are ever inflated, so only they can bomb this reader

@@ -26,10 +26,16 @@ def inspect_text(info: dict) -> str:
         if r.get("nonfinite_weights"):
             lines.append(f"    ! {r['nonfinite_weights']} NaN/Inf weight value(s)")
     lines.extend(f"  {d}" for d in info.get("details", []))
+    if info.get("cudnn_eligibility"):
+        from .eligibility import text_lines
+
+        lines.extend(text_lines(info["cudnn_eligibility"]))
     return "\n".join(lines)
 
 
 def convert_text(result) -> str:
+    if result.nothing_to_convert and not result.outputs and result.reason:
+        return f"{result.input}: {result.reason}; no output written"
     if result.nothing_to_convert and not result.outputs:
         return f"{result.input}: nothing to convert (no cuDNN RNN: CuDNNGRU/CuDNNLSTM layer or cudnn_rnn stack); no output written"
     lines = []

@@ -78,10 +78,14 @@ class ConvertResult:
     warnings: list = field(default_factory=list)
     nothing_to_convert: bool = False
     verification: Optional[dict] = None
+    reason: Optional[str] = None    # why there is nothing to convert, when the reader says more than "no cuDNN RNN"
 
     def to_json(self) -> dict:
-        return {
+        out = {
             "input": self.input, "format": self.format, "outputs": self.outputs,
             "rnns": self.rnns, "warnings": self.warnings,
             "nothing_to_convert": self.nothing_to_convert, "verification": self.verification,
         }
+        if self.reason is not None:
+            out["reason"] = self.reason
+        return out
