@@ -206,6 +206,10 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
 @click.argument("input", type=click.Path(path_type=Path, readable=False))
 @click.argument("converted", required=False, type=click.Path(path_type=Path, readable=False))
 @click.option("--tolerance", type=float, default=1e-5, show_default=True, help="Max abs error allowed.")
+@click.option("--rtol", type=click.FloatRange(0), default=None,
+              help="Also pass within RTOL x max|reference| of the output [default: 2e-6, docs/verdicts.md].")
+@click.option("--floor-k", type=click.FloatRange(0), default=None,
+              help="Also pass within K x the measured float32 sensitivity floor [default: 8, docs/verdicts.md].")
 @click.option("--reference", type=click.Choice(["auto", "cudnn", "oracle"]), default="auto", show_default=True,
               help="cudnn: real cuDNN on a GPU (ctypes); oracle: float64 NumPy; auto: cudnn if usable.")
 @click.option("--allow-tf32", is_flag=True, help="Let cuDNN use TF32 tensor cores (expect ~5e-4 errors).")
@@ -219,15 +223,18 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
 @click.option("--json", "json_path", type=click.Path(path_type=Path, readable=False), help="Also write the report as JSON.")
 @click.option("--config", type=click.Path(path_type=Path, readable=False), help="Architecture JSON for a weights-only file.")
 @hint_options
-def verify(input, converted, tolerance, reference, allow_tf32, device, batch, steps, seed, inputs, json_path,
-           config, rnn, prefer, **kw):
+def verify(input, converted, tolerance, rtol, floor_k, reference, allow_tf32, device, batch, steps, seed, inputs,
+           json_path, config, rnn, prefer, **kw):
     """Check that CONVERTED (or INPUT converted in memory) computes what INPUT computed.
 
     Runs the ORIGINAL parameters through the reference (real cuDNN on a GPU,
     or a float64 oracle) and the converted Keras 3 model on the CPU and, with
     --device gpu/both, on the backend's GPU path (strict fp32, and the
     framework's default math as information), per recurrent layer and end to
-    end. Exit 0 within tolerance, 1 outside (NaN/Inf outputs never pass).
+    end. A check passes within --tolerance (absolute), --rtol of the reference's
+    magnitude, or --floor-k times how far float32 rounding alone moves that output
+    (measured per check); the report says which bound decided. Exit 0 when every
+    check passes, 1 otherwise (NaN/Inf outputs never pass).
 
     \b
     Example:
@@ -239,8 +246,8 @@ def verify(input, converted, tolerance, reference, allow_tf32, device, batch, st
 
     if json_path is not None:
         api.check_not_inputs([json_path], input, converted, config, inputs)
-    rep = _verify(input, converted, tolerance=tolerance, reference=reference, allow_tf32=allow_tf32, batch=batch,
-                  steps=steps, seed=seed, inputs=inputs, device=device, config=config, hints=_hints(kw),
+    rep = _verify(input, converted, tolerance=tolerance, rtol=rtol, floor_k=floor_k, reference=reference,
+                  allow_tf32=allow_tf32, batch=batch, steps=steps, seed=seed, inputs=inputs, device=device, config=config, hints=_hints(kw),
                   prefer=prefer, rnn=rnn)
     data = rep.to_json()
     if json_path is not None:
