@@ -258,3 +258,40 @@ _PLANTED = [(family, form, plant) for family in FAMILIES for form in FORMS
 @pytest.mark.parametrize("family,form,plant", _PLANTED)
 def test_every_planted_error_fails_on_every_trained_fixture(family, form, plant, tmp_path):
     _assert_planted_fails(family, form, plant, tmp_path)
+
+
+def test_compare_names_the_bound_that_decided_and_nan_never_passes():
+    ref = np.full((2, 3), 40.0)  # an LSTM cell state's magnitude
+    c = _compare("c", ref + 5e-6, ref, ref, 1e-5, "float32", floor=1e-6)
+    assert c.passed and c.bound == "tolerance"
+    c = _compare("c", ref + 5e-5, ref, ref, 1e-5, "float32", floor=1e-6)  # 5e-5 <= 2e-6 x 40 = 8e-5
+    assert c.passed and c.bound == "rtol" and c.limits["rtol"] == pytest.approx(8e-5)
+    c = _compare("c", ref + 1e-4, ref, ref, 1e-5, "float32", floor=2e-5)  # 1e-4 <= 8 x 2e-5
+    assert c.passed and c.bound == "floor" and c.limits["floor"] == pytest.approx(1.6e-4) and c.floor == 2e-5
+    c = _compare("c", ref + 1e-4, ref, ref, 1e-5, "float32", floor=2e-5, k=4.0)  # the planted side: over all
+    assert not c.passed and c.bound == "none" and "over every bound" in c.reason
+    c = _compare("c", ref + 1e-4, ref, ref, 1e-5, "float32", floor=None)  # no floor measured: that bound drops
+    assert not c.passed and c.limits["floor"] is None
+    got = ref.copy()
+    got[0, 0] = np.inf
+    c = _compare("c", got, ref, ref, 1e-5, "float32", floor=1.0)
+    assert not c.passed and c.bound == "none" and "never a pass" in c.reason
+
+
+def test_floors_are_measured_once_per_inputs_across_device_runs():
+    from gruconv.verify.verdicts import floor_cache, measure_floors
+
+    calls = []
+
+    def run(engine):
+        calls.append(engine)
+        return [np.zeros(3)]
+
+    rep = _report()
+    engine = type("E", (), {})()
+    x = np.arange(6.0)
+    a = measure_floors(rep, run, [np.zeros(3)], key=("l", x), cache=floor_cache(engine))
+    b = measure_floors(rep, run, [np.zeros(3)], key=("l", x.copy()), cache=floor_cache(engine))
+    assert a == b and len(calls) == 3  # 3 seeds, once
+    measure_floors(rep, run, [np.zeros(3)], key=("l", x + 1), cache=floor_cache(engine))
+    assert len(calls) == 6  # other inputs: measured again

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..errors import UsageError
 from ..formats.keras3 import to_numpy
-from .verdicts import judge, measure_floors
+from .verdicts import floor_cache, judge, measure_floors
 
 
 def verify_stack(stack, opaque, model, engine, report, rng, tolerance, user_inputs):
@@ -70,7 +70,8 @@ def verify_stack(stack, opaque, model, engine, report, rng, tolerance, user_inpu
         return pack(yy, hh, cc), pack(yy64, hh64, cc64)
 
     ref, ref64 = assemble(engine)
-    fl = measure_floors(report, lambda e: assemble(e)[0], ref64)
+    fl = measure_floors(report, lambda e: assemble(e)[0], ref64, key=(stack.name, xt, h0r, c0r, lengths),
+                        cache=floor_cache(engine))
     got = outs[0]
     if valid is not None:
         got = np.where(valid, got, 0)

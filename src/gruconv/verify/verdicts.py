@@ -114,12 +114,40 @@ def compare(name: str, got, ref, ref64, tolerance: float, dtype: str, floor: Opt
                  bound=d.bound, floor=None if floor is None else float(floor), magnitude=scale, limits=d.limits)
 
 
-def measure_floors(report: VerifyReport, run, ref64) -> list:
+def floor_cache(engine) -> dict:
+    """Floors measured with this reference engine, by inputs (one verify run: kept across its device runs)."""
+    cache = getattr(engine, "floor_cache", None)
+    if cache is None:
+        cache = engine.floor_cache = {}
+    return cache
+
+
+def measure_floors(report: VerifyReport, run, ref64, key=None, cache: Optional[dict] = None) -> list:
     """:func:`gruconv.sensitivity.floors` of ``run`` (the outputs assembled from a reference engine, in
-    the order of ``ref64``), its time added to ``report.floor_seconds`` (the cost the report states)."""
+    the order of ``ref64``), its time added to ``report.floor_seconds`` (the cost the report states).
+
+    ``key`` (a tuple naming the check group and the arrays it is fed) and ``cache`` let a later device
+    run (``--device both``: cpu, gpu strict, gpu default) reuse a floor measured on the same inputs."""
+    if cache is not None and key is not None:
+        import hashlib
+
+        h = hashlib.sha1()
+        for part in key:
+            if part is None:
+                h.update(b"-")
+            elif isinstance(part, np.ndarray):
+                h.update(str((part.dtype, part.shape)).encode())
+                h.update(np.ascontiguousarray(part).tobytes())
+            else:
+                h.update(repr(part).encode())
+        digest = h.hexdigest()
+        if digest in cache:
+            return cache[digest]
     t0 = time.perf_counter()
     out = floors(run, ref64)
     report.floor_seconds += time.perf_counter() - t0
+    if cache is not None and key is not None:
+        cache[digest] = out
     return out
 
 
