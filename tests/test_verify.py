@@ -62,7 +62,10 @@ def test_weights_only_converted_file_of_another_model_is_one_usage_line(tmp_path
     other, same_names = tmp_path / "other.h5", tmp_path / "same_names.h5"
     api.convert(trained / "bilstm_weights.h5", other)  # layer group bi_0 only
     api.convert(KERAS / "weights_only.h5", same_names)  # cu_dnngru, cu_dnngru_1 of other sizes
-    for conv, said in ((other, "has no layer group 'cu_dnngru'"), (same_names, "have shapes")):
+    whole = tmp_path / "whole.keras"
+    api.convert(trained / "gru2.h5", whole)  # the full model's .keras: checked whole only with --config
+    for conv, said in ((other, "has no layer group 'cu_dnngru'"), (same_names, "have shapes"),
+                       (whole, "this converted file is not one")):
         res = CliRunner().invoke(main, ["verify", str(trained / "gru2_weights.h5"), str(conv)])
         assert res.exit_code == 2, res.output
         assert res.output.count("gruconv: error:") == 1 and said in res.output and "Traceback" not in res.output

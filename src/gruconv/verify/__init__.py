@@ -18,9 +18,13 @@ References (``--reference``):
     ``cudnn`` when a GPU and libcudnn are usable, else ``oracle``; the report
     says which ran and why.
 
-Every check also reports the reference's own error against float64 (the
-noise floor), so a chaotic GRU's amplified rounding is not mistaken for a
-conversion bug.  The converted side always runs on the CPU.
+Every check also reports the reference's own error against float64, and
+its verdict is floor-aware (issue 19, ``docs/verdicts.md``): it passes within
+the absolute tolerance, or ``rtol`` of the reference's magnitude, or ``k``
+times the measured float32 sensitivity floor (:mod:`gruconv.sensitivity`),
+so a trained model's amplified rounding is not mistaken for a conversion
+bug; each row says which bound decided.  Weights-only files without
+``--config`` are checked layer by layer (:func:`.graph.verify_alone`).
 
 Checks: per converted recurrent layer (fed exactly the activations that reach
 it in the converted model; every output compared: sequence/last output and

@@ -6,6 +6,7 @@ itself is the Keras boundary's (:mod:`gruconv.formats.keras3`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Optional
 
 import numpy as np
@@ -301,7 +302,13 @@ def _converted_weights(converted, rnn) -> list:
     ``Bidirectional`` list their weights, ``keras/src/layers/rnn/bidirectional.py``)."""
     from ..h5safe import child_exists, open_hdf5, read_attr, read_dataset, resolve
 
+    from ..h5safe import is_hdf5
+
     top = rnn.path.split("/")[0]
+    if not Path(converted).is_file() or not is_hdf5(converted):
+        raise UsageError("a weights-only input is checked layer by layer from the legacy-layout weights .h5 "
+                         "convert writes; this converted file is not one (pass --config ARCH.json to check "
+                         "another output format against the whole model)", path=converted)
     with open_hdf5(converted, "the converted weights file") as f:
         root = f["model_weights"] if child_exists(f, "model_weights", converted) else f
         if not child_exists(root, top, converted):

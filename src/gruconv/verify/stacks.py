@@ -1,6 +1,7 @@
 """Stack checks: a bare RNN stack's converted model (a TF1 checkpoint's) against the reference fed
 the stack's own stored opaque buffer, with initial states, final states and variable lengths when
-the model takes them."""
+the model takes them; each output's sensitivity floor from the same assembly run with perturbed
+float32 engines (:func:`gruconv.sensitivity.floors`)."""
 
 from __future__ import annotations
 
