@@ -156,9 +156,12 @@ def inspect(path, as_json, config, rnn, prefer, **kw):
               help="TF1: add a (batch, time) bool mask input for variable lengths (right-padded).")
 @click.option("--verify", is_flag=True, help="Check numerical parity after converting (see `gruconv verify`).")
 @click.option("--tolerance", type=float, default=1e-5, show_default=True, help="Parity tolerance for --verify.")
+@click.option("--rtol", type=click.FloatRange(0), default=None, help="--verify: relative bound (see `gruconv verify`).")
+@click.option("--floor-k", type=click.FloatRange(0), default=None,
+              help="--verify: multiple of the float32 sensitivity floor (see `gruconv verify`).")
 @hint_options
 def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path, junit, force, fmt, config,
-            initial_state, return_state, mask_input, verify, tolerance, rnn, prefer, **kw):
+            initial_state, return_state, mask_input, verify, tolerance, rtol, floor_k, rnn, prefer, **kw):
     """Convert INPUT (Keras CuDNNGRU/CuDNNLSTM HDF5 or TF1 cudnn_rnn checkpoint) into OUTPUT.
 
     Usage: gruconv convert INPUT OUTPUT, or gruconv convert INPUT... --out-dir DIR.
@@ -185,7 +188,8 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
 
         summary = batch.convert_many(list(paths), out_dir, jobs=jobs, keep_going=keep_going,
                                      skip_existing=skip_existing, shard=shard, report=report_path, junit=junit,
-                                     verify=verify, tolerance=tolerance, print_fn=click.echo, **options.to_json())
+                                     verify=verify, tolerance=tolerance, rtol=rtol, floor_k=floor_k,
+                                     print_fn=click.echo, **options.to_json())
         sys.exit(summary.exit_code)
     batch_only = [n for n, v in (("--jobs", jobs), ("--keep-going", keep_going), ("--skip-existing", skip_existing),
                                  ("--shard", shard), ("--report", report_path), ("--junit", junit)) if v]
@@ -194,7 +198,7 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
     if len(paths) != 2:
         raise UsageError(f"expected INPUT OUTPUT (or INPUT... --out-dir DIR), got {len(paths)} path(s)")
     input, output = paths
-    result = api.convert(input, output, options, verify=verify, tolerance=tolerance)
+    result = api.convert(input, output, options, verify=verify, tolerance=tolerance, rtol=rtol, floor_k=floor_k)
     _warn(result.warnings)
     click.echo(report.convert_text(result))
     if result.verification is not None and not result.verification["passed"]:
