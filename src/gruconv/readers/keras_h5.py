@@ -997,9 +997,7 @@ def verify_subjects(doc: KerasH5Model, converted, opts: Options):
     if converted is None:
         model, _ = to_keras(doc, opts)
     else:
-        converted = Path(converted)
-
-        model = writers.load(converted, lambda: to_keras(doc, opts)[0])
+        model = writers.load(Path(converted), lambda: to_keras(doc, opts)[0])
     yield Subject(name=str(doc.path), model=model, graph=doc)
 
 
