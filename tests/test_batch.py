@@ -394,8 +394,9 @@ def test_without_keep_going_stops_at_the_first_failure(with_broken):
 
 
 def test_parity_failure_exit_1_and_pass_exit_0(tree):
+    # every bound at 0 (tolerance, rtol, floor multiple: issue 19's rule) forces a parity failure
     res = cli("models/a/sequential.h5", "--out-dir", "out", "--jobs", "1", "--verify", "--tolerance", "0",
-              "--report", "r.json", "--junit", "r.xml")
+              "--rtol", "0", "--floor-k", "0", "--report", "r.json", "--junit", "r.xml")
     assert res.exit_code == 1
     rep = json.loads(Path("r.json").read_text())
     r = rep["inputs"][0]
@@ -412,7 +413,7 @@ def test_parity_failure_exit_1_and_pass_exit_0(tree):
 def test_any_failure_beats_parity_failure(tree):
     broken(Path("models/zz.h5"))
     s = batch.convert_many(["models/a/sequential.h5", "models/zz.h5"], "out", jobs=1, echo=False, keep_going=True,
-                           verify=True, tolerance=0.0)
+                           verify=True, tolerance=0.0, rtol=0.0, floor_k=0.0)
     assert [r.status for r in s.records] == ["parity-failed", "failed"] and s.exit_code == 3
 
 
@@ -567,7 +568,8 @@ def test_output_onto_an_input_is_refused_before_any_work(tmp_path, monkeypatch):
 def test_a_failure_is_never_turned_into_a_skip(with_broken):
     """A parity failure leaves no output, and ``--skip-existing`` converts it again next time; an
     output that appeared by other means (no record of a successful conversion) is rebuilt."""
-    s = batch.convert_many(["m/a.h5"], "out", jobs=1, echo=False, verify=True, tolerance=0.0)
+    s = batch.convert_many(["m/a.h5"], "out", jobs=1, echo=False, verify=True, tolerance=0.0, rtol=0.0,
+                           floor_k=0.0)
     assert s.records[0].status == "parity-failed" and not Path("out/a.keras").exists()
     Path("out/a.keras").write_bytes(b"not a model")            # e.g. a torn copy from elsewhere
     s = batch.convert_many(["m/a.h5"], "out", jobs=1, echo=False, skip_existing=True)

@@ -1079,7 +1079,7 @@ def batch_valid_model_with_forging_name(w, ctx):
 @case("batch")
 def batch_parity_failure_leaves_no_output_and_rerun_is_not_skipped(w, ctx):
     copy_fixture(SEQ, w / "m.h5")
-    argv = ["convert", "m.h5", "--out-dir", "out", "--verify", "--tolerance", "0"]
+    argv = ["convert", "m.h5", "--out-dir", "out", "--verify", "--tolerance", "0", "--rtol", "0", "--floor-k", "0"]
 
     def check(res, work):
         probs = []
@@ -1098,7 +1098,7 @@ def batch_parity_failure_leaves_no_output_and_rerun_is_not_skipped(w, ctx):
 @case("batch")
 def single_parity_failure_leaves_no_output(w, ctx):
     copy_fixture(SEQ, w / "m.h5")
-    return Spec(["convert", "m.h5", "out.keras", "--verify", "--tolerance", "0"], {1},
+    return Spec(["convert", "m.h5", "out.keras", "--verify", "--tolerance", "0", "--rtol", "0", "--floor-k", "0"], {1},
                 note="contract extension: exit 1 counts as a failure, so no output")
 
 

@@ -37,6 +37,43 @@ def test_weights_only_verifies_with_config(tmp_path):
     assert rep.passed and rep.checks
 
 
+WEIGHTS_ONLY = sorted(n for n, e in MANIFEST.items() if e["cudnngru_layers"] and e["weights_only"])
+
+
+@pytest.mark.parametrize("name", WEIGHTS_ONLY)
+def test_weights_only_verifies_without_config_layer_by_layer(name, tmp_path):
+    """No architecture: each cuDNN layer is built alone and every output and final state is checked,
+    in memory and from the file ``convert`` wrote (issue 19; before, exit 2 "needs --config")."""
+    rep = verify(KERAS / name, reference="oracle")
+    assert rep.passed and rep.checks
+    layers = {c.name.split(":")[0] for c in rep.checks}
+    assert len(layers) == len(MANIFEST[name]["cudnngru_layers"])
+    assert all(any(c.name == f"{l}: sequence" or c.name == f"{l}: forward sequence" for c in rep.checks)
+               for l in layers)
+    assert any("state" in c.name for c in rep.checks)
+    out = tmp_path / "w.h5"
+    api.convert(KERAS / name, out)
+    rep2 = verify(KERAS / name, out, reference="oracle")
+    assert rep2.passed and [c.name for c in rep2.checks] == [c.name for c in rep.checks]
+
+
+def test_weights_only_converted_file_of_another_model_is_one_usage_line(tmp_path):
+    trained = FIXTURES / "trained"
+    other, same_names = tmp_path / "other.h5", tmp_path / "same_names.h5"
+    api.convert(trained / "bilstm_weights.h5", other)  # layer group bi_0 only
+    api.convert(KERAS / "weights_only.h5", same_names)  # cu_dnngru, cu_dnngru_1 of other sizes
+    whole = tmp_path / "whole.keras"
+    api.convert(trained / "gru2.h5", whole)  # the full model's .keras: checked whole only with --config
+    for conv, said in ((other, "has no layer group 'cu_dnngru'"), (same_names, "have shapes"),
+                       (whole, "this converted file is not one")):
+        res = CliRunner().invoke(main, ["verify", str(trained / "gru2_weights.h5"), str(conv)])
+        assert res.exit_code == 2, res.output
+        assert res.output.count("gruconv: error:") == 1 and said in res.output and "Traceback" not in res.output
+    np.savez(tmp_path / "x.npz", x=np.zeros((2, 3, 6), dtype="float32"))
+    res = CliRunner().invoke(main, ["verify", str(KERAS / "weights_only.h5"), "--inputs", str(tmp_path / "x.npz")])
+    assert res.exit_code == 2 and "--inputs needs --config" in res.output
+
+
 def _tamper(keras, path, out, layer_name, how):
     model = keras.saving.load_model(path)
     layer = model.get_layer(layer_name)
@@ -72,9 +109,10 @@ def test_corrupted_conversion_fails_and_names_the_layer(how, tmp_path):
 
 
 REPORT_KEYS = {"input", "converted", "reference", "reference_reason", "tolerance", "math_mode", "seed", "batch",
-               "steps", "checks", "environment", "notes", "passed", "nothing_to_convert", "devices"}
+               "steps", "checks", "environment", "notes", "passed", "nothing_to_convert", "devices",
+               "rtol", "floor_k", "floor_seconds"}
 CHECK_KEYS = {"name", "max_abs", "max_rel", "tolerance", "passed", "reference_error", "shape", "nonfinite",
-              "device", "counts", "reason"}
+              "device", "counts", "reason", "bound", "floor", "magnitude", "limits"}
 
 
 def test_json_report_schema(tmp_path):
@@ -90,6 +128,11 @@ def test_json_report_schema(tmp_path):
         assert set(c) == CHECK_KEYS
         assert isinstance(c["max_abs"], float) and c["max_abs"] <= c["tolerance"]
         assert c["shape"][0] == 3 and c["shape"][1] == 5
+        # the bound that decided, the measured floor, and every bound's value (issue 19)
+        assert c["bound"] == "tolerance" and c["floor"] > 0 and set(c["limits"]) == {"tolerance", "rtol", "floor"}
+        assert c["limits"]["floor"] == pytest.approx(data["floor_k"] * c["floor"])
+        assert c["limits"]["rtol"] == pytest.approx(data["rtol"] * c["magnitude"])
+    assert data["floor_seconds"] > 0
 
 
 def test_user_inputs_npz(tmp_path):
@@ -192,3 +235,28 @@ def test_gpu_tf32_breaks_1e5_on_the_large_model():
     print("strict", [c.max_abs for c in strict.checks], "tf32", [c.max_abs for c in tf32.checks])
     assert strict.passed
     assert max(c.reference_error for c in tf32.checks) > 1e-5
+
+
+TRAINED = FIXTURES / "trained"
+TRAINED_FILES = [f"{fam}{suffix}" for fam in ("gru2", "lstm2", "bilstm") for suffix in (".h5", "_weights.h5", ".tf1")]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("steps", [8, 100, 400])
+@pytest.mark.parametrize("name", TRAINED_FILES)
+def test_gpu_trained_fixtures_pass_on_cpu_and_strict_gpu_against_cudnn(name, steps):
+    """Issue 19 on a GPU: every trained fixture (full, weights-only without --config, TF1) passes at the
+    default rule against real cuDNN on the CPU and the strict-fp32 GPU path; the printed ratios (diff /
+    floor per row) are what docs/verdicts.md asks to record to confirm k = 8 on the GPU."""
+    from gruconv.formats import keras3
+
+    _gpu_or_skip()
+    ok, why = keras3.gpu_status()
+    assert ok, f"the Keras backend sees no GPU: {why}"
+    rep = verify(TRAINED / name, reference="cudnn", device="both", steps=steps, batch=2)
+    for c in rep.checks:
+        print(f"TRAINED {name} T={steps} {c.device:11} {c.name[-36:]:36} diff {c.max_abs:.2e} floor {c.floor:.2e} "
+              f"ratio {c.max_abs / c.floor if c.floor else float('inf'):.2f} |ref| {c.magnitude:.3g} "
+              f"ref-f64 {c.reference_error if c.reference_error is not None else float('nan'):.2e} {c.bound}")
+    assert {c.device for c in rep.checks} >= {"cpu", "gpu strict"}
+    assert rep.passed, [(c.device, c.name, c.max_abs, c.limits) for c in rep.checks if c.counts and not c.passed]

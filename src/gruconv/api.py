@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
+from typing import Optional
 
 from . import readers
 from .results import ConvertResult, Options
@@ -40,14 +41,15 @@ def inspect(path, options=None, **kw) -> dict:
 
 
 def convert(input, output, options=None, *, verify: bool = False, tolerance: float = 1e-5,
-            **kw) -> ConvertResult:
+            rtol: Optional[float] = None, floor_k: Optional[float] = None, **kw) -> ConvertResult:
     """Convert one input into a Keras 3 model (``.keras``) or a weights file (``.h5``).
 
     Raises a :class:`~gruconv.errors.GruconvError` for anything the user can
     fix and writes nothing unless the whole conversion succeeds.  With
     ``verify`` the outputs are written to a private staging directory beside
     ``output``, verified there, and moved into place only when parity holds:
-    a failed check leaves no file behind (the report says why).
+    a failed check leaves no file behind (the report says why).  ``tolerance``, ``rtol`` and
+    ``floor_k`` are :func:`gruconv.verify.verify`'s bounds (None: its defaults).
     """
     opts = Options.of(options, **kw)
     input, output = Path(input), Path(output)
@@ -66,7 +68,7 @@ def convert(input, output, options=None, *, verify: bool = False, tolerance: flo
         result = module.convert(doc, staged, dataclasses.replace(opts, force=True))
         if result.nothing_to_convert and not result.outputs:
             return result
-        report = _verify(input, staged, tolerance=tolerance, options=opts)
+        report = _verify(input, staged, tolerance=tolerance, rtol=rtol, floor_k=floor_k, options=opts)
         result.verification = report.to_json()
         if not report.passed:
             result.outputs = []

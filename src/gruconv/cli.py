@@ -160,9 +160,12 @@ def inspect(path, as_json, config, rnn, prefer, **kw):
               help="TF1: add a (batch, time) bool mask input for variable lengths (right-padded).")
 @click.option("--verify", is_flag=True, help="Check numerical parity after converting (see `gruconv verify`).")
 @click.option("--tolerance", type=float, default=1e-5, show_default=True, help="Parity tolerance for --verify.")
+@click.option("--rtol", type=click.FloatRange(0), default=None, help="--verify: relative bound (see `gruconv verify`).")
+@click.option("--floor-k", type=click.FloatRange(0), default=None,
+              help="--verify: multiple of the float32 sensitivity floor (see `gruconv verify`).")
 @hint_options
 def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path, junit, force, fmt, config,
-            initial_state, return_state, mask_input, verify, tolerance, rnn, prefer, **kw):
+            initial_state, return_state, mask_input, verify, tolerance, rtol, floor_k, rnn, prefer, **kw):
     """Convert INPUT (Keras CuDNNGRU/CuDNNLSTM HDF5 or TF1 cudnn_rnn checkpoint) into OUTPUT.
 
     Usage: gruconv convert INPUT OUTPUT, or gruconv convert INPUT... --out-dir DIR.
@@ -189,7 +192,8 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
 
         summary = batch.convert_many(list(paths), out_dir, jobs=jobs, keep_going=keep_going,
                                      skip_existing=skip_existing, shard=shard, report=report_path, junit=junit,
-                                     verify=verify, tolerance=tolerance, print_fn=click.echo, **options.to_json())
+                                     verify=verify, tolerance=tolerance, rtol=rtol, floor_k=floor_k,
+                                     print_fn=click.echo, **options.to_json())
         sys.exit(summary.exit_code)
     batch_only = [n for n, v in (("--jobs", jobs), ("--keep-going", keep_going), ("--skip-existing", skip_existing),
                                  ("--shard", shard), ("--report", report_path), ("--junit", junit)) if v]
@@ -198,7 +202,7 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
     if len(paths) != 2:
         raise UsageError(f"expected INPUT OUTPUT (or INPUT... --out-dir DIR), got {len(paths)} path(s)")
     input, output = paths
-    result = api.convert(input, output, options, verify=verify, tolerance=tolerance)
+    result = api.convert(input, output, options, verify=verify, tolerance=tolerance, rtol=rtol, floor_k=floor_k)
     _warn(result.warnings)
     click.echo(report.convert_text(result))
     if result.verification is not None and not result.verification["passed"]:
@@ -210,6 +214,10 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
 @click.argument("input", type=click.Path(path_type=Path, readable=False))
 @click.argument("converted", required=False, type=click.Path(path_type=Path, readable=False))
 @click.option("--tolerance", type=float, default=1e-5, show_default=True, help="Max abs error allowed.")
+@click.option("--rtol", type=click.FloatRange(0), default=None,
+              help="Also pass within RTOL x max|reference| of the output [default: 2e-6, docs/verdicts.md].")
+@click.option("--floor-k", type=click.FloatRange(0), default=None,
+              help="Also pass within K x the measured float32 sensitivity floor [default: 8, docs/verdicts.md].")
 @click.option("--reference", type=click.Choice(["auto", "cudnn", "oracle"]), default="auto", show_default=True,
               help="cudnn: real cuDNN on a GPU (ctypes); oracle: float64 NumPy; auto: cudnn if usable.")
 @click.option("--allow-tf32", is_flag=True, help="Let cuDNN use TF32 tensor cores (expect ~5e-4 errors).")
@@ -223,15 +231,18 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
 @click.option("--json", "json_path", type=click.Path(path_type=Path, readable=False), help="Also write the report as JSON.")
 @click.option("--config", type=click.Path(path_type=Path, readable=False), help="Architecture JSON for a weights-only file.")
 @hint_options
-def verify(input, converted, tolerance, reference, allow_tf32, device, batch, steps, seed, inputs, json_path,
-           config, rnn, prefer, **kw):
+def verify(input, converted, tolerance, rtol, floor_k, reference, allow_tf32, device, batch, steps, seed, inputs,
+           json_path, config, rnn, prefer, **kw):
     """Check that CONVERTED (or INPUT converted in memory) computes what INPUT computed.
 
     Runs the ORIGINAL parameters through the reference (real cuDNN on a GPU,
     or a float64 oracle) and the converted Keras 3 model on the CPU and, with
     --device gpu/both, on the backend's GPU path (strict fp32, and the
     framework's default math as information), per recurrent layer and end to
-    end. Exit 0 within tolerance, 1 outside (NaN/Inf outputs never pass).
+    end. A check passes within --tolerance (absolute), --rtol of the reference's
+    magnitude, or --floor-k times how far float32 rounding alone moves that output
+    (measured per check); the report says which bound decided. Exit 0 when every
+    check passes, 1 otherwise (NaN/Inf outputs never pass).
 
     \b
     Example:
@@ -243,8 +254,8 @@ def verify(input, converted, tolerance, reference, allow_tf32, device, batch, st
 
     if json_path is not None:
         api.check_not_inputs([json_path], input, converted, config, inputs)
-    rep = _verify(input, converted, tolerance=tolerance, reference=reference, allow_tf32=allow_tf32, batch=batch,
-                  steps=steps, seed=seed, inputs=inputs, device=device, config=config, hints=_hints(kw),
+    rep = _verify(input, converted, tolerance=tolerance, rtol=rtol, floor_k=floor_k, reference=reference,
+                  allow_tf32=allow_tf32, batch=batch, steps=steps, seed=seed, inputs=inputs, device=device, config=config, hints=_hints(kw),
                   prefer=prefer, rnn=rnn)
     data = rep.to_json()
     if json_path is not None:

@@ -48,7 +48,23 @@ def convert_text(result) -> str:
     return "\n".join(lines)
 
 
+def _bound_text(c: dict) -> str:
+    """The bound that decided a row and its value: ``tol 1e-05``, ``rtol 7.7e-05``, ``8xfloor 2.1e-06``;
+    ``none`` for a failure (its reason line says by how much)."""
+    bound = c.get("bound")
+    limits = c.get("limits") or {}
+    if bound is None:  # a row made without the floor rule
+        return f"tol {c['tolerance']:.0e}"
+    if bound == "none":
+        return "none"
+    label = {"tolerance": "tol", "rtol": "rtol", "floor": "k*floor"}[bound]
+    return f"{label} {limits.get(bound, c['tolerance']):.1e}"
+
+
 def verify_text(rep: dict) -> str:
+    """The parity table: per check its max abs / rel difference, the reference's own error against
+    float64 ("ref vs f64"), the measured float32 sensitivity floor, the bound that decided it (with
+    its value) and the result; then devices, notes, failure reasons and the verdict line."""
     if rep.get("nothing_to_convert"):
         return f"{rep['input']}: nothing to convert (no cuDNN RNN: CuDNNGRU/CuDNNLSTM layer or cudnn_rnn stack); nothing to verify"
     lines = [f"reference: {rep['reference']} ({rep.get('reference_reason', '')}), math: {rep['math_mode']}"]
@@ -58,19 +74,22 @@ def verify_text(rep: dict) -> str:
                      f"inputs batch {rep.get('batch')} x steps {rep.get('steps')}")
     devices = sorted({c.get("device", "cpu") for c in rep["checks"]})
     show_device = devices != ["cpu"]
-    hdr = f"  {'check':<40} {'max abs':>10} {'max rel':>10} {'ref vs f64':>10} {'tol':>8}  result"
+    hdr = (f"  {'check':<40} {'max abs':>9} {'max rel':>9} {'ref vs f64':>10} {'floor':>9}  "
+           f"{'decided by':<16} result")
     if show_device:
         hdr = f"  {'device':<12}" + hdr[1:]
     lines.append(hdr)
     for c in rep["checks"]:
         name = c["name"] if len(c["name"]) <= 40 else c["name"][:18] + "..." + c["name"][-19:]
-        floor = c.get("reference_error")
+        ref_err = c.get("reference_error")
+        ref_s = "-" if ref_err is None else f"{ref_err:.2e}"
+        floor = c.get("floor")
         floor_s = "-" if floor is None else f"{floor:.2e}"
         verdict = "ok" if c["passed"] else "FAIL"
         if not c.get("counts", True):
             verdict = "(info) " + ("within" if c["passed"] else "over")
-        row = (f"  {name:<40} {c['max_abs']:>10.2e} {c['max_rel']:>10.2e} {floor_s:>10} "
-               f"{c['tolerance']:>8.0e}  {verdict}")
+        row = (f"  {name:<40} {c['max_abs']:>9.2e} {c['max_rel']:>9.2e} {ref_s:>10} {floor_s:>9}  "
+               f"{_bound_text(c):<16} {verdict}")
         if show_device:
             row = f"  {c.get('device', 'cpu'):<12}" + row[1:]
         lines.append(row)
@@ -90,9 +109,13 @@ def verify_text(rep: dict) -> str:
         lines.append(f"note: tolerance applied {', '.join(f'{t:g}' for t in sorted(floors))} (float16 checks use "
                      f"the float16 floor, not the requested {rep['tolerance']:g})")
     counted = [c for c in rep["checks"] if c.get("counts", True)]
+    tol = f" {next(iter(floors)):g}" if len(floors) == 1 else ""
+    rule = f"tolerance{tol}, rtol {rep.get('rtol', 2e-6):g} x max|ref|, {rep.get('floor_k', 8):g} x floor"
+    secs = rep.get("floor_seconds")
+    if secs:
+        lines.append(f"note: floors measured in {secs:.2f} s (3 one-ulp-perturbed float32 reference runs per check group)")
     lines.append("parity: " + ("PASS" if rep["passed"] else "FAIL") +
-                 f" ({sum(c['passed'] for c in counted)}/{len(counted)} checks within tolerance"
-                 f"{'' if len(floors) > 1 else f' {next(iter(floors)):g}' if floors else ''})")
+                 f" ({sum(c['passed'] for c in counted)}/{len(counted)} checks within bounds: {rule})")
     return "\n".join(lines)
 
 
@@ -100,6 +123,6 @@ def parity_line(rep: dict) -> str:
     """The one stderr line of a failed parity check: how many checks failed, and the first reason."""
     counted = [c for c in rep["checks"] if c.get("counts", True)]
     bad = [c for c in counted if not c["passed"]]
-    first = f" (first: {bad[0].get('device', 'cpu')} {bad[0]['name']}: {bad[0].get('reason') or 'outside tolerance'})" \
+    first = f" (first: {bad[0].get('device', 'cpu')} {bad[0]['name']}: {bad[0].get('reason') or 'outside every bound'})" \
         if bad else ""
-    return f"{rep['input']}: parity FAIL, {len(bad)} of {len(counted)} check(s) outside tolerance{first}"
+    return f"{rep['input']}: parity FAIL, {len(bad)} of {len(counted)} check(s) outside every bound{first}"

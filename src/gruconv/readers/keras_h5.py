@@ -989,19 +989,15 @@ def verify_subjects(doc: KerasH5Model, converted, opts: Options):
     same code but not saved and re-loaded (a float16 ``.keras`` does not load on the torch backend:
     Keras's Orthogonal initializer has no QR for Half); else what the writer its name claims loads
     (:func:`gruconv.writers.load`), weights into the rebuilt architecture."""
+    if converted is not None and not Path(converted).exists():
+        raise InputError("converted model not found", path=converted)
+    if doc.model_config is None:  # weights-only, no --config: verify checks each layer alone (issue 19)
+        yield Subject(name=str(doc.path), model=None, graph=doc)
+        return
     if converted is None:
         model, _ = to_keras(doc, opts)
     else:
-        converted = Path(converted)
-        if not converted.exists():
-            raise InputError("converted model not found", path=converted)
-
-        def rebuild():
-            if doc.model_config is None:
-                raise UsageError("verifying a weights .h5 needs --config ARCH.json", path=doc.path)
-            return to_keras(doc, opts)[0]
-
-        model = writers.load(converted, rebuild)
+        model = writers.load(Path(converted), lambda: to_keras(doc, opts)[0])
     yield Subject(name=str(doc.path), model=model, graph=doc)
 
 

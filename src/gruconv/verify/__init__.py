@@ -18,9 +18,13 @@ References (``--reference``):
     ``cudnn`` when a GPU and libcudnn are usable, else ``oracle``; the report
     says which ran and why.
 
-Every check also reports the reference's own error against float64 (the
-noise floor), so a chaotic GRU's amplified rounding is not mistaken for a
-conversion bug.  The converted side always runs on the CPU.
+Every check also reports the reference's own error against float64, and
+its verdict is floor-aware (issue 19, ``docs/verdicts.md``): it passes within
+the absolute tolerance, or ``rtol`` of the reference's magnitude, or ``k``
+times the measured float32 sensitivity floor (:mod:`gruconv.sensitivity`),
+so a trained model's amplified rounding is not mistaken for a conversion
+bug; each row says which bound decided.  Weights-only files without
+``--config`` are checked layer by layer (:func:`.graph.verify_alone`).
 
 Checks: per converted recurrent layer (fed exactly the activations that reach
 it in the converted model; every output compared: sequence/last output and
@@ -44,7 +48,7 @@ from .. import readers
 from ..errors import ReferenceUnavailable, UsageError
 from ..results import Options
 from .engines import Engine, choose_reference
-from .graph import check_user_inputs, verify_graph
+from .graph import check_user_inputs, verify_alone, verify_graph
 from .stacks import verify_stack
 from .verdicts import FLOAT16_TOLERANCE_FLOOR, Check, VerifyReport, compare
 
@@ -61,7 +65,8 @@ MAX_RANDOM_STEPS = 1_000_000
 def _device_runs(device: str, report) -> list:
     """[(label, math)] of the converted-side runs asked for; GPU runs only where the backend has one.
 
-    ``auto``: ``both`` where a GPU is usable, else ``cpu``.  Each GPU run is done twice: strict fp32
+    ``auto``: ``both`` where a GPU is usable, else ``cpu`` with a note; ``gpu`` and ``both`` without
+    a usable GPU are refused in one line.  Each GPU run is done twice: strict fp32
     (counts for the verdict) and the framework's default math (informational)."""
     from ..formats import keras3
 
@@ -73,8 +78,8 @@ def _device_runs(device: str, report) -> list:
     ok, why = keras3.gpu_status()
     backend = keras3.keras().backend.backend()
     if not ok:
-        if device == "gpu":
-            raise ReferenceUnavailable(f"--device gpu: the {backend} backend has no usable GPU here ({why})")
+        if device in ("gpu", "both"):  # asked for explicitly: refused (issue 19); auto keeps the note
+            raise ReferenceUnavailable(f"--device {device}: the {backend} backend has no usable GPU here ({why})")
         report.notes.append(f"GPU path not run: {why}")
         report.devices.append({"device": "gpu", "ran": False, "reason": why})
         return runs
@@ -88,7 +93,8 @@ def _device_runs(device: str, report) -> list:
 
 def verify(input, converted=None, options: Optional[Options] = None, *, tolerance: float = 1e-5,
            reference: str = "auto", allow_tf32: bool = False, batch: int = 2, steps: int = 8, seed: int = 0,
-           inputs=None, device: str = "cpu", **kw) -> VerifyReport:
+           inputs=None, device: str = "cpu", rtol: Optional[float] = None, floor_k: Optional[float] = None,
+           **kw) -> VerifyReport:
     """Run the original parameters through the reference and the converted model on the CPU; compare.
 
     Without ``converted``, the model is built in memory by the format's
@@ -96,8 +102,13 @@ def verify(input, converted=None, options: Optional[Options] = None, *, toleranc
     parity failure: the report says; the CLI decides.
     """
     from ..formats import keras3
+    from ..sensitivity import DEFAULT_K, DEFAULT_RTOL
 
     opts = Options.of(options, **kw)
+    rtol = DEFAULT_RTOL if rtol is None else float(rtol)
+    floor_k = DEFAULT_K if floor_k is None else float(floor_k)
+    if not (rtol >= 0 and floor_k >= 0):
+        raise UsageError(f"--rtol and --floor-k must be >= 0, got {rtol:g} and {floor_k:g}")
     input = Path(input)
     kind, reason = choose_reference(reference)
     engine = Engine(kind, allow_tf32)
@@ -106,7 +117,7 @@ def verify(input, converted=None, options: Optional[Options] = None, *, toleranc
         reference_reason=reason, tolerance=tolerance,
         math_mode=("float64" if kind == "oracle" else ("TF32 allowed (CUDNN_DEFAULT_MATH)" if allow_tf32
                                                       else "strict fp32 (CUDNN_FMA_MATH)")),
-        seed=seed, batch=batch, steps=steps,
+        seed=seed, batch=batch, steps=steps, rtol=rtol, floor_k=floor_k,
     )
     if batch * steps > MAX_RANDOM_STEPS:
         raise UsageError(f"--batch {batch} x --steps {steps} is {batch * steps} sequence steps, more than "
@@ -172,6 +183,9 @@ def _run_checks(module, doc, converted, opts, engine, report, rng, tolerance, us
         report.nothing_to_convert = True
         return True
     for subject in module.verify_subjects(doc, converted, opts):
+        if subject.graph is not None and subject.model is None:  # weights-only: each layer alone
+            verify_alone(subject.graph, converted, engine, report, rng, tolerance, user_inputs)
+            continue
         if subject.graph is not None:
             if user_inputs:
                 check_user_inputs(keras3.keras(), subject.model, user_inputs, report.input)

@@ -5,6 +5,10 @@ itself is the Keras boundary's (:mod:`gruconv.formats.keras3`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
 import numpy as np
 
 from ..canonical import RNNStack, StackShape
@@ -14,7 +18,7 @@ from ..formats import keras3
 from ..formats.keras3 import to_numpy
 from ..keras_layout import cudnn_opaque, to_cudnn
 from .engines import Engine
-from .verdicts import Check, compare
+from .verdicts import Check, floor_cache, judge, measure_floors
 
 
 def _random_inputs(keras, model, batch: int, steps: int, rng) -> list:
@@ -218,13 +222,17 @@ def verify_graph(doc, model, engine, report, rng, tolerance, user_inputs):
                                               (states if isinstance(states, (list, tuple)) else [states])]
         if states is not None:
             report.notes.append(f"{rnn.path}: fed its initial state from the model, as in the original")
-        ref, ref64 = _reference_rnn(rnn, x.astype(np.float64), engine, states)
+        x64 = x.astype(np.float64)
+        ref, ref64 = _reference_rnn(rnn, x64, engine, states)
+        fl = measure_floors(report, lambda e: _reference_rnn(rnn, x64, e, states)[0], ref64,
+                            key=(rnn.path, x64, *(states or [])), cache=floor_cache(engine))
         names = _output_names(rnn)
-        for name, g, r, r64 in zip(names, got, ref, ref64):
-            report.checks.append(compare(f"{rnn.path}: {name}", g, r, r64, tolerance, _compute_dtype(rnn)))
+        for name, g, r, r64, f in zip(names, got, ref, ref64, fl):
+            report.checks.append(judge(report, f"{rnn.path}: {name}", g, r, r64, tolerance, _compute_dtype(rnn), f))
         if len(got) != len(ref):
             report.checks.append(Check(f"{rnn.path}: output count", float("inf"), float("inf"), tolerance,
-                                       False, None, (len(got), len(ref))))
+                                       False, None, (len(got), len(ref)), bound="none",
+                                       reason=f"{len(got)} outputs where the reference has {len(ref)}"))
     if isinstance(model, keras.Sequential) and doc.rnns and all("/" not in r.path or r.wrapper and
                                                                r.path.count("/") == 1 for r in doc.rnns):
         _end_to_end_sequential(keras, doc, model, engine, report, feed, tolerance)
@@ -246,16 +254,131 @@ def _output_names(rnn) -> list:
 
 
 def _end_to_end_sequential(keras, doc, model, engine, report, feed, tolerance):
+    """The Sequential model's output vs the reference: each original recurrent layer run by the
+    reference, every other layer by the converted model's own (unchanged) layers.  Its floor: the
+    same chain with the recurrent layers run by :class:`gruconv.sensitivity.PerturbedEngine`."""
     by_top = {r.path.split("/")[0]: r for r in doc.rnns}
-    act = feed[0]
-    act64 = act.astype(np.float64)
-    for layer in model.layers:
-        rnn = by_top.get(layer.name)
-        if rnn is not None:
-            ref, ref64 = _reference_rnn(rnn, act64, engine)
-            act, act64 = ref[0], ref64[0]
-        else:
-            act = to_numpy(layer(act))  # non-recurrent layers: the converted model's own (unchanged) layers
-            act64 = act.astype(np.float64)
+
+    def chain(eng):
+        act = feed[0]
+        for layer in model.layers:
+            rnn = by_top.get(layer.name)
+            if rnn is not None:
+                act = _reference_rnn(rnn, np.asarray(act, dtype=np.float64), eng)[0][0]
+            else:
+                act = to_numpy(layer(act))
+        return act
+
+    ref = chain(engine)
+    fl = measure_floors(report, lambda e: [chain(e)], [ref], key=("end to end", *feed), cache=floor_cache(engine))
     got = to_numpy(model(feed[0]))
-    report.checks.append(compare("end to end: model output", got, act, None, tolerance, "float32"))
+    report.checks.append(judge(report, "end to end: model output", got, ref, None, tolerance, "float32", fl[0]))
+
+
+# --------------------------------------------------------------------------- weights-only files
+
+@dataclass
+class _AloneView:
+    """The reference's view of a cuDNN layer checked alone: the original weights (``stack``) with
+    the options the converted layer was built with (sequence and every final state returned,
+    forward in time, Bidirectional directions kept apart)."""
+
+    stack: RNNStack
+    path: str
+    wrapper: Optional[str]
+    merge_mode: Optional[str] = None
+    options: dict = field(default_factory=lambda: {"return_sequences": True, "return_state": True,
+                                                   "go_backwards": False, "stateful": False})
+
+    @property
+    def shape(self):
+        return self.stack.shape
+
+
+def _converted_weights(converted, rnn) -> list:
+    """The arrays ``convert`` wrote for ``rnn`` in the converted legacy-layout weights file: the
+    layer's group (``rnn.path``'s first part) in its ``weight_names`` order (forward direction's
+    kernel, recurrent kernel, bias, then the backward's: the order Keras 3's ``GRU``/``LSTM`` and
+    ``Bidirectional`` list their weights, ``keras/src/layers/rnn/bidirectional.py``)."""
+    from ..h5safe import child_exists, open_hdf5, read_attr, read_dataset, resolve
+
+    from ..h5safe import is_hdf5
+
+    top = rnn.path.split("/")[0]
+    if not Path(converted).is_file() or not is_hdf5(converted):
+        raise UsageError("a weights-only input is checked layer by layer from the legacy-layout weights .h5 "
+                         "convert writes; this converted file is not one (pass --config ARCH.json to check "
+                         "another output format against the whole model)", path=converted)
+    with open_hdf5(converted, "the converted weights file") as f:
+        root = f["model_weights"] if child_exists(f, "model_weights", converted) else f
+        if not child_exists(root, top, converted):
+            raise UsageError(f"the converted file has no layer group {top!r}: a weights-only input is checked "
+                             "layer by layer from the legacy-layout weights file convert writes (for another "
+                             "output format pass --config ARCH.json)", path=converted)
+        group = root[top]
+        names = [n.decode() if isinstance(n, bytes) else str(n) for n in read_attr(group, "weight_names", [])]
+        return [read_dataset(resolve(group, n, converted, "dataset"), converted) for n in names]
+
+
+def alone_layer(keras, rnn, converted=None):
+    """The converted layer of a weights-only file's cuDNN layer, built ALONE (no architecture is
+    known): Keras 3 ``GRU(reset_after=True)`` / ``LSTM`` with cuDNN's activations
+    (:data:`gruconv.keras_layout.CUDNN_COMPATIBLE_GRU`), ``return_sequences`` and ``return_state``,
+    wrapped in ``Bidirectional(merge_mode=None)`` for a bidirectional one so each direction is
+    compared apart.  Weights: what ``convert`` writes (:func:`gruconv.keras_layout.to_keras`) or, with
+    ``converted``, the arrays read from that file.  Returns ``(layer, reference view)``; measured on
+    the trained fixtures before wiring (``docs/verdicts.md``, "weights-only")."""
+    from ..keras_layout import to_keras
+
+    s = rnn.stack.shape
+    kw = dict(return_sequences=True, return_state=True, activation="tanh", recurrent_activation="sigmoid",
+              dtype=s.dtype)
+    make = (lambda: keras.layers.GRU(s.units, reset_after=True, **kw)) if s.cell == "gru" else \
+        (lambda: keras.layers.LSTM(s.units, **kw))
+    bidir = rnn.wrapper == "Bidirectional"
+    layer = keras.layers.Bidirectional(make(), merge_mode=None) if bidir else make()
+    layer.build((None, None, s.input_size))
+    if converted is None:
+        subs = [layer.forward_layer, layer.backward_layer] if bidir else [layer]
+        for sub, p in zip(subs, rnn.stack.params):
+            sub.set_weights(to_keras(p, s.cell, s.input_size))
+    else:
+        arrays = _converted_weights(converted, rnn)
+        want = [tuple(w.shape) for w in layer.weights]
+        if [tuple(a.shape) for a in arrays] != want:
+            raise UsageError(f"the converted file's weights of {rnn.path.split('/')[0]!r} have shapes "
+                             f"{[tuple(a.shape) for a in arrays]}, the converted layer takes {want}", path=converted)
+        layer.set_weights(arrays)
+    return layer, _AloneView(rnn.stack, rnn.path, "Bidirectional" if bidir else None)
+
+
+def verify_alone(doc, converted, engine, report, rng, tolerance, user_inputs):
+    """A weights-only file (no ``--config``): each cuDNN layer checked alone (:func:`alone_layer`), fed
+    uniform(-1, 1) inputs of its own width, every output (sequence(s) and each final state, an LSTM's
+    ``c`` included) compared against the reference run with the original weights."""
+    keras = keras3.keras()
+    if user_inputs:
+        raise UsageError("--inputs needs --config ARCH.json for a weights-only file (without the architecture "
+                         "each layer is checked alone, fed random inputs of its own width)", path=report.input)
+    report.notes.append("weights-only file: each cuDNN layer checked alone (no architecture: built as Keras 3 "
+                        "GRU/LSTM returning its sequence and final states, fed random inputs of its own width)")
+    for rnn in doc.rnns:
+        s = rnn.stack.shape
+        bad = rnn.stack.nonfinite_count()
+        if bad:
+            report.notes.append(f"{rnn.path}: {bad} NaN/Inf weight value(s) in the original; NaN outputs "
+                                "at the same places on both sides count as equal")
+        layer, view = alone_layer(keras, rnn, converted)
+        x = rng.uniform(-1, 1, (report.batch, report.steps, s.input_size)).astype(s.dtype)
+        got = layer(x)
+        got = [to_numpy(g) for g in (got if isinstance(got, (list, tuple)) else [got])]
+        x64 = x.astype(np.float64)
+        ref, ref64 = _reference_rnn(view, x64, engine)
+        fl = measure_floors(report, lambda e: _reference_rnn(view, x64, e)[0], ref64, key=("alone", rnn.path, x64),
+                            cache=floor_cache(engine))
+        for name, g, r, r64, f in zip(_output_names(view), got, ref, ref64, fl):
+            report.checks.append(judge(report, f"{rnn.path}: {name}", g, r, r64, tolerance, s.dtype, f))
+        if len(got) != len(ref):
+            report.checks.append(Check(f"{rnn.path}: output count", float("inf"), float("inf"), tolerance,
+                                       False, None, (len(got), len(ref)), bound="none",
+                                       reason=f"{len(got)} outputs where the reference has {len(ref)}"))

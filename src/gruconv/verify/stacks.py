@@ -1,6 +1,7 @@
 """Stack checks: a bare RNN stack's converted model (a TF1 checkpoint's) against the reference fed
 the stack's own stored opaque buffer, with initial states, final states and variable lengths when
-the model takes them."""
+the model takes them; each output's sensitivity floor from the same assembly run with perturbed
+float32 engines (:func:`gruconv.sensitivity.floors`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 
 from ..errors import UsageError
 from ..formats.keras3 import to_numpy
-from .verdicts import compare
+from .verdicts import floor_cache, judge, measure_floors
 
 
 def verify_stack(stack, opaque, model, engine, report, rng, tolerance, user_inputs):
@@ -48,23 +49,40 @@ def verify_stack(stack, opaque, model, engine, report, rng, tolerance, user_inpu
         report.notes.append(f"{stack.name}: variable lengths {lengths.tolist()}")
     outs = model(args if len(args) > 1 else x)
     outs = [to_numpy(o) for o in (outs if isinstance(outs, (list, tuple)) else [outs])]
-    y, hy, y64, hy64 = engine.run(stack, np.ascontiguousarray(x.transpose(1, 0, 2)), h0 if has_state else None,
-                                  lengths, opaque=opaque, c0=c0 if has_state else None)
-    cy, cy64 = engine.cy, engine.cy64
-    y, y64 = y.transpose(1, 0, 2), y64.transpose(1, 0, 2)
+    xt = np.ascontiguousarray(x.transpose(1, 0, 2))
+    h0r, c0r = (h0, c0) if has_state else (None, None)
+    valid = None if lengths is None else (np.arange(T)[None, :] < lengths[:, None])[:, :, None]
+
+    def assemble(eng):
+        """[output sequence, then (h, c) or h per pseudo-layer] from one reference run with ``eng``:
+        the reference's outputs in check order (only valid steps of a variable-length batch)."""
+        yy, hh, yy64, hh64 = eng.run(stack, xt, h0r, lengths, opaque=opaque, c0=c0r)
+        cc, cc64 = eng.cy, eng.cy64
+
+        def pack(y_, h_, c_):
+            y_ = y_.transpose(1, 0, 2)
+            if valid is not None:  # only valid steps are defined outputs (cuDNN writes 0 past each length)
+                y_ = np.where(valid, y_, 0)
+            out = [y_]
+            for i in range(s.num_pseudo_layers):
+                out += [h_[i], c_[i]] if lstm else [h_[i]]
+            return out
+
+        return pack(yy, hh, cc), pack(yy64, hh64, cc64)
+
+    ref, ref64 = assemble(engine)
+    fl = measure_floors(report, lambda e: assemble(e)[0], ref64, key=(stack.name, xt, h0r, c0r, lengths),
+                        cache=floor_cache(engine))
     got = outs[0]
-    if lengths is not None:  # only valid steps are defined outputs (cuDNN writes 0 past each length)
-        valid = (np.arange(T)[None, :] < lengths[:, None])[:, :, None]
-        got, y, y64 = (np.where(valid, a, 0) for a in (got, y, y64))
-    report.checks.append(compare(f"{stack.name}: output sequence", got, y, y64, tolerance, s.dtype))
+    if valid is not None:
+        got = np.where(valid, got, 0)
+    report.checks.append(judge(report, f"{stack.name}: output sequence", got, ref[0], ref64[0], tolerance, s.dtype,
+                               fl[0]))
     per = 2 if lstm else 1
     for j, o in enumerate(outs[1:]):
         i, k = divmod(j, per)
         layer, d = divmod(i, s.num_directions)
         name = f"{stack.name}: final state l{layer} {'bw' if d else 'fw'}"
-        if not lstm:
-            report.checks.append(compare(name, o, hy[i], hy64[i], tolerance, s.dtype))
-        elif k == 0:
-            report.checks.append(compare(f"{name} h", o, hy[i], hy64[i], tolerance, s.dtype))
-        else:
-            report.checks.append(compare(f"{name} c", o, cy[i], cy64[i], tolerance, s.dtype))
+        if lstm:
+            name += " c" if k else " h"
+        report.checks.append(judge(report, name, o, ref[1 + j], ref64[1 + j], tolerance, s.dtype, fl[1 + j]))

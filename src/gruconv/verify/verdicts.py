@@ -1,13 +1,22 @@
 """Comparison and verdict rules: one compared output (:class:`Check`), the report
 (:class:`VerifyReport`), and :func:`compare` (max abs / rel error, the float16 tolerance floor,
-NaN/Inf never a pass, the reference's own float64 error shown as the noise floor)."""
+NaN/Inf never a pass, the reference's own float64 error shown beside it).
+
+The verdict (issue 19, ``docs/verdicts.md``): a check passes when its max |diff| is within the
+absolute ``tolerance``, or ``rtol`` of the reference's magnitude, or ``k`` times the measured
+sensitivity floor (how far float32 rounding alone moves that output:
+:func:`gruconv.sensitivity.floors`); :func:`gruconv.sensitivity.decide` says which bound admitted
+it, and every row records the bound, the floor and all three limits."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 import numpy as np
+
+from ..sensitivity import DEFAULT_K, DEFAULT_RTOL, decide, floors
 
 FLOAT16_TOLERANCE_FLOOR = 4e-3  # float16 rounding of a tanh output in [-1, 1] is ~5e-4 per step
 
@@ -30,6 +39,14 @@ class Check:
     device: str = "cpu"
     counts: bool = True
     reason: str = ""
+    #: which bound admitted the difference: ``tolerance``, ``rtol``, ``floor``, or ``none`` (a failure)
+    bound: Optional[str] = None
+    #: the measured sensitivity floor of this output (None: not measured)
+    floor: Optional[float] = None
+    #: max |ref| of this output (what ``rtol`` multiplies)
+    magnitude: Optional[float] = None
+    #: every bound's value: {"tolerance": t, "rtol": rtol x magnitude, "floor": k x floor or None}
+    limits: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -49,6 +66,9 @@ class VerifyReport:
 
     nothing_to_convert: bool = False
     devices: list = field(default_factory=list)      # [{device, math, ran, reason, kernels}]
+    rtol: float = DEFAULT_RTOL
+    floor_k: float = DEFAULT_K
+    floor_seconds: float = 0.0                        # time spent measuring floors (all devices)
 
     @property
     def passed(self) -> bool:
@@ -64,12 +84,19 @@ class VerifyReport:
         return out
 
 
-def compare(name: str, got, ref, ref64, tolerance: float, dtype: str) -> Check:
+def compare(name: str, got, ref, ref64, tolerance: float, dtype: str, floor: Optional[float] = None, *,
+            rtol: float = DEFAULT_RTOL, k: float = DEFAULT_K) -> Check:
+    """One output compared: ``got`` (converted) vs ``ref`` (the reference's), judged by
+    :func:`gruconv.sensitivity.decide` with ``floor`` (this output's measured sensitivity floor;
+    None drops the floor bound).  ``ref64``: the float64 oracle's output, for the "ref vs f64"
+    column (None where the reference has no float64 twin)."""
     got = np.asarray(got, dtype=np.float64)
     ref = np.asarray(ref, dtype=np.float64)
+    tol = max(tolerance, FLOAT16_TOLERANCE_FLOOR) if dtype == "float16" else tolerance
     if got.shape != ref.shape:
-        return Check(name, float("inf"), float("inf"), tolerance, False, None, tuple(got.shape),
-                     reason=f"shape {tuple(got.shape)} where the reference has {tuple(ref.shape)}")
+        return Check(name, float("inf"), float("inf"), tol, False, None, tuple(got.shape),
+                     reason=f"shape {tuple(got.shape)} where the reference has {tuple(ref.shape)}",
+                     bound="none", floor=floor)
     both_nan = np.isnan(got) & np.isnan(ref)
     diff = np.where(both_nan, 0.0, np.abs(got - ref))
     nonfinite = int(np.count_nonzero(~np.isfinite(got)) + np.count_nonzero(~np.isfinite(ref)))
@@ -78,16 +105,52 @@ def compare(name: str, got, ref, ref64, tolerance: float, dtype: str) -> Check:
         max_abs = float("inf")
     scale = float(np.max(np.abs(ref[np.isfinite(ref)]))) if np.isfinite(ref).any() else 0.0
     max_rel = max_abs / scale if scale > 0 else max_abs
-    tol = max(tolerance, FLOAT16_TOLERANCE_FLOOR) if dtype == "float16" else tolerance
-    floor = None
+    ref_err = None
     if ref64 is not None:
         r64 = np.asarray(ref64, dtype=np.float64)
-        floor = float(np.nanmax(np.abs(ref - r64))) if r64.size else 0.0
-    passed = bool(max_abs <= tol) and nonfinite == 0
-    if nonfinite:
-        reason = f"{nonfinite} NaN/Inf value(s) among the outputs: never a pass, whatever the difference"
-    elif not passed:
-        reason = f"max abs difference {max_abs:.3g} over the tolerance {tol:g}"
-    else:
-        reason = ""
-    return Check(name, max_abs, max_rel, tol, passed, floor, tuple(got.shape), nonfinite, reason=reason)
+        ref_err = float(np.nanmax(np.abs(ref - r64))) if r64.size else 0.0
+    d = decide(max_abs, scale, floor, tolerance=tol, rtol=rtol, k=k, nonfinite=nonfinite)
+    return Check(name, max_abs, max_rel, tol, d.passed, ref_err, tuple(got.shape), nonfinite, reason=d.reason,
+                 bound=d.bound, floor=None if floor is None else float(floor), magnitude=scale, limits=d.limits)
+
+
+def floor_cache(engine) -> dict:
+    """Floors measured with this reference engine, by inputs (one verify run: kept across its device runs)."""
+    cache = getattr(engine, "floor_cache", None)
+    if cache is None:
+        cache = engine.floor_cache = {}
+    return cache
+
+
+def measure_floors(report: VerifyReport, run, ref64, key=None, cache: Optional[dict] = None) -> list:
+    """:func:`gruconv.sensitivity.floors` of ``run`` (the outputs assembled from a reference engine, in
+    the order of ``ref64``), its time added to ``report.floor_seconds`` (the cost the report states).
+
+    ``key`` (a tuple naming the check group and the arrays it is fed) and ``cache`` let a later device
+    run (``--device both``: cpu, gpu strict, gpu default) reuse a floor measured on the same inputs."""
+    if cache is not None and key is not None:
+        import hashlib
+
+        h = hashlib.sha1()
+        for part in key:
+            if part is None:
+                h.update(b"-")
+            elif isinstance(part, np.ndarray):
+                h.update(str((part.dtype, part.shape)).encode())
+                h.update(np.ascontiguousarray(part).tobytes())
+            else:
+                h.update(repr(part).encode())
+        digest = h.hexdigest()
+        if digest in cache:
+            return cache[digest]
+    t0 = time.perf_counter()
+    out = floors(run, ref64)
+    report.floor_seconds += time.perf_counter() - t0
+    if cache is not None and key is not None:
+        cache[digest] = out
+    return out
+
+
+def judge(report: VerifyReport, name: str, got, ref, ref64, tolerance: float, dtype: str, floor) -> Check:
+    """:func:`compare` with the report's ``rtol`` and floor multiple."""
+    return compare(name, got, ref, ref64, tolerance, dtype, floor, rtol=report.rtol, k=report.floor_k)
