@@ -42,6 +42,7 @@ from ..errors import InputError
 #: name -> module path, tried in order.
 READERS = {
     "keras-h5": "gruconv.readers.keras_h5",
+    "tf2-checkpoint": "gruconv.readers.tf2_checkpoint",
     "tf1-checkpoint": "gruconv.readers.tf1",
 }
 
