@@ -20,6 +20,10 @@ MAX_WALK_ENTRIES = 1_000_000
 
 _GLOB_MAGIC = re.compile(r"[*?[]")
 
+#: The walk's directory listing (one name, so tests can make a directory unreadable for the walk
+#: alone: they run as root, whom file modes do not lock out).
+_scandir = os.scandir
+
 
 # --------------------------------------------------------------------------- discovery
 
@@ -343,7 +347,7 @@ class _Discovery:
         while stack:
             d, depth = stack.pop()
             try:
-                entries = sorted(os.scandir(d), key=lambda e: e.name)
+                entries = sorted(_scandir(d), key=lambda e: e.name)
             except OSError as e:
                 if match is None:
                     self.pass_over(Path(d), f"directory cannot be read ({e.strerror or e})")

@@ -46,10 +46,8 @@ class Record:
             "input": self.input, "format": self.format, "status": self.status, "output": self.output,
             "outputs": self.outputs, "stacks": self.stacks, "warnings": self.warnings,
             "verification": self.verification, "error": self.error, "exit_code": self.exit_code,
-            "seconds": round(self.seconds, 4),
+            "seconds": round(self.seconds, 4), "reason": self.reason,
         }
-        if self.reason is not None:
-            out["reason"] = self.reason
         if self.traceback is not None:
             out["traceback"] = self.traceback
         return out
