@@ -173,7 +173,8 @@ def _model_weights(owners: dict, root: tuple, model_cfg: dict, where: str) -> li
     extra = [p for p in owners if len(p) > len(root) and p[: len(root)] == root
              and _LWW.match(p[len(root)]) and int(_LWW.match(p[len(root)]).group(1)) >= n]
     if extra:
-        raise InputError(f"{where or 'model'}: the checkpoint has weights at {'/'.join(extra[0])}, beyond the "
+        raise InputError(f"{where or 'model'}: the checkpoint has weights at {'/'.join(min(extra)[: len(root) + 1])}, "
+                         f"beyond the "
                          f"{n} layer(s) with weights the architecture has")
     return out
 
