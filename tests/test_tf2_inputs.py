@@ -175,6 +175,7 @@ def test_a_triple_that_fits_no_layer_is_refused_with_the_reason(tmp_path):
     assert "fit no known layer" in r.output and "(30,)" in r.output and "Traceback" not in r.output
 
 
+@pytest.mark.slow   # two interpreters (tf_keras, Keras 3) per case: ~40-80 s each on a shared 2-core machine
 @pytest.mark.parametrize("name,twin,planted", [("generic_lstm.hdf5", "textgen", False),
                                                ("generic_gru.h5", "gru", False), ("generic_gru.h5", "gru", True)])
 def test_generic_weights_load_into_the_keras3_twin_like_tf_keras(name, twin, planted, tmp_path):
@@ -338,14 +339,30 @@ def test_without_config_a_model_output_is_refused_and_h5_weights_are_written(tmp
     assert before == {p: p.read_bytes() for p in (TF2 / "ckpt_nested").iterdir()}
 
 
-def test_a_savedmodel_with_tf1_names_is_not_taken_by_this_reader(tmp_path):
-    """A bundle without the object graph is the TF1 reader's (or nobody's), never this reader's."""
+def test_a_savedmodel_with_tf1_names_is_the_tf1_readers(tmp_path):
+    """A SavedModel's variables bundle is read by whichever reader its names call for: object names
+    (``saved_model``) this one, TF1 ``cudnn_rnn`` names (``saved_model_tf1``, layer_uni's tensors saved
+    by TF's SavedModelBuilder) the TF1 reader, converting to exactly what the checkpoint itself gives."""
+    from gruconv import readers
     from gruconv.readers import tf2_checkpoint
 
     assert tf2_checkpoint.sniff(TF2 / "saved_model")
     assert tf2_checkpoint.sniff(TF2 / "ckpt_seq" / "weights.index")
     assert not tf2_checkpoint.sniff(FIXTURES / "tf1" / "layer_uni")
+    assert not tf2_checkpoint.sniff(TF2 / "saved_model_tf1")
     assert not tf2_checkpoint.sniff(TF2 / "generic_gru.h5")
+    assert readers.detect(TF2 / "saved_model") == "tf2-checkpoint"
+    assert readers.detect(TF2 / "saved_model_tf1") == "tf1-checkpoint"
+    a, b = api.inspect(TF2 / "saved_model_tf1"), api.inspect(FIXTURES / "tf1" / "layer_uni")
+    assert [r["shape"] for r in a["rnns"]] == [r["shape"] for r in b["rnns"]] and len(a["rnns"]) == 1
+    api.convert(TF2 / "saved_model_tf1", tmp_path / "sm.h5")
+    api.convert(FIXTURES / "tf1" / "layer_uni", tmp_path / "ck.h5")
+    with h5py.File(tmp_path / "sm.h5") as x, h5py.File(tmp_path / "ck.h5") as y:
+        arrays = []
+        x.visititems(lambda n, o: arrays.append(n) if isinstance(o, h5py.Dataset) else None)
+        assert len(arrays) == 6   # 2 layers x kernel, recurrent_kernel, bias
+        for n in arrays:
+            np.testing.assert_array_equal(x[n][...], y[n][...])
 
 
 @pytest.mark.slow

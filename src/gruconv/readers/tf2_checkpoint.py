@@ -52,30 +52,29 @@ GRAPH = True
 #: A checkpoint is named by its prefix: no name ending to strip.
 SUFFIXES = ()
 
-_SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")
+_SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")  # tensorflow/python/saved_model/constants.py
 
 
 # --------------------------------------------------------------------------- where the bundle is
 
 def saved_model_prefix(path) -> Optional[Path]:
-    """``DIR/variables/variables`` when ``path`` is a SavedModel directory (``saved_model.pb`` and a
-    ``variables/variables.index``; layout from ``tensorflow/python/saved_model/constants.py``), else None."""
+    """``DIR/variables/variables`` when ``path`` is a SavedModel directory, else None
+    (:func:`gruconv.tfbundle.saved_model_variables`, which :func:`~gruconv.tfbundle.resolve_prefix`
+    follows too, so the TF1 reader reads a SavedModel of name-based variables the same way)."""
+    from ..tfbundle import saved_model_variables
+
     try:
-        p = Path(os.fspath(path))
-        if p.is_dir() and any((p / n).is_file() for n in _SAVED_MODEL_FILES):
-            prefix = p / "variables" / "variables"
-            if Path(str(prefix) + ".index").is_file():
-                return prefix
+        return saved_model_variables(path) if Path(os.fspath(path)).is_dir() else None
     except (OSError, ValueError):
-        pass
-    return None
+        return None
 
 
 def resolve(path) -> Path:
-    """The bundle prefix of ``path``: a SavedModel's variables, else :func:`gruconv.tfbundle.resolve_prefix`."""
+    """The bundle prefix of ``path`` (:func:`gruconv.tfbundle.resolve_prefix`: a directory, a prefix,
+    one of its files, a SavedModel directory)."""
     from ..tfbundle import resolve_prefix
 
-    return saved_model_prefix(path) or resolve_prefix(path)
+    return resolve_prefix(path)
 
 
 def sniff(path) -> bool:
