@@ -411,3 +411,20 @@ def test_verify_with_and_without_config_catches_a_planted_error(tmp_path):
         ds[...] = a
     r = run(cli, ["verify", str(path), str(tmp_path / "w.h5"), "--device", "cpu"])
     assert r.exit_code == 1 and "parity: FAIL" in r.output, r.output
+
+
+def test_batch_takes_checkpoint_and_savedmodel_directories_as_one_input_each(tmp_path, monkeypatch):
+    """Batch: a checkpoint directory and a SavedModel directory are one input each (never descended
+    into: the SavedModel's variables/ is not a second input), converted to legacy .h5 weights."""
+    import shutil
+
+    from gruconv import batch
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("ckpt_seq", "ckpt_nested", "saved_model"):
+        shutil.copytree(TF2 / name, Path("models") / name)
+    s = batch.convert_many(["models", "models/saved_model/variables"], "out", jobs=1, echo=False)
+    assert [(r.input, r.status, r.outputs) for r in s.records] == [
+        ("models/ckpt_nested", "ok", ["out/ckpt_nested.h5"]), ("models/ckpt_seq", "ok", ["out/ckpt_seq.h5"]),
+        ("models/saved_model", "ok", ["out/saved_model.h5"])]
+    assert s.exit_code == 0 and s.nothing_found is None

@@ -108,8 +108,9 @@ def input_files(path) -> list:
 
 
 def input_prefix(path):
-    """Batch mode's "what is one input here": the bundle prefix (a SavedModel: its directory)."""
-    return Path(path) if saved_model_prefix(path) is not None else resolve(path)
+    """Batch mode's "what is one input here": the bundle prefix (a SavedModel's is its
+    ``variables/variables``, so naming the directory or the bundle is one input, as for the TF1 reader)."""
+    return resolve(path)
 
 
 def extra_outputs(output) -> list:
