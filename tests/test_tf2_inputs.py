@@ -428,3 +428,27 @@ def test_batch_takes_checkpoint_and_savedmodel_directories_as_one_input_each(tmp
         ("models/ckpt_nested", "ok", ["out/ckpt_nested.h5"]), ("models/ckpt_seq", "ok", ["out/ckpt_seq.h5"]),
         ("models/saved_model", "ok", ["out/saved_model.h5"])]
     assert s.exit_code == 0 and s.nothing_found is None
+
+
+def test_a_damaged_checkpoint_is_one_line_and_nothing_is_written(tmp_path):
+    """A truncated or bit-flipped data file: exit 3, one line naming the file and the tensor, no output,
+    no staging file left behind, the input unchanged."""
+    import shutil
+    import tempfile
+
+    ck = tmp_path / "ck"
+    shutil.copytree(TF2 / "ckpt_seq", ck)
+    data = ck / "weights.data-00000-of-00001"
+    raw = bytearray(data.read_bytes())
+    raw[100] ^= 0xFF
+    data.write_bytes(bytes(raw))
+    staged_before = {p.name for p in Path(tempfile.gettempdir()).glob("gruconv-tf2-*")}
+    r = CliRunner().invoke(cli, ["convert", str(ck), str(tmp_path / "o.keras"), "--config", str(ck / "model.json")])
+    assert r.exit_code == 3 and "Traceback" not in r.output
+    assert r.output.strip().splitlines() == [r.output.strip()] and "checksum mismatch" in r.output
+    assert "layer_with_weights-0/kernel" in r.output
+    data.write_bytes(bytes(raw[: len(raw) // 2]))
+    r = CliRunner().invoke(cli, ["inspect", str(ck)])
+    assert r.exit_code == 3 and "truncated data file" in r.output
+    assert not (tmp_path / "o.keras").exists()
+    assert {p.name for p in Path(tempfile.gettempdir()).glob("gruconv-tf2-*")} == staged_before

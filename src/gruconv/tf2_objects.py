@@ -254,7 +254,24 @@ def to_legacy_h5(bundle, target: Path, config: Optional[dict] = None) -> dict:
         groups = _model_weights(owners, outer[0], config, "")
     else:
         groups = _generic_groups(owners, shapes)
+    names = [g for g, _ in groups]
+    dup = next((g for i, g in enumerate(names) if g in names[:i]), None)
+    if dup is not None:
+        raise InputError(f"the architecture names layer {dup!r} twice: the checkpoint cannot be mapped to it")
     mapping = {}
+    try:
+        _write_groups(bundle, target, groups, shapes, config is not None, mapping)
+    except (OSError, RuntimeError, ValueError, KeyError, TypeError) as e:
+        # h5py refusing a name (a clash, an odd object name): one line, never a traceback
+        raise InputError(f"cannot lay the checkpoint out as Keras weights ({str(e).splitlines()[0] if str(e) else e})"
+                         ) from None
+    return mapping
+
+
+def _write_groups(bundle, target: Path, groups: list, shapes: dict, checked: bool, mapping: dict) -> None:
+    import h5py
+    import numpy as np
+
     with h5py.File(target, "w") as f:
         f.attrs["layer_names"] = np.array([g.encode() for g, _ in groups], dtype="S")
         f.attrs["backend"] = b"tensorflow"
@@ -264,8 +281,7 @@ def to_legacy_h5(bundle, target: Path, config: Optional[dict] = None) -> dict:
             g.attrs["weight_names"] = np.array([w.encode() for w, _ in weights], dtype="S")
             for wname, key in weights:
                 info = bundle.info(key)
-                if config is not None and shapes[key] != tuple(info.shape):
+                if checked and shapes[key] != tuple(info.shape):
                     raise InputError(f"{key}: shape changed while reading")
                 g.create_dataset(wname, data=bundle.read(key))
                 mapping[f"{gname}/{wname}"] = key
-    return mapping
