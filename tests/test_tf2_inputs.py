@@ -447,6 +447,7 @@ def test_a_damaged_checkpoint_is_one_line_and_nothing_is_written(tmp_path):
     assert r.exit_code == 3 and "Traceback" not in r.output
     assert r.output.strip().splitlines() == [r.output.strip()] and "checksum mismatch" in r.output
     assert "layer_with_weights-0/kernel" in r.output
+    raw[100] ^= 0xFF
     data.write_bytes(bytes(raw[: len(raw) // 2]))
     r = CliRunner().invoke(cli, ["inspect", str(ck)])
     assert r.exit_code == 3 and "truncated data file" in r.output
