@@ -453,3 +453,28 @@ def test_a_damaged_checkpoint_is_one_line_and_nothing_is_written(tmp_path):
     assert r.exit_code == 3 and "truncated data file" in r.output
     assert not (tmp_path / "o.keras").exists()
     assert {p.name for p in Path(tempfile.gettempdir()).glob("gruconv-tf2-*")} == staged_before
+
+
+@pytest.mark.slow   # a TensorFlow interpreter writes the checkpoint: ~30 s on the shared machine
+def test_a_checkpoint_triple_that_fits_no_layer_is_refused_with_the_reason(tmp_path):
+    """Without --config, a kernel/recurrent_kernel/bias owner whose bias fits neither the cuDNN nor the
+    plain layer is refused naming the object and the shapes, never skipped.  The checkpoint is written
+    by TensorFlow's own saver (tf.train.Checkpoint), in a subprocess."""
+    script = r'''
+import os, sys
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"; os.environ["CUDA_VISIBLE_DEVICES"] = ""
+import numpy as np, tensorflow as tf
+layer = tf.Module()
+layer.kernel = tf.Variable(np.zeros((4, 15), "f4"))
+layer.recurrent_kernel = tf.Variable(np.zeros((5, 15), "f4"))
+layer.bias = tf.Variable(np.zeros((35,), "f4"))
+root = tf.train.Checkpoint()
+setattr(root, "layer_with_weights-0", layer)
+root.write(sys.argv[1])
+'''
+    r = subprocess.run([sys.executable, "-c", script, str(tmp_path / "odd")], capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = CliRunner().invoke(cli, ["inspect", str(tmp_path / "odd")])
+    assert res.exit_code == 3 and "Traceback" not in res.output
+    assert "weights at layer_with_weights-0 look recurrent but fit no known layer: bias has shape (35,)" in res.output

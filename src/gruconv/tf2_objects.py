@@ -218,6 +218,9 @@ def _generic_groups(owners: dict, shapes: dict) -> list:
         if not all(r in attrs for r in ("kernel", "recurrent_kernel", "bias")):
             continue
         v = classify({r: shapes[attrs[r]] for r in ("kernel", "recurrent_kernel", "bias")})
+        if v.cls is None and v.cell is not None:
+            # looks recurrent but fits no layer: refused with the shape table's reason, never dropped
+            raise InputError(f"weights at {'/'.join(path)} look recurrent but fit no known layer: {v.reason}")
         if not v.is_cudnn:
             continue
         root = next((r for r in reversed(roots) if path[: len(r)] == r and len(path) > len(r)), ())
