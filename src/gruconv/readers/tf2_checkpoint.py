@@ -311,9 +311,9 @@ def verify_subjects(doc: TF2CheckpointDoc, converted, opts: Options):
         converted = Path(converted)
         if not converted.is_file():
             raise InputError("converted weights file not found", path=converted)
-        if writers.claimed_by(converted) != "h5-weights" and (opts.format or "h5-weights") != "h5-weights":
-            raise UsageError("without --config a TF2 checkpoint converts to legacy .h5 weights; verify that file "
-                             "(or pass --config for a .keras model)", path=converted)
+        if writers.claimed_by(converted) not in (None, "h5-weights"):
+            raise UsageError("without --config a TF2 checkpoint converts to legacy .h5 weights only: verify "
+                             "that file, or pass --config ARCH.json to verify a model", path=converted)
     for rnn in doc.rnns:
         stack = rnn.stack
         name = rnn.path
