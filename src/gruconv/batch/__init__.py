@@ -34,9 +34,12 @@
    terminal; names with control characters escaped), a summary table (stdout), and optionally a
    JSON report and a JUnit XML file (both written atomically).
 
-Exit code (:attr:`Summary.exit_code`): ``InputError.exit_code`` (3) if any input failed, else
+Exit code (:attr:`Summary.exit_code`): ``InputError.exit_code`` (3) if any input failed or no input
+of any shard could be converted at all (nothing found, or every directory skipped: one line names the
+roots, and the JSON and JUnit reports say so; a CI job that converts nothing never looks green), else
 ``ParityError.exit_code`` (1) if any failed verification, else 0 (converted, skipped, nothing to
-convert, or no inputs at all).
+convert).  Directories passed over while discovering (a ``checkpoint`` state file pointing outside, an
+unreadable directory, a SavedModel no reader takes) are ``skipped`` records with their reason.
 
 This module prints nothing itself and imports no Click; format knowledge is asked of the format
 modules (``output_name``, ``input_files``), with the old rules as a marked fallback.
