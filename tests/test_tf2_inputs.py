@@ -403,9 +403,9 @@ def test_verify_with_and_without_config_catches_a_planted_error(tmp_path):
     assert r.exit_code == 0 and "parity: PASS (3/3" in r.output, r.output
     r = run(cli, ["verify", str(path), str(tmp_path / "w.h5"), "--device", "cpu"])
     assert r.exit_code == 0 and "parity: PASS (2/2" in r.output, r.output
+    assert "layer_with_weights-1: output sequence" in r.output
     r = run(cli, ["verify", str(path), str(tmp_path / "m.keras"), "--device", "cpu"])
     assert r.exit_code == 2 and "pass --config ARCH.json" in r.output, r.output
-    assert "layer_with_weights-1: output sequence" in r.output
     with h5py.File(tmp_path / "w.h5", "r+") as f:
         ds = f["layer_with_weights-1"]["backward_layer"]["recurrent_kernel:0"]
         a = ds[...]
