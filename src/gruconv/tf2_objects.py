@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Optional
 
 from .cudnn_shapes import classify
-from .errors import InputError, UnsupportedError
+from .errors import GruconvError, InputError, UnsupportedError
 
 GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 _SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
@@ -239,9 +239,6 @@ def to_legacy_h5(bundle, target: Path, config: Optional[dict] = None) -> dict:
     staging path).  Returns ``{weight name in the file: bundle key}`` so callers can say where each
     tensor came from.  Raises :class:`InputError`/:class:`UnsupportedError` naming the layer when the
     checkpoint and ``config`` do not map one-to-one."""
-    import h5py
-    import numpy as np
-
     owners = variables(bundle.keys())
     shapes = {info.key: tuple(info.shape) for info in bundle}
     if config is not None:
@@ -264,6 +261,8 @@ def to_legacy_h5(bundle, target: Path, config: Optional[dict] = None) -> dict:
     mapping = {}
     try:
         _write_groups(bundle, target, groups, shapes, config is not None, mapping)
+    except GruconvError:
+        raise
     except (OSError, RuntimeError, ValueError, KeyError, TypeError) as e:
         # h5py refusing a name (a clash, an odd object name): one line, never a traceback
         raise InputError(f"cannot lay the checkpoint out as Keras weights ({str(e).splitlines()[0] if str(e) else e})"
