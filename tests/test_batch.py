@@ -25,7 +25,7 @@ KERAS = FIXTURES / "keras"
 TF1 = FIXTURES / "tf1"
 
 RECORD_KEYS = {"input", "format", "status", "output", "outputs", "stacks", "warnings", "verification", "error",
-               "exit_code", "seconds"}
+               "exit_code", "seconds", "reason"}
 
 
 def cli(*args):
@@ -116,6 +116,11 @@ def check_junit(path: Path, report: dict | None = None) -> ET.Element:
     assert int(root.get("errors")) == sum(1 for c in cases if c.find("error") is not None)
     assert int(root.get("skipped")) == sum(1 for c in cases if c.find("skipped") is not None)
     allowed = {"skipped", "error", "failure", "system-out", "system-err", "properties"}
+    discover = [c for c in cases if c.get("classname") == "gruconv.discover"]
+    assert len(discover) <= 1   # the run that found nothing convertible: one failing case, never green
+    if discover:
+        assert discover[0].get("name") == "inputs" and discover[0].find("failure") is not None
+        cases = [c for c in cases if c.get("classname") != "gruconv.discover"]
     for c in cases:
         assert c.get("classname") == "gruconv.convert" and c.get("name")
         assert float(c.get("time")) >= 0
@@ -126,8 +131,11 @@ def check_junit(path: Path, report: dict | None = None) -> ET.Element:
             assert f.get("message")
     if report is not None:
         s = report["summary"]
-        assert int(root.get("tests")) == len(report["inputs"])
-        assert int(root.get("failures")) == s["failed"] + s["parity-failed"]
+        assert int(root.get("tests")) == len(report["inputs"]) + len(discover)
+        assert int(root.get("failures")) == s["failed"] + s["parity-failed"] + len(discover)
+        assert bool(discover) == (report["error"] is not None)
+        if discover:
+            assert discover[0].find("failure").get("message") == report["error"]
         assert int(root.get("skipped")) == s["skipped"]
         assert [c.get("name") for c in cases] == [r["input"] for r in report["inputs"]]
     return root
@@ -252,16 +260,106 @@ def test_not_a_model_named_explicitly_is_a_failure(tree):
     assert "FAILED models/zz*.h5: no such file or directory, and the glob pattern matches nothing" in res.stderr
 
 
-def test_nothing_found_is_success(tmp_path, monkeypatch):
+def test_nothing_found_is_exit_3_naming_the_roots(tmp_path, monkeypatch):
+    """Issue 18: a run that finds nothing to convert is never green: exit 3, one line naming the
+    roots, the JSON report's ``error``, and a failing JUnit case; no output directory is made."""
     monkeypatch.chdir(tmp_path)
     Path("empty/sub").mkdir(parents=True)
     Path("empty/sub/readme.md").write_text("hi")
-    res = cli("empty", "--out-dir", "out", "--report", "r.json", "--junit", "r.xml")
-    assert res.exit_code == 0 and res.stderr == ""
+    Path("other").mkdir()
+    res = cli("empty", "other", "--out-dir", "out", "--report", "r.json", "--junit", "r.xml")
+    assert res.exit_code == 3
+    assert res.stderr == "gruconv: error: no convertible input found under 'empty', 'other'\n"
     assert re.search(r"^total\s+0$", res.stdout, re.M)
     rep = json.loads(Path("r.json").read_text())
-    assert rep["inputs"] == [] and rep["summary"]["ok"] == 0
-    assert check_junit(Path("r.xml"), rep).get("tests") == "0"
+    assert rep["inputs"] == [] and rep["exit_code"] == 3
+    assert rep["error"] == "no convertible input found under 'empty', 'other'"
+    root = check_junit(Path("r.xml"), rep)
+    assert root.get("tests") == "1" and root.get("failures") == "1"
+    assert not Path("out").exists()
+
+
+def test_an_empty_shard_of_a_tree_with_inputs_is_not_nothing_found(tree):
+    """Shards share one tree: a shard that gets no input while the tree has some is fine (exit 0)."""
+    s = batch.convert_many([str(tree / "a" / "sequential.h5")], "out", shard="2/2", jobs=1, echo=False)
+    assert s.records == [] and s.nothing_found is None and s.exit_code == 0
+
+
+def _state_outside(d: Path) -> None:
+    d.mkdir(parents=True)
+    (d / "checkpoint").write_text('model_checkpoint_path: "../../../elsewhere/model.ckpt"\n')
+
+
+def test_checkpoint_dir_pointing_outside_is_listed_as_skipped_with_the_reason(tmp_path, monkeypatch):
+    """The issue's case: the only checkpoint directory's state file points outside the tree (rightly
+    not followed).  It is a skipped record with the reason in console, JSON and JUnit, and the run,
+    having converted nothing, exits 3."""
+    monkeypatch.chdir(tmp_path)
+    _state_outside(Path("models/run1"))
+    res = cli("models", "--out-dir", "out", "--report", "r.json", "--junit", "r.xml")
+    assert res.exit_code == 3
+    line = [ln for ln in res.stderr.splitlines() if ln.startswith("skipped ")]
+    assert line == ["skipped models/run1: checkpoint: model_checkpoint_path '../../../elsewhere/model.ckpt' "
+                    "points outside the checkpoint's directory; refused; pass the checkpoint prefix explicitly "
+                    "(e.g. DIR/model.ckpt-100) if you mean to read it"]
+    assert res.stderr.splitlines()[-1] == "gruconv: error: no convertible input found under 'models' (1 skipped)"
+    rep = json.loads(Path("r.json").read_text())
+    (rec,) = rep["inputs"]
+    assert rec["input"] == "models/run1" and rec["status"] == "skipped" and "points outside" in rec["reason"]
+    root = check_junit(Path("r.xml"), rep)
+    case = next(c for c in root.findall("testcase") if c.get("name") == "models/run1")
+    assert "points outside" in case.find("skipped").get("message")
+
+
+def test_skipped_directories_beside_a_converted_model(tmp_path, monkeypatch):
+    """With something converted the run succeeds, and the passed-over directories are still listed:
+    a state file pointing outside, an unreadable directory (the walk's listing refused, as for a
+    directory without read permission: the tests run as root, whom chmod cannot lock out), a
+    SavedModel whose variables no reader takes."""
+    from gruconv.batch import discovery
+
+    monkeypatch.chdir(tmp_path)
+    tree = Path("models")
+    put(tree / "a" / "sequential.h5", "sequential.h5")
+    _state_outside(tree / "a" / "ck")
+    locked = tree / "b" / "locked"
+    locked.mkdir(parents=True)
+    sm = tree / "c" / "sm"
+    sm.mkdir(parents=True)
+    shutil.copy(FIXTURES / "tf2" / "saved_model" / "saved_model.pb", sm / "saved_model.pb")
+
+    def scandir(path="."):
+        if os.path.realpath(path) == os.path.realpath(locked):
+            raise PermissionError(13, "Permission denied", str(path))
+        return os.scandir(path)
+
+    monkeypatch.setattr(discovery, "_scandir", scandir)
+    s = batch.convert_many([str(tree)], "out", jobs=1, echo=False, report="r.json", junit="r.xml")
+    skipped = {r.input: r.reason for r in s.records if r.status == "skipped"}
+    assert skipped == {
+        "models/a/ck": skipped["models/a/ck"], "models/b/locked": "directory cannot be read (Permission denied)",
+        "models/c/sm": "a SavedModel (saved_model.pb) whose variables/variables bundle holds no checkpoint gruconv "
+                       "reads: not converted"}
+    assert "points outside" in skipped["models/a/ck"]
+    assert [(r.input, r.status) for r in s.records if r.status != "skipped"] == [("models/a/sequential.h5", "ok")]
+    assert s.nothing_found is None and s.exit_code == 0
+    rep = json.loads(Path("r.json").read_text())
+    assert {r["input"]: r.get("reason") for r in rep["inputs"] if r["status"] == "skipped"} == skipped
+    check_junit(Path("r.xml"), rep)
+
+
+def test_a_checkpoint_found_inside_a_passed_over_directory_is_not_skipped(tmp_path, monkeypatch):
+    """A directory whose state file cannot be followed but whose own prefix is found by its .index is
+    an input (converted), not a skip."""
+    monkeypatch.chdir(tmp_path)
+    _state_outside(Path("models/run1"))
+    src = FIXTURES / "tf2" / "ckpt_seq"
+    for f in src.iterdir():
+        if f.name.startswith("weights."):
+            shutil.copy(f, Path("models/run1") / f.name)
+    s = batch.convert_many(["models"], "out", jobs=1, echo=False)
+    assert [(r.input, r.status) for r in s.records] == [("models/run1/weights", "ok")]
+    assert s.exit_code == 0
 
 
 def test_output_dir_inside_the_input_tree_is_not_an_input(tree):
@@ -457,7 +555,8 @@ def test_skip_existing(tree):
     rep = json.loads(Path("r.json").read_text())
     assert {r["input"]: r["status"] for r in rep["inputs"]} == {
         **{k: "skipped" for k in EXPECTED}, "models/c/plain_gru.h5": "nothing-to-convert"}
-    assert "skipped models/a/sequential.h5" in res.stderr.splitlines()
+    assert "skipped models/a/sequential.h5: output is up to date (recorded as converted, unchanged since)" \
+        in res.stderr.splitlines()
     assert {f: Path("out", f).stat().st_mtime_ns for f in files_under(Path("out"))} == before
     assert check_junit(Path("r.xml"), rep).get("skipped") == "4"
 
@@ -480,7 +579,8 @@ def test_json_report_fields(with_broken):
     s = batch.convert_many([with_broken], "out", jobs=1, keep_going=True, report="rep/r.json", echo=False)
     rep = json.loads(Path("rep/r.json").read_text())
     assert set(rep) == {"gruconv_version", "started", "duration_s", "jobs", "shard", "out_dir", "summary",
-                        "exit_code", "inputs", "not_run"}
+                        "exit_code", "error", "inputs", "not_run"}
+    assert rep["error"] is None   # something was convertible
     assert rep["gruconv_version"] == __version__ and rep["jobs"] == 1 and rep["shard"] is None
     assert datetime.fromisoformat(rep["started"]).tzinfo is not None
     assert isinstance(rep["duration_s"], float) and rep["duration_s"] > 0

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Optional
 
 from .cudnn_shapes import classify
-from .errors import InputError, UnsupportedError
+from .errors import GruconvError, InputError, UnsupportedError
 
 GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 _SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
@@ -173,7 +173,8 @@ def _model_weights(owners: dict, root: tuple, model_cfg: dict, where: str) -> li
     extra = [p for p in owners if len(p) > len(root) and p[: len(root)] == root
              and _LWW.match(p[len(root)]) and int(_LWW.match(p[len(root)]).group(1)) >= n]
     if extra:
-        raise InputError(f"{where or 'model'}: the checkpoint has weights at {'/'.join(extra[0])}, beyond the "
+        raise InputError(f"{where or 'model'}: the checkpoint has weights at {'/'.join(min(extra)[: len(root) + 1])}, "
+                         f"beyond the "
                          f"{n} layer(s) with weights the architecture has")
     return out
 
@@ -217,6 +218,9 @@ def _generic_groups(owners: dict, shapes: dict) -> list:
         if not all(r in attrs for r in ("kernel", "recurrent_kernel", "bias")):
             continue
         v = classify({r: shapes[attrs[r]] for r in ("kernel", "recurrent_kernel", "bias")})
+        if v.cls is None and v.cell is not None:
+            # looks recurrent but fits no layer: refused with the shape table's reason, never dropped
+            raise InputError(f"weights at {'/'.join(path)} look recurrent but fit no known layer: {v.reason}")
         if not v.is_cudnn:
             continue
         root = next((r for r in reversed(roots) if path[: len(r)] == r and len(path) > len(r)), ())
@@ -235,9 +239,6 @@ def to_legacy_h5(bundle, target: Path, config: Optional[dict] = None) -> dict:
     staging path).  Returns ``{weight name in the file: bundle key}`` so callers can say where each
     tensor came from.  Raises :class:`InputError`/:class:`UnsupportedError` naming the layer when the
     checkpoint and ``config`` do not map one-to-one."""
-    import h5py
-    import numpy as np
-
     owners = variables(bundle.keys())
     shapes = {info.key: tuple(info.shape) for info in bundle}
     if config is not None:
@@ -253,7 +254,26 @@ def to_legacy_h5(bundle, target: Path, config: Optional[dict] = None) -> dict:
         groups = _model_weights(owners, outer[0], config, "")
     else:
         groups = _generic_groups(owners, shapes)
+    names = [g for g, _ in groups]
+    dup = next((g for i, g in enumerate(names) if g in names[:i]), None)
+    if dup is not None:
+        raise InputError(f"the architecture names layer {dup!r} twice: the checkpoint cannot be mapped to it")
     mapping = {}
+    try:
+        _write_groups(bundle, target, groups, shapes, config is not None, mapping)
+    except GruconvError:
+        raise
+    except (OSError, RuntimeError, ValueError, KeyError, TypeError) as e:
+        # h5py refusing a name (a clash, an odd object name): one line, never a traceback
+        raise InputError(f"cannot lay the checkpoint out as Keras weights ({str(e).splitlines()[0] if str(e) else e})"
+                         ) from None
+    return mapping
+
+
+def _write_groups(bundle, target: Path, groups: list, shapes: dict, checked: bool, mapping: dict) -> None:
+    import h5py
+    import numpy as np
+
     with h5py.File(target, "w") as f:
         f.attrs["layer_names"] = np.array([g.encode() for g, _ in groups], dtype="S")
         f.attrs["backend"] = b"tensorflow"
@@ -263,8 +283,7 @@ def to_legacy_h5(bundle, target: Path, config: Optional[dict] = None) -> dict:
             g.attrs["weight_names"] = np.array([w.encode() for w, _ in weights], dtype="S")
             for wname, key in weights:
                 info = bundle.info(key)
-                if config is not None and shapes[key] != tuple(info.shape):
+                if checked and shapes[key] != tuple(info.shape):
                     raise InputError(f"{key}: shape changed while reading")
                 g.create_dataset(wname, data=bundle.read(key))
                 mapping[f"{gname}/{wname}"] = key
-    return mapping

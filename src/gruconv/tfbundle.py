@@ -674,16 +674,30 @@ def checkpoint_files(path) -> list[Path]:
     return files
 
 
+def saved_model_variables(directory) -> Path | None:
+    """``DIR/variables/variables`` when ``directory`` is a SavedModel (``saved_model.pb`` or
+    ``saved_model.pbtxt`` and the variables bundle's index), else None."""
+    d = Path(os.fspath(directory))
+    if not (_is_file(d / "saved_model.pb") or _is_file(d / "saved_model.pbtxt")):
+        return None
+    prefix = d / "variables" / "variables"
+    return prefix if _index_exists(prefix) else None
+
+
 def resolve_prefix(path) -> Path:
     """Return the checkpoint prefix ``P`` (so ``P.index`` exists) for ``path``.
 
     Accepts the prefix itself, ``P.index``, any ``P.data-NNNNN-of-NNNNN``,
     ``P.meta`` (TF1 graph file saved beside it), or a directory: one holding a
     ``checkpoint`` state file (its ``model_checkpoint_path`` is used), else one
-    holding exactly one ``*.index`` file (e.g. a SavedModel's ``variables/``).
+    holding exactly one ``*.index`` file (e.g. a SavedModel's ``variables/``), or a SavedModel
+    directory (``saved_model.pb`` beside ``variables/variables.index``: its variables bundle,
+    ``tensorflow/python/saved_model/constants.py``).
     Raises :class:`InputError` otherwise.
     """
     p = Path(os.fspath(path))
+    if _is_dir(p) and (sm := saved_model_variables(p)) is not None:
+        return sm
     if _is_dir(p):
         state = p / "checkpoint"
         if _is_file(state):

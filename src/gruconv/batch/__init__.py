@@ -34,9 +34,12 @@
    terminal; names with control characters escaped), a summary table (stdout), and optionally a
    JSON report and a JUnit XML file (both written atomically).
 
-Exit code (:attr:`Summary.exit_code`): ``InputError.exit_code`` (3) if any input failed, else
+Exit code (:attr:`Summary.exit_code`): ``InputError.exit_code`` (3) if any input failed or no input
+of any shard could be converted at all (nothing found, or every directory skipped: one line names the
+roots, and the JSON and JUnit reports say so; a CI job that converts nothing never looks green), else
 ``ParityError.exit_code`` (1) if any failed verification, else 0 (converted, skipped, nothing to
-convert, or no inputs at all).
+convert).  Directories passed over while discovering (a ``checkpoint`` state file pointing outside, an
+unreadable directory, a SavedModel no reader takes) are ``skipped`` records with their reason.
 
 This module prints nothing itself and imports no Click; format knowledge is asked of the format
 modules (``output_name``, ``input_files``), with the old rules as a marked fallback.
@@ -56,7 +59,8 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import InputError, OutputError, UsageError
-from .discovery import MAX_WALK_DEPTH, MAX_WALK_ENTRIES, Input, discover, name_too_long, parse_shard, select_shard
+from .discovery import (MAX_WALK_DEPTH, MAX_WALK_ENTRIES, Input, discover, discover_all, name_too_long,
+                        nothing_convertible, parse_shard, select_shard)
 from .plan import Job, check_no_input_is_written, collisions, make_plan, output_name, safe_output
 from .records import STATUSES, Console, Record, Summary, junit_xml, print_console, summary_text, write_reports
 from .state import STATE_FILE, State, input_mtime
@@ -119,7 +123,7 @@ def convert_many(paths, out_dir, *, jobs: Optional[int] = None, keep_going: bool
 
     # Every whole-run refusal comes before anything is written: --out-dir is created only once the
     # plan stands and something is to be converted.
-    all_items = discover(paths, out_dir)
+    all_items, roots = discover_all(paths, out_dir)
     items = select_shard(all_items, shard_t)
     refuse_unread_options(all_items, options)
     state = State(out_dir)
@@ -131,7 +135,8 @@ def convert_many(paths, out_dir, *, jobs: Optional[int] = None, keep_going: bool
         except OSError as e:
             raise OutputError(f"cannot create the output directory ({e.strerror or e})", path=out_dir) from None
     summary = Summary(records=[], started=started, jobs=jobs,
-                      shard=None if shard_t is None else f"{shard_t[0]}/{shard_t[1]}", out_dir=str(out_dir))
+                      shard=None if shard_t is None else f"{shard_t[0]}/{shard_t[1]}", out_dir=str(out_dir),
+                      nothing_found=nothing_convertible(all_items, roots))
     say = print_fn or print_console
     console = Console(len(plan), echo, say)
     done: list[Job] = []
@@ -146,6 +151,8 @@ def convert_many(paths, out_dir, *, jobs: Optional[int] = None, keep_going: bool
         summary.duration_s = time.perf_counter() - t0
         write_reports(summary, report, junit)
     if echo:
+        if summary.nothing_found is not None:
+            say(f"gruconv: error: {summary.nothing_found}", err=True)
         say(summary_text(summary))
     return summary
 

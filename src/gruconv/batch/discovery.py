@@ -20,6 +20,10 @@ MAX_WALK_ENTRIES = 1_000_000
 
 _GLOB_MAGIC = re.compile(r"[*?[]")
 
+#: The walk's directory listing (one name, so tests can make a directory unreadable for the walk
+#: alone: they run as root, whom file modes do not lock out).
+_scandir = os.scandir
+
 
 # --------------------------------------------------------------------------- discovery
 
@@ -31,6 +35,7 @@ class Input:
     key: str                     # real path, for deduplication
     format: Optional[str] = None
     error: Optional[GruconvError] = None
+    skip: Optional[str] = None       # a directory passed over, and why (never converted, always reported)
     out_rel: Optional[str] = None    # its output relative to --out-dir, once planned (:func:`_output_rel`)
 
 
@@ -175,6 +180,8 @@ class _Discovery:
         self.seen: set[str] = set()
         self.skip_dirs = {real_path(out_dir)}
         self.unresolved: Optional[GruconvError] = None   # why a named checkpoint directory did not resolve
+        self.roots: list = []                            # every argument, as given (the "nothing found" line)
+        self.passed_over: dict = {}                      # walked directory -> why it is not an input
 
     def add(self, item: Input) -> None:
         if item.key in self.seen:
@@ -185,6 +192,20 @@ class _Discovery:
     def fail(self, display: str, error: GruconvError) -> None:
         self.add(Input(display, Path(display), None, f"\0error:{display}", error=error))
 
+    def pass_over(self, path: Path, reason: str) -> None:
+        """Remember a directory the walk could not take as an input (a checkpoint whose state file
+        cannot be followed, an unreadable directory, a SavedModel no reader reads); it is reported as
+        skipped unless an input is found inside it after all (:meth:`finish`)."""
+        self.passed_over.setdefault(str(path), (path, reason))
+
+    def finish(self) -> None:
+        """Every passed-over directory holding no input becomes a skipped record with its reason."""
+        for display, (path, reason) in self.passed_over.items():
+            base = real_path(path)
+            if any(i.error is None and i.skip is None and _inside(real_path(i.path), base) for i in self.items):
+                continue
+            self.add(Input(display, path, None, f"\0skip:{base}", skip=reason))
+
     # A model found under a root (walked directory or glob).
     def found(self, path: Path, root: Path, fmt: str) -> bool:
         """Add ``path``; False for a checkpoint directory whose prefix cannot be resolved (several
@@ -192,7 +213,9 @@ class _Discovery:
         if _spans_files(fmt):
             try:
                 prefix = _input_prefix(fmt, path)
-            except GruconvError:
+            except GruconvError as e:
+                if path.is_dir():
+                    self.pass_over(path, _reason(e, path))
                 return False
             if not path.is_dir():      # its .index / .data-* / .meta file: the input is the prefix
                 path = prefix
@@ -256,6 +279,17 @@ class _Discovery:
         self.add(Input(str(arg), arg, name, "ckpt:" + real_path(prefix), fmt))
         return True
 
+    def _unconvertible(self, path: Path) -> None:
+        """A directory that is a TensorFlow model in a form no reader takes (a SavedModel without the
+        variables bundle gruconv reads): passed over with that reason."""
+        try:
+            marker = next((n for n in ("saved_model.pb", "saved_model.pbtxt") if (path / n).is_file()), None)
+        except OSError:
+            marker = None
+        if marker is not None:
+            self.pass_over(path, f"a SavedModel ({marker}) whose variables/variables bundle holds no checkpoint "
+                                 "gruconv reads: not converted")
+
     def pattern(self, pattern: str) -> None:
         """Expand a glob with the walker's rules (no symlink leaves the root; loops, depth and
         entry count bounded) — never with :mod:`glob`, whose ``**`` follows symlink loops."""
@@ -313,8 +347,10 @@ class _Discovery:
         while stack:
             d, depth = stack.pop()
             try:
-                entries = sorted(os.scandir(d), key=lambda e: e.name)
-            except OSError:
+                entries = sorted(_scandir(d), key=lambda e: e.name)
+            except OSError as e:
+                if match is None:
+                    self.pass_over(Path(d), f"directory cannot be read ({e.strerror or e})")
                 continue
             subdirs = []
             for entry in entries:
@@ -350,7 +386,10 @@ class _Discovery:
                         if max_depth is None or depth + 1 < max_depth:
                             subdirs.append((p, depth + 1))
                         continue
-                    if not ((fmt := _detect(p)) is not None and _spans_files(fmt) and self.found(p, root, fmt)):
+                    fmt = _detect(p)
+                    if not (fmt is not None and _spans_files(fmt) and self.found(p, root, fmt)):
+                        if fmt is None:
+                            self._unconvertible(p)
                         subdirs.append((p, depth + 1))
                     continue
                 if match is not None:
@@ -365,10 +404,28 @@ class _Discovery:
             stack.extend(reversed(subdirs))
 
 
+def _reason(e: GruconvError, path: Path) -> str:
+    """A skip reason from an error: its message, naming the file it concerns when that is not the
+    directory itself (the state file)."""
+    where = getattr(e, "path", None)
+    msg = getattr(e, "message", str(e))
+    if where is not None and real_path(where) != real_path(path):
+        return f"{Path(where).name}: {msg}"
+    return msg
+
+
 def discover(paths, out_dir) -> list[Input]:
-    """Expand ``paths`` (files, directories, globs) into deduplicated inputs sorted by their path."""
+    """Expand ``paths`` (files, directories, globs) into deduplicated inputs sorted by their path;
+    directories passed over for a reason are inputs with ``skip`` set (reported, never converted)."""
+    return discover_all(paths, out_dir)[0]
+
+
+def discover_all(paths, out_dir) -> tuple:
+    """``(inputs, roots)``: :func:`discover`'s list and the arguments as given (for the one line that
+    says nothing convertible was found under them)."""
     d = _Discovery(Path(out_dir))
     for raw in paths:
+        d.roots.append(os.fspath(raw))
         arg = Path(raw)
         s = os.fspath(raw)
         why = name_too_long(s)
@@ -383,7 +440,8 @@ def discover(paths, out_dir) -> list[Input]:
                 d.explicit(arg)
         except OSError as e:   # e.g. ENAMETOOLONG, ELOOP: one failed input, never a traceback
             d.fail(s, InputError(f"cannot read ({e.strerror or e})", path=s))
-    return sorted(d.items, key=lambda i: (i.display, i.key))
+    d.finish()
+    return sorted(d.items, key=lambda i: (i.display, i.key)), list(d.roots)
 
 
 # --------------------------------------------------------------------------- sharding
@@ -410,3 +468,20 @@ def select_shard(items: list, shard: Optional[tuple[int, int]]) -> list:
         return list(items)
     k, n = shard
     return [x for i, x in enumerate(items) if i % n == k - 1]
+
+
+# --------------------------------------------------------------------------- nothing found
+
+def nothing_convertible(items: list, roots: list) -> Optional[str]:
+    """The one line for a run in which no input (of any shard) can be converted -- nothing found, or
+    every directory skipped or failed -- naming the roots; None when some input can be.  A CI job
+    that converts nothing must not look green (issue 18)."""
+    if any(i.error is None and i.skip is None for i in items):
+        return None
+    from ..inputs import display
+
+    names = ", ".join(f"'{display(r)}'" for r in roots) or "(none)"
+    skipped = sum(1 for i in items if i.skip is not None)
+    failed = sum(1 for i in items if i.error is not None)
+    more = [f"{n} {w}" for n, w in ((skipped, "skipped"), (failed, "failed")) if n]
+    return f"no convertible input found under {names}" + (f" ({', '.join(more)})" if more else "")

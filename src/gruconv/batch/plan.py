@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import GruconvError, InputError, OutputError, ParityError, UsageError
-from .records import Record
+from .records import UP_TO_DATE, Record
 from .discovery import Input, name_too_long, real_path
 from .state import State, format_module, input_files, output_files, output_mtime
 
@@ -143,7 +143,7 @@ def collisions(items: list[Input], out_dir: Path, options: dict) -> dict:
     fail on its own in :func:`make_plan`."""
     claims: dict = {}     # real output path -> [(input, output)]
     for item in items:
-        if item.error is not None:
+        if item.error is not None or item.skip is not None:
             continue
         try:
             out = safe_output(out_dir, _output_rel(item, options))
@@ -185,6 +185,9 @@ def make_plan(items: list[Input], out_dir: Path, options: dict, skip_existing: b
         try:
             if item.error is not None:
                 raise item.error
+            if item.skip is not None:   # a directory passed over while discovering: reported, not converted
+                rec.status, rec.reason = "skipped", item.skip
+                continue
             out = safe_output(out_dir, _output_rel(item, options))
             if item.key in collisions:
                 raise collisions[item.key]
@@ -194,6 +197,7 @@ def make_plan(items: list[Input], out_dir: Path, options: dict, skip_existing: b
             if skip_existing and output_mtime(out) is not None:
                 if state is not None and state.up_to_date(item, job.outs):
                     rec.status, rec.outputs = "skipped", [str(out)]
+                    rec.reason = UP_TO_DATE
                     continue
                 # stale, or not known to come from a successful conversion: rebuild it
                 job.force = True
@@ -215,7 +219,7 @@ def check_no_input_is_written(plan: list[Job], items: list[Input], extra_outputs
         why = None if p is None else name_too_long(p)
         if why is not None:
             raise OutputError(why, path=p)
-    inputs = [f for item in items if item.error is None for f in input_files(item)]
+    inputs = [f for item in items if item.error is None and item.skip is None for f in input_files(item)]
     inputs += [Path(p) for p in extra_inputs if p is not None]
     if not inputs:
         return

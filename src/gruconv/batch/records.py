@@ -16,6 +16,8 @@ from ..errors import InputError, ParityError
 
 
 STATUSES = ("ok", "nothing-to-convert", "skipped", "parity-failed", "failed")
+#: The reason of a ``--skip-existing`` skip.
+UP_TO_DATE = "output is up to date (recorded as converted, unchanged since)"
 
 
 # --------------------------------------------------------------------------- records
@@ -37,13 +39,14 @@ class Record:
     exit_code: int = 0
     seconds: float = 0.0
     traceback: Optional[str] = None
+    reason: Optional[str] = None          # why it was skipped (status "skipped")
 
     def to_json(self) -> dict:
         out = {
             "input": self.input, "format": self.format, "status": self.status, "output": self.output,
             "outputs": self.outputs, "stacks": self.stacks, "warnings": self.warnings,
             "verification": self.verification, "error": self.error, "exit_code": self.exit_code,
-            "seconds": round(self.seconds, 4),
+            "seconds": round(self.seconds, 4), "reason": self.reason,
         }
         if self.traceback is not None:
             out["traceback"] = self.traceback
@@ -61,6 +64,9 @@ class Summary:
     jobs: int = 1
     shard: Optional[str] = None
     out_dir: str = ""
+    #: Set when no input of any shard could be converted (none found, or every directory skipped):
+    #: the one line naming the roots; the run then exits 3, never green on nothing.
+    nothing_found: Optional[str] = None
 
     @property
     def counts(self) -> dict:
@@ -72,8 +78,9 @@ class Summary:
     @property
     def exit_code(self) -> int:
         """``InputError.exit_code`` if any input failed (whatever its own error was: the README's
-        "3 an input failed"), else ``ParityError.exit_code`` for a parity failure, else 0."""
-        if any(r.status == "failed" for r in self.records):
+        "3 an input failed"), else ``ParityError.exit_code`` for a parity failure, else 0; and 3 when
+        nothing convertible was found at all (:attr:`nothing_found`)."""
+        if self.nothing_found is not None or any(r.status == "failed" for r in self.records):
             return InputError.exit_code
         if any(r.status == "parity-failed" for r in self.records):
             return ParityError.exit_code
@@ -87,7 +94,7 @@ class Summary:
         return {
             "gruconv_version": __version__, "started": self.started, "duration_s": round(self.duration_s, 4),
             "jobs": self.jobs, "shard": self.shard, "out_dir": self.out_dir,
-            "summary": self.counts, "exit_code": self.exit_code,
+            "summary": self.counts, "exit_code": self.exit_code, "error": self.nothing_found,
             "inputs": [r.to_json() for r in self.records], "not_run": list(self.not_run),
         }
 
@@ -166,7 +173,7 @@ def _line(rec: Record) -> str:
     if rec.status == "nothing-to-convert":
         return f"ok  {name}: nothing to convert {t}"
     if rec.status == "skipped":
-        return f"skipped {name}"
+        return f"skipped {name}" + (f": {_display(rec.reason)}" if rec.reason else "")
     return f"FAILED {name}: {_display(_short_error(rec))}"
 
 
@@ -202,9 +209,10 @@ def junit_xml(summary: Summary) -> bytes:
     import xml.etree.ElementTree as ET
 
     c = summary.counts
-    failures = c["failed"] + c["parity-failed"]
+    failures = c["failed"] + c["parity-failed"] + (summary.nothing_found is not None)
     suite = ET.Element("testsuite", {
-        "name": "gruconv", "tests": str(len(summary.records)), "failures": str(failures), "errors": "0",
+        "name": "gruconv", "tests": str(len(summary.records) + (summary.nothing_found is not None)),
+        "failures": str(failures), "errors": "0",
         "skipped": str(c["skipped"]), "time": f"{summary.duration_s:.3f}", "timestamp": summary.started,
         "hostname": _xml_text(socket.gethostname() or "localhost"),
     })
@@ -220,10 +228,13 @@ def junit_xml(summary: Summary) -> bytes:
                                                    "type": _xml_text(r.error_type or r.status)})
             fail.text = _xml_text(r.error or "") + ("\n\n" + _xml_text(r.traceback) if r.traceback else "")
         elif r.status == "skipped":
-            ET.SubElement(case, "skipped", {"message": "output is up to date (recorded as converted, unchanged since)"})
+            ET.SubElement(case, "skipped", {"message": _xml_text(r.reason or UP_TO_DATE)})
         out_lines = [f"status: {r.status}"] + [f"output: {o}" for o in r.outputs] + \
                     [f"warning: {w}" for w in r.warnings]
         ET.SubElement(case, "system-out").text = _xml_text("\n".join(out_lines))
+    if summary.nothing_found is not None:   # a run that converted nothing is a failing suite, never green
+        case = ET.SubElement(suite, "testcase", {"classname": "gruconv.discover", "name": "inputs", "time": "0.000"})
+        ET.SubElement(case, "failure", {"message": _xml_text(summary.nothing_found), "type": "InputError"})
     ET.indent(suite)
     return ET.tostring(suite, encoding="utf-8", xml_declaration=True) + b"\n"
 

@@ -43,6 +43,7 @@ from ..errors import InputError
 READERS = {
     "keras3": "gruconv.readers.keras3",  # before keras-h5: it claims the Keras 3 HDF5 files keras-h5 would misread
     "keras-h5": "gruconv.readers.keras_h5",
+    "tf2-checkpoint": "gruconv.readers.tf2_checkpoint",
     "tf1-checkpoint": "gruconv.readers.tf1",
 }
 

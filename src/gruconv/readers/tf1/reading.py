@@ -166,7 +166,10 @@ def sniff(path) -> bool:
     try:
         p = Path(os.fspath(path))
         if p.is_dir():
-            return (p / "checkpoint").is_file() or any(i.is_file() for i in p.glob("*.index"))
+            from ...tfbundle import saved_model_variables
+
+            return ((p / "checkpoint").is_file() or any(i.is_file() for i in p.glob("*.index"))
+                    or saved_model_variables(p) is not None)
         if p.is_file():
             with open(p, "rb") as f:
                 head = f.read(8)
