@@ -327,7 +327,7 @@ def _rnn_from_weights(path: Path, rpath: str, top: str, cfg: dict, wrapper_cfg: 
                 raise InputError(f"{where}: {role} cannot be read ({first_line(e)})", path=path) from None
             if dt.kind not in "fiub":
                 raise InputError(f"{ds.name} has dtype {dt}, expected a numeric tensor", path=path)
-            dtypes.add(str(dt))
+            dtypes.add(str(dt.newbyteorder("=")))  # ">f4" is float32 (h5safe.read_dataset makes it native)
         k = shapes["kernel"]
         if len(k) != 2 or k[1] % G or k[1] == 0 or k[0] == 0:
             raise InputError(f"{where}: kernel has shape {k}, expected (input_size, {G}*units)", path=path)
@@ -787,14 +787,12 @@ def write(doc: KerasH5Model, out_path, *, include_model: bool = True, include_tr
                 droot = dst.create_group("model_weights")
             else:
                 droot = dst
-            for key, value in sroot.attrs.items():
-                droot.attrs[key] = value
+            h5safe.copy_attrs(sroot, droot, doc.path)
             for lname in doc.layer_names:
                 where = f"layer {lname!r}"
                 sg = h5safe.child(sroot, lname, doc.path, "group")
                 dg = droot.create_group(lname)
-                for key, value in sg.attrs.items():
-                    dg.attrs[key] = value
+                h5safe.copy_attrs(sg, dg, doc.path)
                 for wname in _weight_names(sg, doc.path):
                     where = f"weight {lname}/{wname}"
                     sds = h5safe.resolve(sg, wname, doc.path, "dataset")
@@ -804,11 +802,13 @@ def write(doc: KerasH5Model, out_path, *, include_model: bool = True, include_tr
                     if sds.name in replaced:
                         dparent.create_dataset(leaf, data=gru_array(sds.name))
                     else:
-                        src.copy(sds, dparent, name=leaf)
+                        # rewritten, not H5Ocopy'd: guarded, checksums verified (issue 23)
+                        h5safe.copy_dataset(sds, dparent, leaf, doc.path)
             if (h5safe.child_exists(sroot, "top_level_model_weights", doc.path)
                     and "top_level_model_weights" not in doc.layer_names):
                 where = "top_level_model_weights"
-                src.copy(h5safe.child(sroot, "top_level_model_weights", doc.path, "group"), droot)
+                h5safe.copy_group(h5safe.child(sroot, "top_level_model_weights", doc.path, "group"), droot,
+                                  doc.path)
     except GruconvError as e:
         if e.path is None:
             raise type(e)(e.message, path=doc.path) from None
