@@ -499,7 +499,9 @@ def _write(action, dst, what: str):
     try:
         return action()
     except (OSError, RuntimeError, ValueError, TypeError) as e:
-        raise OutputError(f"cannot write {what} of {dst.name} ({first_line(e)})",
+        from .outputs import write_failure
+
+        raise OutputError(f"cannot write {what[:100]} of {dst.name[:100]} ({write_failure(e)})",
                           path=getattr(dst.file, "filename", None)) from None
 
 

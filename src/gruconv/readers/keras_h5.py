@@ -769,10 +769,9 @@ def write(doc: KerasH5Model, out_path, *, include_model: bool = True, include_tr
             nonfinite[rnn.path] = rnn.stack.nonfinite_count()
         return current["arrays"][i]
 
-    try:
-        dst_file = h5py.File(out_path, "w")
-    except (OSError, RuntimeError, ValueError) as e:
-        raise OutputError(f"cannot create {out_path} ({first_line(e)})", path=out_path) from None
+    from ..outputs import hdf5_file
+
+    dst_file = hdf5_file(out_path)  # a full disk is an OSError here, not a crash in libhdf5 (issue 23)
     where = "the file's attributes"
     try:
         with _open(doc.path) as src, dst_file as dst:
@@ -813,8 +812,15 @@ def write(doc: KerasH5Model, out_path, *, include_model: bool = True, include_tr
         if e.path is None:
             raise type(e)(e.message, path=doc.path) from None
         raise
-    except (OSError, RuntimeError, KeyError, ValueError, TypeError) as e:
-        raise InputError(f"cannot copy {where} into the converted file ({first_line(e)})",
+    except OSError as e:
+        import errno
+
+        if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EIO):  # the output's disk, not the input
+            raise OutputError(f"cannot write the converted file ({e.strerror})", path=out_path) from None
+        raise InputError(f"cannot copy {where[:200]} into the converted file ({first_line(e)})",
+                         path=doc.path) from None
+    except (RuntimeError, KeyError, ValueError, TypeError) as e:
+        raise InputError(f"cannot copy {where[:200]} into the converted file ({first_line(e)})",
                          path=doc.path) from None
     finally:
         if current.get("rnn") is not None:
@@ -972,7 +978,14 @@ def to_keras(doc: KerasH5Model, opts: Optional[Options] = None):
                          "a Keras model", path=doc.path)
     with tempfile.TemporaryDirectory(prefix="gruconv-") as td:
         legacy = Path(td) / "converted.h5"
-        nonfinite = write(doc, legacy, include_model=True, include_training=False, zero_init=True)
+        try:
+            nonfinite = write(doc, legacy, include_model=True, include_training=False, zero_init=True)
+        except OutputError as e:  # the working copy, not the output: say where it was (issue 23)
+            if e.path is None or os.fspath(e.path) != os.fspath(legacy):
+                raise
+            why = e.message.rsplit(" (", 1)[-1].rstrip(")")
+            raise OutputError(f"cannot write a working copy in the temporary directory {tempfile.gettempdir()} "
+                              f"(TMPDIR): {why}", path=doc.path) from None
         model = keras3.load_legacy(legacy, compile=False, source=doc.path)
     keras3.restore_initializers(model, original_initializers(doc), source=doc.path)
     return model, nonfinite
