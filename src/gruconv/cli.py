@@ -35,11 +35,19 @@ class _Group(click.Group):
         finally:
             restore(previous)
 
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as e:
+            _usage_line(e)
+
     def invoke(self, ctx):
         from .signals import Interrupted
 
         try:
             return super().invoke(ctx)
+        except click.UsageError as e:  # a subcommand's options: parsed here, inside invoke
+            _usage_line(e)
         except Interrupted as e:
             click.echo(f"gruconv: error: {e}; stopped, temporary files removed (an output is only ever in place complete)", err=True)
             ctx.exit(e.exit_code)
@@ -60,6 +68,19 @@ class _Group(click.Group):
             click.echo(f"gruconv: error: {name[:120]}{'...' if len(name) > 120 else ''}: {e.strerror}",
                        err=True)
             ctx.exit(InputError.exit_code)
+
+
+def _usage_line(e: "click.UsageError"):
+    """Click's usage errors (``--jobs 0``, an unknown option, a missing argument) as every other
+    gruconv error is shown: one ``gruconv: error:`` line, exit 2 (:class:`gruconv.errors.UsageError`),
+    not Click's three-line usage block (issue 23).  ``gruconv`` alone still prints the help."""
+    from .errors import UsageError
+
+    if isinstance(e, click.exceptions.NoArgsIsHelpError):
+        raise e
+    where = e.ctx.command_path if e.ctx is not None else "gruconv"
+    click.echo(f"gruconv: error: {e.format_message().rstrip('.')} (see '{where} --help')", err=True)
+    sys.exit(UsageError.exit_code)
 
 
 def _warn(messages) -> None:
