@@ -8,9 +8,24 @@ module level.
 
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
+
+
+def _is_the_command() -> bool:
+    """Whether this process is the ``gruconv`` command (its console script or ``python -m gruconv``),
+    not a program importing gruconv."""
+    main_file = str(getattr(sys.modules.get("__main__"), "__file__", "") or "")
+    return main_file.replace("\\", "/").rsplit("/", 1)[-1] in ("gruconv", "gruconv.exe") or \
+        main_file.replace("\\", "/").endswith("gruconv/__main__.py")
+
+
+if _is_the_command():  # before Click is imported: a signal during start-up is one line too
+    from .signals import install_early
+
+    install_early()
+
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import click
 

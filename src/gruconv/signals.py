@@ -55,13 +55,17 @@ def restore(previous: dict) -> None:
             signal.signal(s, h)
 
 
-def die_with_parent() -> None:
+def die_with_parent(parent: "int | None" = None) -> None:
     """In a worker process: exit as soon as the parent process is gone.
 
-    The parent's pid is recorded now; ``PR_SET_PDEATHSIG`` (Linux, ``prctl(2)``) delivers SIGTERM to
-    this process when the parent thread exits, and a daemon thread polls ``getppid()`` once a second
-    for the platforms and races that prctl does not cover."""
-    parent = os.getppid()
+    ``parent``: the pid of the process that started this one, as that process knew it
+    (``multiprocessing.parent_process().pid``); not ``getppid()`` now, which is already 1 (or a
+    subreaper) when the parent died while this worker was still starting -- the race a SIGKILL
+    right after ``--jobs 2`` started its workers hit (issue 23).  ``PR_SET_PDEATHSIG`` (Linux,
+    ``prctl(2)``) delivers SIGTERM to this process when the parent thread exits, and a daemon thread
+    polls ``getppid()`` once a second for the platforms and races that prctl does not cover."""
+    if parent is None:
+        parent = os.getppid()
     try:
         import ctypes
 
@@ -84,3 +88,21 @@ def die_with_parent() -> None:
                 os._exit(128 + signal.SIGTERM)
 
     threading.Thread(target=watch, name="gruconv-parent-watch", daemon=True).start()
+
+
+def _early(signo, _frame):
+    os.write(2, f"gruconv: error: interrupted by {signal.Signals(signo).name} while starting; nothing "
+                "was written\n".encode())
+    os._exit(128 + signo)
+
+
+def install_early() -> None:
+    """For the ``gruconv`` command only, from the first lines of :mod:`gruconv.cli`: a SIGINT/SIGTERM
+    that arrives while Python imports Click and gruconv (before :func:`install`) exits 130/143 with
+    one line instead of a ``KeyboardInterrupt`` traceback or a silent death by signal (nothing has
+    been written yet, so there is nothing to clean up).  Handlers a host program set are kept."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for s in HANDLED:
+        if signal.getsignal(s) in (signal.SIG_DFL, signal.default_int_handler):
+            signal.signal(s, _early)

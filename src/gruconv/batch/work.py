@@ -24,11 +24,13 @@ def _worker_init(threads: int) -> None:
     framework's thread pools at this worker's share of the CPUs (N workers each spinning up one
     thread per core only fight each other), then pay the framework start-up once per worker,
     before its first job."""
+    import multiprocessing
     import signal
 
     from ..signals import die_with_parent
 
-    die_with_parent()
+    parent = multiprocessing.parent_process()
+    die_with_parent(parent.pid if parent is not None else None)
     signal.signal(signal.SIGTERM, _worker_sigterm)
     for var in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS"):
         os.environ.setdefault(var, str(threads))
