@@ -229,6 +229,26 @@ def walk_layers(cfg: dict, top: Optional[str] = None, prefix: str = ""):
                     yield inner, f"{path}/{_name(inner)}", this_top, layer
 
 
+def _check_layer_counts(cfg: dict, path) -> None:
+    """Refuse, before Keras is imported, a config Keras would take hours to build: more than
+    :data:`gruconv.inputs.MAX_SEQUENTIAL_LAYERS` layers in one ``Sequential`` or
+    :data:`gruconv.inputs.MAX_LAYERS` in all (the reasons and measurements are there)."""
+    from ..inputs import MAX_LAYERS, MAX_SEQUENTIAL_LAYERS
+
+    total = 0
+    for layer, lpath, _top, _wrapper in walk_layers(cfg):
+        total += 1
+        if total > MAX_LAYERS:
+            raise InputError(f"model_config has more than {MAX_LAYERS} layers; refused (Keras would take "
+                             "too long to build it)", path=path)
+    for container, name in [(cfg, "the model")] + [(layer, lpath) for layer, lpath, _t, _w in walk_layers(cfg)]:
+        if _class_name(container) == "Sequential" and len(_layers_of(container)) > MAX_SEQUENTIAL_LAYERS:
+            raise InputError(
+                f"{name} is a Sequential of {len(_layers_of(container))} layers, more than the "
+                f"{MAX_SEQUENTIAL_LAYERS} gruconv converts (Keras 3 rebuilds a Sequential once per added "
+                "layer: time grows with the square of the count)", path=path)
+
+
 def _weight_groups(f, root, path: Path, layer_names: list) -> dict:
     """{top-level layer name: [(weight name, dataset)]} — weight order as stored."""
     out = {}
@@ -413,6 +433,8 @@ def _read(path: Path, config: Optional[dict]) -> KerasH5Model:
             model_config = config
         if model_config is not None and not (isinstance(model_config, dict) and _class_name(model_config)):
             raise InputError("model_config is not a Keras model (no class_name)", path=path)
+        if model_config is not None:
+            _check_layer_counts(model_config, path)
         layer_names = h5safe.read_attr(root, "layer_names", []) or []
         if isinstance(layer_names, str):
             layer_names = [layer_names]
