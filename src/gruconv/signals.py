@@ -29,7 +29,27 @@ class Interrupted(BaseException):
         super().__init__(f"interrupted by {signal.Signals(signo).name}")
 
 
+#: The signal :func:`_raise` received since :func:`install` (None: none).
+_received = None
+
+
+def received():
+    """The signal number received since :func:`install`, or None.  Raised inside a C extension's
+    callback, :class:`Interrupted` can surface as another exception (h5py: ``SystemError ...
+    returned a result with an exception set``) or be caught by an ``except`` that turns it into a
+    per-input error; the CLI and the batch loop ask this to still stop as interrupted."""
+    return _received
+
+
+def check() -> None:
+    """Raise :class:`Interrupted` if a signal was received (for loops that catch per-item errors)."""
+    if _received is not None:
+        raise Interrupted(_received)
+
+
 def _raise(signo, _frame):
+    global _received
+    _received = signo
     # A second signal while cleaning up must not interrupt the cleanup itself.
     for s in HANDLED:
         signal.signal(s, signal.SIG_IGN)
@@ -43,6 +63,8 @@ def install() -> dict:
     runner, gets its own handlers back)."""
     if threading.current_thread() is not threading.main_thread():
         return {}
+    global _received
+    _received = None
     previous = {s: signal.getsignal(s) for s in HANDLED}
     for s in HANDLED:
         signal.signal(s, _raise)

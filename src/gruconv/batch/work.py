@@ -46,9 +46,15 @@ def _worker_init(threads: int) -> None:
 _in_job = False
 
 
+#: The signal this worker received (its job may have turned the Interrupted into an error record).
+_stop_signo = None
+
+
 def _worker_sigterm(signo, _frame):
+    global _stop_signo
     from ..signals import Interrupted
 
+    _stop_signo = signo
     if _in_job:
         raise Interrupted(signo)  # finally blocks remove the job's temporary files; _convert_one exits
     os._exit(128 + signo)
@@ -94,6 +100,8 @@ def _convert_one(input: str, output: str, options: dict) -> dict:
     except Exception as e:  # noqa: BLE001 - a bug: record it, keep the batch alive
         out.update(status="failed", exit_code=GruconvError.exit_code, error=f"internal error: {type(e).__name__}: {e}",
                    error_type="InternalError", traceback=traceback.format_exc())
+    if _stop_signo is not None and _is_worker():
+        os._exit(128 + _stop_signo)  # the job ended in an error record because it was interrupted
     out["seconds"] = time.perf_counter() - t0
     return out
 
@@ -220,6 +228,9 @@ def run_plan(plan: list[Job], jobs: int, keep_going: bool, options: dict, consol
             break
 
     def finish(job: Job) -> bool:
+        from ..signals import check
+
+        check()  # a signal a job's error handling swallowed still stops the run (unfinished: undone)
         if job.todo:
             _settle(job, state)
         done.append(job)
