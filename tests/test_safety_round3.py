@@ -329,11 +329,24 @@ def test_a_signal_to_a_batch_stops_its_workers_and_leaves_only_complete_outputs(
 
 # --------------------------------------------------------------------------- 5. full disks
 
-def _files_of_at_most(n: int):
+def _files_of_at_most(n: int, ignore_xfsz: bool = True):
     def limit():
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        if ignore_xfsz:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (n, n))
     return limit
+
+
+def test_a_file_size_limit_does_not_kill_gruconv(tmp_path):
+    """``ulimit -f`` with SIGXFSZ at its default (kill): gruconv ignores SIGXFSZ itself, so the write
+    fails with EFBIG and the conversion ends in one line, exit 3, nothing left (not a core dump)."""
+    out = tmp_path / "out" / "o.h5"
+    out.parent.mkdir()
+    r, tmpdir = _run(["convert", FIXTURES / "keras" / "long_names.h5", out], tmp_path,
+                     preexec=_files_of_at_most(64 * 1024, ignore_xfsz=False))
+    _one_line_failure(r, 3)
+    assert "File too large" in r.stderr
+    assert list(out.parent.iterdir()) == [] and list(tmpdir.iterdir()) == []
 
 
 @pytest.mark.parametrize("fixture,limit,target", [

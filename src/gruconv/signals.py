@@ -68,6 +68,13 @@ def install() -> dict:
     previous = {s: signal.getsignal(s) for s in HANDLED}
     for s in HANDLED:
         signal.signal(s, _raise)
+    xfsz = getattr(signal, "SIGXFSZ", None)
+    if xfsz is not None:
+        # Past a file-size limit (``ulimit -f``) the kernel sends SIGXFSZ, whose default action kills
+        # the process where it stands (temporary files left, a core dump); ignored, the write fails
+        # with EFBIG instead and the error path cleans up: one line, exit 3 (issue 23).
+        previous[xfsz] = signal.getsignal(xfsz)
+        signal.signal(xfsz, signal.SIG_IGN)
     return previous
 
 
