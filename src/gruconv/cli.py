@@ -35,18 +35,51 @@ class _Group(click.Group):
         finally:
             restore(previous)
 
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as e:
+            _usage_line(e)
+
     def invoke(self, ctx):
         from .signals import Interrupted
 
         try:
-            return super().invoke(ctx)
+            return self._invoke(ctx)
+        except click.UsageError as e:  # a subcommand's options: parsed here, inside invoke
+            _usage_line(e)
         except Interrupted as e:
             click.echo(f"gruconv: error: {e}; stopped, temporary files removed (an output is only ever in place complete)", err=True)
             ctx.exit(e.exit_code)
+        except Exception as e:
+            # The handler's Interrupted, raised inside a C extension's callback, can surface as another
+            # exception (h5py: "SystemError: <cyfunction FastRLock.__exit__> returned a result with an
+            # exception set"), or be turned into a GruconvError by an except clause: a signal was
+            # received, so it is reported as the interruption it is (issue 23).
+            from .signals import received
+
+            signo = received()
+            if signo is None:
+                raise
+            intr = Interrupted(signo)
+            click.echo(f"gruconv: error: {intr}; stopped, temporary files removed (an output is only ever in place complete)", err=True)
+            ctx.exit(intr.exit_code)
+
+    def _invoke(self, ctx):
+        """:class:`GruconvError` and paths the OS refuses as one line -- unless a signal was received
+        (then :meth:`invoke` reports the interruption)."""
+        from .signals import received
+
+        try:
+            return super().invoke(ctx)
         except GruconvError as e:
+            if received() is not None:
+                raise
             click.echo(f"gruconv: error: {e}", err=True)
             ctx.exit(e.exit_code)
         except OSError as e:
+            if received() is not None:
+                raise
             # Paths the operating system itself refuses (a name longer than it allows, a symlink
             # loop) can surface from any stat: one line, the input/output exit code.
             import errno
@@ -60,6 +93,19 @@ class _Group(click.Group):
             click.echo(f"gruconv: error: {name[:120]}{'...' if len(name) > 120 else ''}: {e.strerror}",
                        err=True)
             ctx.exit(InputError.exit_code)
+
+
+def _usage_line(e: "click.UsageError"):
+    """Click's usage errors (``--jobs 0``, an unknown option, a missing argument) as every other
+    gruconv error is shown: one ``gruconv: error:`` line, exit 2 (:class:`gruconv.errors.UsageError`),
+    not Click's three-line usage block (issue 23).  ``gruconv`` alone still prints the help."""
+    from .errors import UsageError
+
+    if isinstance(e, click.exceptions.NoArgsIsHelpError):
+        raise e
+    where = e.ctx.command_path if e.ctx is not None else "gruconv"
+    click.echo(f"gruconv: error: {e.format_message().rstrip('.')} (see '{where} --help')", err=True)
+    sys.exit(UsageError.exit_code)
 
 
 def _warn(messages) -> None:

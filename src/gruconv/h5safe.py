@@ -358,10 +358,11 @@ def check_dataset(ds, path, *, max_bytes: int | None = None, numeric: bool = Tru
 
 
 def read_dataset(ds, path, *, max_bytes: int | None = None) -> np.ndarray:
-    """Read a numeric dataset after checking its dtype and declared size (:func:`check_dataset`)."""
+    """Read a numeric dataset after checking its dtype and declared size (:func:`check_dataset`),
+    in native byte order (:func:`native`: big-endian weights are valid data, issue 23)."""
     check_dataset(ds, path, max_bytes=max_bytes)
     try:
-        return np.asarray(ds[()])
+        return native(np.asarray(ds[()]))
     except (OSError, RuntimeError, ValueError, TypeError, KeyError) as e:
         raise InputError(f"{ds.name} cannot be read ({first_line(e)})", path=path) from None
 
@@ -436,3 +437,136 @@ class _LazyClass:
 
 
 _GuardedFile = _LazyClass()
+
+
+# --------------------------------------------------------------------------- guarded copying
+# Issue 23: the legacy writer used ``h5py.Group.copy`` (libhdf5's H5Ocopy) for the weights it does
+# not transform.  H5Ocopy copies object headers verbatim: a dataset whose raw data lives in another
+# file (external storage, ``H5Pset_external``), a virtual dataset (``H5Pset_virtual``) or an
+# external/soft link arrives in the output unchecked, and tf_keras's ``load_weights`` on the output
+# then reads whatever file it names.  It also copies filtered chunks without decoding them, so a
+# fletcher32 chunk whose checksum fails reaches the output and only its reader finds out.  Every
+# copied object therefore passes the guards a read one passes and is *rewritten*: values read (which
+# runs the filters and verifies the checksums), byte order made native, written as plain data.
+
+#: Rows are copied in blocks of about this many bytes, so copying a large tensor holds one block.
+COPY_BLOCK_BYTES = 64 * 2**20
+#: Deepest group nesting a copied group may have (Keras writes two or three levels).
+MAX_COPY_DEPTH = 64
+
+
+def native(arr: np.ndarray) -> np.ndarray:
+    """``arr`` in the machine's byte order (a ``>f4`` dataset holds valid values: HDF5 describes its
+    byte order, and h5py returns it as stored)."""
+    return arr if arr.dtype.isnative else arr.astype(arr.dtype.newbyteorder("="))
+
+
+def _check_attr_type(tid) -> None:
+    """An attribute copied into an output: text, integers or IEEE floats only (a reference, compound,
+    variable-length sequence ... has no place in Keras weights and could point anywhere)."""
+    import h5py
+
+    if tid.get_class() == h5py.h5t.STRING:
+        return
+    _check_type(tid, text=False, empty=False)
+
+
+def copy_attrs(src, dst, path) -> None:
+    """Copy ``src``'s attributes to ``dst``, each type-checked first (:func:`_check_attr_type`)."""
+    try:
+        names = list(src.attrs.keys())
+    except (OSError, RuntimeError, ValueError, KeyError, TypeError) as e:
+        raise InputError(f"attributes of {src.name} cannot be read ({first_line(e)})", path=path) from None
+    for name in names:
+        try:
+            _check_attr_type(src.attrs.get_id(name).get_type())
+            value = src.attrs[name]
+        except _BadType as e:
+            raise InputError(f"attribute {name!r} of {src.name} {e}", path=path) from None
+        except (OSError, RuntimeError, ValueError, KeyError, TypeError) as e:
+            raise InputError(f"attribute {name!r} of {src.name} cannot be read ({first_line(e)})",
+                             path=path) from None
+        if isinstance(value, np.ndarray):
+            value = native(value)
+        _write(lambda: dst.attrs.__setitem__(name, value), dst, f"attribute {name!r}")
+
+
+def _write(action, dst, what: str):
+    """Run a write into the output; libhdf5's failures there (a full disk, a file-size limit: EFBIG,
+    ENOSPC) are :class:`OutputError` -- the input is fine."""
+    from .errors import OutputError
+
+    try:
+        return action()
+    except (OSError, RuntimeError, ValueError, TypeError) as e:
+        from .outputs import write_failure
+
+        raise OutputError(f"cannot write {what[:100]} of {dst.name[:100]} ({write_failure(e)})",
+                          path=getattr(dst.file, "filename", None)) from None
+
+
+def copy_dataset(ds, dst_group, name: str, path) -> None:
+    """Rewrite dataset ``ds`` as ``dst_group[name]``: guarded (:func:`check_dataset`: no external
+    storage, no virtual dataset, sizes bounded), read block by block (so the filters run and
+    checksums are verified: a failing fletcher32 chunk is an :class:`InputError`), native byte
+    order, plain data (gzip/lzf compression kept, nothing else of the source's storage)."""
+    import h5py
+
+    try:
+        is_text = ds.id.get_type().get_class() == h5py.h5t.STRING
+    except (OSError, RuntimeError, ValueError, TypeError) as e:
+        raise InputError(f"{ds.name} cannot be read ({first_line(e)})", path=path) from None
+    check_dataset(ds, path, numeric=not is_text)
+
+    def read(sel):
+        try:
+            return ds[sel]
+        except (OSError, RuntimeError, ValueError, TypeError, KeyError) as e:
+            raise InputError(f"{ds.name} cannot be read ({first_line(e)})", path=path) from None
+
+    shape = ds.shape
+    if is_text or len(shape) == 0 or 0 in shape:
+        data = read(())
+        if isinstance(data, np.ndarray):
+            data = native(data)
+        out = _write(lambda: dst_group.create_dataset(name, data=data), dst_group, f"dataset {name!r}")
+    else:
+        dtype = ds.dtype.newbyteorder("=")
+        kw = {}
+        if ds.compression in ("gzip", "lzf"):
+            kw = dict(compression=ds.compression, compression_opts=ds.compression_opts,
+                      shuffle=bool(ds.shuffle), chunks=True)
+        out = _write(lambda: dst_group.create_dataset(name, shape=shape, dtype=dtype, **kw), dst_group,
+                     f"dataset {name!r}")
+        row = max(1, int(np.prod(shape[1:], dtype=object)) * dtype.itemsize)
+        step = max(1, COPY_BLOCK_BYTES // row)
+        for start in range(0, shape[0], step):
+            block = native(read(np.s_[start:start + step]))
+            _write(lambda: out.__setitem__(np.s_[start:start + step], block), dst_group, f"dataset {name!r}")
+    copy_attrs(ds, out, path)
+
+
+def copy_group(group, dst_parent, path, name: Optional[str] = None, *, _depth: int = 0):
+    """Rewrite ``group`` (attributes, subgroups, datasets) as ``dst_parent[name]``, every member
+    reached through :func:`child` (a soft, external or user-defined link is refused, never
+    followed or copied) and every dataset through :func:`copy_dataset`."""
+    import h5py
+
+    if _depth > MAX_COPY_DEPTH:
+        raise InputError(f"{group.name} is nested more than {MAX_COPY_DEPTH} groups deep", path=path)
+    name = name if name is not None else group.name.rsplit("/", 1)[-1]
+    dst = _write(lambda: dst_parent.create_group(name), dst_parent, f"group {name!r}")
+    copy_attrs(group, dst, path)
+    try:
+        members = list(group.keys())
+    except (OSError, RuntimeError, ValueError, KeyError, TypeError) as e:
+        raise InputError(f"{group.name} cannot be listed ({first_line(e)})", path=path) from None
+    for member in members:
+        obj = child(group, member, path)
+        if isinstance(obj, h5py.Group):
+            copy_group(obj, dst, path, member, _depth=_depth + 1)
+        elif isinstance(obj, h5py.Dataset):
+            copy_dataset(obj, dst, member, path)
+        else:
+            raise InputError(f"{obj.name} is an HDF5 {type(obj).__name__}, not a group or dataset", path=path)
+    return dst

@@ -29,7 +29,27 @@ class Interrupted(BaseException):
         super().__init__(f"interrupted by {signal.Signals(signo).name}")
 
 
+#: The signal :func:`_raise` received since :func:`install` (None: none).
+_received = None
+
+
+def received():
+    """The signal number received since :func:`install`, or None.  Raised inside a C extension's
+    callback, :class:`Interrupted` can surface as another exception (h5py: ``SystemError ...
+    returned a result with an exception set``) or be caught by an ``except`` that turns it into a
+    per-input error; the CLI and the batch loop ask this to still stop as interrupted."""
+    return _received
+
+
+def check() -> None:
+    """Raise :class:`Interrupted` if a signal was received (for loops that catch per-item errors)."""
+    if _received is not None:
+        raise Interrupted(_received)
+
+
 def _raise(signo, _frame):
+    global _received
+    _received = signo
     # A second signal while cleaning up must not interrupt the cleanup itself.
     for s in HANDLED:
         signal.signal(s, signal.SIG_IGN)
@@ -43,11 +63,20 @@ def install() -> dict:
     runner, gets its own handlers back)."""
     if threading.current_thread() is not threading.main_thread():
         return {}
+    global _received
+    _received = None
     # A signal the process inherited as ignored (``nohup``, a shell's background job for SIGINT) stays
     # ignored, as Python itself leaves an inherited SIG_IGN for SIGINT in place.
     previous = {s: signal.getsignal(s) for s in HANDLED if signal.getsignal(s) is not signal.SIG_IGN}
     for s in previous:
         signal.signal(s, _raise)
+    xfsz = getattr(signal, "SIGXFSZ", None)
+    if xfsz is not None:
+        # Past a file-size limit (``ulimit -f``) the kernel sends SIGXFSZ, whose default action kills
+        # the process where it stands (temporary files left, a core dump); ignored, the write fails
+        # with EFBIG instead and the error path cleans up: one line, exit 3 (issue 23).
+        previous[xfsz] = signal.getsignal(xfsz)
+        signal.signal(xfsz, signal.SIG_IGN)
     return previous
 
 
@@ -57,13 +86,17 @@ def restore(previous: dict) -> None:
             signal.signal(s, h)
 
 
-def die_with_parent() -> None:
+def die_with_parent(parent: "int | None" = None) -> None:
     """In a worker process: exit as soon as the parent process is gone.
 
-    The parent's pid is recorded now; ``PR_SET_PDEATHSIG`` (Linux, ``prctl(2)``) delivers SIGTERM to
-    this process when the parent thread exits, and a daemon thread polls ``getppid()`` once a second
-    for the platforms and races that prctl does not cover."""
-    parent = os.getppid()
+    ``parent``: the pid of the process that started this one, as that process knew it
+    (``multiprocessing.parent_process().pid``); not ``getppid()`` now, which is already 1 (or a
+    subreaper) when the parent died while this worker was still starting -- the race a SIGKILL
+    right after ``--jobs 2`` started its workers hit (issue 23).  ``PR_SET_PDEATHSIG`` (Linux,
+    ``prctl(2)``) delivers SIGTERM to this process when the parent thread exits, and a daemon thread
+    polls ``getppid()`` once a second for the platforms and races that prctl does not cover."""
+    if parent is None:
+        parent = os.getppid()
     try:
         import ctypes
 
@@ -86,3 +119,4 @@ def die_with_parent() -> None:
                 os._exit(128 + signal.SIGTERM)
 
     threading.Thread(target=watch, name="gruconv-parent-watch", daemon=True).start()
+

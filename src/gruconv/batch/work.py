@@ -18,9 +18,20 @@ from .plan import Job, fail_record, options_record, snapshot, undo
 # --------------------------------------------------------------------------- workers
 
 def _worker_init(threads: int) -> None:
-    """Pool initializer: cap the framework's thread pools at this worker's share of the CPUs (N
-    workers each spinning up one thread per core only fight each other), then pay the framework
-    start-up once per worker, before its first job."""
+    """Pool initializer: end with the main process (:func:`gruconv.signals.die_with_parent`: a
+    killed main process once left its workers running for over an hour, issue 23); SIGTERM while a
+    job runs unwinds it (its temporary files removed) before the worker exits 143; cap the
+    framework's thread pools at this worker's share of the CPUs (N workers each spinning up one
+    thread per core only fight each other), then pay the framework start-up once per worker,
+    before its first job."""
+    import multiprocessing
+    import signal
+
+    from ..signals import die_with_parent
+
+    parent = multiprocessing.parent_process()
+    die_with_parent(parent.pid if parent is not None else None)
+    signal.signal(signal.SIGTERM, _worker_sigterm)
     for var in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS"):
         os.environ.setdefault(var, str(threads))
     try:
@@ -31,18 +42,42 @@ def _worker_init(threads: int) -> None:
         pass
 
 
+#: True while this worker runs a job (:func:`_worker_sigterm` then unwinds it instead of exiting).
+_in_job = False
+
+
+#: The signal this worker received (its job may have turned the Interrupted into an error record).
+_stop_signo = None
+
+
+def _worker_sigterm(signo, _frame):
+    global _stop_signo
+    from ..signals import Interrupted
+
+    _stop_signo = signo
+    if _in_job:
+        raise Interrupted(signo)  # finally blocks remove the job's temporary files; _convert_one exits
+    os._exit(128 + signo)
+
+
 def _jsonable(obj):
     return json.loads(json.dumps(obj, default=str))
 
 
 def _convert_one(input: str, output: str, options: dict) -> dict:
     """Convert one input; never raises for a per-input problem (returns the record's fields)."""
+    global _in_job
     from .. import api
+    from ..signals import Interrupted
 
     t0 = time.perf_counter()
     out: dict = {"status": "failed", "exit_code": GruconvError.exit_code}
     try:
-        result = api.convert(input, output, **options)
+        try:
+            _in_job = True
+            result = api.convert(input, output, **options)
+        finally:
+            _in_job = False
         res = _jsonable(result.to_json())
         out.update(format=res.get("format"), outputs=res.get("outputs") or [],
                    stacks=res.get("rnns") or res.get("stacks") or [],
@@ -55,14 +90,26 @@ def _convert_one(input: str, output: str, options: dict) -> dict:
                        error=_parity_message(ver))
         else:
             out.update(status="ok", exit_code=0)
+    except Interrupted as e:
+        if _is_worker():
+            os._exit(e.exit_code)  # unwound: the job's temporary files are gone; the main process decides
+        raise
     except GruconvError as e:
         out.update(status="parity-failed" if isinstance(e, ParityError) else "failed", exit_code=e.exit_code,
                    error=str(e), error_type=type(e).__name__)
     except Exception as e:  # noqa: BLE001 - a bug: record it, keep the batch alive
         out.update(status="failed", exit_code=GruconvError.exit_code, error=f"internal error: {type(e).__name__}: {e}",
                    error_type="InternalError", traceback=traceback.format_exc())
+    if _stop_signo is not None and _is_worker():
+        os._exit(128 + _stop_signo)  # the job ended in an error record because it was interrupted
     out["seconds"] = time.perf_counter() - t0
     return out
+
+
+def _is_worker() -> bool:
+    import multiprocessing
+
+    return multiprocessing.parent_process() is not None
 
 
 def _parity_message(ver: dict) -> str:
@@ -98,6 +145,7 @@ def _prepare(job: Job) -> None:
     """Create the output's parent directories (remembered, so a failure can remove them again),
     and note what the output files are before the job (:func:`snapshot`)."""
     job.snap = snapshot(job.outs)
+    job.prepared = True  # from here on, an interrupted run undoes what this job wrote
     try:
         job.input_mtime = input_mtime(job.item)
     except (OSError, ValueError):
@@ -180,6 +228,9 @@ def run_plan(plan: list[Job], jobs: int, keep_going: bool, options: dict, consol
             break
 
     def finish(job: Job) -> bool:
+        from ..signals import check
+
+        check()  # a signal a job's error handling swallowed still stops the run (unfinished: undone)
         if job.todo:
             _settle(job, state)
         done.append(job)
@@ -188,6 +239,46 @@ def run_plan(plan: list[Job], jobs: int, keep_going: bool, options: dict, consol
 
     todo = [j for j in runnable if j.todo]
     workers = min(jobs, len(todo))
+    from ..signals import Interrupted
+
+    try:
+        _run(runnable, todo, workers, keep_going, options, done, finish)
+    except Interrupted:
+        # SIGTERM/SIGINT: the workers are stopped (_run); what the unfinished jobs left is removed,
+        # so only complete outputs of finished jobs stay (README, "Signals and full disks").
+        finished = {id(j) for j in done}
+        for job in todo:
+            if id(job) not in finished and getattr(job, "prepared", False):
+                undo(job.outs, job.snap)
+                for d in getattr(job, "made_dirs", []):
+                    try:
+                        d.rmdir()
+                    except OSError:
+                        break
+        raise
+
+
+def _stop_workers(pool) -> None:
+    """SIGTERM every worker of ``pool`` (each unwinds its job, removing its temporary files, and
+    exits 143: :func:`_worker_sigterm`) and wait for them; SIGKILL those still running after 30 s."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())  # CPython's ProcessPoolExecutor
+    for p in procs:
+        try:
+            p.terminate()
+        except (OSError, ValueError, AttributeError):
+            pass
+    deadline = time.monotonic() + 30.0
+    for p in procs:
+        try:
+            p.join(max(0.0, deadline - time.monotonic()))
+            if p.is_alive():
+                p.kill()
+                p.join(5.0)
+        except (OSError, ValueError, AttributeError, AssertionError):
+            pass
+
+
+def _run(runnable: list, todo: list, workers: int, keep_going: bool, options: dict, done: list, finish) -> None:
     if workers <= 1:
         for job in runnable:
             if job.todo:
@@ -244,5 +335,8 @@ def run_plan(plan: list[Job], jobs: int, keep_going: bool, options: dict, consol
             if finish(job) and not keep_going:
                 for f in futures:
                     f.cancel()
+    except BaseException:  # Interrupted (or a bug): no worker outlives the run
+        _stop_workers(pool)
+        raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)

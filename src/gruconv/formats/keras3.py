@@ -374,7 +374,7 @@ def save(model, out_tmp: Path) -> list:
         try:
             with staging_dir(Path(out_tmp).parent) as td:
                 staged = Path(td) / "model.keras"
-                model.save(str(staged))
+                _save_in(model, staged, td)
                 # config.json as every Keras 3.8+ reads it (keras_portable: docs/compatibility.md)
                 rewrite_keras_zip(staged, staged, qr_free_low_precision=True)
                 os.replace(staged, out_tmp)
@@ -382,6 +382,50 @@ def save(model, out_tmp: Path) -> list:
             if original is not None:
                 saving_lib.is_memory_sufficient = original
     return weight_digests(model)
+
+
+def _save_in(model, staged: Path, td) -> None:
+    """``model.save(staged)`` with every temporary file of Keras's inside ``td`` (the staging directory),
+    and closed when saving fails.
+
+    Keras 3.15's ``saving_lib._save_model_to_fileobj`` ends in a ``finally`` that closes the weights
+    store, then the asset store (a ``tempfile.mkdtemp()`` directory in ``$TMPDIR``), then the
+    ``NamedTemporaryFile`` weights file; when the first close fails (a full disk: h5py cannot flush)
+    the other two are skipped.  Measured under ``RLIMIT_FSIZE`` (issue 23): the assets directory stayed
+    in ``$TMPDIR``, and the weights file, still referenced by the traceback, was unlinked at exit after
+    :func:`gruconv.outputs.staging_dir` had removed it ("Exception ignored ... FileNotFoundError" on
+    stderr after gruconv's one line).  So ``tempfile.tempdir`` points into ``td`` while saving (removed
+    with it), and on failure the temporary files the traceback's frames hold are closed while ``td``
+    still exists."""
+    import tempfile
+    import traceback
+
+    k = keras()
+    filtering = k.config.is_traceback_filtering_enabled()  # Keras drops its own frames from tracebacks
+    saved_tempdir = tempfile.tempdir
+    tempfile.tempdir = str(td)
+    try:
+        if filtering:
+            k.config.disable_traceback_filtering()
+        model.save(str(staged))
+    except BaseException as e:
+        seen: list = []
+        err = e
+        while err is not None and len(seen) < 16:  # the chain: a failing close() raises over the first error
+            seen.append(err)
+            for frame, _ in traceback.walk_tb(err.__traceback__):
+                for value in list(frame.f_locals.values()):
+                    if type(value).__name__ == "_TemporaryFileWrapper" and hasattr(value, "close"):
+                        try:
+                            value.close()
+                        except OSError:
+                            pass
+            err = err.__context__ if err.__context__ not in seen else None
+        raise
+    finally:
+        tempfile.tempdir = saved_tempdir
+        if filtering:
+            k.config.enable_traceback_filtering()
 
 
 def _release_freed_memory() -> None:

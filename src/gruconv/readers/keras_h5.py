@@ -229,6 +229,26 @@ def walk_layers(cfg: dict, top: Optional[str] = None, prefix: str = ""):
                     yield inner, f"{path}/{_name(inner)}", this_top, layer
 
 
+def _check_layer_counts(cfg: dict, path) -> None:
+    """Refuse, before Keras is imported, a config Keras would take hours to build: more than
+    :data:`gruconv.inputs.MAX_SEQUENTIAL_LAYERS` layers in one ``Sequential`` or
+    :data:`gruconv.inputs.MAX_LAYERS` in all (the reasons and measurements are there)."""
+    from ..inputs import MAX_LAYERS, MAX_SEQUENTIAL_LAYERS
+
+    total = 0
+    for layer, lpath, _top, _wrapper in walk_layers(cfg):
+        total += 1
+        if total > MAX_LAYERS:
+            raise InputError(f"model_config has more than {MAX_LAYERS} layers; refused (Keras would take "
+                             "too long to build it)", path=path)
+    for container, name in [(cfg, "the model")] + [(layer, lpath) for layer, lpath, _t, _w in walk_layers(cfg)]:
+        if _class_name(container) == "Sequential" and len(_layers_of(container)) > MAX_SEQUENTIAL_LAYERS:
+            raise InputError(
+                f"{name} is a Sequential of {len(_layers_of(container))} layers, more than the "
+                f"{MAX_SEQUENTIAL_LAYERS} gruconv converts (Keras 3 rebuilds a Sequential once per added "
+                "layer: time grows with the square of the count)", path=path)
+
+
 def _weight_groups(f, root, path: Path, layer_names: list) -> dict:
     """{top-level layer name: [(weight name, dataset)]} — weight order as stored."""
     out = {}
@@ -327,7 +347,7 @@ def _rnn_from_weights(path: Path, rpath: str, top: str, cfg: dict, wrapper_cfg: 
                 raise InputError(f"{where}: {role} cannot be read ({first_line(e)})", path=path) from None
             if dt.kind not in "fiub":
                 raise InputError(f"{ds.name} has dtype {dt}, expected a numeric tensor", path=path)
-            dtypes.add(str(dt))
+            dtypes.add(str(dt.newbyteorder("=")))  # ">f4" is float32 (h5safe.read_dataset makes it native)
         k = shapes["kernel"]
         if len(k) != 2 or k[1] % G or k[1] == 0 or k[0] == 0:
             raise InputError(f"{where}: kernel has shape {k}, expected (input_size, {G}*units)", path=path)
@@ -413,6 +433,8 @@ def _read(path: Path, config: Optional[dict]) -> KerasH5Model:
             model_config = config
         if model_config is not None and not (isinstance(model_config, dict) and _class_name(model_config)):
             raise InputError("model_config is not a Keras model (no class_name)", path=path)
+        if model_config is not None:
+            _check_layer_counts(model_config, path)
         layer_names = h5safe.read_attr(root, "layer_names", []) or []
         if isinstance(layer_names, str):
             layer_names = [layer_names]
@@ -769,10 +791,9 @@ def write(doc: KerasH5Model, out_path, *, include_model: bool = True, include_tr
             nonfinite[rnn.path] = rnn.stack.nonfinite_count()
         return current["arrays"][i]
 
-    try:
-        dst_file = h5py.File(out_path, "w")
-    except (OSError, RuntimeError, ValueError) as e:
-        raise OutputError(f"cannot create {out_path} ({first_line(e)})", path=out_path) from None
+    from ..outputs import hdf5_file
+
+    dst_file = hdf5_file(out_path)  # a full disk is an OSError here, not a crash in libhdf5 (issue 23)
     where = "the file's attributes"
     try:
         with _open(doc.path) as src, dst_file as dst:
@@ -787,14 +808,12 @@ def write(doc: KerasH5Model, out_path, *, include_model: bool = True, include_tr
                 droot = dst.create_group("model_weights")
             else:
                 droot = dst
-            for key, value in sroot.attrs.items():
-                droot.attrs[key] = value
+            h5safe.copy_attrs(sroot, droot, doc.path)
             for lname in doc.layer_names:
                 where = f"layer {lname!r}"
                 sg = h5safe.child(sroot, lname, doc.path, "group")
                 dg = droot.create_group(lname)
-                for key, value in sg.attrs.items():
-                    dg.attrs[key] = value
+                h5safe.copy_attrs(sg, dg, doc.path)
                 for wname in _weight_names(sg, doc.path):
                     where = f"weight {lname}/{wname}"
                     sds = h5safe.resolve(sg, wname, doc.path, "dataset")
@@ -804,17 +823,26 @@ def write(doc: KerasH5Model, out_path, *, include_model: bool = True, include_tr
                     if sds.name in replaced:
                         dparent.create_dataset(leaf, data=gru_array(sds.name))
                     else:
-                        src.copy(sds, dparent, name=leaf)
+                        # rewritten, not H5Ocopy'd: guarded, checksums verified (issue 23)
+                        h5safe.copy_dataset(sds, dparent, leaf, doc.path)
             if (h5safe.child_exists(sroot, "top_level_model_weights", doc.path)
                     and "top_level_model_weights" not in doc.layer_names):
                 where = "top_level_model_weights"
-                src.copy(h5safe.child(sroot, "top_level_model_weights", doc.path, "group"), droot)
+                h5safe.copy_group(h5safe.child(sroot, "top_level_model_weights", doc.path, "group"), droot,
+                                  doc.path)
     except GruconvError as e:
         if e.path is None:
             raise type(e)(e.message, path=doc.path) from None
         raise
-    except (OSError, RuntimeError, KeyError, ValueError, TypeError) as e:
-        raise InputError(f"cannot copy {where} into the converted file ({first_line(e)})",
+    except OSError as e:
+        import errno
+
+        if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EIO):  # the output's disk, not the input
+            raise OutputError(f"cannot write the converted file ({e.strerror})", path=out_path) from None
+        raise InputError(f"cannot copy {where[:200]} into the converted file ({first_line(e)})",
+                         path=doc.path) from None
+    except (RuntimeError, KeyError, ValueError, TypeError) as e:
+        raise InputError(f"cannot copy {where[:200]} into the converted file ({first_line(e)})",
                          path=doc.path) from None
     finally:
         if current.get("rnn") is not None:
@@ -972,7 +1000,14 @@ def to_keras(doc: KerasH5Model, opts: Optional[Options] = None):
                          "a Keras model", path=doc.path)
     with tempfile.TemporaryDirectory(prefix="gruconv-") as td:
         legacy = Path(td) / "converted.h5"
-        nonfinite = write(doc, legacy, include_model=True, include_training=False, zero_init=True)
+        try:
+            nonfinite = write(doc, legacy, include_model=True, include_training=False, zero_init=True)
+        except OutputError as e:  # the working copy, not the output: say where it was (issue 23)
+            if e.path is None or os.fspath(e.path) != os.fspath(legacy):
+                raise
+            why = e.message.rsplit(" (", 1)[-1].rstrip(")")
+            raise OutputError(f"cannot write a working copy in the temporary directory {tempfile.gettempdir()} "
+                              f"(TMPDIR): {why}", path=doc.path) from None
         model = keras3.load_legacy(legacy, compile=False, source=doc.path)
     keras3.restore_initializers(model, original_initializers(doc), source=doc.path)
     return model, nonfinite

@@ -14,7 +14,6 @@ import re
 
 import numpy as np
 
-from ..errors import OutputError
 
 FORMAT = "h5-weights"
 SUFFIX = ".h5"
@@ -57,18 +56,14 @@ def write_stack(document, entry, target, options, name: str) -> None:
     """The stack's Keras weights, one group per layer of the model
     :func:`gruconv.formats.keras3.build_stack_model` builds (its names; the input layer with no
     weights), one direction's arrays at a time (``document.drop()`` after each)."""
-    import h5py
-
     from ..keras_layout import to_keras as keras_arrays
+    from ..outputs import hdf5_file
 
     stack = entry.stack
     s = stack.shape
     base = re.sub(r"[^A-Za-z0-9_]+", "_", name).strip("_") or "gru_stack"  # keras3's layer-name rule
     layer_names = ["inputs"] + [f"{base}_l{layer}" for layer in range(s.num_layers)]
-    try:
-        f = h5py.File(target, "w")
-    except (OSError, RuntimeError, ValueError) as err:
-        raise OutputError(f"cannot create output ({err})", path=target) from None
+    f = hdf5_file(target)  # not h5py's own file driver: it segfaults closing after a full disk (issue 23)
     with f:
         f.attrs["layer_names"] = np.array([n.encode("utf-8") for n in layer_names])
         f.attrs["backend"] = b"tensorflow"
