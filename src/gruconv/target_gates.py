@@ -60,3 +60,62 @@ def stacked_blocks(p: GateParams, target: str, cell: str, input_size: int, dtype
     bW = np.asarray(p.input_bias, dtype=dtype)[order].reshape(G * H)
     bR = np.asarray(p.recurrent_bias, dtype=dtype)[order].reshape(G * H)
     return W, R, bW, bR
+
+
+# --------------------------------------------------------------------------- verify's view of a target
+
+class _Input:
+    """A named model input, as ``verify`` reads them off a Keras model (``t.name``)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+class StackRunner:
+    """A converted stack of a non-Keras target, driven the way ``verify`` drives the ``.keras`` stack
+    model (:func:`gruconv.verify.stacks.verify_stack`), so that the per-stack checks and verdicts are
+    the same code for every target.
+
+    ``inputs``: ``x``, then (``state_inputs``) one ``initial_state_*`` per pseudo-layer state (h, and
+    c for an LSTM, pseudo-layer by pseudo-layer: cuDNN's order, as
+    :func:`gruconv.formats.keras3.build_stack_model` names them), then (``mask_input``) ``mask``.
+    Calling it with those arrays (batch-major; ``mask`` right-padded booleans) returns
+    ``[y (batch, time, dirs*units), h_0 (, c_0), h_1 ...]``: the sequence, then every final state.
+
+    ``run(x_tm, h0, c0, lengths)`` is the target's own engine (torch, onnxruntime), time-major, returning
+    ``(y, hy, cy or None)`` as :func:`gruconv.oracle.run_stack` does.
+    """
+
+    def __init__(self, name: str, shape, run, *, state_inputs: bool = True, mask_input: bool = True,
+                 engine: str = ""):
+        self.name, self.shape, self._run, self.engine = name, shape, run, engine
+        self.state_inputs, self.mask_input = state_inputs, mask_input
+        per = 2 if shape.cell == "lstm" else 1
+        names = ["x"]
+        if state_inputs:
+            names += [f"initial_state_{i}" for i in range(shape.num_pseudo_layers * per)]
+        if mask_input:
+            names.append("mask")
+        self.inputs = [_Input(n) for n in names]
+
+    def __call__(self, args):
+        args = list(args) if isinstance(args, (list, tuple)) else [args]
+        s = self.shape
+        lstm = s.cell == "lstm"
+        x = np.asarray(args.pop(0))
+        h0 = c0 = lengths = None
+        if self.state_inputs:
+            per = 2 if lstm else 1
+            states = [np.asarray(a) for a in args[:s.num_pseudo_layers * per]]
+            args = args[s.num_pseudo_layers * per:]
+            h0 = np.stack(states[0::per])
+            c0 = np.stack(states[1::per]) if lstm else None
+        if self.mask_input:
+            lengths = np.asarray(args.pop(0)).astype(bool).sum(axis=1)
+        y, hy, cy = self._run(np.ascontiguousarray(x.transpose(1, 0, 2)), h0, c0, lengths)
+        out = [np.ascontiguousarray(np.asarray(y).transpose(1, 0, 2))]
+        for i in range(s.num_pseudo_layers):
+            out.append(hy[i])
+            if lstm:
+                out.append(cy[i])
+        return out

@@ -170,6 +170,17 @@ class KerasH5Model:
         """The graph as a Keras 3 model in memory, and the NaN/Inf count per layer (:func:`to_keras`)."""
         return to_keras(self)
 
+    def other_weights(self):
+        """Every stored weight that belongs to no cuDNN layer, as ``("<layer>/<weight name>", array)``
+        in file order (a writer that carries them beside the converted RNNs: the ``torch`` one)."""
+        ours = {ds for rnn in self.rnns for roles in rnn.datasets for ds in roles.values()}
+        with _open(self.path) as f:
+            root = h5safe.child(f, "model_weights", self.path, "group") if self.kind == "model" else f
+            for lname, entries in _weight_groups(f, root, self.path, self.layer_names).items():
+                for wname, ds in entries:
+                    if ds.name not in ours:
+                        yield f"{lname}/{wname}", h5safe.read_dataset(ds, self.path)
+
 
 def sniff(path: Path) -> bool:
     if not path.is_file() or not h5safe.is_hdf5(path):
