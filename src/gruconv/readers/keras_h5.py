@@ -1007,6 +1007,15 @@ def verify_subjects(doc: KerasH5Model, converted, opts: Options):
         if not converted.exists():
             raise InputError("converted model not found", path=converted)
 
+        runners = writers.stack_runners(converted)
+        if runners is not None:  # torch / onnx: every cuDNN RNN checked as a bare stack, run by the target
+            for rnn in doc.rnns:
+                runner = runners.get(rnn.path) or (next(iter(runners.values())) if len(runners) == 1 else None)
+                if runner is None:
+                    raise InputError(f"holds no RNN named {rnn.path!r}", path=converted)
+                yield Subject(name=rnn.path, model=runner, stack=rnn.stack)
+            return
+
         def rebuild():
             if doc.model_config is None:
                 raise UsageError("verifying a weights .h5 needs --config ARCH.json", path=doc.path)
@@ -1047,6 +1056,8 @@ def convert(doc: KerasH5Model, output: Path, opts: Optional[Options] = None) -> 
     for rnn in doc.rnns:
         bad = nonfinite.get(rnn.path, 0)
         result.rnns.append(_rnn_entry(rnn, bad))
+        if hasattr(writer, "describe"):  # a non-Keras target says what it made
+            result.rnns[-1]["converts_to"] = writer.describe(rnn.shape)["target"]
         if bad:
             result.warnings.append(f"{rnn.path}: {bad} NaN/Inf weight value(s) carried over unchanged")
     result.outputs.append(str(output))

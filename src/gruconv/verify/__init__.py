@@ -180,6 +180,8 @@ def _run_checks(module, doc, converted, opts, engine, report, rng, tolerance, us
         if subject.opaque is None and engine.kind == "cudnn" and report.notes.count(_NO_BUFFER % subject.name) == 0:
             report.notes.append(_NO_BUFFER % subject.name)
         verify_stack(subject.stack, subject.opaque, subject.model, engine, report, rng, tolerance, user_inputs)
+        if getattr(subject.model, "engine", None):  # a torch / onnx output: its own runtime ran it
+            report.environment["converted_by"] = subject.model.engine
     return False
 
 

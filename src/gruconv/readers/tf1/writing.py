@@ -260,7 +260,8 @@ def convert(doc: CheckpointDoc, output: Path, opts: Optional[Options] = None) ->
                 writer.write_document(document, named, tmp, opts, result.warnings)
             r.release()
             result.outputs.append(str(output))
-            result.rnns.extend(dict(rnn_entry(e), output=str(output)) for e in doc.stacks)
+            result.rnns.extend(dict(rnn_entry(e), output=str(output), converts_to=writer.describe(e.shape)["target"])
+                               for e in doc.stacks)
             return result
         for e, target in zip(doc.stacks, targets):
             name = e.scope or f"{e.stack.shape.cell}_stack"
@@ -269,6 +270,8 @@ def convert(doc: CheckpointDoc, output: Path, opts: Optional[Options] = None) ->
             r.release()
             result.outputs.append(str(target))
             result.rnns.append(dict(rnn_entry(e), output=str(target)))
+            if hasattr(writer, "describe"):  # a non-Keras target says what it made
+                result.rnns[-1]["converts_to"] = writer.describe(e.shape)["target"]
         if doc.other_keys:
             rest_npz.write(document, rest_target, True if as_dir else force, result.warnings)
             result.outputs.append(str(rest_target))
