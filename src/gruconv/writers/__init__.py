@@ -108,6 +108,12 @@ def load(path, rebuild):
 def stack_runners(path) -> Optional[dict]:
     """``{rnn name: runner}`` when the writer claiming ``path``'s name runs stacks itself
     (``runners``: torch, onnx), else None (a Keras model: :func:`load`)."""
+    if Path(path).is_dir():  # a directory of one file per stack: every file a runner-writer claims
+        found: dict = {}
+        for p in sorted(Path(path).iterdir()):
+            if p.is_file() and claimed_by(p) is not None and hasattr(module(claimed_by(p)), "runners"):
+                found.update(module(claimed_by(p)).runners(p))
+        return found or None
     name = claimed_by(path)
     writer = module(name) if name is not None else None
     if writer is None or not hasattr(writer, "runners"):

@@ -56,10 +56,55 @@ def refuse(graph) -> None:
 
     if graph.model_config is not None:
         raise UsageError(FULL_MODEL, path=graph.path)
+
+
+def refuse_one_file(graph) -> None:
+    """Several RNNs cannot go to one ``.onnx`` file: one usage line naming the two ways that work."""
+    from ..errors import UsageError
+
+    refuse(graph)
     if len(graph.rnns) > 1:
         raise UsageError(f"the file holds {len(graph.rnns)} cuDNN RNNs ({', '.join(r.path for r in graph.rnns)}); "
-                         "an .onnx file holds one stack: convert to .safetensors (--format torch) for all of "
-                         "them", path=graph.path)
+                         "an .onnx file holds one stack: name a directory as OUTPUT with --format onnx (one "
+                         ".onnx per RNN), or convert to .safetensors for all of them", path=graph.path)
+
+
+def graph_targets(graph, directory) -> list:
+    """The file each cuDNN RNN of a weights-only Keras file gets in a directory output: its layer
+    path made a file name (``/`` -> ``__``, anything outside ``[A-Za-z0-9_.-]`` -> ``_``, unique up
+    to case) plus ``.onnx``."""
+    import re
+
+    taken, out = set(), []
+    for rnn in graph.rnns:
+        base = re.sub(r"[^A-Za-z0-9_.\-]", "_", rnn.path.replace("/", "__")).lstrip(".") or f"{rnn.shape.cell}_stack"
+        stem, n = base, 1
+        while stem.lower() in taken:
+            n += 1
+            stem = f"{base}_{n}"
+        taken.add(stem.lower())
+        out.append(Path(directory) / (stem + SUFFIX))
+    return out
+
+
+def write_graph_many(document, directory, options, warnings: list) -> list:
+    """Each cuDNN RNN of a weights-only Keras file as its own ``.onnx`` in ``directory``
+    (:func:`graph_targets`), each written atomically; returns the files written (the caller removes
+    them again if anything fails)."""
+    from ..onnx_target import write
+
+    graph = document.graph
+    refuse(graph)
+    written = []
+    for rnn, target in zip(graph.rnns, graph_targets(graph, directory)):
+        if rnn.shape.dtype == "float64":
+            warnings.append(f"{rnn.path}: float64 weights rounded to float32 (the ONNX interface is float32)")
+        try:
+            write(target, rnn.stack, force=True)
+        finally:
+            rnn.release()
+        written.append(target)
+    return written
 
 
 def write_graph(document, target, options, warnings: list, *, final) -> dict:
@@ -67,7 +112,7 @@ def write_graph(document, target, options, warnings: list, *, final) -> dict:
     from ..onnx_target import write
 
     graph = document.graph
-    refuse(graph)
+    refuse_one_file(graph)
     nonfinite = {}
     for rnn in graph.rnns:
         if rnn.shape.dtype == "float64":
