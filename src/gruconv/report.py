@@ -49,7 +49,7 @@ def verify_text(rep: dict) -> str:
     lines = [f"reference: {rep['reference']} ({rep.get('reference_reason', '')}), math: {rep['math_mode']}"]
     env = rep.get("environment") or {}
     if env.get("converted_by"):
-        lines.append(f"converted model: {env['converted_by']}, inputs batch {rep.get('batch')} x steps {rep.get('steps')}")
+        lines.append(f"converted model: {'; '.join(env['converted_by'])}, inputs batch {rep.get('batch')} x steps {rep.get('steps')}")
     elif env.get("backend"):
         lines.append(f"converted model: Keras {env.get('keras', '?')} on {env['backend']}, "
                      f"inputs batch {rep.get('batch')} x steps {rep.get('steps')}")

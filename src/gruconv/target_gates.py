@@ -82,13 +82,17 @@ class StackRunner:
     Calling it with those arrays (batch-major; ``mask`` right-padded booleans) returns
     ``[y (batch, time, dirs*units), h_0 (, c_0), h_1 ...]``: the sequence, then every final state.
 
-    ``run(x_tm, h0, c0, lengths)`` is the target's own engine (torch, onnxruntime), time-major, returning
-    ``(y, hy, cy or None)`` as :func:`gruconv.oracle.run_stack` does.
+    ``run(x_tm, h0, c0, lengths, math)`` is the target's own engine (torch, onnxruntime), time-major,
+    returning ``(y, hy, cy or None)`` as :func:`gruconv.oracle.run_stack` does; ``math`` is the GPU
+    math of the run ``verify`` is doing (:data:`gruconv.verify.CURRENT_RUN`; None: the CPU), and
+    ``engine(math)`` says in words what runs it (``self.engine``: the last run's).
     """
 
     def __init__(self, name: str, shape, run, *, state_inputs: bool = True, mask_input: bool = True,
-                 engine: str = ""):
-        self.name, self.shape, self._run, self.engine = name, shape, run, engine
+                 engine=None):
+        self.name, self.shape, self._run = name, shape, run
+        self._engine = engine or (lambda math: "")
+        self.engine = self._engine(None)
         self.state_inputs, self.mask_input = state_inputs, mask_input
         per = 2 if shape.cell == "lstm" else 1
         names = ["x"]
@@ -112,7 +116,11 @@ class StackRunner:
             c0 = np.stack(states[1::per]) if lstm else None
         if self.mask_input:
             lengths = np.asarray(args.pop(0)).astype(bool).sum(axis=1)
-        y, hy, cy = self._run(np.ascontiguousarray(x.transpose(1, 0, 2)), h0, c0, lengths)
+        from .verify import CURRENT_RUN
+
+        _, math = CURRENT_RUN.get()  # None: CPU; "strict" / "default": the GPU run verify is doing
+        self.engine = self._engine(math)
+        y, hy, cy = self._run(np.ascontiguousarray(x.transpose(1, 0, 2)), h0, c0, lengths, math)
         out = [np.ascontiguousarray(np.asarray(y).transpose(1, 0, 2))]
         for i in range(s.num_pseudo_layers):
             out.append(hy[i])

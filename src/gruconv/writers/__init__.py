@@ -121,6 +121,19 @@ def stack_runners(path) -> Optional[dict]:
     return writer.runners(Path(path))
 
 
+def gpu_probe(path):
+    """The GPU probe of the writer that wrote ``path`` (a file, or a directory of its files), when it
+    runs its stacks itself: ``gpu_status() -> (usable, reason, {"strict": .., "default": ..})``;
+    else None (``verify`` asks the Keras backend)."""
+    path = Path(path)
+    files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+    for p in files:
+        name = claimed_by(p)
+        if name is not None and hasattr(module(name), "gpu_status"):
+            return module(name).gpu_status
+    return None
+
+
 def targets(shape) -> dict:
     """``{format: {"target", "note"}}``: what each writer with ``describe`` makes of a stack of
     ``shape`` (a :class:`gruconv.canonical.StackShape`), for ``inspect``."""

@@ -140,12 +140,37 @@ def runners(path) -> dict:
     inputs = {i.name for i in model.graph.input}
     del model
 
-    def run(x, h0, c0, lengths):
+    def run(x, h0, c0, lengths, math):
         return run_onnx(str(path), x, h0 if "h0" in inputs else None, c0 if "c0" in inputs else None,
-                        lengths if "sequence_lens" in inputs else None)
+                        lengths if "sequence_lens" in inputs else None, providers=_providers(math))
 
     return {name: StackRunner(name, shape, run, state_inputs="h0" in inputs,
-                              mask_input="sequence_lens" in inputs, engine="onnxruntime (CPU)")}
+                              mask_input="sequence_lens" in inputs, engine=_engine)}
+
+
+def _providers(math) -> list:
+    """CPU, or onnxruntime's CUDA provider (its ``use_tf32`` option off for strict fp32)."""
+    if math is None:
+        return ["CPUExecutionProvider"]
+    return [("CUDAExecutionProvider", {"use_tf32": "0" if math == "strict" else "1"})]
+
+
+def _engine(math) -> str:
+    if math is None:
+        return "onnxruntime (CPU)"
+    return f"onnxruntime (CUDA provider, {'use_tf32=0' if math == 'strict' else 'use_tf32=1'})"
+
+
+def gpu_status() -> tuple:
+    """``(usable, reason, math settings)`` for ``verify --device``: onnxruntime's CUDA provider."""
+    try:
+        import onnxruntime as ort
+    except ImportError as e:
+        return False, f"onnxruntime is not installed ({e})", {}
+    ok = "CUDAExecutionProvider" in ort.get_available_providers()
+    why = (f"onnxruntime {ort.__version__}, CUDAExecutionProvider" if ok
+           else f"onnxruntime {ort.__version__} has no CUDA provider ({', '.join(ort.get_available_providers())})")
+    return ok, why, {"strict": "CUDAExecutionProvider use_tf32=0", "default": "CUDAExecutionProvider use_tf32=1"}
 
 
 def describe(shape) -> dict:

@@ -130,11 +130,30 @@ def runners(path) -> dict:
         shape = StackShape(a["input_size"], a["hidden_size"], a["num_layers"], a["bidirectional"],
                            cell=CELL_OF_MODULE[r["module"]], dtype=r["dtype"])
 
-        def run(x, h0, c0, lengths, m=modules[r["name"]]):
-            return gtorch.run_torch(m, x, h0, c0, lengths, device="cpu")
+        def run(x, h0, c0, lengths, math, m=modules[r["name"]]):
+            return gtorch.run_torch(m, x, h0, c0, lengths, device="cpu" if math is None else "cuda",
+                                    strict=math != "default")
 
-        out[r["name"]] = StackRunner(r["name"], shape, run, engine="torch (CPU)")
+        out[r["name"]] = StackRunner(r["name"], shape, run, engine=_engine)
     return out
+
+
+def _engine(math) -> str:
+    if math is None:
+        return "torch (CPU)"
+    return f"torch (CUDA, cuDNN, {'strict fp32' if math == 'strict' else 'default math'})"
+
+
+def gpu_status() -> tuple:
+    """``(usable, reason, math settings)`` for ``verify --device``: torch's own CUDA (cuDNN's RNN)."""
+    try:
+        import torch
+    except ImportError as e:
+        return False, f"torch is not installed ({e})", {}
+    ok = torch.cuda.is_available()
+    why = f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}" if ok else "torch sees no CUDA device"
+    return ok, why, {"strict": "torch.backends.cudnn.rnn.fp32_precision = 'ieee' (no TF32; gruconv.torch._fp32_mode)",
+                     "default": "torch defaults (cuDNN's RNN may use TF32)"}
 
 
 def describe(shape) -> dict:
