@@ -272,3 +272,26 @@ def test_batch_names_from_registry(fmt, expect, tmp_path):
             "--jobs", "1")
     assert r.exit_code == 0, r.output
     assert {p.name for p in out.iterdir() if not p.name.startswith(".")} == expect
+
+
+# --------------------------------------------------------------------------- GPU: torch on cuDNN
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["tf1/layer_bidir", "tf1/layer_varlen", "tf1_lstm/layer_3l_bidir",
+                                  "tf1/opaque_only_skip_bidir", "keras_lstm/bidir_concat.h5"])
+def test_verify_torch_on_cuda_against_cudnn(case, tmp_path):
+    """``verify --device both --reference cudnn``: the module on torch's CUDA path (cuDNN's RNN) with TF32
+    off counts and passes 1e-5 against real cuDNN; default math (TF32) is shown, not judged."""
+    out = tmp_path / "out.safetensors"
+    hints = HINTS.get(case, [])
+    assert run("convert", FIX / case, out, *hints).exit_code == 0
+    r = run("verify", FIX / case, out, *hints, "--reference", "cudnn", "--device", "both", "--steps", "50",
+            "--batch", "4", "--json", tmp_path / "v.json")
+    print(r.output)
+    assert r.exit_code == 0, r.output
+    rep = json.loads((tmp_path / "v.json").read_text())
+    strict = [c for c in rep["checks"] if c["device"] == "gpu strict"]
+    default = [c for c in rep["checks"] if c["device"] == "gpu default"]
+    assert strict and all(c["counts"] and c["passed"] for c in strict)
+    assert default and not any(c["counts"] for c in default)
+    assert "torch (CUDA, cuDNN, strict fp32)" in rep["environment"]["converted_by"]
