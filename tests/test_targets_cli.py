@@ -295,3 +295,32 @@ def test_verify_torch_on_cuda_against_cudnn(case, tmp_path):
     assert strict and all(c["counts"] and c["passed"] for c in strict)
     assert default and not any(c["counts"] for c in default)
     assert "torch (CUDA, cuDNN, strict fp32)" in rep["environment"]["converted_by"]
+
+
+@pytest.mark.parametrize("ext,content", [(".safetensors", b"\x08\0\0\0\0\0\0\0{}      "),
+                                         (".safetensors", b"not a safetensors file"),
+                                         (".onnx", b"\x08\x07garbage protobuf"),
+                                         (".onnx", b"")])
+def test_verify_refuses_a_bad_converted_file(ext, content, tmp_path):
+    """A damaged or foreign output given to verify: one line, exit 3, never a traceback."""
+    bad = tmp_path / f"bad{ext}"
+    bad.write_bytes(content)
+    r = run("verify", FIX / "tf1/layer_uni", bad)
+    assert r.exit_code == 3, r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gruconv: error:"), r.output
+    assert bad.read_bytes() == content
+
+
+def test_verify_refuses_a_foreign_onnx_model(tmp_path):
+    """An ONNX model gruconv did not write (no GRU/LSTM stack interface) is one line, exit 3."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 3])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "relu.onnx"))
+    r = run("verify", FIX / "tf1/layer_uni", tmp_path / "relu.onnx")
+    assert r.exit_code == 3 and "not a gruconv stack model" in r.output
+    assert len(r.output.strip().splitlines()) == 1
