@@ -324,3 +324,19 @@ def test_verify_refuses_a_foreign_onnx_model(tmp_path):
     r = run("verify", FIX / "tf1/layer_uni", tmp_path / "relu.onnx")
     assert r.exit_code == 3 and "not a gruconv stack model" in r.output
     assert len(r.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("ext", [".safetensors", ".onnx"])
+def test_verify_against_another_models_output_is_one_line(ext, tmp_path):
+    """The output of another checkpoint (other scope and shape), or of one stack of a multi-stack
+    checkpoint verified against all of it: one line (exit 3), not a torch/onnxruntime shape error."""
+    other = tmp_path / f"uni{ext}"
+    assert run("convert", FIX / "tf1/layer_uni", other).exit_code == 0
+    r = run("verify", FIX / "tf1/layer_bidir", other)
+    assert r.exit_code == 3 and "not a conversion of this input" in r.output, r.output
+    assert len(r.output.strip().splitlines()) == 1
+    one = tmp_path / f"encoder{ext}"
+    assert run("convert", FIX / "tf1/multi_stack", one, "--rnn", "encoder/cudnn_gru").exit_code == 0
+    assert run("verify", FIX / "tf1/multi_stack", one, "--rnn", "encoder/cudnn_gru").exit_code == 0
+    r = run("verify", FIX / "tf1/multi_stack", one)
+    assert r.exit_code == 3 and "holds no RNN named 'decoder/cudnn_gru'" in r.output, r.output

@@ -1063,10 +1063,10 @@ def verify_subjects(doc: KerasH5Model, converted, opts: Options):
 
         runners = writers.stack_runners(converted)
         if runners is not None:  # torch / onnx: every cuDNN RNN checked as a bare stack, run by the target
+            from ..target_gates import matching_runner
+
             for rnn in doc.rnns:
-                runner = runners.get(rnn.path) or (next(iter(runners.values())) if len(runners) == 1 else None)
-                if runner is None:
-                    raise InputError(f"holds no RNN named {rnn.path!r}", path=converted)
+                runner = matching_runner(runners, rnn.stack, only=len(doc.rnns) == 1, path=converted)
                 yield Subject(name=rnn.path, model=runner, stack=rnn.stack)
             return
 

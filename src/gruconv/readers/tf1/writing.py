@@ -158,7 +158,10 @@ def verify_subjects(doc: CheckpointDoc, converted, opts: Options):
         if converted is None:
             model = built.pop(id(found))
         elif runners is not None:
-            model = _runner(runners, found.scope or f"{found.stack.shape.cell}_stack", converted)
+            from ...target_gates import matching_runner
+
+            model = matching_runner(runners, found.stack, only=len(doc.stacks) == 1 or bool(targets),
+                                    path=converted)
         else:
             def rebuild(e=found):
                 return keras3.build_stack_model(e.stack, initial_state=opts.initial_state,
@@ -182,17 +185,6 @@ def _written_format(doc: CheckpointDoc, directory: Path) -> str:
         if writers.module(name).MANY and all(p.is_file() for p in stack_targets(doc, directory, name)):
             return name
     return "keras"
-
-
-def _runner(runners: dict, name: str, converted):
-    """The runner of stack ``name`` (a file of one stack: its only runner)."""
-    from ...errors import InputError
-
-    if name in runners:
-        return runners[name]
-    if len(runners) == 1:
-        return next(iter(runners.values()))
-    raise InputError(f"holds no RNN named {name!r} (it has {', '.join(map(repr, runners))})", path=converted)
 
 
 def convert(doc: CheckpointDoc, output: Path, opts: Optional[Options] = None) -> ConvertResult:
