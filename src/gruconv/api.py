@@ -37,7 +37,20 @@ def inspect(path, options=None, **kw) -> dict:
         report = for_document(doc)
         if report is not None:
             info["cudnn_eligibility"] = report
+    _add_targets(info)
     return info
+
+
+def _add_targets(info: dict) -> None:
+    """Per RNN, ``targets``: what each writer that describes stacks (torch, onnx) makes of it
+    (:func:`gruconv.writers.targets`)."""
+    from . import writers
+    from .canonical import StackShape
+
+    for r in info.get("rnns", []):
+        if r.get("shape"):
+            r["targets"] = {fmt: d["target"] + (f" ({d['note']})" if d["note"] else "")
+                            for fmt, d in writers.targets(StackShape(**r["shape"])).items()}
 
 
 def convert(input, output, options=None, *, verify: bool = False, tolerance: float = 1e-5,

@@ -197,7 +197,8 @@ def inspect(path, as_json, config, rnn, prefer, **kw):
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT; also write a model with nothing to convert.")
 @click.option("--format", "fmt", type=click.Choice(list(OUTPUT_FORMATS)),
               help="Output format (default from OUTPUT's name: .keras model; .weights.h5 Keras 3 weights; "
-                   ".h5 legacy-layout weights for Keras 2/tf_keras and Keras 3 load_weights).")
+                   ".h5 legacy-layout weights for Keras 2/tf_keras and Keras 3 load_weights; .safetensors "
+                   "torch.nn.GRU/LSTM state dicts; .onnx one ONNX model per RNN stack).")
 @click.option("--config", type=click.Path(path_type=Path, readable=False),
               help="Architecture JSON (model.to_json()) to turn a weights-only file into a .keras model.")
 @click.option("--initial-state", is_flag=True, help="TF1: add initial-state inputs, one per layer and direction.")

@@ -49,9 +49,10 @@ def _onnx():
     return onnx
 
 
-def describe(stack: RNNStack) -> dict:
-    """What the ONNX target makes of ``stack`` (for ``inspect``): one operator per layer."""
-    s = stack.shape
+def describe(stack) -> dict:
+    """What the ONNX target makes of ``stack`` (an :class:`RNNStack` or its
+    :class:`gruconv.canonical.StackShape`; for ``inspect``): one operator per layer."""
+    s = getattr(stack, "shape", stack)
     direction = "bidirectional" if s.bidirectional else "forward"
     attrs = f"hidden_size={s.units}, direction={direction}" + (", linear_before_reset=1" if s.cell == "gru" else "")
     return {"ops": [f"{OP[s.cell]}({attrs})"] * s.num_layers, "opset": OPSET,
@@ -193,3 +194,49 @@ def run_onnx(path_or_model, x, h0=None, c0=None, seq_lengths=None, *, providers:
         raise UsageError("the model has no sequence_lens input (build it with mask_input=True)")
     out = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feed)))
     return np.ascontiguousarray(out["y"].transpose(1, 0, 2)), out["h_n"], out.get("c_n")
+
+
+def read_model(path) -> tuple:
+    """``(ModelProto, StackShape, stack name)`` of an ONNX model :func:`write` wrote, checked.
+
+    Untrusted input: the size is bounded before protobuf parses it, ``onnx.checker`` runs, and the
+    graph must be this module's interface (input ``x`` ``(batch, time, input_size)``, one
+    ``GRU``/``LSTM`` per layer, all of one kind, one ``hidden_size`` and direction); anything else is
+    one-line :class:`InputError`.  The name is the one :func:`build` put in the model's doc string."""
+    import os
+
+    from .canonical import StackShape
+    from .errors import InputError
+    from .inputs import open_regular
+
+    onnx = _onnx()
+    with open_regular(path, "an .onnx model") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > MAX_MODEL_BYTES:
+            raise InputError(f"is {size} bytes, over protobuf's 2 GiB: not an ONNX model gruconv wrote", path=path)
+        data = f.read()
+    try:
+        model = onnx.load_from_string(data)
+        onnx.checker.check_model(model)
+    except Exception as e:  # noqa: BLE001 - protobuf's DecodeError and onnx's ValidationError share no base
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise InputError(f"not a valid ONNX model ({first})", path=path) from None
+    ops = [n for n in model.graph.node if n.op_type in ("GRU", "LSTM")]
+    x = next((i for i in model.graph.input if i.name == "x"), None)
+    if not ops or x is None or len({n.op_type for n in ops}) != 1:
+        raise InputError("not a gruconv stack model (needs input 'x' and GRU or LSTM operators of one kind)",
+                         path=path)
+    attrs = [{a.name: onnx.helper.get_attribute_value(a) for a in n.attribute} for n in ops]
+    hidden = {a.get("hidden_size") for a in attrs}
+    dirs = {a.get("direction", b"forward") for a in attrs}
+    dims = x.type.tensor_type.shape.dim
+    if len(hidden) != 1 or len(dirs) != 1 or len(dims) != 3 or not dims[2].dim_value:
+        raise InputError("not a gruconv stack model (its layers differ, or 'x' is not (batch, time, input_size))",
+                         path=path)
+    direction = dirs.pop()
+    direction = direction.decode() if isinstance(direction, bytes) else direction
+    cell = "gru" if ops[0].op_type == "GRU" else "lstm"
+    shape = StackShape(int(dims[2].dim_value), int(hidden.pop()), len(ops), direction == "bidirectional",
+                       cell=cell)
+    name = model.doc_string.rsplit(": ", 1)[0] if ": " in model.doc_string else model.graph.name
+    return model, shape, name

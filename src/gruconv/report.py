@@ -20,6 +20,7 @@ def inspect_text(info: dict) -> str:
         if sh:
             lines.append(f"  {r['name']}: {r['kind']}, {_shape_text(sh)}, {r['params']} params")
             lines.append(f"    -> {r['converts_to']}")
+            lines.extend(f"    -> {fmt}: {what}" for fmt, what in (r.get("targets") or {}).items())
         else:
             lines.append(f"  {r['name']}: {r['kind']}, shape ambiguous")
         lines.extend(f"    {d}" for d in r.get("details", []))
@@ -69,7 +70,9 @@ def verify_text(rep: dict) -> str:
         return f"{rep['input']}: nothing to convert (no cuDNN RNN: CuDNNGRU/CuDNNLSTM layer or cudnn_rnn stack); nothing to verify"
     lines = [f"reference: {rep['reference']} ({rep.get('reference_reason', '')}), math: {rep['math_mode']}"]
     env = rep.get("environment") or {}
-    if env.get("backend"):
+    if env.get("converted_by"):
+        lines.append(f"converted model: {'; '.join(env['converted_by'])}, inputs batch {rep.get('batch')} x steps {rep.get('steps')}")
+    elif env.get("backend"):
         lines.append(f"converted model: Keras {env.get('keras', '?')} on {env['backend']}, "
                      f"inputs batch {rep.get('batch')} x steps {rep.get('steps')}")
     devices = sorted({c.get("device", "cpu") for c in rep["checks"]})

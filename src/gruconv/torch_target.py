@@ -58,9 +58,7 @@ _NAME_MAX = 200
 
 def module_args(stack: RNNStack) -> dict:
     """Keyword arguments of the ``torch.nn.GRU``/``LSTM`` that holds ``stack`` (batch-first)."""
-    s = stack.shape
-    return {"input_size": int(s.input_size), "hidden_size": int(s.units), "num_layers": int(s.num_layers),
-            "bidirectional": bool(s.bidirectional), "batch_first": True}
+    return describe(stack)["args"]
 
 
 def param_shapes(module: str, args: dict) -> dict:
@@ -384,8 +382,11 @@ def other_tensors(path) -> dict:
     return {doc["tensors"][k]: v for k, v in arrays.items()}
 
 
-def describe(stack: RNNStack) -> dict:
-    """What the PyTorch target makes of ``stack`` (for ``inspect``): module class and arguments."""
-    args = module_args(stack)
-    return {"module": f"torch.nn.{MODULE[stack.shape.cell]}", "args": args,
-            "note": "identity input matrices (skip input)" if stack.shape.input_mode == "skip" else ""}
+def describe(stack) -> dict:
+    """What the PyTorch target makes of ``stack`` (an :class:`RNNStack` or its
+    :class:`gruconv.canonical.StackShape`; for ``inspect``): module class and arguments."""
+    s = getattr(stack, "shape", stack)
+    args = {"input_size": int(s.input_size), "hidden_size": int(s.units), "num_layers": int(s.num_layers),
+            "bidirectional": bool(s.bidirectional), "batch_first": True}
+    return {"module": f"torch.nn.{MODULE[s.cell]}", "args": args, "dtype": str(s.dtype),
+            "note": "identity input matrices (skip input)" if s.input_mode == "skip" else ""}

@@ -170,6 +170,17 @@ class KerasH5Model:
         """The graph as a Keras 3 model in memory, and the NaN/Inf count per layer (:func:`to_keras`)."""
         return to_keras(self)
 
+    def other_weights(self):
+        """Every stored weight that belongs to no cuDNN layer, as ``("<layer>/<weight name>", array)``
+        in file order (a writer that carries them beside the converted RNNs: the ``torch`` one)."""
+        ours = {ds for rnn in self.rnns for roles in rnn.datasets for ds in roles.values()}
+        with _open(self.path) as f:
+            root = h5safe.child(f, "model_weights", self.path, "group") if self.kind == "model" else f
+            for lname, entries in _weight_groups(f, root, self.path, self.layer_names).items():
+                for wname, ds in entries:
+                    if ds.name not in ours:
+                        yield f"{lname}/{wname}", h5safe.read_dataset(ds, self.path)
+
 
 def sniff(path: Path) -> bool:
     if not path.is_file() or not h5safe.is_hdf5(path):
@@ -966,6 +977,8 @@ def check_outputs(doc: KerasH5Model, output: Path, opts: Options) -> None:
     from ..outputs import check_target
 
     writer = writers.module(output_format(output, opts))
+    if _to_directory(writer, output):
+        return _check_directory(doc, writer, Path(output), opts)
     if doc.lambdas and writer.SAVES_MODEL:
         # Building a Keras model calls every layer on symbolic inputs: a Lambda's code would run.
         raise UnsupportedError(
@@ -980,6 +993,58 @@ def check_outputs(doc: KerasH5Model, output: Path, opts: Options) -> None:
 
     config = [Path(opts.config)] if opts.config is not None and not isinstance(opts.config, dict) else []
     never_an_input([output], input_files(doc.path) + config)
+
+
+def _to_directory(writer, output) -> bool:
+    """A writer of one file per RNN (``write_graph_many``: onnx) given a directory, or a name no
+    writer claims (``--format onnx DIR``)."""
+    output = Path(output)
+    return hasattr(writer, "write_graph_many") and (output.is_dir() or writers.claimed_by(output) is None)
+
+
+def _check_directory(doc: KerasH5Model, writer, output: Path, opts: Options) -> list:
+    """A directory output: it is one (or can be made), empty unless ``--force``, and none of its
+    files is an input.  Returns the files the writer will write."""
+    from ..outputs import check_outputs as never_an_input
+
+    writer.refuse(doc)
+    if output.exists() and not output.is_dir():
+        raise OutputError("output exists and is not a directory", path=output)
+    parent = output.parent if str(output.parent) else Path(".")
+    if not output.exists() and not parent.is_dir():
+        raise OutputError(f"output directory {str(parent)!r} does not exist", path=output)
+    if output.is_dir() and any(output.iterdir()) and not opts.force:
+        raise OutputError("output directory is not empty; pass --force to write into it", path=output)
+    targets = writer.graph_targets(doc, output)
+    never_an_input(targets, input_files(doc.path))
+    return targets
+
+
+def _convert_to_directory(doc: KerasH5Model, writer, output: Path, opts: Options, result) -> None:
+    """One file per RNN in ``output`` (created if missing); all or nothing."""
+    import contextlib
+
+    _check_directory(doc, writer, output, opts)
+    created = not output.exists()
+    if created:
+        try:
+            output.mkdir()
+        except OSError as err:
+            raise OutputError(f"cannot create output directory ({err.strerror or err})", path=output) from None
+    written = []
+    try:
+        written = writer.write_graph_many(doc.document(), output, opts, result.warnings)
+    except BaseException:
+        for f in writer.graph_targets(doc, output):
+            with contextlib.suppress(OSError):
+                f.unlink()
+        if created:
+            with contextlib.suppress(OSError):
+                output.rmdir()
+        raise
+    for rnn, target in zip(doc.rnns, written):
+        result.rnns.append(dict(_rnn_entry(rnn), output=str(target), converts_to=writer.describe(rnn.shape)["target"]))
+    result.outputs.extend(str(t) for t in written)
 
 
 def to_keras(doc: KerasH5Model, opts: Optional[Options] = None):
@@ -1026,6 +1091,14 @@ def verify_subjects(doc: KerasH5Model, converted, opts: Options):
     (:func:`gruconv.writers.load`), weights into the rebuilt architecture."""
     if converted is not None and not Path(converted).exists():
         raise InputError("converted model not found", path=converted)
+    runners = writers.stack_runners(Path(converted)) if converted is not None else None
+    if runners is not None:  # torch / onnx: every cuDNN RNN checked as a bare stack, run by the target
+        from ..target_gates import matching_runner
+
+        for rnn in doc.rnns:
+            runner = matching_runner(runners, rnn.stack, only=len(doc.rnns) == 1, path=Path(converted))
+            yield Subject(name=rnn.path, model=runner, stack=rnn.stack)
+        return
     if doc.model_config is None:  # weights-only, no --config: verify checks each layer alone (issue 19)
         yield Subject(name=str(doc.path), model=None, graph=doc)
         return
@@ -1062,11 +1135,16 @@ def convert(doc: KerasH5Model, output: Path, opts: Optional[Options] = None) -> 
             f"optimizer state ({doc.optimizer_weight_count} tensors) dropped: its slots follow the cuDNN layers' "
             "weight layout; the converted model starts with a fresh optimizer")
     writer = writers.module(out_fmt)
+    if _to_directory(writer, output):
+        _convert_to_directory(doc, writer, output, opts, result)
+        return result
     with atomic_path(output, force=opts.force, suffix=writer.SUFFIX) as tmp:
         nonfinite = writer.write_graph(doc.document(), tmp, opts, result.warnings, final=output)
     for rnn in doc.rnns:
         bad = nonfinite.get(rnn.path, 0)
         result.rnns.append(_rnn_entry(rnn, bad))
+        if hasattr(writer, "describe"):  # a non-Keras target says what it made
+            result.rnns[-1]["converts_to"] = writer.describe(rnn.shape)["target"]
         if bad:
             result.warnings.append(f"{rnn.path}: {bad} NaN/Inf weight value(s) carried over unchanged")
     result.outputs.append(str(output))

@@ -38,6 +38,8 @@ says (``nothing_to_verify``, ``verify_subjects``) on every device asked for.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import warnings
 from pathlib import Path
 from typing import Optional
@@ -57,12 +59,16 @@ __all__ = ["verify", "Check", "VerifyReport", "compare", "FLOAT16_TOLERANCE_FLOO
 
 DEVICES = ("auto", "cpu", "gpu", "both")
 
+#: ``(device label, math)`` of the converted-side run in progress.  A target that runs its stacks
+#: itself (torch, onnx: :class:`gruconv.target_gates.StackRunner`) reads it to run on that device.
+CURRENT_RUN = contextvars.ContextVar("gruconv_verify_run", default=("cpu", None))
+
 #: Random-input size bound (batch x steps): a parity check needs a few steps, and an unbounded request
 #: would allocate before anything ran (``tests/test_hostile.py``, ``verify_steps_huge``).
 MAX_RANDOM_STEPS = 1_000_000
 
 
-def _device_runs(device: str, report) -> list:
+def _device_runs(device: str, report, probe=None) -> list:
     """[(label, math)] of the converted-side runs asked for; GPU runs only where the backend has one.
 
     ``auto``: ``both`` where a GPU is usable, else ``cpu`` with a note; ``gpu`` and ``both`` without
@@ -75,15 +81,19 @@ def _device_runs(device: str, report) -> list:
     runs = [("cpu", None)] if device in ("auto", "cpu", "both") else []
     if device == "cpu":
         return runs
-    ok, why = keras3.gpu_status()
-    backend = keras3.keras().backend.backend()
+    if probe is not None:  # a target that runs itself says whether it has a GPU (writers.gpu_probe)
+        ok, why, settings = probe()
+        backend = why.split(" ")[0]
+    else:
+        ok, why = keras3.gpu_status()
+        backend = keras3.keras().backend.backend()
+        settings = keras3.MATH_SETTINGS.get(backend, {})
     if not ok:
         if device in ("gpu", "both"):  # asked for explicitly: refused (issue 19); auto keeps the note
             raise ReferenceUnavailable(f"--device {device}: the {backend} backend has no usable GPU here ({why})")
         report.notes.append(f"GPU path not run: {why}")
         report.devices.append({"device": "gpu", "ran": False, "reason": why})
         return runs
-    settings = keras3.MATH_SETTINGS.get(backend, {})
     for math in ("strict", "default"):
         report.devices.append({"device": f"gpu {math}", "ran": True, "reason": why,
                                "math": settings.get(math, math), "kernels": {}})
@@ -136,14 +146,19 @@ def verify(input, converted=None, options: Optional[Options] = None, *, toleranc
     doc = module.read(input, opts)
     keras = keras3.keras()
     report.environment = {"keras": keras.__version__, "backend": keras.backend.backend(), **engine.info}
-    runs = _device_runs(device, report)
+    probe = writers.gpu_probe(converted) if converted is not None else None
+    runs = _device_runs(device, report, probe)
     for label, math in runs:
-        scope = keras3.cpu() if math is None else keras3.on_gpu(math)
+        scope = keras3.cpu() if math is None else keras3.on_gpu(math) if probe is None else contextlib.nullcontext()
+        token = CURRENT_RUN.set((label, math))
         first = len(report.checks)
         with warnings.catch_warnings(), scope, keras3.rnn_kernel_probe() as kernels:
             warnings.simplefilter("ignore")
-            done = _run_checks(module, doc, converted, opts, engine, report,
-                               np.random.default_rng(seed), tolerance, user_inputs)
+            try:
+                done = _run_checks(module, doc, converted, opts, engine, report,
+                                   np.random.default_rng(seed), tolerance, user_inputs)
+            finally:
+                CURRENT_RUN.reset(token)
         for c in report.checks[first:]:
             c.device, c.counts = label, math != "default"
         for d in report.devices:
@@ -194,6 +209,10 @@ def _run_checks(module, doc, converted, opts, engine, report, rng, tolerance, us
         if subject.opaque is None and engine.kind == "cudnn" and report.notes.count(_NO_BUFFER % subject.name) == 0:
             report.notes.append(_NO_BUFFER % subject.name)
         verify_stack(subject.stack, subject.opaque, subject.model, engine, report, rng, tolerance, user_inputs)
+        if getattr(subject.model, "engine", None):  # a torch / onnx output: its own runtime ran it
+            ran = report.environment.setdefault("converted_by", [])
+            if subject.model.engine not in ran:
+                ran.append(subject.model.engine)
     return False
 
 

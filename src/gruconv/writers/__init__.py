@@ -26,6 +26,17 @@ AST → writers split).  Every writer is one module with the same attributes and
     what it wrote, as a Keras 3 model for ``verify`` (``rebuild()`` gives the converted
     architecture, for weights-only formats).
 
+Writers that write no Keras model (``torch``, ``onnx``) also have:
+
+``runners(path) -> {rnn name: runner}``
+    what it wrote, one runner per RNN driven like a ``.keras`` stack model
+    (:class:`gruconv.target_gates.StackRunner`): ``verify`` checks each RNN as a bare stack;
+``describe(shape) -> {"target", "note"}``
+    what a stack of that shape becomes (``inspect``);
+``WHOLE`` (optional, default False)
+    it writes the whole document into one file with ``write_document(document, [(entry, name)],
+    target, options, warnings)``: every stack and the other tensors (no ``rest.npz``).
+
 Beside any of them, :mod:`gruconv.writers.rest_npz` writes the document's other tensors.
 
 A new writer is one module and one line in :data:`WRITERS`.  This module imports only
@@ -45,6 +56,8 @@ WRITERS = {
     "keras": "gruconv.writers.keras_model",
     "h5-weights": "gruconv.writers.legacy_h5",
     "keras-weights": "gruconv.writers.keras_weights",
+    "torch": "gruconv.writers.torch_safetensors",
+    "onnx": "gruconv.writers.onnx_model",
 }
 
 #: The writer of a document's other tensors, beside whichever writer wrote its stacks.
@@ -90,6 +103,41 @@ def load(path, rebuild):
     """The converted model at ``path`` (for ``verify``), loaded by the writer its name claims; a name
     no writer claims is read as weights into ``rebuild()`` (legacy ``.h5`` layout)."""
     return module(claimed_by(path) or "h5-weights").load(Path(path), rebuild)
+
+
+def stack_runners(path) -> Optional[dict]:
+    """``{rnn name: runner}`` when the writer claiming ``path``'s name runs stacks itself
+    (``runners``: torch, onnx), else None (a Keras model: :func:`load`)."""
+    if Path(path).is_dir():  # a directory of one file per stack: every file a runner-writer claims
+        found: dict = {}
+        for p in sorted(Path(path).iterdir()):
+            if p.is_file() and claimed_by(p) is not None and hasattr(module(claimed_by(p)), "runners"):
+                found.update(module(claimed_by(p)).runners(p))
+        return found or None
+    name = claimed_by(path)
+    writer = module(name) if name is not None else None
+    if writer is None or not hasattr(writer, "runners"):
+        return None
+    return writer.runners(Path(path))
+
+
+def gpu_probe(path):
+    """The GPU probe of the writer that wrote ``path`` (a file, or a directory of its files), when it
+    runs its stacks itself: ``gpu_status() -> (usable, reason, {"strict": .., "default": ..})``;
+    else None (``verify`` asks the Keras backend)."""
+    path = Path(path)
+    files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+    for p in files:
+        name = claimed_by(p)
+        if name is not None and hasattr(module(name), "gpu_status"):
+            return module(name).gpu_status
+    return None
+
+
+def targets(shape) -> dict:
+    """``{format: {"target", "note"}}``: what each writer with ``describe`` makes of a stack of
+    ``shape`` (a :class:`gruconv.canonical.StackShape`), for ``inspect``."""
+    return {name: module(name).describe(shape) for name in WRITERS if hasattr(module(name), "describe")}
 
 
 def suffixes() -> tuple:

@@ -27,15 +27,22 @@ def _output_format(output: Path, opts: Options) -> Optional[str]:
     """The writer's name, or None: a directory of ``.keras`` models.  ``--format`` decides, else the
     output's name (:func:`gruconv.writers.claimed_by`; a directory is never claimed); a writer that
     writes one model per stack (``keras``) gets a file only when the name is claimed by it."""
-    fmt = opts.format if opts.format is not None or output.is_dir() else writers.claimed_by(output)
+    claimed = None if output.is_dir() else writers.claimed_by(output)
+    fmt = opts.format if opts.format is not None or output.is_dir() else claimed
     if fmt is not None and not writers.module(fmt).MANY:
         return fmt
-    return None if output.is_dir() or writers.claimed_by(output) != "keras" else "keras"
+    return fmt if fmt is not None and claimed == fmt else None
+
+
+def _dir_format(opts: Options) -> str:
+    """The writer of a directory output: ``--format`` when it writes one file per stack (``keras``,
+    ``onnx``), else ``keras``."""
+    return opts.format if opts.format is not None and writers.module(opts.format).MANY else "keras"
 
 
 def output_format(output: Path, opts: Options) -> str:
-    """The writer this conversion uses (a directory of models: ``keras``)."""
-    return _output_format(Path(output), opts) or "keras"
+    """The writer this conversion uses (a directory of models: ``keras``, or ``--format onnx``)."""
+    return _output_format(Path(output), opts) or _dir_format(opts)
 
 
 def stack_targets(doc: CheckpointDoc, directory: Path, fmt: str) -> list:
@@ -67,7 +74,8 @@ def _targets(doc: CheckpointDoc, output: Path, opts: Options) -> tuple:
     as_dir = fmt is None
     if fmt is not None and output.is_dir():
         raise OutputError(f"--format {fmt} writes one file: OUTPUT is a directory", path=output)
-    if not as_dir and len(doc.stacks) > 1:
+    whole = not as_dir and getattr(writers.module(fmt), "WHOLE", False)
+    if not as_dir and len(doc.stacks) > 1 and not whole:
         scopes = ", ".join(repr(e.scope) for e in doc.stacks)
         raise UsageError(f"the checkpoint holds {len(doc.stacks)} {cells_text(doc.stacks)} stacks ({scopes}): "
                          f"pass --rnn SCOPE to "
@@ -84,15 +92,15 @@ def _targets(doc: CheckpointDoc, output: Path, opts: Options) -> tuple:
             raise OutputError(f"output directory {str(parent)!r} does not exist", path=output)
         if output.is_dir() and any(output.iterdir()) and not force:
             raise OutputError("output directory is not empty; pass --force to write into it", path=output)
-        targets = stack_targets(doc, output, "keras")
+        targets = stack_targets(doc, output, _dir_format(opts))
         rest_target = output / rest_npz.NAME
     else:
         targets = [output]
-        rest_target = rest_npz.beside(output)
+        rest_target = None if whole else rest_npz.beside(output)  # a WHOLE writer keeps them inside
         check_target(output, force=force)
-        if doc.other_keys:
+        if doc.other_keys and rest_target is not None:
             check_target(rest_target, force=force)
-    never_an_input(targets + [rest_target], input_files(doc.path))
+    never_an_input(targets + [rest_target] if rest_target is not None else targets, input_files(doc.path))
     return as_dir, targets, rest_target
 
 
@@ -141,10 +149,19 @@ def verify_subjects(doc: CheckpointDoc, converted, opts: Options):
     built = dict((id(e), m) for e, m in to_keras(doc, opts)) if converted is None else {}
     targets = {}
     if converted is not None and Path(converted).is_dir():
-        targets = dict(zip((id(e) for e in doc.stacks), stack_targets(doc, Path(converted), "keras")))
+        targets = dict(zip((id(e) for e in doc.stacks), stack_targets(doc, Path(converted),
+                                                                       _written_format(doc, Path(converted)))))
+    whole = writers.stack_runners(converted) if converted is not None and not targets else None
     for found in doc.stacks:
+        # a torch/onnx output runs its stacks itself (writers.stack_runners); a Keras one is loaded
+        runners = whole if whole is not None or not targets else writers.stack_runners(targets[id(found)])
         if converted is None:
             model = built.pop(id(found))
+        elif runners is not None:
+            from ...target_gates import matching_runner
+
+            model = matching_runner(runners, found.stack, only=len(doc.stacks) == 1 or bool(targets),
+                                    path=converted)
         else:
             def rebuild(e=found):
                 return keras3.build_stack_model(e.stack, initial_state=opts.initial_state,
@@ -159,6 +176,15 @@ def verify_subjects(doc: CheckpointDoc, converted, opts: Options):
             if buf.size == params_size(found.stack.shape):
                 opaque = buf.astype(found.stack.shape.dtype, copy=False)
         yield Subject(name=found.scope, model=model, stack=found.stack, opaque=opaque)
+
+
+def _written_format(doc: CheckpointDoc, directory: Path) -> str:
+    """The writer whose files a directory output holds: the first writing one file per stack whose
+    names (:func:`stack_targets`) are all there (``keras`` when none is complete)."""
+    for name in writers.WRITERS:
+        if writers.module(name).MANY and all(p.is_file() for p in stack_targets(doc, directory, name)):
+            return name
+    return "keras"
 
 
 def convert(doc: CheckpointDoc, output: Path, opts: Optional[Options] = None) -> ConvertResult:
@@ -219,7 +245,16 @@ def convert(doc: CheckpointDoc, output: Path, opts: Optional[Options] = None) ->
         created = True
     try:
         document = doc.document()
-        writer = writers.module(_output_format(output, opts) or "keras")
+        writer = writers.module(_output_format(output, opts) or _dir_format(opts))
+        if rest_target is None:  # a WHOLE writer: every stack and the other tensors in one file
+            named = [(e, e.scope or f"{e.stack.shape.cell}_stack") for e in doc.stacks]
+            with atomic_path(output, force=force, suffix=writer.SUFFIX) as tmp:
+                writer.write_document(document, named, tmp, opts, result.warnings)
+            r.release()
+            result.outputs.append(str(output))
+            result.rnns.extend(dict(rnn_entry(e), output=str(output), converts_to=writer.describe(e.shape)["target"])
+                               for e in doc.stacks)
+            return result
         for e, target in zip(doc.stacks, targets):
             name = e.scope or f"{e.stack.shape.cell}_stack"
             with atomic_path(target, force=True if as_dir else force, suffix=writer.SUFFIX) as tmp:
@@ -227,6 +262,8 @@ def convert(doc: CheckpointDoc, output: Path, opts: Optional[Options] = None) ->
             r.release()
             result.outputs.append(str(target))
             result.rnns.append(dict(rnn_entry(e), output=str(target)))
+            if hasattr(writer, "describe"):  # a non-Keras target says what it made
+                result.rnns[-1]["converts_to"] = writer.describe(e.shape)["target"]
         if doc.other_keys:
             rest_npz.write(document, rest_target, True if as_dir else force, result.warnings)
             result.outputs.append(str(rest_target))
