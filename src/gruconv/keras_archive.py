@@ -183,12 +183,14 @@ def _check_h5(f, manifest: list, path) -> None:
 
 # --------------------------------------------------------------------------- sources
 
-def legacy_h5_arrays(doc, tops: list) -> Iterable:
+def legacy_h5_arrays(doc, tops: list, nonfinite: Optional[dict] = None) -> Iterable:
     """``(group, index, array)`` for a legacy Keras HDF5 document (:mod:`gruconv.readers.keras_h5`),
     one array in memory at a time: each top-level layer's saved weights, matched in the order Keras 3's
     legacy loader matches them (:attr:`gruconv.keras3_config.TopLayer.legacy_order`); CuDNNGRU /
     CuDNNLSTM weights transformed per direction (:func:`gruconv.keras_layout.to_keras`), as
-    :func:`gruconv.readers.keras_h5.write` does."""
+    :func:`gruconv.readers.keras_h5.write` does.  ``nonfinite`` (when given) receives the NaN/Inf count
+    per CuDNN layer path, counted on the canonical arrays before the transform (an LSTM's two biases
+    are summed by the transform, so counting after it could merge or hide one)."""
     from . import h5safe
     from .readers import keras_h5
     from .keras_layout import to_keras
@@ -220,7 +222,7 @@ def legacy_h5_arrays(doc, tops: list) -> Iterable:
                     rnn, d, i = replaced[ds.name]
                     if current is None or current[0] != (id(rnn), d):
                         current = None  # the previous direction's arrays go first
-                        current = ((id(rnn), d), _direction_arrays(src, doc.path, rnn, d))
+                        current = ((id(rnn), d), _direction_arrays(src, doc.path, rnn, d, nonfinite))
                     value = current[1][i]
                     current[1][i] = None
                 else:
@@ -229,7 +231,7 @@ def legacy_h5_arrays(doc, tops: list) -> Iterable:
                 del value
 
 
-def _direction_arrays(src, path, rnn, d: int) -> list:
+def _direction_arrays(src, path, rnn, d: int, nonfinite: Optional[dict] = None) -> list:
     """One direction of a CuDNNGRU / CuDNNLSTM as Keras 3 arrays ``[kernel, recurrent_kernel, bias]``:
     read, made canonical (:func:`gruconv.keras_layout.from_cudnn`), reordered
     (:func:`gruconv.keras_layout.to_keras`), the intermediate arrays freed on the way; one direction at a
@@ -246,7 +248,17 @@ def _direction_arrays(src, path, rnn, d: int) -> list:
     except InputError as e:
         raise InputError(e.message, path=path) from None
     del raw
+    if nonfinite is not None:
+        nonfinite[rnn.path] = nonfinite.get(rnn.path, 0) + _nonfinite(params)
     return to_keras(params, rnn.shape.cell)
+
+
+def _nonfinite(params) -> int:
+    """NaN/Inf values among one direction's canonical arrays (as
+    :meth:`gruconv.canonical.RNNStack.nonfinite_count` counts a whole stack)."""
+    import numpy as np
+
+    return int(sum(np.count_nonzero(~np.isfinite(a)) for a in params.arrays().values()))
 
 
 def stack_arrays(stack, tops: list, release: Optional[Callable] = None) -> Iterable:
@@ -272,12 +284,15 @@ def stack_arrays(stack, tops: list, release: Optional[Callable] = None) -> Itera
 
 # --------------------------------------------------------------------------- entry points
 
-def write_keras_h5_doc(doc, target, *, weights_only: bool = False, warnings: Optional[list] = None) -> list:
+def write_keras_h5_doc(doc, target, *, weights_only: bool = False, warnings: Optional[list] = None,
+                       nonfinite: Optional[dict] = None, info: Optional[dict] = None) -> list:
     """Stream a legacy Keras HDF5 document into a ``.keras`` archive (or a Keras 3 ``.weights.h5``
     with ``weights_only``).  Raises :class:`UnsupportedError` for what this writer does not cover
     (the caller may fall back to the Keras-built route): a layer outside the vocabulary, a training
     config outside :func:`gruconv.keras3_config.compile_config`'s.  ``warnings`` receives what a
-    training config loses (custom losses / metrics), as the Keras route reports it."""
+    training config loses (custom losses / metrics), as the Keras route reports it; ``nonfinite`` the
+    NaN/Inf count per CuDNN layer (:func:`legacy_h5_arrays`); ``info["config"]`` the generated Keras 3
+    model config (for :func:`check_load` of a weights-only output)."""
     from .readers import keras_h5
 
     if doc.model_config is None:
@@ -285,7 +300,9 @@ def write_keras_h5_doc(doc, target, *, weights_only: bool = False, warnings: Opt
     try:
         config = keras3_config.model_config(keras_h5.converted_config(doc.model_config))
         groups, tops = keras3_config.saveable_plan(config)
-        arrays = legacy_h5_arrays(doc, tops)
+        if info is not None:
+            info["config"] = config
+        arrays = legacy_h5_arrays(doc, tops, nonfinite)
         if weights_only:
             return write_weights(target, groups, arrays)
         if doc.training_config:
@@ -336,14 +353,109 @@ def with_optimizer(arrays: Iterable, tops: list, compiled) -> Iterable:
 
 def write_stack(stack, target, *, name: Optional[str] = None, initial_state: bool = False,
                 return_state: bool = False, mask_input: bool = False, weights_only: bool = False,
-                release: Optional[Callable] = None) -> list:
+                release: Optional[Callable] = None, info: Optional[dict] = None) -> list:
     """Stream a canonical stack into a ``.keras`` archive (or ``.weights.h5``): the model of
     :func:`gruconv.formats.keras3.build_stack_model`.  ``release`` is called after each pseudo-layer
     (TF1: ``doc.reader.release``, so about one layer of the mapped checkpoint is resident at a time)."""
     config = keras3_config.stack_model_config(stack.shape, name or stack.name, initial_state=initial_state,
                                               return_state=return_state, mask_input=mask_input)
     groups, tops = keras3_config.saveable_plan(config)
+    if info is not None:
+        info["config"] = config
     arrays = stack_arrays(stack, tops, release)
     if weights_only:
         return write_weights(target, groups, arrays)
     return write_keras(target, config, groups, arrays)
+
+
+# --------------------------------------------------------------------------- what the config says
+
+def mask_producers(config: dict) -> list:
+    """Names of the layers of a Keras model config (nested models included, wrapped layers not: as
+    :func:`gruconv.formats.keras3.mask_producers` walks ``model.layers``) that attach a Keras mask:
+    ``Masking`` and ``Embedding(mask_zero=True)``.  Read from the config, so no Keras is needed."""
+    out, todo = [], list(((config or {}).get("config") or {}).get("layers") or [])
+    while todo:
+        layer = todo.pop(0)
+        if not isinstance(layer, dict):
+            continue
+        cfg = layer.get("config") or {}
+        cls = layer.get("class_name")
+        if isinstance(cfg.get("layers"), list):
+            todo.extend(cfg["layers"])
+        elif cls == "Masking" or (cls == "Embedding" and cfg.get("mask_zero")):
+            out.append(cfg.get("name", cls))
+    return out
+
+
+# --------------------------------------------------------------------------- --check-load
+
+OPTIMIZER_GROUP = "optimizer/vars"
+
+
+def check_load(path, manifest: list, *, config: Optional[dict] = None) -> None:
+    """``convert --check-load``: what a user of the file will do, done once.  A ``.keras`` archive is
+    opened with plain ``keras.saving.load_model(path)`` (default arguments: compiled, safe mode); a
+    ``.weights.h5`` file (``config`` given: the generated Keras 3 model config) is loaded with
+    ``model.load_weights`` into the model that config builds.  The loaded model's weights are then
+    written by Keras's own ``save_weights`` (the same object paths as ``model.weights.h5``:
+    ``keras/src/saving/saving_lib.py`` ``_save_state``) and every dataset compared by shape, dtype and
+    SHA-256 with the manifest recorded while streaming; a compiled model's optimizer variables are
+    compared in order with the manifest's ``optimizer/vars``.  Raises :class:`UnsupportedError`
+    (one line) at the first difference: the caller writes nothing then."""
+    import warnings
+
+    import h5py
+
+    from .formats import keras3
+
+    k = keras3.keras()
+    path = Path(path)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if config is None:
+                loaded = k.saving.load_model(str(path))
+            else:
+                loaded = k.models.model_from_json(json.dumps(config))
+                loaded.load_weights(str(path))
+    except Exception as e:  # noqa: BLE001 - the file is not what we promise: refuse it
+        from .errors import first_line
+
+        how = "keras.saving.load_model" if config is None else "Model.load_weights"
+        raise UnsupportedError(f"the converted model does not load with {how} ({first_line(e, 200)}); "
+                               "nothing written") from None
+    opt_part = sorted((m for m in manifest if m[0].startswith(OPTIMIZER_GROUP + "/")),
+                      key=lambda m: int(m[0].rsplit("/", 1)[1]))
+    with tempfile.TemporaryDirectory(prefix="gruconv-check-") as td:
+        saved = Path(td) / "loaded.weights.h5"
+        loaded.save_weights(str(saved))
+        with h5py.File(saved, "r") as f:
+            seen = []
+            f.visititems(lambda n, o: seen.append(n) if isinstance(o, h5py.Dataset) else None)
+            # Keras's save_weights writes a compiled model's optimizer too (when it is built)
+            if opt_part and not any(n.startswith(OPTIMIZER_GROUP + "/") for n in seen):
+                expected = [m for m in manifest if m not in opt_part]
+            else:
+                expected, opt_part = list(manifest), []
+            if sorted(seen) != sorted(m[0] for m in expected):
+                diff = sorted(set(seen) ^ {m[0] for m in expected})
+                raise UnsupportedError(f"the converted model loads with a different set of weights (first "
+                                       f"difference: {diff[0]}); nothing written")
+            for ds_path, shape, dtype, digest in expected:
+                a = f[ds_path][()]
+                if tuple(a.shape) != tuple(shape) or str(a.dtype) != dtype or _digest(a) != digest:
+                    raise UnsupportedError(f"weight {ds_path} does not load back unchanged from the converted "
+                                           "model; nothing written")
+                del a
+    if opt_part:  # an optimizer save_weights left out: compare its variables in order
+        opt = getattr(loaded, "optimizer", None)
+        got = list(opt.variables) if opt is not None else []
+        if len(got) != len(opt_part):
+            raise UnsupportedError(f"the converted model's optimizer loads with {len(got)} variables, the file "
+                                   f"holds {len(opt_part)}; nothing written")
+        for v, (ds_path, shape, dtype, digest) in zip(got, opt_part):
+            a = keras3.to_numpy(v)
+            if tuple(a.shape) != tuple(shape) or str(a.dtype) != dtype or _digest(a) != digest:
+                raise UnsupportedError(f"optimizer variable {ds_path} does not load back unchanged; nothing written")
+    del loaded
