@@ -42,9 +42,37 @@ CONFIG_NAME, METADATA_NAME, WEIGHTS_NAME = "config.json", "metadata.json", "mode
 
 
 def _digest(a) -> str:
+    """SHA-256 of an array's bytes, hashed from the array's own buffer (``tobytes`` would copy it:
+    one more copy of the largest weight at the peak)."""
     import numpy as np
 
-    return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
+    return hashlib.sha256(_bytes_view(np.ascontiguousarray(a))).hexdigest()
+
+
+def _bytes_view(a):
+    """A contiguous array's bytes as a flat uint8 view (no copy; 0-d and empty arrays included)."""
+    return a.reshape(-1).view("uint8")
+
+
+#: Rows of a dataset the self-check reads at a time are chosen to keep about this many bytes in memory.
+_CHECK_BLOCK = 4 << 20
+
+
+def _dataset_digest(ds) -> str:
+    """SHA-256 of an HDF5 dataset's bytes (C order), read in blocks of leading-axis rows: the same
+    digest as :func:`_digest` of the whole array, with at most about ``_CHECK_BLOCK`` bytes read at a time."""
+    import numpy as np
+
+    if ds.ndim == 0 or ds.size == 0:
+        return _digest(ds[()])
+    row = max(1, ds.size // ds.shape[0]) * ds.dtype.itemsize
+    step = max(1, _CHECK_BLOCK // row)
+    h = hashlib.sha256()
+    for start in range(0, ds.shape[0], step):
+        block = np.ascontiguousarray(ds[start:start + step])
+        h.update(_bytes_view(block))
+        del block
+    return h.hexdigest()
 
 
 # --------------------------------------------------------------------------- HDF5 weights
@@ -66,14 +94,35 @@ def write_weights_h5(path, groups: list, arrays: Iterable) -> list:
             if name is not None:
                 g.attrs["name"] = name
         for gpath, index, array in arrays:
-            a = np.asarray(array)
             ds_path = f"{gpath}/{index}"
             if ds_path in f:
                 raise UnsupportedError(f"weight {ds_path} written twice (object paths collide)")
+            if isinstance(array, Pieces):
+                ds = f[gpath].create_dataset(str(index), shape=array.shape, dtype=array.dtype)
+                for where, block in array.pieces():
+                    ds[where] = block
+                    del block
+                # read back in blocks: the whole array never exists in memory (see Pieces)
+                manifest.append((ds_path, tuple(ds.shape), str(ds.dtype), _dataset_digest(ds)))
+                del ds, array
+                continue
+            a = np.asarray(array)
             f[gpath][str(index)] = a
             manifest.append((ds_path, tuple(a.shape), str(a.dtype), _digest(a)))
             del a, array
     return manifest
+
+
+class Pieces:
+    """A weight written piece by piece (one gate block at a time) into a dataset of ``shape`` and
+    ``dtype``: ``pieces()`` yields ``(index expression, array)``.  Its manifest digest is taken by reading
+    the written dataset back in row blocks, so the self-check of the archive proves the zip's copy equals
+    the staged file for it; that the values are right is proven by ``tests/test_streaming_writer.py``
+    (bit-identical to :func:`gruconv.keras_layout.to_keras` of :func:`gruconv.keras_layout.from_cudnn`,
+    and to the Keras-built route, on every fixture)."""
+
+    def __init__(self, shape: tuple, dtype, pieces: Callable):
+        self.shape, self.dtype, self.pieces = tuple(shape), dtype, pieces
 
 
 # --------------------------------------------------------------------------- atomic targets
@@ -148,8 +197,13 @@ def self_check(path, manifest: list, *, config: Optional[dict] = None) -> None:
                 json.loads(zf.read(METADATA_NAME).decode("utf-8"))
                 if config is not None and got != json.loads(json.dumps(config)):
                     raise OutputError("self-check: config.json differs from the generated config", path=path)
-                with zf.open(WEIGHTS_NAME) as fh:
-                    _check_h5(h5py.File(fh, "r"), manifest, path)
+                info = zf.getinfo(WEIGHTS_NAME)
+                if info.compress_type == zipfile.ZIP_STORED:
+                    with _StoredMember(path, info) as fh:
+                        _check_h5(h5py.File(fh, "r"), manifest, path)
+                else:  # not what write_keras writes; read through zipfile
+                    with zf.open(WEIGHTS_NAME) as fh:
+                        _check_h5(h5py.File(fh, "r"), manifest, path)
         else:
             _check_h5(h5py.File(path, "r"), manifest, path)
     except OutputError:
@@ -157,6 +211,59 @@ def self_check(path, manifest: list, *, config: Optional[dict] = None) -> None:
     except (OSError, ValueError, KeyError, zipfile.BadZipFile) as e:
         raise OutputError(f"self-check: cannot reread the written file ({str(e).splitlines()[0][:200]})",
                           path=path) from None
+
+
+class _StoredMember(io.RawIOBase):
+    """A stored (uncompressed) zip member as a seekable read-only file over the archive's own bytes.
+
+    ``zipfile``'s member file emulates a backward seek by rereading from the member's start in 16 MiB
+    reads (``ZipExtFile.seek``, ``MAX_SEEK_READ``): HDF5 seeks constantly, so the self-check through it
+    was slow and held one more such buffer at the conversion's peak.  A stored member's bytes are
+    contiguous in the archive after its local header (APPNOTE 4.3.7: 30 bytes + name + extra field)."""
+
+    def __init__(self, path, info: zipfile.ZipInfo):
+        import struct
+
+        super().__init__()
+        self._f = open(path, "rb")
+        self._f.seek(info.header_offset)
+        head = self._f.read(30)
+        if len(head) != 30 or head[:4] != b"PK\x03\x04":
+            self._f.close()
+            raise OutputError(f"self-check: archive member {info.filename} has no local header", path=path)
+        name_len, extra_len = struct.unpack("<HH", head[26:30])
+        self._start = info.header_offset + 30 + name_len + extra_len
+        self._size = info.file_size
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, b) -> int:
+        n = max(0, min(len(b), self._size - self._pos))
+        if n == 0:
+            return 0
+        self._f.seek(self._start + self._pos)
+        got = self._f.readinto(memoryview(b)[:n])
+        self._pos += got
+        return got
+
+    def close(self) -> None:
+        try:
+            self._f.close()
+        finally:
+            super().close()
 
 
 def _check_h5(f, manifest: list, path) -> None:
@@ -172,13 +279,12 @@ def _check_h5(f, manifest: list, path) -> None:
         for ds_path, shape, dtype, digest in manifest:
             if ds_path not in f:
                 raise OutputError(f"self-check: weight {ds_path} missing", path=path)
-            a = f[ds_path][()]
-            if tuple(a.shape) != tuple(shape) or str(a.dtype) != dtype:
-                raise OutputError(f"self-check: weight {ds_path} is {a.dtype}{tuple(a.shape)}, wrote "
+            ds = f[ds_path]
+            if tuple(ds.shape) != tuple(shape) or str(ds.dtype) != dtype:
+                raise OutputError(f"self-check: weight {ds_path} is {ds.dtype}{tuple(ds.shape)}, wrote "
                                   f"{dtype}{tuple(shape)}", path=path)
-            if _digest(a) != digest:
+            if _dataset_digest(ds) != digest:
                 raise OutputError(f"self-check: weight {ds_path} does not read back bit for bit", path=path)
-            del a
 
 
 # --------------------------------------------------------------------------- sources
@@ -187,8 +293,9 @@ def legacy_h5_arrays(doc, tops: list, nonfinite: Optional[dict] = None) -> Itera
     """``(group, index, array)`` for a legacy Keras HDF5 document (:mod:`gruconv.readers.keras_h5`),
     one array in memory at a time: each top-level layer's saved weights, matched in the order Keras 3's
     legacy loader matches them (:attr:`gruconv.keras3_config.TopLayer.legacy_order`); CuDNNGRU /
-    CuDNNLSTM weights transformed per direction (:func:`gruconv.keras_layout.to_keras`), as
-    :func:`gruconv.readers.keras_h5.write` does.  ``nonfinite`` (when given) receives the NaN/Inf count
+    CuDNNLSTM weights transformed one gate block at a time (:func:`cudnn_direction`: the values of
+    :func:`gruconv.keras_layout.to_keras` of :func:`~gruconv.keras_layout.from_cudnn`, as
+    :func:`gruconv.readers.keras_h5.write` writes them).  ``nonfinite`` (when given) receives the NaN/Inf count
     per CuDNN layer path, counted on the canonical arrays before the transform (an LSTM's two biases
     are summed by the transform, so counting after it could merge or hide one)."""
     from . import h5safe
@@ -222,7 +329,7 @@ def legacy_h5_arrays(doc, tops: list, nonfinite: Optional[dict] = None) -> Itera
                     rnn, d, i = replaced[ds.name]
                     if current is None or current[0] != (id(rnn), d):
                         current = None  # the previous direction's arrays go first
-                        current = ((id(rnn), d), _direction_arrays(src, doc.path, rnn, d, nonfinite))
+                        current = ((id(rnn), d), cudnn_direction(src, doc.path, rnn, d, nonfinite))
                     value = current[1][i]
                     current[1][i] = None
                 else:
@@ -231,34 +338,87 @@ def legacy_h5_arrays(doc, tops: list, nonfinite: Optional[dict] = None) -> Itera
                 del value
 
 
-def _direction_arrays(src, path, rnn, d: int, nonfinite: Optional[dict] = None) -> list:
-    """One direction of a CuDNNGRU / CuDNNLSTM as Keras 3 arrays ``[kernel, recurrent_kernel, bias]``:
-    read, made canonical (:func:`gruconv.keras_layout.from_cudnn`), reordered
-    (:func:`gruconv.keras_layout.to_keras`), the intermediate arrays freed on the way; one direction at a
-    time, where ``rnn.stack`` would hold both (the reading is :func:`keras_h5._load_stack`'s)."""
+def cudnn_direction(src, path, rnn, d: int, nonfinite: Optional[dict] = None) -> list:
+    """One direction of a CuDNNGRU / CuDNNLSTM as Keras 3 ``[kernel, recurrent_kernel, bias]``, the two
+    kernels as :class:`Pieces` read and written one gate block at a time (about two gate blocks in
+    memory, where the whole-direction route holds the raw, canonical and Keras arrays at once).
+
+    The mapping is :mod:`gruconv.keras_layout`'s, composed: :func:`~gruconv.keras_layout.from_cudnn` makes
+    cuDNN gate ``j`` from stored block ``order[j]`` (``block.reshape(H, I)``), and
+    :func:`~gruconv.keras_layout.to_keras` makes Keras block ``k`` from cuDNN gate ``order[k]``
+    transposed, with ``order`` = :data:`~gruconv.keras_layout.KERAS_GATE_ORDER`; so Keras block ``k`` is
+    stored block ``order[order[k]]``, reshaped ``(H, I)`` and transposed.  The bias is small: it goes
+    through :func:`_direction_arrays`' own functions.  ``tests/test_streaming_writer.py`` checks the
+    result against ``to_keras(from_cudnn(...))`` for both cells."""
     from . import h5safe
-    from .keras_layout import from_cudnn, to_keras
+    from .canonical import CELLS
+    from .keras_layout import KERAS_GATE_ORDER
 
-    roles = rnn.datasets[d]
-    where = f"{rnn.cls} {rnn.path}" + ("" if len(rnn.datasets) == 1 else f" ({'forward' if d == 0 else 'backward'})")
-    raw = {role: h5safe.read_dataset(h5safe.resolve(src, name, path, "dataset"), path) for role, name in roles.items()}
-    try:
-        params = from_cudnn(raw.pop("kernel"), raw.pop("recurrent_kernel"), raw.pop("bias"), cell=rnn.shape.cell,
-                            where=where)
-    except InputError as e:
-        raise InputError(e.message, path=path) from None
-    del raw
-    if nonfinite is not None:
-        nonfinite[rnn.path] = nonfinite.get(rnn.path, 0) + _nonfinite(params)
-    return to_keras(params, rnn.shape.cell)
-
-
-def _nonfinite(params) -> int:
-    """NaN/Inf values among one direction's canonical arrays (as
-    :meth:`gruconv.canonical.RNNStack.nonfinite_count` counts a whole stack)."""
     import numpy as np
 
-    return int(sum(np.count_nonzero(~np.isfinite(a)) for a in params.arrays().values()))
+    roles = rnn.datasets[d]
+    cell = rnn.shape.cell
+    G = CELLS[cell].num_gates
+    order = KERAS_GATE_ORDER[cell]
+    where = f"{rnn.cls} {rnn.path}" + ("" if len(rnn.datasets) == 1 else f" ({'forward' if d == 0 else 'backward'})")
+    ds = {role: h5safe.resolve(src, name, path, "dataset") for role, name in roles.items()}
+    for x in ds.values():
+        h5safe.check_dataset(x, path)
+    k, rk = ds["kernel"], ds["recurrent_kernel"]
+    if len(k.shape) != 2 or k.shape[1] % G:
+        raise InputError(f"{where}: kernel has shape {tuple(k.shape)}, expected (input_size, {G}*units)", path=path)
+    I, H = k.shape[0], k.shape[1] // G
+    if tuple(rk.shape) != (H, G * H):
+        raise InputError(f"{where}: recurrent_kernel has shape {tuple(rk.shape)}, expected {(H, G * H)}", path=path)
+    bias_raw = h5safe.read_dataset(ds["bias"], path)
+    if tuple(bias_raw.shape) != (2 * G * H,):
+        raise InputError(f"{where}: bias has shape {tuple(bias_raw.shape)}, expected {(2 * G * H,)}", path=path)
+
+    def count(x) -> None:
+        if nonfinite is not None:
+            nonfinite[rnn.path] = nonfinite.get(rnn.path, 0) + int(np.count_nonzero(~np.isfinite(x)))
+
+    count(bias_raw)
+    bias = keras_bias(bias_raw, cell)
+    del bias_raw
+
+    def blocks(x, rows: int):
+        def gen():
+            for kk in range(G):
+                j = order[order[kk]]
+                try:
+                    raw = np.asarray(x[:, j * H:(j + 1) * H])
+                except (OSError, RuntimeError, ValueError, TypeError, KeyError) as e:
+                    from .errors import first_line
+
+                    raise InputError(f"{x.name} cannot be read ({first_line(e)})", path=path) from None
+                count(raw)
+                out = np.ascontiguousarray(raw.reshape(H, rows).T)
+                del raw
+                yield (slice(None), slice(kk * H, (kk + 1) * H)), out
+                del out
+        return gen
+
+    return [Pieces((I, G * H), k.dtype, blocks(k, I)), Pieces((H, G * H), rk.dtype, blocks(rk, H)), bias]
+
+
+def keras_bias(bias, cell: str):
+    """A stored CuDNN bias ``(2*G*H,)`` as the Keras 3 layer's, by :mod:`gruconv.keras_layout`'s mapping
+    composed as in :func:`cudnn_direction` (Keras block ``k`` = stored block ``order[order[k]]`` of each
+    half): GRU ``(2, G*H)``, input half then recurrent half; LSTM ``(G*H,)``, the two halves summed in
+    float64 and rounded once (:func:`gruconv.keras_layout.to_keras_lstm`'s rule)."""
+    import numpy as np
+
+    from .canonical import CELLS
+    from .keras_layout import KERAS_GATE_ORDER
+
+    G = CELLS[cell].num_gates
+    order = KERAS_GATE_ORDER[cell]
+    halves = np.asarray(bias).reshape(2, G, -1)
+    picked = halves[:, [order[order[kk]] for kk in range(G)], :]
+    if cell == "gru":
+        return np.ascontiguousarray(picked.reshape(2, -1))
+    return (picked[0].astype(np.float64) + picked[1].astype(np.float64)).astype(bias.dtype).reshape(-1)
 
 
 def stack_arrays(stack, tops: list, release: Optional[Callable] = None) -> Iterable:
@@ -336,7 +496,7 @@ def with_optimizer(arrays: Iterable, tops: list, compiled) -> Iterable:
 
     shapes = {}
     for g, i, a in arrays:
-        shapes[g, i] = (np.shape(a), np.asarray(a).dtype)
+        shapes[g, i] = (a.shape, a.dtype) if isinstance(a, Pieces) else (np.shape(a), np.asarray(a).dtype)
         yield g, i, a
         del a
     trainable = [s for t in tops for s in t.slots if s.trainable]

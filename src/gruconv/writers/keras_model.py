@@ -49,9 +49,13 @@ def keras_installed() -> bool:
     :func:`gruconv.formats.keras3._pick_backend` picks from)."""
     import importlib.util
 
-    if importlib.util.find_spec("keras") is None:
-        return False
-    return any(importlib.util.find_spec(m) is not None for m in ("tensorflow", "torch", "jax"))
+    def found(name: str) -> bool:
+        try:
+            return importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # a broken install counts as none
+            return False
+
+    return found("keras") and any(found(m) for m in ("tensorflow", "torch", "jax"))
 
 
 def fallback_note(reason: str) -> str:
