@@ -567,3 +567,70 @@ def test_inspect_and_convert_in_a_fresh_venv_with_base_dependencies_only(tmp_pat
     stream(h5, mine)
     a, b = _h5_tree(_h5_of(tmp_path / "a.keras")), _h5_tree(_h5_of(mine))
     assert sorted(a) == sorted(b) and all(a[k] == b[k] for k in b)
+
+
+@pytest.mark.parametrize("cell,gates", [("gru", 3), ("lstm", 4)])
+def test_gate_wise_transform_equals_keras_layout(tmp_path, cell, gates):
+    """:func:`keras_archive.cudnn_direction` (one gate block at a time, streamed into HDF5) gives exactly
+    ``to_keras(from_cudnn(...))`` of :mod:`gruconv.keras_layout` (random float32 and float16 arrays,
+    NaN/Inf counted), and a planted swap of two gate blocks is caught by the same comparison."""
+    from types import SimpleNamespace
+
+    from gruconv.keras_layout import from_cudnn, to_keras
+
+    rng = np.random.default_rng(7)
+    I, H = 6, 5
+    for dtype in (np.float32, np.float16):
+        k = rng.standard_normal((I, gates * H)).astype(dtype)
+        rk = rng.standard_normal((H, gates * H)).astype(dtype)
+        b = rng.standard_normal(2 * gates * H).astype(dtype)
+        k[0, 0], b[3] = np.nan, np.inf
+        src = tmp_path / f"src_{np.dtype(dtype).name}.h5"
+        with h5py.File(src, "w") as f:
+            f["k"], f["rk"], f["b"] = k, rk, b
+        rnn = SimpleNamespace(datasets=[{"kernel": "k", "recurrent_kernel": "rk", "bias": "b"}], cls="CuDNNX",
+                              path="layer", shape=SimpleNamespace(cell=cell))
+        dst = tmp_path / f"dst_{np.dtype(dtype).name}.h5"
+        nonfinite = {}
+        with h5py.File(src, "r") as f:
+            got = keras_archive.cudnn_direction(f, src, rnn, 0, nonfinite)
+            keras_archive.write_weights_h5(dst, [("w", None)], [("w", i, a) for i, a in enumerate(got)])
+        want = to_keras(from_cudnn(k, rk, b, cell=cell), cell)
+        with h5py.File(dst, "r") as f:
+            out = [f["w/0"][()], f["w/1"][()], f["w/2"][()]]
+        for a, w in zip(out, want):
+            assert a.dtype == w.dtype and a.shape == w.shape and a.tobytes() == w.tobytes()
+        assert nonfinite == {"layer": 2}
+        swapped = out[0].copy()
+        swapped[:, :H], swapped[:, H:2 * H] = out[0][:, H:2 * H], out[0][:, :H]
+        assert swapped.tobytes() != want[0].tobytes()
+
+
+@pytest.mark.slow  # a 44.5 MB model generated and converted 3 times; a measurement
+def test_streamed_convert_peaks_under_half_the_model_above_its_imports(tmp_path):
+    """``gruconv convert big.h5 out.keras`` (3 x Bidirectional(CuDNNGRU(512)), 44.5 MB of weights, the
+    model of ``tests/test_memory.py``) peaks at most 0.5 x the weight bytes above a process that only
+    imports what convert imports (gruconv's CLI, reader, streaming writer; NumPy, h5py): the writer holds
+    about one gate block, never a layer or the model.
+
+    Measured (this machine, 2026-11-27, load average ~8, 3 runs each): 0.20-0.21 x above those imports
+    (before the gate-wise writing and the direct self-check read: 0.81-0.85 x); the whole-direction
+    route's raw + canonical + Keras copies alone would be ~0.6 x.  Bound 0.5 x: the issue's target, ~3 x
+    the measured value, and below what one whole direction's three copies would take."""
+    sys.path.insert(0, str(ROOT))
+    from tests.test_memory import GRUCONV, make_big_cudnngru_h5, peak_rss
+
+    big = tmp_path / "big.h5"
+    model_bytes = make_big_cudnngru_h5(big)
+    ratios = []
+    for i in range(3):
+        base, code, err = peak_rss([sys.executable, "-c", "import gruconv.cli, gruconv.readers.keras_h5, "
+                                    "gruconv.keras_archive, gruconv.writers.keras_model, h5py, numpy"])
+        assert code == 0, err
+        out = tmp_path / f"out{i}.keras"
+        peak, code, err = peak_rss([GRUCONV, "convert", big, out])
+        assert code == 0, err
+        assert out.stat().st_size > model_bytes  # every weight made it into the archive
+        ratios.append((peak - base) / model_bytes)
+    print(f"\npeak RSS above the imports / model bytes: {', '.join(f'{r:.3f}' for r in ratios)}")
+    assert max(ratios) <= 0.5, ratios

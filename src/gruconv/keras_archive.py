@@ -424,22 +424,70 @@ def keras_bias(bias, cell: str):
 def stack_arrays(stack, tops: list, release: Optional[Callable] = None) -> Iterable:
     """``(group, index, array)`` for a canonical stack (TF1 checkpoints) and the plan of
     :func:`gruconv.keras3_config.stack_model_config`: per layer, direction 0 then 1, Keras arrays
-    ``kernel, recurrent_kernel, bias`` (:func:`gruconv.keras_layout.to_keras`)."""
-    from .keras_layout import to_keras
-
+    ``kernel, recurrent_kernel, bias`` (:func:`canonical_direction`: the values of
+    :func:`gruconv.keras_layout.to_keras`, the kernels one gate block at a time)."""
     s = stack.shape
     rnn_tops = [t for t in tops if t.slots]
     if len(rnn_tops) != s.num_layers:
         raise UnsupportedError(f"stack plan has {len(rnn_tops)} layers, the stack {s.num_layers}")
     for layer, top in enumerate(rnn_tops):
         for d in range(s.num_directions):
-            arrays = to_keras(stack.params[s.pseudo_layer(layer, d)], s.cell, s.layer_input_size(layer))
+            arrays = canonical_direction(stack.params[s.pseudo_layer(layer, d)], s.cell,
+                                         s.layer_input_size(layer), release)
             slots = top.slots[3 * d:3 * d + 3]
             for slot, value in zip(slots, arrays):
                 yield slot.group, slot.index, value
             del arrays, value
             if release is not None:  # e.g. the checkpoint reader's: drop the mapped pages read so far
                 release()
+
+
+def canonical_direction(p, cell: str, input_size: Optional[int] = None, release: Optional[Callable] = None) -> list:
+    """One canonical pseudo-layer (:class:`gruconv.canonical.GateParams`; a checkpoint's are views of the
+    mapped file) as Keras 3 ``[kernel, recurrent_kernel, bias]``, the kernels as :class:`Pieces`: Keras
+    block ``k`` is cuDNN gate ``order[k]``'s matrix transposed (``order`` =
+    :data:`gruconv.keras_layout.KERAS_GATE_ORDER`, as :func:`gruconv.keras_layout.to_keras` concatenates
+    them; a skip-input pseudo-layer gets its identity blocks), and ``release`` (the reader's: drop the
+    mapped pages) runs after each block, so about one gate block of the file is resident at a time.
+    The bias follows :func:`gruconv.keras_layout.to_keras_gru` / ``to_keras_lstm`` (GRU: input then
+    recurrent half; LSTM: the sum in float64, rounded once).  ``tests/test_streaming_writer.py`` checks the
+    result against ``to_keras`` for both cells, and the files against the Keras-built route."""
+    import numpy as np
+
+    from .keras_layout import KERAS_GATE_ORDER
+
+    order = KERAS_GATE_ORDER[cell]
+    G = len(order)
+    H = p.recurrent_weights.shape[1]
+    rdtype = p.recurrent_weights.dtype
+    if cell == "gru":
+        bias = np.stack([np.concatenate([p.input_bias[g] for g in order]),
+                         np.concatenate([p.recurrent_bias[g] for g in order])])
+    else:
+        bias = np.concatenate([p.input_bias[g].astype(np.float64) + p.recurrent_bias[g].astype(np.float64)
+                               for g in order]).astype(rdtype)
+    if release is not None:
+        release()
+
+    def blocks(matrices, rows: int, dtype):
+        def gen():
+            for kk in range(G):
+                if matrices is None:  # CUDNN_SKIP_INPUT: the input is added as is
+                    out = np.eye(rows, H, dtype=dtype)
+                else:
+                    out = np.ascontiguousarray(matrices[order[kk]].T)
+                yield (slice(None), slice(kk * H, (kk + 1) * H)), out
+                del out
+                if release is not None:
+                    release()
+        return gen
+
+    if p.input_weights is None:
+        I, kdtype = input_size or H, rdtype
+    else:
+        I, kdtype = p.input_weights.shape[2], p.input_weights.dtype
+    return [Pieces((I, G * H), kdtype, blocks(p.input_weights, I, kdtype)),
+            Pieces((H, G * H), rdtype, blocks(p.recurrent_weights, H, rdtype)), bias]
 
 
 # --------------------------------------------------------------------------- entry points
