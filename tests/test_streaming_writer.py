@@ -634,3 +634,31 @@ def test_streamed_convert_peaks_under_half_the_model_above_its_imports(tmp_path)
         ratios.append((peak - base) / model_bytes)
     print(f"\npeak RSS above the imports / model bytes: {', '.join(f'{r:.3f}' for r in ratios)}")
     assert max(ratios) <= 0.5, ratios
+
+
+@pytest.mark.parametrize("cell,gates", [("gru", 3), ("lstm", 4)])
+@pytest.mark.parametrize("skip", [False, True], ids=["linear-input", "skip-input"])
+def test_canonical_gate_wise_transform_equals_to_keras(tmp_path, cell, gates, skip):
+    """:func:`keras_archive.canonical_direction` (TF1 stacks: one gate block at a time, the reader's
+    ``release`` after each) writes exactly :func:`gruconv.keras_layout.to_keras` of the same params
+    (skip-input pseudo-layers' identity kernels included), and calls ``release`` once per block."""
+    from gruconv.canonical import GateParams
+    from gruconv.keras_layout import to_keras
+
+    rng = np.random.default_rng(3)
+    H, I = 5, 7
+    p = GateParams(input_weights=None if skip else rng.standard_normal((gates, H, I)).astype(np.float32),
+                   recurrent_weights=rng.standard_normal((gates, H, H)).astype(np.float32),
+                   input_bias=rng.standard_normal((gates, H)).astype(np.float32),
+                   recurrent_bias=rng.standard_normal((gates, H)).astype(np.float32))
+    input_size = H if skip else None
+    released = []
+    got = keras_archive.canonical_direction(p, cell, input_size, lambda: released.append(1))
+    dst = tmp_path / "w.h5"
+    keras_archive.write_weights_h5(dst, [("w", None)], [("w", i, a) for i, a in enumerate(got)])
+    want = to_keras(p, cell, input_size)
+    with h5py.File(dst, "r") as f:
+        for i, w in enumerate(want):
+            a = f[f"w/{i}"][()]
+            assert a.dtype == w.dtype and a.shape == w.shape and a.tobytes() == w.tobytes(), i
+    assert len(released) == 1 + 2 * gates

@@ -1,4 +1,4 @@
-"""Write ``.keras`` archives and Keras 3 ``.weights.h5`` files with h5py and NumPy only, one layer at a time.
+"""Write ``.keras`` archives and Keras 3 ``.weights.h5`` files with h5py and NumPy only, one gate block at a time.
 
 Why (issue 20): Keras 3 builds the whole model in memory (initialising every variable), then
 ``Model.save`` copies every weight into ``model.weights.h5``; the conversion peaks at several times
@@ -13,14 +13,16 @@ the parameter bytes and pays a 2-6 s framework import.  Everything in the archiv
   variable order (``Layer.save_own_variables``); object paths from
   :func:`gruconv.keras3_config.saveable_plan`.
 
-Here the weights go input -> transform -> HDF5 dataset -> freed, one layer at a time, into a file
-staged beside the target, which is then streamed into the zip (``ZipFile.write`` copies in chunks):
-peak memory is the largest layer, not the model.  The target appears atomically (temporary file
+Here the weights go input -> transform -> HDF5 dataset -> freed, one array at a time (a CuDNN layer's
+kernels one gate block at a time: :class:`Pieces`), into a file staged beside the target, which is then
+streamed into the zip (``ZipFile.write`` copies in chunks): peak memory is about one gate block or the
+largest other weight, not the model.  The target appears atomically (temporary file
 beside it, :func:`os.replace`) and only after :func:`self_check` passed: the archive reopens, its
 config parses and names the expected classes, and every weight is present with the shape, dtype and
 SHA-256 recorded while it was written.
 
-No Keras, TensorFlow, JAX or torch import anywhere in this module.
+No Keras, TensorFlow, JAX or torch import anywhere in this module, except in :func:`check_load`
+(``convert --check-load``), which is the point of that function.
 """
 
 from __future__ import annotations
@@ -296,11 +298,10 @@ def legacy_h5_arrays(doc, tops: list, nonfinite: Optional[dict] = None) -> Itera
     CuDNNLSTM weights transformed one gate block at a time (:func:`cudnn_direction`: the values of
     :func:`gruconv.keras_layout.to_keras` of :func:`~gruconv.keras_layout.from_cudnn`, as
     :func:`gruconv.readers.keras_h5.write` writes them).  ``nonfinite`` (when given) receives the NaN/Inf count
-    per CuDNN layer path, counted on the canonical arrays before the transform (an LSTM's two biases
+    per CuDNN layer path, counted on the stored values before the transform (an LSTM's two biases
     are summed by the transform, so counting after it could merge or hide one)."""
     from . import h5safe
     from .readers import keras_h5
-    from .keras_layout import to_keras
 
     replaced = {}
     for rnn in doc.rnns:
@@ -347,9 +348,10 @@ def cudnn_direction(src, path, rnn, d: int, nonfinite: Optional[dict] = None) ->
     cuDNN gate ``j`` from stored block ``order[j]`` (``block.reshape(H, I)``), and
     :func:`~gruconv.keras_layout.to_keras` makes Keras block ``k`` from cuDNN gate ``order[k]``
     transposed, with ``order`` = :data:`~gruconv.keras_layout.KERAS_GATE_ORDER`; so Keras block ``k`` is
-    stored block ``order[order[k]]``, reshaped ``(H, I)`` and transposed.  The bias is small: it goes
-    through :func:`_direction_arrays`' own functions.  ``tests/test_streaming_writer.py`` checks the
-    result against ``to_keras(from_cudnn(...))`` for both cells."""
+    stored block ``order[order[k]]``, reshaped ``(H, I)`` and transposed.  The bias is small: whole, by
+    :func:`keras_bias`.  NaN/Inf are counted on the raw blocks (the same values as the canonical arrays).
+    ``tests/test_streaming_writer.py`` checks the result against ``to_keras(from_cudnn(...))`` for both
+    cells and dtypes."""
     from . import h5safe
     from .canonical import CELLS
     from .keras_layout import KERAS_GATE_ORDER
@@ -581,17 +583,28 @@ def write_stack(stack, target, *, name: Optional[str] = None, initial_state: boo
 def mask_producers(config: dict) -> list:
     """Names of the layers of a Keras model config (nested models included, wrapped layers not: as
     :func:`gruconv.formats.keras3.mask_producers` walks ``model.layers``) that attach a Keras mask:
-    ``Masking`` and ``Embedding(mask_zero=True)``.  Read from the config, so no Keras is needed."""
-    out, todo = [], list(((config or {}).get("config") or {}).get("layers") or [])
+    ``Masking`` and ``Embedding(mask_zero=True)``.  Read from the config, so no Keras is needed; a
+    Keras <= 2.2 Sequential config (a bare layer list) included."""
+    def layers_of(obj) -> Optional[list]:
+        cfg = obj.get("config") if isinstance(obj, dict) else None
+        if isinstance(cfg, list):
+            return cfg
+        if isinstance(cfg, dict) and isinstance(cfg.get("layers"), list):
+            return cfg["layers"]
+        return None
+
+    out, todo = [], list(layers_of(config) or [])
     while todo:
         layer = todo.pop(0)
         if not isinstance(layer, dict):
             continue
-        cfg = layer.get("config") or {}
+        inner = layers_of(layer)
+        if inner is not None:
+            todo.extend(inner)
+            continue
+        cfg = layer.get("config") if isinstance(layer.get("config"), dict) else {}
         cls = layer.get("class_name")
-        if isinstance(cfg.get("layers"), list):
-            todo.extend(cfg["layers"])
-        elif cls == "Masking" or (cls == "Embedding" and cfg.get("mask_zero")):
+        if cls == "Masking" or (cls == "Embedding" and cfg.get("mask_zero")):
             out.append(cfg.get("name", cls))
     return out
 
