@@ -507,6 +507,7 @@ def write_keras_h5_doc(doc, target, *, weights_only: bool = False, warnings: Opt
 
     if doc.model_config is None:
         raise UnsupportedError("a weights-only input needs its architecture (--config)", path=doc.path)
+    check_rnn_inputs(doc)
     try:
         config = keras3_config.model_config(keras_h5.converted_config(doc.model_config))
         groups, tops = keras3_config.saveable_plan(config)
@@ -527,6 +528,102 @@ def write_keras_h5_doc(doc, target, *, weights_only: bool = False, warnings: Opt
         if e.path is None:
             raise UnsupportedError(e.message, path=doc.path) from None
         raise
+
+
+#: Layers whose output has as many features as their input (the last axis), for :func:`check_rnn_inputs`.
+_SAME_FEATURES = {"Dropout", "SpatialDropout1D", "GaussianNoise", "GaussianDropout", "AlphaDropout", "Activation",
+                  "BatchNormalization", "LayerNormalization", "Masking", "ReLU", "LeakyReLU", "ELU", "Softmax",
+                  "PReLU", "ZeroPadding1D", "Cropping1D", "UpSampling1D", "MaxPooling1D", "AveragePooling1D",
+                  "MaxPool1D", "AvgPool1D"}
+_RNN_CLASSES = {"CuDNNGRU", "CuDNNLSTM", "GRU", "LSTM", "SimpleRNN"}
+
+
+def _features(layer: dict, f_in: Optional[int]) -> Optional[int]:
+    """Features (last axis) of a legacy layer's output given its input's, or None when not known here."""
+    cls, cfg = layer.get("class_name"), layer.get("config") or {}
+    if not isinstance(cfg, dict):
+        return None
+    if cls == "InputLayer":
+        shape = cfg.get("batch_input_shape") or cfg.get("batch_shape")
+        return shape[-1] if isinstance(shape, list) and shape and isinstance(shape[-1], int) else None
+    if cls in _RNN_CLASSES:
+        return cfg.get("units") if isinstance(cfg.get("units"), int) else None
+    if cls == "Bidirectional":
+        inner = _features(cfg.get("layer") or {}, f_in)
+        return None if inner is None else inner * (2 if cfg.get("merge_mode", "concat") == "concat" else 1)
+    if cls == "TimeDistributed":
+        return _features(cfg.get("layer") or {}, f_in)
+    if cls == "Dense":
+        return cfg.get("units") if isinstance(cfg.get("units"), int) else None
+    if cls == "Embedding":
+        return cfg.get("output_dim") if isinstance(cfg.get("output_dim"), int) else None
+    if cls in ("Conv1D", "Convolution1D"):
+        return cfg.get("filters") if isinstance(cfg.get("filters"), int) else None
+    if cls in _SAME_FEATURES:
+        return f_in
+    return None
+
+
+def _inner_rnn(layer: dict, path: str) -> Optional[str]:
+    """The config path of the CuDNN layer ``layer`` is or wraps, else None."""
+    cls, cfg = layer.get("class_name"), layer.get("config") or {}
+    if cls in ("CuDNNGRU", "CuDNNLSTM"):
+        return path
+    if cls in ("Bidirectional", "TimeDistributed") and isinstance(cfg, dict) and isinstance(cfg.get("layer"), dict):
+        inner = cfg["layer"]
+        name = (inner.get("config") or {}).get("name") if isinstance(inner.get("config"), dict) else None
+        return _inner_rnn(inner, f"{path}/{name}") if name else None
+    return None
+
+
+def check_rnn_inputs(doc) -> None:
+    """Refuse (:class:`InputError`, one line) a CuDNN layer whose kernel rows differ from the features the
+    layer before it gives (Sequential order, or a Functional layer's first inbound tensor), where those are
+    known from the config (:func:`_features`).  The Keras-built route found this when loading its output;
+    the streaming writer has no Keras to load with, and would otherwise write a model that does not load."""
+    from .canonical import CELLS
+
+    by_path = {r.path: r for r in doc.rnns}
+
+    def visit(container: dict, prefix: str, f_in: Optional[int]) -> None:
+        cfg = container.get("config")
+        layers = cfg if isinstance(cfg, list) else (cfg.get("layers") if isinstance(cfg, dict) else None)
+        if not isinstance(layers, list):
+            return
+        sequential = container.get("class_name") == "Sequential"
+        out: dict = {}
+        prev = f_in
+        for layer in layers:
+            if not isinstance(layer, dict):
+                return
+            lcfg = layer.get("config") if isinstance(layer.get("config"), dict) else {}
+            name = lcfg.get("name") or layer.get("name")
+            if sequential:
+                own = lcfg.get("batch_input_shape") or lcfg.get("batch_shape")
+                given = own[-1] if isinstance(own, list) and own and isinstance(own[-1], int) else prev
+            else:
+                given = None
+                nodes = layer.get("inbound_nodes")
+                try:
+                    given = out.get(nodes[0][0][0]) if nodes else None
+                except (TypeError, IndexError, KeyError):
+                    given = None
+            path = f"{prefix}{name}"
+            rnn = by_path.get(_inner_rnn(layer, path) or "")
+            if rnn is not None and given is not None and rnn.shape.input_size != given:
+                cols = CELLS[rnn.shape.cell].num_gates * rnn.shape.units
+                raise InputError(f"{rnn.cls} {rnn.path}: the layer before it gives {given} features, so its kernel "
+                                 f"should be {(given, cols)}; the file has {(rnn.shape.input_size, cols)}",
+                                 path=doc.path)
+            if layer.get("class_name") in ("Sequential", "Functional", "Model"):
+                visit(layer, f"{path}/", given)
+                feats = None
+            else:
+                feats = _features(layer, given)
+            out[name] = feats
+            prev = feats
+
+    visit(doc.model_config or {}, "", None)
 
 
 def _n_outputs(config: dict) -> int:
