@@ -26,9 +26,9 @@ OUT = REPO / "bench-out"
 PY = str(REPO / ".venv" / "bin" / "python")
 sys.path.insert(0, str(REPO / "bench"))
 
-STREAM_H5 = ("import sys; from gruconv.formats import keras_h5; from gruconv import keras_archive; "
+STREAM_H5 = ("import sys; from gruconv.readers import keras_h5; from gruconv import keras_archive; "
              "keras_archive.write_keras_h5_doc(keras_h5.read(sys.argv[1]), sys.argv[2])")
-STREAM_CKPT = ("import sys; from gruconv.formats import tf1; from gruconv import keras_archive; "
+STREAM_CKPT = ("import sys; from gruconv.readers import tf1; from gruconv import keras_archive; "
                "d = tf1.read(sys.argv[1]); e = d.stacks[0]; "
                "keras_archive.write_stack(e.stack, sys.argv[2], name=e.scope or 'gru_stack', release=d.reader.release)")
 

@@ -78,7 +78,8 @@ def convert(input, output, options=None, *, verify: bool = False, tolerance: flo
     parent = output.parent if str(output.parent) else Path(".")
     with staging_dir(parent) as td:
         staged = Path(td) / output.name
-        result = module.convert(doc, staged, dataclasses.replace(opts, force=True))
+        # --verify implies --check-load (a writer that reads no such option ignores it)
+        result = module.convert(doc, staged, dataclasses.replace(opts, force=True, check_load=True))
         if result.nothing_to_convert and not result.outputs:
             return result
         report = _verify(input, staged, tolerance=tolerance, rtol=rtol, floor_k=floor_k, options=opts)

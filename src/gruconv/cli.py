@@ -205,6 +205,9 @@ def inspect(path, as_json, config, rnn, prefer, **kw):
 @click.option("--return-state", is_flag=True, help="TF1: add final-state outputs, in cuDNN order.")
 @click.option("--mask-input", is_flag=True,
               help="TF1: add a (batch, time) bool mask input for variable lengths (right-padded).")
+@click.option("--check-load", is_flag=True,
+              help="Load the .keras / .weights.h5 output with Keras (plain load_model) and compare every weight "
+                   "by digest before placing it (needs Keras and a backend; implied by --verify).")
 @click.option("--verify", is_flag=True, help="Check numerical parity after converting (see `gruconv verify`).")
 @click.option("--tolerance", type=float, default=1e-5, show_default=True, help="Parity tolerance for --verify.")
 @click.option("--rtol", type=click.FloatRange(0), default=None, help="--verify: relative bound (see `gruconv verify`).")
@@ -212,7 +215,8 @@ def inspect(path, as_json, config, rnn, prefer, **kw):
               help="--verify: multiple of the float32 sensitivity floor (see `gruconv verify`).")
 @hint_options
 def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path, junit, force, fmt, config,
-            initial_state, return_state, mask_input, verify, tolerance, rtol, floor_k, rnn, prefer, **kw):
+            initial_state, return_state, mask_input, check_load, verify, tolerance, rtol, floor_k, rnn, prefer,
+            **kw):
     """Convert INPUT (Keras CuDNNGRU/CuDNNLSTM HDF5 or TF1 cudnn_rnn checkpoint) into OUTPUT.
 
     Usage: gruconv convert INPUT OUTPUT, or gruconv convert INPUT... --out-dir DIR.
@@ -233,7 +237,8 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
     from .results import Options
 
     options = Options(force=force, format=fmt, config=config, hints=_hints(kw), rnn=rnn, prefer=prefer,
-                      initial_state=initial_state, return_state=return_state, mask_input=mask_input)
+                      initial_state=initial_state, return_state=return_state, mask_input=mask_input,
+                      check_load=check_load)
     if out_dir is not None:
         from . import batch
 

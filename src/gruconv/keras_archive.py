@@ -1,4 +1,4 @@
-"""Write ``.keras`` archives and Keras 3 ``.weights.h5`` files with h5py and NumPy only, one layer at a time.
+"""Write ``.keras`` archives and Keras 3 ``.weights.h5`` files with h5py and NumPy only, one gate block at a time.
 
 Why (issue 20): Keras 3 builds the whole model in memory (initialising every variable), then
 ``Model.save`` copies every weight into ``model.weights.h5``; the conversion peaks at several times
@@ -13,14 +13,16 @@ the parameter bytes and pays a 2-6 s framework import.  Everything in the archiv
   variable order (``Layer.save_own_variables``); object paths from
   :func:`gruconv.keras3_config.saveable_plan`.
 
-Here the weights go input -> transform -> HDF5 dataset -> freed, one layer at a time, into a file
-staged beside the target, which is then streamed into the zip (``ZipFile.write`` copies in chunks):
-peak memory is the largest layer, not the model.  The target appears atomically (temporary file
+Here the weights go input -> transform -> HDF5 dataset -> freed, one array at a time (a CuDNN layer's
+kernels one gate block at a time: :class:`Pieces`), into a file staged beside the target, which is then
+streamed into the zip (``ZipFile.write`` copies in chunks): peak memory is about one gate block or the
+largest other weight, not the model.  The target appears atomically (temporary file
 beside it, :func:`os.replace`) and only after :func:`self_check` passed: the archive reopens, its
 config parses and names the expected classes, and every weight is present with the shape, dtype and
 SHA-256 recorded while it was written.
 
-No Keras, TensorFlow, JAX or torch import anywhere in this module.
+No Keras, TensorFlow, JAX or torch import anywhere in this module, except in :func:`check_load`
+(``convert --check-load``), which is the point of that function.
 """
 
 from __future__ import annotations
@@ -42,9 +44,37 @@ CONFIG_NAME, METADATA_NAME, WEIGHTS_NAME = "config.json", "metadata.json", "mode
 
 
 def _digest(a) -> str:
+    """SHA-256 of an array's bytes, hashed from the array's own buffer (``tobytes`` would copy it:
+    one more copy of the largest weight at the peak)."""
     import numpy as np
 
-    return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
+    return hashlib.sha256(_bytes_view(np.ascontiguousarray(a))).hexdigest()
+
+
+def _bytes_view(a):
+    """A contiguous array's bytes as a flat uint8 view (no copy; 0-d and empty arrays included)."""
+    return a.reshape(-1).view("uint8")
+
+
+#: Rows of a dataset the self-check reads at a time are chosen to keep about this many bytes in memory.
+_CHECK_BLOCK = 4 << 20
+
+
+def _dataset_digest(ds) -> str:
+    """SHA-256 of an HDF5 dataset's bytes (C order), read in blocks of leading-axis rows: the same
+    digest as :func:`_digest` of the whole array, with at most about ``_CHECK_BLOCK`` bytes read at a time."""
+    import numpy as np
+
+    if ds.ndim == 0 or ds.size == 0:
+        return _digest(ds[()])
+    row = max(1, ds.size // ds.shape[0]) * ds.dtype.itemsize
+    step = max(1, _CHECK_BLOCK // row)
+    h = hashlib.sha256()
+    for start in range(0, ds.shape[0], step):
+        block = np.ascontiguousarray(ds[start:start + step])
+        h.update(_bytes_view(block))
+        del block
+    return h.hexdigest()
 
 
 # --------------------------------------------------------------------------- HDF5 weights
@@ -66,14 +96,35 @@ def write_weights_h5(path, groups: list, arrays: Iterable) -> list:
             if name is not None:
                 g.attrs["name"] = name
         for gpath, index, array in arrays:
-            a = np.asarray(array)
             ds_path = f"{gpath}/{index}"
             if ds_path in f:
                 raise UnsupportedError(f"weight {ds_path} written twice (object paths collide)")
+            if isinstance(array, Pieces):
+                ds = f[gpath].create_dataset(str(index), shape=array.shape, dtype=array.dtype)
+                for where, block in array.pieces():
+                    ds[where] = block
+                    del block
+                # read back in blocks: the whole array never exists in memory (see Pieces)
+                manifest.append((ds_path, tuple(ds.shape), str(ds.dtype), _dataset_digest(ds)))
+                del ds, array
+                continue
+            a = np.asarray(array)
             f[gpath][str(index)] = a
             manifest.append((ds_path, tuple(a.shape), str(a.dtype), _digest(a)))
             del a, array
     return manifest
+
+
+class Pieces:
+    """A weight written piece by piece (one gate block at a time) into a dataset of ``shape`` and
+    ``dtype``: ``pieces()`` yields ``(index expression, array)``.  Its manifest digest is taken by reading
+    the written dataset back in row blocks, so the self-check of the archive proves the zip's copy equals
+    the staged file for it; that the values are right is proven by ``tests/test_streaming_writer.py``
+    (bit-identical to :func:`gruconv.keras_layout.to_keras` of :func:`gruconv.keras_layout.from_cudnn`,
+    and to the Keras-built route, on every fixture)."""
+
+    def __init__(self, shape: tuple, dtype, pieces: Callable):
+        self.shape, self.dtype, self.pieces = tuple(shape), dtype, pieces
 
 
 # --------------------------------------------------------------------------- atomic targets
@@ -148,8 +199,13 @@ def self_check(path, manifest: list, *, config: Optional[dict] = None) -> None:
                 json.loads(zf.read(METADATA_NAME).decode("utf-8"))
                 if config is not None and got != json.loads(json.dumps(config)):
                     raise OutputError("self-check: config.json differs from the generated config", path=path)
-                with zf.open(WEIGHTS_NAME) as fh:
-                    _check_h5(h5py.File(fh, "r"), manifest, path)
+                info = zf.getinfo(WEIGHTS_NAME)
+                if info.compress_type == zipfile.ZIP_STORED:
+                    with _StoredMember(path, info) as fh:
+                        _check_h5(h5py.File(fh, "r"), manifest, path)
+                else:  # not what write_keras writes; read through zipfile
+                    with zf.open(WEIGHTS_NAME) as fh:
+                        _check_h5(h5py.File(fh, "r"), manifest, path)
         else:
             _check_h5(h5py.File(path, "r"), manifest, path)
     except OutputError:
@@ -157,6 +213,59 @@ def self_check(path, manifest: list, *, config: Optional[dict] = None) -> None:
     except (OSError, ValueError, KeyError, zipfile.BadZipFile) as e:
         raise OutputError(f"self-check: cannot reread the written file ({str(e).splitlines()[0][:200]})",
                           path=path) from None
+
+
+class _StoredMember(io.RawIOBase):
+    """A stored (uncompressed) zip member as a seekable read-only file over the archive's own bytes.
+
+    ``zipfile``'s member file emulates a backward seek by rereading from the member's start in 16 MiB
+    reads (``ZipExtFile.seek``, ``MAX_SEEK_READ``): HDF5 seeks constantly, so the self-check through it
+    was slow and held one more such buffer at the conversion's peak.  A stored member's bytes are
+    contiguous in the archive after its local header (APPNOTE 4.3.7: 30 bytes + name + extra field)."""
+
+    def __init__(self, path, info: zipfile.ZipInfo):
+        import struct
+
+        super().__init__()
+        self._f = open(path, "rb")
+        self._f.seek(info.header_offset)
+        head = self._f.read(30)
+        if len(head) != 30 or head[:4] != b"PK\x03\x04":
+            self._f.close()
+            raise OutputError(f"self-check: archive member {info.filename} has no local header", path=path)
+        name_len, extra_len = struct.unpack("<HH", head[26:30])
+        self._start = info.header_offset + 30 + name_len + extra_len
+        self._size = info.file_size
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, b) -> int:
+        n = max(0, min(len(b), self._size - self._pos))
+        if n == 0:
+            return 0
+        self._f.seek(self._start + self._pos)
+        got = self._f.readinto(memoryview(b)[:n])
+        self._pos += got
+        return got
+
+    def close(self) -> None:
+        try:
+            self._f.close()
+        finally:
+            super().close()
 
 
 def _check_h5(f, manifest: list, path) -> None:
@@ -172,26 +281,27 @@ def _check_h5(f, manifest: list, path) -> None:
         for ds_path, shape, dtype, digest in manifest:
             if ds_path not in f:
                 raise OutputError(f"self-check: weight {ds_path} missing", path=path)
-            a = f[ds_path][()]
-            if tuple(a.shape) != tuple(shape) or str(a.dtype) != dtype:
-                raise OutputError(f"self-check: weight {ds_path} is {a.dtype}{tuple(a.shape)}, wrote "
+            ds = f[ds_path]
+            if tuple(ds.shape) != tuple(shape) or str(ds.dtype) != dtype:
+                raise OutputError(f"self-check: weight {ds_path} is {ds.dtype}{tuple(ds.shape)}, wrote "
                                   f"{dtype}{tuple(shape)}", path=path)
-            if _digest(a) != digest:
+            if _dataset_digest(ds) != digest:
                 raise OutputError(f"self-check: weight {ds_path} does not read back bit for bit", path=path)
-            del a
 
 
 # --------------------------------------------------------------------------- sources
 
-def legacy_h5_arrays(doc, tops: list) -> Iterable:
+def legacy_h5_arrays(doc, tops: list, nonfinite: Optional[dict] = None) -> Iterable:
     """``(group, index, array)`` for a legacy Keras HDF5 document (:mod:`gruconv.readers.keras_h5`),
     one array in memory at a time: each top-level layer's saved weights, matched in the order Keras 3's
     legacy loader matches them (:attr:`gruconv.keras3_config.TopLayer.legacy_order`); CuDNNGRU /
-    CuDNNLSTM weights transformed per direction (:func:`gruconv.keras_layout.to_keras`), as
-    :func:`gruconv.readers.keras_h5.write` does."""
+    CuDNNLSTM weights transformed one gate block at a time (:func:`cudnn_direction`: the values of
+    :func:`gruconv.keras_layout.to_keras` of :func:`~gruconv.keras_layout.from_cudnn`, as
+    :func:`gruconv.readers.keras_h5.write` writes them).  ``nonfinite`` (when given) receives the NaN/Inf count
+    per CuDNN layer path, counted on the stored values before the transform (an LSTM's two biases
+    are summed by the transform, so counting after it could merge or hide one)."""
     from . import h5safe
     from .readers import keras_h5
-    from .keras_layout import to_keras
 
     replaced = {}
     for rnn in doc.rnns:
@@ -220,7 +330,7 @@ def legacy_h5_arrays(doc, tops: list) -> Iterable:
                     rnn, d, i = replaced[ds.name]
                     if current is None or current[0] != (id(rnn), d):
                         current = None  # the previous direction's arrays go first
-                        current = ((id(rnn), d), _direction_arrays(src, doc.path, rnn, d))
+                        current = ((id(rnn), d), cudnn_direction(src, doc.path, rnn, d, nonfinite))
                     value = current[1][i]
                     current[1][i] = None
                 else:
@@ -229,39 +339,103 @@ def legacy_h5_arrays(doc, tops: list) -> Iterable:
                 del value
 
 
-def _direction_arrays(src, path, rnn, d: int) -> list:
-    """One direction of a CuDNNGRU / CuDNNLSTM as Keras 3 arrays ``[kernel, recurrent_kernel, bias]``:
-    read, made canonical (:func:`gruconv.keras_layout.from_cudnn`), reordered
-    (:func:`gruconv.keras_layout.to_keras`), the intermediate arrays freed on the way; one direction at a
-    time, where ``rnn.stack`` would hold both (the reading is :func:`keras_h5._load_stack`'s)."""
+def cudnn_direction(src, path, rnn, d: int, nonfinite: Optional[dict] = None) -> list:
+    """One direction of a CuDNNGRU / CuDNNLSTM as Keras 3 ``[kernel, recurrent_kernel, bias]``, the two
+    kernels as :class:`Pieces` read and written one gate block at a time (about two gate blocks in
+    memory, where the whole-direction route holds the raw, canonical and Keras arrays at once).
+
+    The mapping is :mod:`gruconv.keras_layout`'s, composed: :func:`~gruconv.keras_layout.from_cudnn` makes
+    cuDNN gate ``j`` from stored block ``order[j]`` (``block.reshape(H, I)``), and
+    :func:`~gruconv.keras_layout.to_keras` makes Keras block ``k`` from cuDNN gate ``order[k]``
+    transposed, with ``order`` = :data:`~gruconv.keras_layout.KERAS_GATE_ORDER`; so Keras block ``k`` is
+    stored block ``order[order[k]]``, reshaped ``(H, I)`` and transposed.  The bias is small: whole, by
+    :func:`keras_bias`.  NaN/Inf are counted on the raw blocks (the same values as the canonical arrays).
+    ``tests/test_streaming_writer.py`` checks the result against ``to_keras(from_cudnn(...))`` for both
+    cells and dtypes."""
     from . import h5safe
-    from .keras_layout import from_cudnn, to_keras
+    from .canonical import CELLS
+    from .keras_layout import KERAS_GATE_ORDER
+
+    import numpy as np
 
     roles = rnn.datasets[d]
+    cell = rnn.shape.cell
+    G = CELLS[cell].num_gates
+    order = KERAS_GATE_ORDER[cell]
     where = f"{rnn.cls} {rnn.path}" + ("" if len(rnn.datasets) == 1 else f" ({'forward' if d == 0 else 'backward'})")
-    raw = {role: h5safe.read_dataset(h5safe.resolve(src, name, path, "dataset"), path) for role, name in roles.items()}
-    try:
-        params = from_cudnn(raw.pop("kernel"), raw.pop("recurrent_kernel"), raw.pop("bias"), cell=rnn.shape.cell,
-                            where=where)
-    except InputError as e:
-        raise InputError(e.message, path=path) from None
-    del raw
-    return to_keras(params, rnn.shape.cell)
+    ds = {role: h5safe.resolve(src, name, path, "dataset") for role, name in roles.items()}
+    for x in ds.values():
+        h5safe.check_dataset(x, path)
+    k, rk = ds["kernel"], ds["recurrent_kernel"]
+    if len(k.shape) != 2 or k.shape[1] % G:
+        raise InputError(f"{where}: kernel has shape {tuple(k.shape)}, expected (input_size, {G}*units)", path=path)
+    I, H = k.shape[0], k.shape[1] // G
+    if tuple(rk.shape) != (H, G * H):
+        raise InputError(f"{where}: recurrent_kernel has shape {tuple(rk.shape)}, expected {(H, G * H)}", path=path)
+    bias_raw = h5safe.read_dataset(ds["bias"], path)
+    if tuple(bias_raw.shape) != (2 * G * H,):
+        raise InputError(f"{where}: bias has shape {tuple(bias_raw.shape)}, expected {(2 * G * H,)}", path=path)
+
+    def count(x) -> None:
+        if nonfinite is not None:
+            nonfinite[rnn.path] = nonfinite.get(rnn.path, 0) + int(np.count_nonzero(~np.isfinite(x)))
+
+    count(bias_raw)
+    bias = keras_bias(bias_raw, cell)
+    del bias_raw
+
+    def blocks(x, rows: int):
+        def gen():
+            for kk in range(G):
+                j = order[order[kk]]
+                try:
+                    raw = np.asarray(x[:, j * H:(j + 1) * H])
+                except (OSError, RuntimeError, ValueError, TypeError, KeyError) as e:
+                    from .errors import first_line
+
+                    raise InputError(f"{x.name} cannot be read ({first_line(e)})", path=path) from None
+                count(raw)
+                out = np.ascontiguousarray(raw.reshape(H, rows).T)
+                del raw
+                yield (slice(None), slice(kk * H, (kk + 1) * H)), out
+                del out
+        return gen
+
+    return [Pieces((I, G * H), k.dtype, blocks(k, I)), Pieces((H, G * H), rk.dtype, blocks(rk, H)), bias]
+
+
+def keras_bias(bias, cell: str):
+    """A stored CuDNN bias ``(2*G*H,)`` as the Keras 3 layer's, by :mod:`gruconv.keras_layout`'s mapping
+    composed as in :func:`cudnn_direction` (Keras block ``k`` = stored block ``order[order[k]]`` of each
+    half): GRU ``(2, G*H)``, input half then recurrent half; LSTM ``(G*H,)``, the two halves summed in
+    float64 and rounded once (:func:`gruconv.keras_layout.to_keras_lstm`'s rule)."""
+    import numpy as np
+
+    from .canonical import CELLS
+    from .keras_layout import KERAS_GATE_ORDER
+
+    G = CELLS[cell].num_gates
+    order = KERAS_GATE_ORDER[cell]
+    halves = np.asarray(bias).reshape(2, G, -1)
+    picked = halves[:, [order[order[kk]] for kk in range(G)], :]
+    if cell == "gru":
+        return np.ascontiguousarray(picked.reshape(2, -1))
+    return (picked[0].astype(np.float64) + picked[1].astype(np.float64)).astype(bias.dtype).reshape(-1)
 
 
 def stack_arrays(stack, tops: list, release: Optional[Callable] = None) -> Iterable:
     """``(group, index, array)`` for a canonical stack (TF1 checkpoints) and the plan of
     :func:`gruconv.keras3_config.stack_model_config`: per layer, direction 0 then 1, Keras arrays
-    ``kernel, recurrent_kernel, bias`` (:func:`gruconv.keras_layout.to_keras`)."""
-    from .keras_layout import to_keras
-
+    ``kernel, recurrent_kernel, bias`` (:func:`canonical_direction`: the values of
+    :func:`gruconv.keras_layout.to_keras`, the kernels one gate block at a time)."""
     s = stack.shape
     rnn_tops = [t for t in tops if t.slots]
     if len(rnn_tops) != s.num_layers:
         raise UnsupportedError(f"stack plan has {len(rnn_tops)} layers, the stack {s.num_layers}")
     for layer, top in enumerate(rnn_tops):
         for d in range(s.num_directions):
-            arrays = to_keras(stack.params[s.pseudo_layer(layer, d)], s.cell, s.layer_input_size(layer))
+            arrays = canonical_direction(stack.params[s.pseudo_layer(layer, d)], s.cell,
+                                         s.layer_input_size(layer), release)
             slots = top.slots[3 * d:3 * d + 3]
             for slot, value in zip(slots, arrays):
                 yield slot.group, slot.index, value
@@ -270,22 +444,76 @@ def stack_arrays(stack, tops: list, release: Optional[Callable] = None) -> Itera
                 release()
 
 
+def canonical_direction(p, cell: str, input_size: Optional[int] = None, release: Optional[Callable] = None) -> list:
+    """One canonical pseudo-layer (:class:`gruconv.canonical.GateParams`; a checkpoint's are views of the
+    mapped file) as Keras 3 ``[kernel, recurrent_kernel, bias]``, the kernels as :class:`Pieces`: Keras
+    block ``k`` is cuDNN gate ``order[k]``'s matrix transposed (``order`` =
+    :data:`gruconv.keras_layout.KERAS_GATE_ORDER`, as :func:`gruconv.keras_layout.to_keras` concatenates
+    them; a skip-input pseudo-layer gets its identity blocks), and ``release`` (the reader's: drop the
+    mapped pages) runs after each block, so about one gate block of the file is resident at a time.
+    The bias follows :func:`gruconv.keras_layout.to_keras_gru` / ``to_keras_lstm`` (GRU: input then
+    recurrent half; LSTM: the sum in float64, rounded once).  ``tests/test_streaming_writer.py`` checks the
+    result against ``to_keras`` for both cells, and the files against the Keras-built route."""
+    import numpy as np
+
+    from .keras_layout import KERAS_GATE_ORDER
+
+    order = KERAS_GATE_ORDER[cell]
+    G = len(order)
+    H = p.recurrent_weights.shape[1]
+    rdtype = p.recurrent_weights.dtype
+    if cell == "gru":
+        bias = np.stack([np.concatenate([p.input_bias[g] for g in order]),
+                         np.concatenate([p.recurrent_bias[g] for g in order])])
+    else:
+        bias = np.concatenate([p.input_bias[g].astype(np.float64) + p.recurrent_bias[g].astype(np.float64)
+                               for g in order]).astype(rdtype)
+    if release is not None:
+        release()
+
+    def blocks(matrices, rows: int, dtype):
+        def gen():
+            for kk in range(G):
+                if matrices is None:  # CUDNN_SKIP_INPUT: the input is added as is
+                    out = np.eye(rows, H, dtype=dtype)
+                else:
+                    out = np.ascontiguousarray(matrices[order[kk]].T)
+                yield (slice(None), slice(kk * H, (kk + 1) * H)), out
+                del out
+                if release is not None:
+                    release()
+        return gen
+
+    if p.input_weights is None:
+        I, kdtype = input_size or H, rdtype
+    else:
+        I, kdtype = p.input_weights.shape[2], p.input_weights.dtype
+    return [Pieces((I, G * H), kdtype, blocks(p.input_weights, I, kdtype)),
+            Pieces((H, G * H), rdtype, blocks(p.recurrent_weights, H, rdtype)), bias]
+
+
 # --------------------------------------------------------------------------- entry points
 
-def write_keras_h5_doc(doc, target, *, weights_only: bool = False, warnings: Optional[list] = None) -> list:
+def write_keras_h5_doc(doc, target, *, weights_only: bool = False, warnings: Optional[list] = None,
+                       nonfinite: Optional[dict] = None, info: Optional[dict] = None) -> list:
     """Stream a legacy Keras HDF5 document into a ``.keras`` archive (or a Keras 3 ``.weights.h5``
     with ``weights_only``).  Raises :class:`UnsupportedError` for what this writer does not cover
     (the caller may fall back to the Keras-built route): a layer outside the vocabulary, a training
     config outside :func:`gruconv.keras3_config.compile_config`'s.  ``warnings`` receives what a
-    training config loses (custom losses / metrics), as the Keras route reports it."""
+    training config loses (custom losses / metrics), as the Keras route reports it; ``nonfinite`` the
+    NaN/Inf count per CuDNN layer (:func:`legacy_h5_arrays`); ``info["config"]`` the generated Keras 3
+    model config (for :func:`check_load` of a weights-only output)."""
     from .readers import keras_h5
 
     if doc.model_config is None:
         raise UnsupportedError("a weights-only input needs its architecture (--config)", path=doc.path)
+    check_rnn_inputs(doc)
     try:
         config = keras3_config.model_config(keras_h5.converted_config(doc.model_config))
         groups, tops = keras3_config.saveable_plan(config)
-        arrays = legacy_h5_arrays(doc, tops)
+        if info is not None:
+            info["config"] = config
+        arrays = legacy_h5_arrays(doc, tops, nonfinite)
         if weights_only:
             return write_weights(target, groups, arrays)
         if doc.training_config:
@@ -300,6 +528,102 @@ def write_keras_h5_doc(doc, target, *, weights_only: bool = False, warnings: Opt
         if e.path is None:
             raise UnsupportedError(e.message, path=doc.path) from None
         raise
+
+
+#: Layers whose output has as many features as their input (the last axis), for :func:`check_rnn_inputs`.
+_SAME_FEATURES = {"Dropout", "SpatialDropout1D", "GaussianNoise", "GaussianDropout", "AlphaDropout", "Activation",
+                  "BatchNormalization", "LayerNormalization", "Masking", "ReLU", "LeakyReLU", "ELU", "Softmax",
+                  "PReLU", "ZeroPadding1D", "Cropping1D", "UpSampling1D", "MaxPooling1D", "AveragePooling1D",
+                  "MaxPool1D", "AvgPool1D"}
+_RNN_CLASSES = {"CuDNNGRU", "CuDNNLSTM", "GRU", "LSTM", "SimpleRNN"}
+
+
+def _features(layer: dict, f_in: Optional[int]) -> Optional[int]:
+    """Features (last axis) of a legacy layer's output given its input's, or None when not known here."""
+    cls, cfg = layer.get("class_name"), layer.get("config") or {}
+    if not isinstance(cfg, dict):
+        return None
+    if cls == "InputLayer":
+        shape = cfg.get("batch_input_shape") or cfg.get("batch_shape")
+        return shape[-1] if isinstance(shape, list) and shape and isinstance(shape[-1], int) else None
+    if cls in _RNN_CLASSES:
+        return cfg.get("units") if isinstance(cfg.get("units"), int) else None
+    if cls == "Bidirectional":
+        inner = _features(cfg.get("layer") or {}, f_in)
+        return None if inner is None else inner * (2 if cfg.get("merge_mode", "concat") == "concat" else 1)
+    if cls == "TimeDistributed":
+        return _features(cfg.get("layer") or {}, f_in)
+    if cls == "Dense":
+        return cfg.get("units") if isinstance(cfg.get("units"), int) else None
+    if cls == "Embedding":
+        return cfg.get("output_dim") if isinstance(cfg.get("output_dim"), int) else None
+    if cls in ("Conv1D", "Convolution1D"):
+        return cfg.get("filters") if isinstance(cfg.get("filters"), int) else None
+    if cls in _SAME_FEATURES:
+        return f_in
+    return None
+
+
+def _inner_rnn(layer: dict, path: str) -> Optional[str]:
+    """The config path of the CuDNN layer ``layer`` is or wraps, else None."""
+    cls, cfg = layer.get("class_name"), layer.get("config") or {}
+    if cls in ("CuDNNGRU", "CuDNNLSTM"):
+        return path
+    if cls in ("Bidirectional", "TimeDistributed") and isinstance(cfg, dict) and isinstance(cfg.get("layer"), dict):
+        inner = cfg["layer"]
+        name = (inner.get("config") or {}).get("name") if isinstance(inner.get("config"), dict) else None
+        return _inner_rnn(inner, f"{path}/{name}") if name else None
+    return None
+
+
+def check_rnn_inputs(doc) -> None:
+    """Refuse (:class:`InputError`, one line) a CuDNN layer whose kernel rows differ from the features the
+    layer before it gives (Sequential order, or a Functional layer's first inbound tensor), where those are
+    known from the config (:func:`_features`).  The Keras-built route found this when loading its output;
+    the streaming writer has no Keras to load with, and would otherwise write a model that does not load."""
+    from .canonical import CELLS
+
+    by_path = {r.path: r for r in doc.rnns}
+
+    def visit(container: dict, prefix: str, f_in: Optional[int]) -> None:
+        cfg = container.get("config")
+        layers = cfg if isinstance(cfg, list) else (cfg.get("layers") if isinstance(cfg, dict) else None)
+        if not isinstance(layers, list):
+            return
+        sequential = container.get("class_name") == "Sequential"
+        out: dict = {}
+        prev = f_in
+        for layer in layers:
+            if not isinstance(layer, dict):
+                return
+            lcfg = layer.get("config") if isinstance(layer.get("config"), dict) else {}
+            name = lcfg.get("name") or layer.get("name")
+            if sequential:
+                own = lcfg.get("batch_input_shape") or lcfg.get("batch_shape")
+                given = own[-1] if isinstance(own, list) and own and isinstance(own[-1], int) else prev
+            else:
+                given = None
+                nodes = layer.get("inbound_nodes")
+                try:
+                    given = out.get(nodes[0][0][0]) if nodes else None
+                except (TypeError, IndexError, KeyError):
+                    given = None
+            path = f"{prefix}{name}"
+            rnn = by_path.get(_inner_rnn(layer, path) or "")
+            if rnn is not None and given is not None and rnn.shape.input_size != given:
+                cols = CELLS[rnn.shape.cell].num_gates * rnn.shape.units
+                raise InputError(f"{rnn.cls} {rnn.path}: the layer before it gives {given} features, so its kernel "
+                                 f"should be {(given, cols)}; the file has {(rnn.shape.input_size, cols)}",
+                                 path=doc.path)
+            if layer.get("class_name") in ("Sequential", "Functional", "Model"):
+                visit(layer, f"{path}/", given)
+                feats = None
+            else:
+                feats = _features(layer, given)
+            out[name] = feats
+            prev = feats
+
+    visit(doc.model_config or {}, "", None)
 
 
 def _n_outputs(config: dict) -> int:
@@ -319,7 +643,7 @@ def with_optimizer(arrays: Iterable, tops: list, compiled) -> Iterable:
 
     shapes = {}
     for g, i, a in arrays:
-        shapes[g, i] = (np.shape(a), np.asarray(a).dtype)
+        shapes[g, i] = (a.shape, a.dtype) if isinstance(a, Pieces) else (np.shape(a), np.asarray(a).dtype)
         yield g, i, a
         del a
     trainable = [s for t in tops for s in t.slots if s.trainable]
@@ -336,14 +660,120 @@ def with_optimizer(arrays: Iterable, tops: list, compiled) -> Iterable:
 
 def write_stack(stack, target, *, name: Optional[str] = None, initial_state: bool = False,
                 return_state: bool = False, mask_input: bool = False, weights_only: bool = False,
-                release: Optional[Callable] = None) -> list:
+                release: Optional[Callable] = None, info: Optional[dict] = None) -> list:
     """Stream a canonical stack into a ``.keras`` archive (or ``.weights.h5``): the model of
     :func:`gruconv.formats.keras3.build_stack_model`.  ``release`` is called after each pseudo-layer
     (TF1: ``doc.reader.release``, so about one layer of the mapped checkpoint is resident at a time)."""
     config = keras3_config.stack_model_config(stack.shape, name or stack.name, initial_state=initial_state,
                                               return_state=return_state, mask_input=mask_input)
     groups, tops = keras3_config.saveable_plan(config)
+    if info is not None:
+        info["config"] = config
     arrays = stack_arrays(stack, tops, release)
     if weights_only:
         return write_weights(target, groups, arrays)
     return write_keras(target, config, groups, arrays)
+
+
+# --------------------------------------------------------------------------- what the config says
+
+def mask_producers(config: dict) -> list:
+    """Names of the layers of a Keras model config (nested models included, wrapped layers not: as
+    :func:`gruconv.formats.keras3.mask_producers` walks ``model.layers``) that attach a Keras mask:
+    ``Masking`` and ``Embedding(mask_zero=True)``.  Read from the config, so no Keras is needed; a
+    Keras <= 2.2 Sequential config (a bare layer list) included."""
+    def layers_of(obj) -> Optional[list]:
+        cfg = obj.get("config") if isinstance(obj, dict) else None
+        if isinstance(cfg, list):
+            return cfg
+        if isinstance(cfg, dict) and isinstance(cfg.get("layers"), list):
+            return cfg["layers"]
+        return None
+
+    out, todo = [], list(layers_of(config) or [])
+    while todo:
+        layer = todo.pop(0)
+        if not isinstance(layer, dict):
+            continue
+        inner = layers_of(layer)
+        if inner is not None:
+            todo.extend(inner)
+            continue
+        cfg = layer.get("config") if isinstance(layer.get("config"), dict) else {}
+        cls = layer.get("class_name")
+        if cls == "Masking" or (cls == "Embedding" and cfg.get("mask_zero")):
+            out.append(cfg.get("name", cls))
+    return out
+
+
+# --------------------------------------------------------------------------- --check-load
+
+OPTIMIZER_GROUP = "optimizer/vars"
+
+
+def check_load(path, manifest: list, *, config: Optional[dict] = None) -> None:
+    """``convert --check-load``: what a user of the file will do, done once.  A ``.keras`` archive is
+    opened with plain ``keras.saving.load_model(path)`` (default arguments: compiled, safe mode); a
+    ``.weights.h5`` file (``config`` given: the generated Keras 3 model config) is loaded with
+    ``model.load_weights`` into the model that config builds.  The loaded model's weights are then
+    written by Keras's own ``save_weights`` (the same object paths as ``model.weights.h5``:
+    ``keras/src/saving/saving_lib.py`` ``_save_state``) and every dataset compared by shape, dtype and
+    SHA-256 with the manifest recorded while streaming; a compiled model's optimizer variables are
+    compared in order with the manifest's ``optimizer/vars``.  Raises :class:`UnsupportedError`
+    (one line) at the first difference: the caller writes nothing then."""
+    import warnings
+
+    import h5py
+
+    from .formats import keras3
+
+    k = keras3.keras()
+    path = Path(path)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if config is None:
+                loaded = k.saving.load_model(str(path))
+            else:
+                loaded = k.models.model_from_json(json.dumps(config))
+                loaded.load_weights(str(path))
+    except Exception as e:  # noqa: BLE001 - the file is not what we promise: refuse it
+        from .errors import first_line
+
+        how = "keras.saving.load_model" if config is None else "Model.load_weights"
+        raise UnsupportedError(f"the converted model does not load with {how} ({first_line(e, 200)}); "
+                               "nothing written") from None
+    opt_part = sorted((m for m in manifest if m[0].startswith(OPTIMIZER_GROUP + "/")),
+                      key=lambda m: int(m[0].rsplit("/", 1)[1]))
+    with tempfile.TemporaryDirectory(prefix="gruconv-check-") as td:
+        saved = Path(td) / "loaded.weights.h5"
+        loaded.save_weights(str(saved))
+        with h5py.File(saved, "r") as f:
+            seen = []
+            f.visititems(lambda n, o: seen.append(n) if isinstance(o, h5py.Dataset) else None)
+            # Keras's save_weights writes a compiled model's optimizer too (when it is built)
+            if opt_part and not any(n.startswith(OPTIMIZER_GROUP + "/") for n in seen):
+                expected = [m for m in manifest if m not in opt_part]
+            else:
+                expected, opt_part = list(manifest), []
+            if sorted(seen) != sorted(m[0] for m in expected):
+                diff = sorted(set(seen) ^ {m[0] for m in expected})
+                raise UnsupportedError(f"the converted model loads with a different set of weights (first "
+                                       f"difference: {diff[0]}); nothing written")
+            for ds_path, shape, dtype, digest in expected:
+                a = f[ds_path][()]
+                if tuple(a.shape) != tuple(shape) or str(a.dtype) != dtype or _digest(a) != digest:
+                    raise UnsupportedError(f"weight {ds_path} does not load back unchanged from the converted "
+                                           "model; nothing written")
+                del a
+    if opt_part:  # an optimizer save_weights left out: compare its variables in order
+        opt = getattr(loaded, "optimizer", None)
+        got = list(opt.variables) if opt is not None else []
+        if len(got) != len(opt_part):
+            raise UnsupportedError(f"the converted model's optimizer loads with {len(got)} variables, the file "
+                                   f"holds {len(opt_part)}; nothing written")
+        for v, (ds_path, shape, dtype, digest) in zip(got, opt_part):
+            a = keras3.to_numpy(v)
+            if tuple(a.shape) != tuple(shape) or str(a.dtype) != dtype or _digest(a) != digest:
+                raise UnsupportedError(f"optimizer variable {ds_path} does not load back unchanged; nothing written")
+    del loaded

@@ -35,6 +35,7 @@ class Options:
     initial_state: bool = False             # TF1: initial-state inputs
     return_state: bool = False              # TF1: final-state outputs
     mask_input: bool = False                # TF1: a (batch, time) mask input
+    check_load: bool = False                # .keras / .weights.h5: load the output with Keras, digests compared
 
     def __post_init__(self) -> None:
         if self.format is not None and self.format not in OUTPUT_FORMATS:

@@ -160,6 +160,28 @@ def _crc32c(buf) -> int:
     return crc
 
 
+def _crc32c_dropping(raw: np.ndarray, mm, offset: int) -> int:
+    """:func:`_crc32c` of ``raw`` (a view of ``mm`` at ``offset``), dropping each chunk's mapped pages
+    from the resident set once it is summed (``MADV_DONTNEED`` on the read-only shared file mapping; the
+    pages stay in the page cache).  Without it, checking a large tensor (a 180 MiB opaque buffer) made the
+    whole tensor resident at once: the streaming writer's peak was the checksum's (issue 20)."""
+    advice = getattr(mmap, "MADV_DONTNEED", None)
+    if advice is None or not hasattr(mm, "madvise") or raw.size <= _CRC_CHUNK:
+        return _crc32c(raw)
+    mv = memoryview(raw).cast("B")
+    crc = 0
+    for i in range(0, len(mv), _CRC_CHUNK):
+        crc = google_crc32c.extend(crc, bytes(mv[i:i + _CRC_CHUNK]))
+        start = offset + i
+        aligned = start - start % mmap.PAGESIZE
+        end = min(offset + len(mv), start + _CRC_CHUNK)
+        try:
+            mm.madvise(advice, aligned, end - aligned)
+        except (OSError, ValueError):
+            pass  # only a hint: the chunk stays resident until release()
+    return crc
+
+
 class _Malformed(Exception):
     """Internal: a low-level decoding failure, re-raised as InputError with context."""
 
@@ -975,7 +997,7 @@ class Bundle:
         mm = self._mapped(info)
         raw = np.frombuffer(mm, dtype=np.uint8, count=info.size, offset=info.offset)
         if verify:
-            self._check_crc(info, _crc32c(raw))
+            self._check_crc(info, _crc32c_dropping(raw, mm, info.offset))
         return raw.view(np_dtype).reshape(info.shape)
 
     def release(self) -> None:

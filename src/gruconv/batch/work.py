@@ -17,13 +17,14 @@ from .plan import Job, fail_record, options_record, snapshot, undo
 
 # --------------------------------------------------------------------------- workers
 
-def _worker_init(threads: int) -> None:
+def _worker_init(threads: int, warm_keras: bool = False) -> None:
     """Pool initializer: end with the main process (:func:`gruconv.signals.die_with_parent`: a
     killed main process once left its workers running for over an hour, issue 23); SIGTERM while a
     job runs unwinds it (its temporary files removed) before the worker exits 143; cap the
     framework's thread pools at this worker's share of the CPUs (N workers each spinning up one
-    thread per core only fight each other), then pay the framework start-up once per worker,
-    before its first job."""
+    thread per core only fight each other), then, when the run needs Keras (``--verify``,
+    ``--check-load``), pay the framework start-up once per worker, before its first job.  A plain
+    conversion streams without Keras (issue 20): nothing is imported then."""
     import multiprocessing
     import signal
 
@@ -34,6 +35,8 @@ def _worker_init(threads: int) -> None:
     signal.signal(signal.SIGTERM, _worker_sigterm)
     for var in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS"):
         os.environ.setdefault(var, str(threads))
+    if not warm_keras:
+        return
     try:
         from ..formats.keras3 import keras
 
@@ -299,7 +302,7 @@ def _run(runnable: list, todo: list, workers: int, keep_going: bool, options: di
     ctx = multiprocessing.get_context("spawn")
     threads = max(1, cpu_count() // workers)
     pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
-                                  initargs=(threads,))
+                                  initargs=(threads, bool(options.get("verify") or options.get("check_load"))))
     futures: dict = {}
     try:
         for job in runnable:

@@ -1,6 +1,12 @@
-"""The ``keras-weights`` writer: Keras 3's own weights file (``model.save_weights``; Keras 3 requires
-the name to end in ``.weights.h5``), for ``model.load_weights`` into the converted architecture.
-Written through the Keras boundary (:func:`gruconv.formats.keras3.save_weights`)."""
+"""The ``keras-weights`` writer: Keras 3's own weights file (what ``model.save_weights`` writes; Keras 3
+requires the name to end in ``.weights.h5``), for ``model.load_weights`` into the converted architecture.
+
+Streamed like the ``keras`` writer (:mod:`gruconv.writers.keras_model`): the object paths come from the
+generated Keras 3 config (:func:`gruconv.keras3_config.saveable_plan`), the weights are written one
+layer at a time with h5py (:func:`gruconv.keras_archive.write_weights`), no Keras imported;
+``tests/test_streaming_writer.py`` compares the file bit for bit with Keras's ``save_weights``.  Outside
+the vocabulary, the Keras-built route (``model.save_weights``) when Keras is installed, said in one line.
+"""
 
 from __future__ import annotations
 
@@ -15,12 +21,35 @@ MANY = False
 
 
 def options(graph: bool) -> frozenset:
-    """Weights carry no model interface: no option of their own."""
-    return frozenset()
+    """Weights carry no model interface; ``--check-load`` loads them into the converted architecture."""
+    return frozenset({"check_load"})
 
 
 def write_graph(document, target, options, warnings: list, *, final) -> dict:
-    """A Keras graph's converted model's weights (``model.save_weights``)."""
+    """A Keras graph's converted model's weights, streamed; Keras's ``save_weights`` outside the
+    streaming writer's vocabulary when Keras is installed."""
+    from ..errors import UnsupportedError
+    from .. import keras_archive
+    from .keras_model import fallback_note, keras_installed
+
+    graph = document.graph
+    nonfinite, info = {}, {}
+    try:
+        manifest = keras_archive.write_keras_h5_doc(graph, target, weights_only=True, nonfinite=nonfinite,
+                                                    info=info)
+    except UnsupportedError as e:
+        if graph.model_config is None or not keras_installed():
+            raise
+        warnings.append(fallback_note(e.message))
+        return write_graph_with_keras(document, target, options, warnings, final=final)
+    if getattr(options, "check_load", False):
+        keras_archive.check_load(target, manifest, config=info["config"])
+    return nonfinite
+
+
+def write_graph_with_keras(document, target, options, warnings: list, *, final) -> dict:
+    """The Keras-built route: the converted model built in Keras, ``model.save_weights`` (checked by
+    loading it back into the same model)."""
     from ..formats import keras3
 
     model, nonfinite = document.graph.build_model()
@@ -29,7 +58,21 @@ def write_graph(document, target, options, warnings: list, *, final) -> dict:
 
 
 def write_stack(document, entry, target, options, name: str) -> None:
-    """One stack's weights, from the model the ``keras`` writer would build (its layer names)."""
+    """One stack's weights, under the object paths of the model the ``keras`` writer writes, streamed
+    one pseudo-layer at a time (``document.drop()`` after each)."""
+    from .. import keras_archive
+
+    info = {}
+    manifest = keras_archive.write_stack(entry.stack, target, name=name, initial_state=options.initial_state,
+                                         return_state=options.return_state, mask_input=options.mask_input,
+                                         weights_only=True, release=document.drop, info=info)
+    document.drop()
+    if getattr(options, "check_load", False):
+        keras_archive.check_load(target, manifest, config=info["config"])
+
+
+def write_stack_with_keras(document, entry, target, options, name: str) -> None:
+    """The Keras-built route for one stack's weights (kept for comparison)."""
     from ..formats import keras3
 
     model = keras3.build_stack_model(entry.stack, initial_state=options.initial_state,

@@ -406,8 +406,9 @@ def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     return True
 
 
-def _nonfinite(p: GateParams) -> int:
-    """NaN/Inf values among one pseudo-layer's weights (as RNNStack.nonfinite_count counts them).
+def _nonfinite(p: GateParams, release=None) -> int:
+    """NaN/Inf values among one pseudo-layer's weights (as RNNStack.nonfinite_count counts them);
+    ``release`` (the reader's) after each array, so one array of the mapped file is resident at a time.
 
     A finite sum proves there are none (NaN and Inf propagate through a sum;
     an overflowing sum of finite values only sends it to the exact count), so
@@ -418,6 +419,8 @@ def _nonfinite(p: GateParams) -> int:
             total = a.sum(dtype=np.float32 if a.dtype == np.float16 else None)
         if not np.isfinite(total):
             n += int(np.count_nonzero(~np.isfinite(a)))
+        if release is not None:
+            release()
     return n
 
 
@@ -435,21 +438,24 @@ class _CrossCheck:
         self.spec = spec
         self.worst, self.where, self.ok = 0.0, None, True
 
-    def cell(self, t: dict, keys: dict, p: GateParams, n_in: int, H: int) -> bool:
-        """Compare one cell; return True if its matrices are bit-for-bit the buffer's."""
+    def cell(self, t: dict, keys: dict, p: GateParams, n_in: int, H: int, release=None) -> bool:
+        """Compare one cell; return True if its matrices are bit-for-bit the buffer's.  ``release`` (the
+        reader's) runs after each block: one block of a tensor and of the buffer are resident at a time."""
         identical = True
         blocks = _cells.expected_blocks(self.spec, p, n_in, H, self.dtype)
         for name, key in keys.items():
             theirs = t[name]
             for b, idx, mine in blocks[name]:
                 part = theirs[idx]
-                if _same_bits(part, mine):
-                    continue
-                if b.is_matrix:
-                    identical = False
-                if np.array_equal(part, mine):  # +0 vs -0
-                    continue
-                self._differ(b.field == "bsum", key, idx, part, mine)
+                same = _same_bits(part, mine)
+                if not same:
+                    if b.is_matrix:
+                        identical = False
+                    if not np.array_equal(part, mine):  # else +0 vs -0
+                        self._differ(b.field == "bsum", key, idx, part, mine)
+                del part
+                if release is not None:
+                    release()
         return identical
 
     def _differ(self, summed, key, idx, part, mine) -> None:
@@ -700,14 +706,14 @@ def _load_canonical(r: _Reader, entry: CheckpointStack, prefer: Optional[str], h
             keys = cells[layer, d]
             t = {name: r.read(k) for name, k in keys.items()}
             op = None if check is None else entry.opaque_params[shape.pseudo_layer(layer, d)]
-            identical = op is not None and check.cell(t, keys, op, n_in, H)
+            identical = op is not None and check.cell(t, keys, op, n_in, H, r.release)
             p, diff = _cells.to_params(g.spec, t, n_in, H, op if identical else None)
             if diff is not None:
                 b0, b1 = g.spec.tf13_names
                 warnings.append(f"{entry.scope}: layer {layer}: '{b0}' + '{b1}' differs from "
                                 f"{g.spec.units_from[0]} by up to {diff:.3g}; the unsummed halves were used")
             cparams.append(p)
-            nonfinite += _nonfinite(op if prefer == "opaque" else p)
+            nonfinite += _nonfinite(op if prefer == "opaque" else p, r.release)
             r.release()
     if check is not None:
         entry.cross_check = check.result()
