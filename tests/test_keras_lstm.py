@@ -152,6 +152,9 @@ def test_inspect_lists_gru_and_lstm_of_a_mixed_model():
     targets = [l for l in r.output.splitlines() if l.startswith(("    -> torch: ", "    -> onnx: "))]
     assert len(targets) == 6  # per RNN what the torch and onnx targets get (issue 21)
     lines = [l for l in r.output.splitlines() if l not in targets]
+    eligibility = next(i for i, l in enumerate(lines) if l.startswith("cuDNN eligibility"))
+    lines, eligibility = lines[:eligibility], lines[eligibility:]  # what the converted layers run on (issue 22)
+    assert eligibility[-1].startswith("  summary: tensorflow 4 cudnn;"), eligibility
     assert lines[1] == ("  cu_dnngru: CuDNNGRU, input 5, units 6, 1 layer(s), uni, linear input, float32, "
                         "234 params")
     assert lines[3] == ("  bidirectional/cu_dnnlstm: Bidirectional(CuDNNLSTM), input 6, units 4, 1 layer(s), bi, "
