@@ -3,7 +3,11 @@
 # torch and the JAX backend, the CLI's own GPU report, the GPU forward benchmark.  Results land in $OUT
 # (device tool) or ./gpu-out; copy them into docs/gpu-verification.md with the date and versions.
 # Needs the wheels in .whl (keras, namex, optree, google-crc32c: the device README says how to fetch them).
-# Usage: scripts/gpu_session.sh [torch|jax|all]  (one device call each fits the 10-minute limit)
+# Usage: scripts/gpu_session.sh [torch|more|jax|all]  (one device call each fits the 10-minute limit)
+#   torch: the cuDNN runner, verify and the Keras GPU path on the torch backend;
+#   more:  the eligibility probe (static verdicts vs kernels taken), the PyTorch/ONNX targets on CUDA, the
+#          trained fixtures (issue 19) against cuDNN on the strict GPU path;
+#   jax:   the Keras GPU path on the JAX backend and the CLI's own GPU report.
 set -uo pipefail
 STAGE=${1:-all}
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
@@ -15,6 +19,12 @@ export GRUCONV_GOLDEN_DIR=$PWD/fixtures/cudnn-golden
   python3 -c "import torch, jax, keras, numpy; print('torch', torch.__version__, 'jax', jax.__version__, 'keras', keras.__version__, 'numpy', numpy.__version__)"
   python3 -m gruconv.cudnn_rnn fixtures/cudnn-golden fixtures/cudnn-golden-lstm 2>&1 | tail -25
 } 2>&1 | tee "$OUT/env.txt"
+if [ "$STAGE" = more ]; then
+  timeout 540 python3 -m pytest -q -m gpu -p no:cacheprovider -rs -v tests/test_eligibility_gpu.py \
+    tests/test_torch_target.py tests/test_targets_cli.py tests/test_verify.py::test_gpu_trained_fixtures_pass_on_cpu_and_strict_gpu_against_cudnn \
+    2>&1 | tee "$OUT/pytest-gpu-more.txt" | tail -60
+  exit 0
+fi
 [ "$STAGE" = jax ] || timeout 500 python3 -m pytest -q -m gpu -p no:cacheprovider -rs -s tests/test_cudnn_gpu.py tests/test_verify.py \
   tests/test_gpu_path.py 2>&1 | tee "$OUT/pytest-gpu-torch.txt" | tail -40
 [ "$STAGE" = torch ] && exit 0

@@ -89,8 +89,12 @@ def write_weights_h5(path, groups: list, arrays: Iterable) -> list:
     import h5py
     import numpy as np
 
+    from .outputs import hdf5_file
+
     manifest = []
-    with h5py.File(path, "w") as f:
+    # not h5py's own file driver: libhdf5's sec2 driver segfaults closing a file after a full disk
+    # (outputs.hdf5_file, issue 23)
+    with hdf5_file(path) as f:
         for gpath, name in groups:
             g = f.require_group(gpath)
             if name is not None:
@@ -310,6 +314,7 @@ def legacy_h5_arrays(doc, tops: list, nonfinite: Optional[dict] = None) -> Itera
                 replaced[roles[role]] = (rnn, d, i)
     with keras_h5._open(doc.path) as src:
         sroot = h5safe.child(src, "model_weights", doc.path, "group") if doc.kind == "model" else src
+        _refuse_top_level_weights(sroot, doc.path)
         names = set(doc.layer_names)
         for top in tops:
             order = top.legacy_order
@@ -333,10 +338,30 @@ def legacy_h5_arrays(doc, tops: list, nonfinite: Optional[dict] = None) -> Itera
                         current = ((id(rnn), d), cudnn_direction(src, doc.path, rnn, d, nonfinite))
                     value = current[1][i]
                     current[1][i] = None
-                else:
-                    value = ds[()]
+                else:  # checked: no external storage, no virtual dataset, native byte order
+                    value = h5safe.read_dataset(ds, doc.path)
                 yield slot.group, slot.index, value
                 del value
+
+
+def _refuse_top_level_weights(root, path) -> None:
+    """A legacy file's ``top_level_model_weights`` group holds weights of the model object itself
+    (tf_keras writes it, empty, for every Sequential/functional model:
+    ``tf_keras/src/saving/legacy/hdf5_format.py`` ``save_weights_to_hdf5_group``).  A Keras 3
+    Sequential/functional model has no weights of its own, and Keras 3's legacy loader refuses a
+    non-empty group for it ("top-level weight count mismatch"), so a member there is refused here too,
+    named, before anything is written (issue 23: such a member can also be a link or external
+    storage pointing outside the file).  Only names are listed: nothing is resolved or read."""
+    from . import h5safe
+
+    if not h5safe.child_exists(root, "top_level_model_weights", path):
+        return
+    group = h5safe.child(root, "top_level_model_weights", path, "group")
+    members = sorted(group.keys())
+    if members:
+        raise InputError(f"top_level_model_weights/{members[0]}: the file holds {len(members)} weight(s) of the "
+                         "model object itself, which a Keras 3 Sequential/functional model has no place for; "
+                         "refused", path=path)
 
 
 def cudnn_direction(src, path, rnn, d: int, nonfinite: Optional[dict] = None) -> list:
