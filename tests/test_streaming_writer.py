@@ -301,7 +301,10 @@ print(json.dumps({"backend": keras.backend.backend(), "checked": len(json.load(o
 """
 
 
-@pytest.mark.parametrize("backend", ["jax"])  # torch is not installed in the project venv
+# slow: 91 s of the quick tier's 281 (JAX start-up and tracing per model); the quick tier's
+# test_backends already loads convert's outputs, which are streamed, on JAX
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["jax"])
 def test_streamed_outputs_load_the_same_on_another_backend(outputs, tmp_path, backend):
     """One fresh process per backend loads every streamed output and today's output and compares them."""
     pairs = [[str(r), str(m)] for r, m in outputs.values() if not isinstance(m, Exception)]

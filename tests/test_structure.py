@@ -108,6 +108,48 @@ def test_no_private_name_used_across_modules():
     assert bad == []
 
 
+def _private_attributes(name: str, source: str, mods: dict) -> list:
+    """``module._private`` attribute uses in ``source`` where ``module`` is a name bound to another
+    gruconv module (``from ..readers import keras_h5`` then ``keras_h5._open``): the same breach of a
+    module's boundary as importing the private name, which :func:`_imports` alone does not see."""
+    pkg = name.rsplit(".", 1)[0] if not name.endswith("__init__") else name
+    tree = ast.parse(source)
+    alias = {}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.ImportFrom):
+            if n.level:
+                base = pkg.split(".")[: len(pkg.split(".")) - (n.level - 1)]
+                target = ".".join(base + ([n.module] if n.module else []))
+            else:
+                target = n.module or ""
+            for a in n.names:
+                if f"{target}.{a.name}" in mods:
+                    alias[a.asname or a.name] = f"{target}.{a.name}"
+        elif isinstance(n, ast.Import):
+            for a in n.names:
+                if a.name in mods and a.asname:
+                    alias[a.asname] = a.name
+    out = []
+    for n in ast.walk(tree):
+        if (isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in alias
+                and n.attr.startswith("_") and not n.attr.startswith("__") and alias[n.value.id] != name):
+            out.append(f"{name} uses {alias[n.value.id]}.{n.attr}")
+    return sorted(set(out))
+
+
+def test_no_private_attribute_of_another_module():
+    mods = _modules()
+    bad = [b for m, p in mods.items() for b in _private_attributes(m, p.read_text(), mods)]
+    assert bad == []
+
+
+def test_the_private_attribute_finder_finds_a_planted_use():
+    mods = _modules()
+    planted = "from .readers import keras_h5\n\ndef f(p):\n    return keras_h5._secret(p), keras_h5.read(p)\n"
+    assert _private_attributes("gruconv.keras_archive", planted, mods) == \
+        ["gruconv.keras_archive uses gruconv.readers.keras_h5._secret"]
+
+
 @pytest.mark.parametrize("package", ["verify", "batch"])
 def test_no_format_name_in(package):
     """``verify`` asks the document and the writers; ``batch`` asks the readers and the writers."""

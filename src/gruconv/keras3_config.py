@@ -17,7 +17,7 @@ Evidence that the two agree: ``tests/test_streaming_writer.py`` loads this confi
 
 Not written (Keras recomputes them on load; shape inference is not done here): ``build_config``
 and the true ``shape`` of ``__keras_tensor__`` references (written as ``[None]``, as
-:func:`gruconv.readers.keras_h5._tensor_ref` already does for legacy loads), ``shared_object_id``.
+:func:`gruconv.readers.keras_h5.tensor_ref` already does for legacy loads), ``shared_object_id``.
 
 Also :func:`saveable_plan`: the object paths of ``model.weights.h5`` (``keras/src/saving/saving_lib.py``
 ``_save_state`` / ``_save_container_state``: a container's children are named by the snake-cased
@@ -139,7 +139,7 @@ def _nodes(nodes, where: str) -> list:
     """Legacy inbound nodes (``[[name, node, tensor, kwargs], ...]``) in Keras 3's node format."""
     out = []
     for node in nodes or []:
-        if isinstance(node, dict):  # already Keras 3 form (keras_h5._initial_state_as_kwargs)
+        if isinstance(node, dict):  # already Keras 3 form (keras_h5.initial_state_as_kwargs)
             out.append(copy.deepcopy(node))
             continue
         if not isinstance(node, list) or not node:
@@ -536,7 +536,7 @@ class Compiled:
 
 
 def _metric(m, dropped: list):
-    """One tf.keras metric entry as :func:`gruconv.formats.keras3._legacy_metric` turns it into a
+    """One tf.keras metric entry as :func:`gruconv.formats.keras3.legacy_metric` turns it into a
     Keras 3 one (built-in names kept, ``acc``/``accuracy`` -> ``accuracy``, custom ones dropped)."""
     names = DEFAULTS["metric_names"]
     if m is None:

@@ -310,9 +310,9 @@ def legacy_h5_arrays(doc, tops: list, nonfinite: Optional[dict] = None) -> Itera
     replaced = {}
     for rnn in doc.rnns:
         for d, roles in enumerate(rnn.datasets):
-            for i, role in enumerate(keras_h5._WEIGHT_ROLES):
+            for i, role in enumerate(keras_h5.WEIGHT_ROLES):
                 replaced[roles[role]] = (rnn, d, i)
-    with keras_h5._open(doc.path) as src:
+    with keras_h5.open_model_file(doc.path) as src:
         sroot = h5safe.child(src, "model_weights", doc.path, "group") if doc.kind == "model" else src
         _refuse_top_level_weights(sroot, doc.path)
         names = set(doc.layer_names)
@@ -324,7 +324,7 @@ def legacy_h5_arrays(doc, tops: list, nonfinite: Optional[dict] = None) -> Itera
                 raise InputError(f"layer {top.name!r} has {len(order)} weight(s) but no weight group in the file",
                                  path=doc.path)
             group = h5safe.child(sroot, top.name, doc.path, "group")
-            wnames = keras_h5._weight_names(group, doc.path)
+            wnames = keras_h5.weight_names_of(group, doc.path)
             if len(wnames) != len(order):
                 raise InputError(f"layer {top.name!r}: the file holds {len(wnames)} weight(s), Keras 3's "
                                  f"{top.name} has {len(order)}", path=doc.path)

@@ -42,7 +42,7 @@ FORMAT = "keras"
 
 # --------------------------------------------------------------------------- import and backend
 
-def _pick_backend() -> None:
+def pick_backend() -> None:
     """Keras's default backend is TensorFlow; GPU boxes often carry only PyTorch or JAX."""
     if os.environ.get("KERAS_BACKEND"):
         return
@@ -82,7 +82,7 @@ def keras():
         return sys.modules["keras"]
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
-    _pick_backend()
+    pick_backend()
     with warnings.catch_warnings(), _quiet_fd2():
         warnings.simplefilter("ignore")
         try:
@@ -169,7 +169,7 @@ def _known(kind: str, identifier):
         return None
 
 
-def _legacy_metric(m, dropped: list):
+def legacy_metric(m, dropped: list):
     """One tf.keras metric entry as Keras 3 takes it, or None (named in ``dropped``).
 
     tf.keras wrote compiled string metrics as ``MeanMetricWrapper`` objects
@@ -182,10 +182,10 @@ def _legacy_metric(m, dropped: list):
     if m is None:
         return None
     if isinstance(m, list):
-        out = [x for x in (_legacy_metric(x, dropped) for x in m) if x is not None]
+        out = [x for x in (legacy_metric(x, dropped) for x in m) if x is not None]
         return out
     if isinstance(m, dict) and "class_name" not in m:  # per-output dict
-        return {k: _legacy_metric(v, dropped) for k, v in m.items()}
+        return {k: legacy_metric(v, dropped) for k, v in m.items()}
     if isinstance(m, str):
         if m in ("acc", "accuracy"):
             return "accuracy"
@@ -267,8 +267,8 @@ def compile_from_training_config(model, training_config: str) -> list:
         accepted = inspect.signature(cls.__init__).parameters
         cfg = {key: v for key, v in (opt.get("config") or {}).items() if key in accepted}
         loss = _legacy_loss(tc.get("loss"), dropped)
-        metrics = _legacy_metric(tc.get("metrics"), dropped)
-        weighted = _legacy_metric(tc.get("weighted_metrics"), dropped)
+        metrics = legacy_metric(tc.get("metrics"), dropped)
+        weighted = legacy_metric(tc.get("weighted_metrics"), dropped)
         if isinstance(metrics, list) and len(model.outputs) == 1 and len(metrics) == 1 \
                 and isinstance(metrics[0], list):
             metrics = metrics[0]  # tf.keras nests a single output's list

@@ -86,7 +86,7 @@ _CONTAINER_CLASSES = {"Sequential", "Model", "Functional"}
 _CUDNN_CLASS_OF = {"gru": "CuDNNGRU", "lstm": "CuDNNLSTM"}
 _WRAPPERS = {"Bidirectional", "TimeDistributed"}
 _UNSAFE_CLASSES = {"Lambda"}
-_WEIGHT_ROLES = ("kernel", "recurrent_kernel", "bias")
+WEIGHT_ROLES = ("kernel", "recurrent_kernel", "bias")
 
 
 @dataclass
@@ -174,7 +174,7 @@ class KerasH5Model:
         """Every stored weight that belongs to no cuDNN layer, as ``("<layer>/<weight name>", array)``
         in file order (a writer that carries them beside the converted RNNs: the ``torch`` one)."""
         ours = {ds for rnn in self.rnns for roles in rnn.datasets for ds in roles.values()}
-        with _open(self.path) as f:
+        with open_model_file(self.path) as f:
             root = h5safe.child(f, "model_weights", self.path, "group") if self.kind == "model" else f
             for lname, entries in _weight_groups(f, root, self.path, self.layer_names).items():
                 for wname, ds in entries:
@@ -188,7 +188,7 @@ def sniff(path: Path) -> bool:
     return True
 
 
-def _open(path: Path):
+def open_model_file(path: Path):
     """Every read of the file goes through :func:`gruconv.h5safe.open_hdf5` (regular file, global-heap
     guard, same inode, a budget on the bytes datasets may declare)."""
     return h5safe.open_hdf5(path, "a Keras HDF5 file")
@@ -266,7 +266,7 @@ def _weight_groups(f, root, path: Path, layer_names: list) -> dict:
     for lname in layer_names:
         g = h5safe.child(root, lname, path, "group")
         entries = []
-        for wname in _weight_names(g, path):
+        for wname in weight_names_of(g, path):
             ds = h5safe.resolve(g, wname, path, "dataset")
             # every weight, GRU or not, is checked from its header: Keras reads the others in full
             h5safe.check_dataset(ds, path, numeric=False)
@@ -275,7 +275,7 @@ def _weight_groups(f, root, path: Path, layer_names: list) -> dict:
     return out
 
 
-def _weight_names(group, path) -> list:
+def weight_names_of(group, path) -> list:
     names = h5safe.read_attr(group, "weight_names", []) or []
     if isinstance(names, str):
         names = [names]
@@ -322,13 +322,13 @@ def _find_rnn_weights(entries: list, rnn_name: str, wrapper: Optional[str], wher
             found = {}
             for wname, ds in entries:
                 parts, role = _owner_and_role(wname)
-                if parts and parts[-1] == owner and role in _WEIGHT_ROLES:
+                if parts and parts[-1] == owner and role in WEIGHT_ROLES:
                     if role in found:
                         raise InputError(f"{where}: two '{role}' weights for {owner}", path=path)
                     found[role] = ds
             if found:
                 break
-        missing = [r for r in _WEIGHT_ROLES if r not in found]
+        missing = [r for r in WEIGHT_ROLES if r not in found]
         if missing:
             raise InputError(
                 f"{where}: weights {', '.join(missing)} of {cls} {names[0]!r} not found in the weight file",
@@ -394,7 +394,7 @@ def _load_stack(rnn: KerasRNN) -> RNNStack:
     """Read one CuDNNGRU/CuDNNLSTM's tensors and turn them into canonical weights (cuDNN orientation)."""
     path = rnn.source
     params = []
-    with _open(path) as f:
+    with open_model_file(path) as f:
         for d, roles in enumerate(rnn.datasets):
             where = f"{rnn.cls} {rnn.path}" + ("" if len(rnn.datasets) == 1 else
                                                f" ({'forward' if d == 0 else 'backward'})")
@@ -416,9 +416,9 @@ def read(path, options: Optional[Options] = None, **kw) -> KerasH5Model:
     """
     path = Path(path)
     opts = Options.of(options, **kw)
-    config = _architecture(opts.config)
+    config = architecture_of(opts.config)
     try:
-        return _read(path, config)
+        return read_with_config(path, config)
     except GruconvError as e:
         if e.path is None:
             raise type(e)(e.message, path=path) from None
@@ -427,8 +427,8 @@ def read(path, options: Optional[Options] = None, **kw) -> KerasH5Model:
         raise InputError("model_config is nested too deeply", path=path) from None
 
 
-def _read(path: Path, config: Optional[dict]) -> KerasH5Model:
-    with _open(path) as f:
+def read_with_config(path: Path, config: Optional[dict]) -> KerasH5Model:
+    with open_model_file(path) as f:
         model_config = h5safe.read_json_attr(f, "model_config", path)
         if model_config is not None:
             kind = "model"
@@ -464,7 +464,7 @@ def _read(path: Path, config: Optional[dict]) -> KerasH5Model:
         )
         if h5safe.child_exists(f, "optimizer_weights", path):
             ow = h5safe.child(f, "optimizer_weights", path, "group")
-            doc.optimizer_weight_count = len(_weight_names(ow, path))
+            doc.optimizer_weight_count = len(weight_names_of(ow, path))
         groups = _weight_groups(f, root, path, doc.layer_names)
         if model_config is None:
             doc.rnns = _rnns_without_config(path, groups)
@@ -512,14 +512,14 @@ def _rnns_without_config(path: Path, groups: dict) -> list:
         owners: dict = {}
         for wname, ds in entries:
             parts, role = _owner_and_role(wname)
-            if parts and role in _WEIGHT_ROLES:
+            if parts and role in WEIGHT_ROLES:
                 owners.setdefault(tuple(parts), {})[role] = ds
         pairs: dict = {}
         verdicts = {}
         for parts, roles in owners.items():
-            if set(roles) != set(_WEIGHT_ROLES):
+            if set(roles) != set(WEIGHT_ROLES):
                 continue
-            v = classify({r: tuple(roles[r].shape or ()) for r in _WEIGHT_ROLES})
+            v = classify({r: tuple(roles[r].shape or ()) for r in WEIGHT_ROLES})
             if v.cls is None and v.cell is not None:
                 raise InputError(f"{top}: weights of {'/'.join(parts)} look recurrent but fit no known layer: "
                                  f"{v.reason}", path=path)
@@ -659,7 +659,7 @@ def _normalise_for_keras3(cfg: dict) -> None:
         if isinstance(conf, dict) and isinstance(conf.get("layers"), list) and _class_name(cfg) != "Sequential":
             for layer in conf["layers"]:
                 if isinstance(layer, dict) and _class_name(layer) in _STATEFUL_CALLS:
-                    _initial_state_as_kwargs(layer)
+                    initial_state_as_kwargs(layer)
         if _class_name(cfg) in _RNN_CLASSES and isinstance(cfg.get("config"), dict):
             if cfg["config"].get("time_major") is True:
                 raise UnsupportedError(f"{cfg['class_name']} {_name(cfg)} has time_major=True")
@@ -714,12 +714,12 @@ def _drop_new_style_batch_shape(layer) -> None:
             conf.pop("batch_input_shape", None)
 
 
-def _tensor_ref(ref: list) -> dict:
+def tensor_ref(ref: list) -> dict:
     return {"class_name": "__keras_tensor__",
             "config": {"shape": [None], "dtype": "float32", "keras_history": [ref[0], ref[1], ref[2]]}}
 
 
-def _initial_state_as_kwargs(layer: dict) -> None:
+def initial_state_as_kwargs(layer: dict) -> None:
     """tf.keras recorded ``rnn(x, initial_state=s)`` as one inbound node with inputs ``[x, s...]``
     (Keras 2 ``RNN.__call__`` appends the states to the inputs); Keras 3 reads a legacy node's
     tensors as ONE positional argument, so the layer gets ``[x, s]`` and refuses it ("expects 1
@@ -737,8 +737,8 @@ def _initial_state_as_kwargs(layer: dict) -> None:
         for ref in node:
             if len(ref) > 3 and isinstance(ref[3], dict):
                 kwargs.update({k: v for k, v in ref[3].items() if k != "initial_state"})
-        kwargs["initial_state"] = [_tensor_ref(r) for r in node[1:]]
-        nodes[i] = {"args": [_tensor_ref(node[0])], "kwargs": kwargs}
+        kwargs["initial_state"] = [tensor_ref(r) for r in node[1:]]
+        nodes[i] = {"args": [tensor_ref(node[0])], "kwargs": kwargs}
 
 
 def _explicit_input_layer(seq_cfg: dict) -> None:
@@ -786,7 +786,7 @@ def write(doc: KerasH5Model, out_path, *, include_model: bool = True, include_tr
     replaced = {}
     for rnn in doc.rnns:
         for d, roles in enumerate(rnn.datasets):
-            for i, role in enumerate(_WEIGHT_ROLES):
+            for i, role in enumerate(WEIGHT_ROLES):
                 replaced[roles[role]] = (rnn, d, i)
     current: dict = {}
     nonfinite: dict = {}
@@ -807,7 +807,7 @@ def write(doc: KerasH5Model, out_path, *, include_model: bool = True, include_tr
     dst_file = hdf5_file(out_path)  # a full disk is an OSError here, not a crash in libhdf5 (issue 23)
     where = "the file's attributes"
     try:
-        with _open(doc.path) as src, dst_file as dst:
+        with open_model_file(doc.path) as src, dst_file as dst:
             sroot = h5safe.child(src, "model_weights", doc.path, "group") if doc.kind == "model" else src
             if include_model and doc.model_config is not None:
                 dst.attrs["keras_version"] = doc.keras_version or "2.x"
@@ -825,7 +825,7 @@ def write(doc: KerasH5Model, out_path, *, include_model: bool = True, include_tr
                 sg = h5safe.child(sroot, lname, doc.path, "group")
                 dg = droot.create_group(lname)
                 h5safe.copy_attrs(sg, dg, doc.path)
-                for wname in _weight_names(sg, doc.path):
+                for wname in weight_names_of(sg, doc.path):
                     where = f"weight {lname}/{wname}"
                     sds = h5safe.resolve(sg, wname, doc.path, "dataset")
                     parent = os.path.dirname(wname)
@@ -863,7 +863,7 @@ def write(doc: KerasH5Model, out_path, *, include_model: bool = True, include_tr
 
 # --------------------------------------------------------------------------- registry verbs
 
-def _architecture(config) -> Optional[dict]:
+def architecture_of(config) -> Optional[dict]:
     """``--config``: a dict as given, or a JSON file read through :mod:`gruconv.inputs` (size and
     nesting bounded)."""
     if config is None or isinstance(config, dict):
@@ -948,7 +948,7 @@ def natural_output(path: Path, opts: Options) -> tuple:
     if opts.config is not None:
         return "keras", False
     try:
-        with _open(Path(path)) as f:
+        with open_model_file(Path(path)) as f:
             weights_only = "model_config" not in f.attrs and "layer_names" in f.attrs
     except GruconvError:
         weights_only = False  # the conversion itself reports what is wrong

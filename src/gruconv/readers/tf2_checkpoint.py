@@ -178,7 +178,7 @@ def read(path, options: Optional[Options] = None, **kw) -> TF2CheckpointDoc:
 
     path = Path(path)
     opts = Options.of(options, **kw)
-    config = keras_h5._architecture(opts.config)
+    config = keras_h5.architecture_of(opts.config)
     if config is not None and not (isinstance(config, dict) and isinstance(config.get("class_name"), str)):
         raise InputError("is not a Keras model architecture (no class_name): expected the model's to_json()",
                          path=Path(opts.config) if not isinstance(opts.config, dict) else path)
@@ -195,7 +195,7 @@ def read(path, options: Optional[Options] = None, **kw) -> TF2CheckpointDoc:
                 raise (type(e)(e.message, path=path) if e.path is None else e) from None
             n_keys = len([k for k in bundle.keys() if k != "_CHECKPOINTABLE_OBJECT_GRAPH"])
         try:
-            kdoc = keras_h5._read(staged, config)
+            kdoc = keras_h5.read_with_config(staged, config)
         except GruconvError as e:
             raise _fix(e, staged, path) from None
         except RecursionError:

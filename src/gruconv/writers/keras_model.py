@@ -46,7 +46,7 @@ def options(graph: bool) -> frozenset:
 
 def keras_installed() -> bool:
     """Keras 3 and one backend it can use are importable (found, not imported: the same backends
-    :func:`gruconv.formats.keras3._pick_backend` picks from)."""
+    :func:`gruconv.formats.keras3.pick_backend` picks from)."""
     import importlib.util
 
     def found(name: str) -> bool:
