@@ -279,6 +279,33 @@ def test_nothing_found_is_exit_3_naming_the_roots(tmp_path, monkeypatch):
     assert not Path("out").exists()
 
 
+def test_models_with_nothing_to_convert_are_not_a_green_run(tmp_path, monkeypatch):
+    """Issue 18: a tree of model files none of which holds a cuDNN layer (legacy files with plain GRUs,
+    Keras 3 files) converts nothing: exit 3 with the line naming the roots, as for an empty tree.  A
+    Keras 3 file is known from discovery (its reader never converts); a legacy plain-GRU file only
+    once read, so that rule holds for unsharded runs (a shard cannot speak for the tree)."""
+    monkeypatch.chdir(tmp_path)
+    put(Path("plain/a/plain_gru.h5"), "plain_gru.h5")
+    put(Path("plain/b.h5"), "plain_gru.h5")
+    res = cli("plain", "--out-dir", "out", "--report", "r.json")
+    assert res.exit_code == 3, res.output
+    assert res.stderr.splitlines()[-1] == ("gruconv: error: no convertible input found under 'plain' (2 model file(s) "
+                                           "read, none with a CuDNNGRU/CuDNNLSTM layer or a cuDNN RNN checkpoint)")
+    rep = json.loads(Path("r.json").read_text())
+    assert [r["status"] for r in rep["inputs"]] == ["nothing-to-convert"] * 2 and rep["exit_code"] == 3
+    sharded = cli("plain", "--out-dir", "out2", "--shard", "1/2")
+    assert sharded.exit_code == 0, sharded.output
+    k3 = Path("k3")
+    k3.mkdir()
+    shutil.copyfile(FIXTURES / "keras3" / "mixed.keras", k3 / "mixed.keras")
+    res = cli("k3", "--out-dir", "out3", "--shard", "1/1")
+    assert res.exit_code == 3
+    assert res.stderr.splitlines()[-1] == "gruconv: error: no convertible input found under 'k3' (1 already Keras 3)"
+    mixed = cli("plain", "k3", KERAS / "sequential.h5",
+                "--out-dir", "out4")
+    assert mixed.exit_code == 0, mixed.output  # one convertible input: green
+
+
 def test_an_empty_shard_of_a_tree_with_inputs_is_not_nothing_found(tree):
     """Shards share one tree: a shard that gets no input while the tree has some is fine (exit 0)."""
     s = batch.convert_many([str(tree / "a" / "sequential.h5")], "out", shard="2/2", jobs=1, echo=False)

@@ -60,7 +60,7 @@ from typing import Optional
 
 from ..errors import InputError, OutputError, UsageError
 from .discovery import (MAX_WALK_DEPTH, MAX_WALK_ENTRIES, Input, discover, discover_all, name_too_long,
-                        nothing_convertible, parse_shard, select_shard)
+                        nothing_converted, nothing_convertible, parse_shard, select_shard)
 from .plan import Job, check_no_input_is_written, collisions, make_plan, output_name, safe_output
 from .records import STATUSES, Console, Record, Summary, junit_xml, print_console, summary_text, write_reports
 from .state import STATE_FILE, State, input_mtime
@@ -149,6 +149,8 @@ def convert_many(paths, out_dir, *, jobs: Optional[int] = None, keep_going: bool
         summary.records = [j.record for j in plan if id(j) in done_ids]
         summary.not_run = [j.record.input for j in plan if id(j) not in done_ids]
         summary.duration_s = time.perf_counter() - t0
+        if summary.nothing_found is None and shard_t is None:
+            summary.nothing_found = nothing_converted(summary.records, roots)
         write_reports(summary, report, junit)
     if echo:
         if summary.nothing_found is not None:

@@ -472,16 +472,35 @@ def select_shard(items: list, shard: Optional[tuple[int, int]]) -> list:
 
 # --------------------------------------------------------------------------- nothing found
 
+def nothing_converted(records: list, roots: list) -> Optional[str]:
+    """After an unsharded run: the one line when every input was read and none held anything to convert
+    (legacy Keras files with plain GRU/LSTM layers only), naming the roots; else None.  A shard cannot
+    say this of the whole tree (another shard may convert), so the caller asks only without --shard."""
+    if not records or any(r.status != "nothing-to-convert" for r in records):
+        return None
+    from ..inputs import display
+
+    names = ", ".join(f"'{display(r)}'" for r in roots) or "(none)"
+    return (f"no convertible input found under {names} ({len(records)} model file(s) read, none with a "
+            "CuDNNGRU/CuDNNLSTM layer or a cuDNN RNN checkpoint)")
+
+
 def nothing_convertible(items: list, roots: list) -> Optional[str]:
     """The one line for a run in which no input (of any shard) can be converted -- nothing found, or
     every directory skipped or failed -- naming the roots; None when some input can be.  A CI job
     that converts nothing must not look green (issue 18)."""
-    if any(i.error is None and i.skip is None for i in items):
+    from .. import readers
+
+    def converts(i) -> bool:  # a reader that never converts (Keras 3 files) does not count
+        return i.format is None or getattr(readers.module(i.format), "CONVERTS", True)
+
+    if any(i.error is None and i.skip is None and converts(i) for i in items):
         return None
     from ..inputs import display
 
     names = ", ".join(f"'{display(r)}'" for r in roots) or "(none)"
     skipped = sum(1 for i in items if i.skip is not None)
     failed = sum(1 for i in items if i.error is not None)
-    more = [f"{n} {w}" for n, w in ((skipped, "skipped"), (failed, "failed")) if n]
+    keras3 = sum(1 for i in items if i.error is None and i.skip is None and not converts(i))
+    more = [f"{n} {w}" for n, w in ((keras3, "already Keras 3"), (skipped, "skipped"), (failed, "failed")) if n]
     return f"no convertible input found under {names}" + (f" ({', '.join(more)})" if more else "")

@@ -48,6 +48,9 @@ GRAPH = True
 SUFFIXES = (".keras", ".weights.h5")
 
 #: The one line ``convert`` and ``inspect`` say.
+#: Never holds anything to convert: batch does not count a Keras 3 file as a convertible input when it
+#: decides whether a run found nothing to convert (issue 18: exit 3, never green on nothing).
+CONVERTS = False
 NOTHING = "already a Keras 3 file, nothing to convert"
 #: HDF5 objects visited while matching a ``.weights.h5`` against ``--config``.
 MAX_H5_OBJECTS = 50_000
