@@ -44,14 +44,25 @@ for src in sys.argv[1:]:
             ("new api rnn/matmul ieee", lambda: (setattr(torch.backends.cudnn.rnn, "fp32_precision", "ieee"),
                                                  setattr(torch.backends.cuda.matmul, "fp32_precision", "ieee"))),
             ("new api cudnn ieee too", lambda: setattr(torch.backends.cudnn, "fp32_precision", "ieee")),
+            ("+ cudnn.deterministic", lambda: setattr(torch.backends.cudnn, "deterministic", True)),
+            ("+ packed input, full lengths", "packed"),
+            ("+ batch 1 (no padding question)", "batch1"),
             ("cudnn disabled", lambda: setattr(torch.backends.cudnn, "enabled", False)),
         ]:
             try:
-                setup()
                 g = mod.to("cuda")
                 g.flatten_parameters()
+                xb = torch.from_numpy(x.transpose(1, 0, 2)).cuda()
                 with torch.no_grad():
-                    y = g(torch.from_numpy(x.transpose(1, 0, 2)).cuda())[0].cpu().numpy()
+                    if setup == "packed":
+                        packed = torch.nn.utils.rnn.pack_padded_sequence(xb, [x.shape[0]] * x.shape[1],
+                                                                         batch_first=True)
+                        y = torch.nn.utils.rnn.pad_packed_sequence(g(packed)[0], batch_first=True)[0].cpu().numpy()
+                    elif setup == "batch1":
+                        y = np.concatenate([g(xb[b:b + 1])[0].cpu().numpy() for b in range(xb.shape[0])])
+                    else:
+                        setup()
+                        y = g(xb)[0].cpu().numpy()
                 rows.append((label, float(np.abs(y - y64).max()), flags()))
             except Exception as e:  # noqa: BLE001 - a probe: say what failed
                 rows.append((label, f"{type(e).__name__}: {str(e).splitlines()[0][:150]}", flags()))
