@@ -31,6 +31,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import tempfile
 import zipfile
 from contextlib import contextmanager
@@ -135,8 +136,16 @@ class Pieces:
 
 @contextmanager
 def _staged(target: Path, suffix: str):
+    """A temporary file beside ``target``, named as :func:`gruconv.outputs.atomic_path` names its own
+    (``.NAME.PID-XXXX.tmp...``), so that one left by a SIGKILLed writer is recognised and removed by the
+    next conversion to the same output (:func:`gruconv.outputs.remove_stale_temps`).  ``target`` is
+    usually already such a temporary (``convert`` writes through ``atomic_path``): its name is kept as
+    the prefix then.  The first version's ``..NAME.PID-XXXX.tmp.keras.YYYY.h5.tmp`` matched no pattern
+    and stayed behind (``tests/test_crash_safety.py``, seen in the fresh-clone slow tier)."""
     target = Path(target)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=target.parent)
+    name = target.name
+    prefix = name + "." if re.match(r"^\..+\.\d+-[A-Za-z0-9_]+\.tmp", name) else f".{name}.{os.getpid()}-"
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp" + suffix, dir=target.parent)
     os.close(fd)
     try:
         yield Path(tmp)
@@ -159,7 +168,7 @@ def write_keras(target, config: dict, groups: list, arrays: Iterable, *, meta: O
     Returns the weights manifest."""
     target = Path(target)
     meta = meta or keras3_config.metadata()
-    with _staged(target, ".h5.tmp") as h5_tmp, _staged(target, ".keras.tmp") as zip_tmp:
+    with _staged(target, ".h5") as h5_tmp, _staged(target, ".keras") as zip_tmp:
         manifest = write_weights_h5(h5_tmp, groups, arrays)
         with zipfile.ZipFile(zip_tmp, "w") as zf:  # ZIP_STORED, as Keras writes it
             zf.writestr(METADATA_NAME, json.dumps(meta))
@@ -173,7 +182,7 @@ def write_keras(target, config: dict, groups: list, arrays: Iterable, *, meta: O
 def write_weights(target, groups: list, arrays: Iterable) -> list:
     """Write a Keras 3 ``.weights.h5`` file (what ``Model.save_weights`` writes), atomically."""
     target = Path(target)
-    with _staged(target, ".weights.h5.tmp") as tmp:
+    with _staged(target, ".weights.h5") as tmp:
         manifest = write_weights_h5(tmp, groups, arrays)
         self_check(tmp, manifest)
         _put_in_place(tmp, target)

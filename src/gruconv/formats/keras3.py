@@ -879,7 +879,9 @@ def layer_call(model, parts: list, feed: list):
         node = _node_in(container, layer)
         tensors = list(node.arguments.keras_tensors)
         sub = k.Model(container.inputs, tensors)
-        acts = sub(feed if len(feed) > 1 else feed[0])
+        # the sub-model's inputs are a list (``container.inputs``): fed as one, even of one tensor
+        # (a bare tensor works but makes Keras 3.15 warn "The structure of `inputs` doesn't match")
+        acts = sub(list(feed))
         acts = acts if isinstance(acts, (list, tuple)) else [acts]
         values = [to_numpy(a) for a in acts]
         by_id = {id(t): v for t, v in zip(tensors, values)}
