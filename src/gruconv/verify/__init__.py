@@ -144,6 +144,8 @@ def verify(input, converted=None, options: Optional[Options] = None, *, toleranc
 
     readers.refuse_unread(opts, readers.accepted_options(module.FORMAT, list(writers.WRITERS)), module.DESCRIPTION)
     doc = module.read(input, opts)
+    if not getattr(module, "CONVERTS", True):  # a reader of files that need no conversion says so now,
+        module.nothing_to_verify(doc)           # before Keras and its backend are imported (seconds)
     keras = keras3.keras()
     report.environment = {"keras": keras.__version__, "backend": keras.backend.backend(), **engine.info}
     probe = writers.gpu_probe(converted) if converted is not None else None
