@@ -432,7 +432,7 @@ def test_batch_takes_checkpoint_and_savedmodel_directories_as_one_input_each(tmp
     assert s.exit_code == 0 and s.nothing_found is None
 
 
-def test_a_damaged_checkpoint_is_one_line_and_nothing_is_written(tmp_path):
+def test_a_damaged_checkpoint_is_one_line_and_nothing_is_written(tmp_path, monkeypatch):
     """A truncated or bit-flipped data file: exit 3, one line naming the file and the tensor, no output,
     no staging file left behind, the input unchanged."""
     import shutil
@@ -444,7 +444,10 @@ def test_a_damaged_checkpoint_is_one_line_and_nothing_is_written(tmp_path):
     raw = bytearray(data.read_bytes())
     raw[100] ^= 0xFF
     data.write_bytes(bytes(raw))
-    staged_before = {p.name for p in Path(tempfile.gettempdir()).glob("gruconv-tf2-*")}
+    # a private temporary directory: other xdist workers stage their own gruconv-tf2-* in the shared one
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private_tmp))
     r = CliRunner().invoke(cli, ["convert", str(ck), str(tmp_path / "o.keras"), "--config", str(ck / "model.json")])
     assert r.exit_code == 3 and "Traceback" not in r.output
     assert r.output.strip().splitlines() == [r.output.strip()] and "checksum mismatch" in r.output
@@ -454,7 +457,7 @@ def test_a_damaged_checkpoint_is_one_line_and_nothing_is_written(tmp_path):
     r = CliRunner().invoke(cli, ["inspect", str(ck)])
     assert r.exit_code == 3 and "truncated data file" in r.output
     assert not (tmp_path / "o.keras").exists()
-    assert {p.name for p in Path(tempfile.gettempdir()).glob("gruconv-tf2-*")} == staged_before
+    assert list(private_tmp.iterdir()) == []
 
 
 @pytest.mark.slow   # a TensorFlow interpreter writes the checkpoint: ~30 s on the shared machine
