@@ -7,7 +7,9 @@
 #   torch: the cuDNN runner, verify and the Keras GPU path on the torch backend;
 #   more:  the eligibility probe (static verdicts vs kernels taken), the PyTorch/ONNX targets on CUDA, the
 #          trained fixtures (issue 19) against cuDNN on the strict GPU path;
-#   jax:   the Keras GPU path on the JAX backend and the CLI's own GPU report.
+#   jax:   the Keras GPU path on the JAX backend and the CLI's own GPU report;
+#   trained: issue 19 on the GPU: the trained fixtures pass on the strict GPU rows (reference run by each
+#          cuDNN algorithm, closest per row) and every planted error fails there (BACKEND=jax for JAX).
 set -uo pipefail
 STAGE=${1:-all}
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
@@ -19,6 +21,14 @@ export GRUCONV_GOLDEN_DIR=$PWD/fixtures/cudnn-golden
   python3 -c "import torch, jax, keras, numpy; print('torch', torch.__version__, 'jax', jax.__version__, 'keras', keras.__version__, 'numpy', numpy.__version__)"
   python3 -m gruconv.cudnn_rnn fixtures/cudnn-golden fixtures/cudnn-golden-lstm 2>&1 | tail -25
 } 2>&1 | tee "$OUT/env.txt"
+if [ "$STAGE" = trained ]; then
+  B=${BACKEND:-torch}
+  KERAS_BACKEND=$B XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 560 python3 -m pytest -q -m gpu -p no:cacheprovider -rs -s \
+    tests/test_verify.py::test_gpu_trained_fixtures_pass_on_cpu_and_strict_gpu_against_cudnn \
+    tests/test_verdicts.py::test_gpu_every_planted_error_fails_on_the_strict_gpu_rows_too \
+    2>&1 | tee "$OUT/pytest-gpu-trained-$B.txt" | grep -E "passed|failed|FAILED|Error" | tail -40
+  exit 0
+fi
 if [ "$STAGE" = more ]; then
   timeout 540 python3 -m pytest -q -m gpu -p no:cacheprovider -rs -v tests/test_eligibility_gpu.py \
     tests/test_torch_target.py tests/test_targets_cli.py tests/test_verify.py::test_gpu_trained_fixtures_pass_on_cpu_and_strict_gpu_against_cudnn \

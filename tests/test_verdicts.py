@@ -295,3 +295,99 @@ def test_floors_are_measured_once_per_inputs_across_device_runs():
     assert a == b and len(calls) == 3  # 3 seeds, once
     measure_floors(rep, run, [np.zeros(3)], key=("l", x + 1), cache=floor_cache(engine))
     assert len(calls) == 6  # other inputs: measured again
+
+
+# --------------------------------------------------------------------------- cuDNN's algorithms (issue 19)
+
+def test_a_row_is_compared_with_the_closest_cudnn_algorithm_and_a_plant_stays_caught():
+    """The numbers of scripts/gpu_cudnn_variants.py on trained/gru2 (H100): the standard algorithm is
+    1.2e-6 from float64, the persistent ones 3.3e-5, and torch's cuDNN call equals persist_static_small_h.
+    A correct candidate run by that algorithm passes against it; the same candidate with a planted error
+    of 4e-5 (the bias 1e-4-relative plant's size at 8 steps) fails against every algorithm."""
+    from gruconv.verify.verdicts import judge
+
+    rng = np.random.default_rng(0)
+    f64 = rng.uniform(-1, 1, (2, 8, 32))
+    standard = f64 + 1.2e-6
+    small_h = f64 + rng.choice([-3.3e-5, 3.3e-5], f64.shape)  # the persistent kernel's rounding
+    alts = {"persist_static": small_h + 3e-7, "persist_static_small_h": small_h}
+    rep = _report()
+    c = judge(rep, "gru: sequence", small_h, standard, f64, 1e-5, "float32", 1e-7, alts)
+    assert c.passed and c.reference_algorithm == "persist_static_small_h" and c.max_abs == 0.0
+    assert c.by_algorithm["standard"] == pytest.approx(3.3e-5, rel=0.1)
+    assert set(c.by_algorithm) == {"standard", "persist_static", "persist_static_small_h"}
+    assert c.reference_error == pytest.approx(3.3e-5, rel=0.1)  # the chosen algorithm's own f64 error
+    planted = small_h + 4e-5 * np.sign(rng.uniform(-1, 1, f64.shape))
+    c = judge(rep, "gru: sequence", planted, standard, f64, 1e-5, "float32", 1e-7, alts)
+    assert not c.passed and min(c.by_algorithm.values()) > 1e-5
+    # without alternates (the float64 oracle) the standard reference alone decides: the kernel's
+    # 3.3e-5 rounding is over every bound there, which is why the algorithms are run at all
+    c = judge(rep, "gru: sequence", small_h, standard, f64, 1e-5, "float32", 1e-7)
+    assert not c.passed and c.reference_algorithm is None and c.by_algorithm == {}
+
+
+def test_reference_variants_leave_out_and_name_what_cudnn_refuses():
+    from gruconv.cudnn_lib import CudaCallError
+    from gruconv.verify.engines import Engine
+    from gruconv.verify.verdicts import alternates_at, reference_variants
+
+    assert Engine("oracle", False).variants() == []
+    eng = Engine.__new__(Engine)
+    eng.kind, eng.allow_tf32, eng.algo, eng.info = "cudnn", False, "standard", {}
+    names = [n for n, _ in eng.variants()]
+    assert names == ["persist_static", "persist_dynamic", "persist_static_small_h"]
+    assert all(e.algo == n and e is not eng for n, e in eng.variants()) and eng.algo == "standard"
+
+    def run(e):
+        if e.algo == "persist_dynamic":
+            raise CudaCallError("cudnnBuildRNNDynamic failed: CUDNN_STATUS_NOT_SUPPORTED", status=3000)
+        return [np.full(2, float(len(e.algo))), np.zeros(1)]
+
+    alts = reference_variants(eng, run)
+    assert len(alts) == 2 and set(alts[0]) == {"persist_static", "persist_static_small_h"}
+    assert alternates_at(alts, 1)["persist_static"].shape == (1,) and alternates_at(alts, 2) is None
+    ran = eng.info["cudnn_algorithms"]
+    assert ran["standard"] == "reference" and ran["persist_static"] == "ran"
+    assert ran["persist_dynamic"].startswith("not offered here: cudnnBuildRNNDynamic failed")
+
+
+def test_the_report_says_which_rows_took_another_algorithm():
+    rep = _report()
+    rows = [Check("l: sequence", 0.0, 0.0, 1e-5, True, 3.3e-5, (2, 8, 32), device="gpu strict",
+                  reference_algorithm="persist_static_small_h",
+                  by_algorithm={"standard": 3.3e-5, "persist_static_small_h": 0.0}),
+            Check("l: state", 1e-7, 1e-7, 1e-5, True, 1e-7, (2, 32), device="gpu strict",
+                  reference_algorithm="standard", by_algorithm={"standard": 1e-7, "persist_static_small_h": 3e-5}),
+            Check("l: sequence", 1e-7, 1e-7, 1e-5, True, 1e-7, (2, 8, 32), device="cpu",
+                  reference_algorithm="standard", by_algorithm={"standard": 1e-7})]
+    rep.checks = rows
+    text = report.verify_text(rep.to_json())
+    assert ("note: gpu strict: 1 of 2 row(s) compared with cuDNN's persist_static_small_h run of the original, "
+            "the closest of its algorithms (its standard one is up to 3.30e-05 away") in text
+    assert "note: cpu:" not in text
+    assert rep.to_json()["checks"][0]["by_algorithm"]["standard"] == 3.3e-5
+
+
+# One form per family, so each verify route runs on the GPU (TF1 stack, whole Keras model, weights-only
+# layers alone) and every plant of the family: 15 device runs instead of 45 (device time is budgeted).
+_GPU_FORM = {"gru2": "tf1", "lstm2": "full", "bilstm": "weights-only"}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family,form,plant", [p for p in _PLANTED if _GPU_FORM[p[0]] == p[1]])
+def test_gpu_every_planted_error_fails_on_the_strict_gpu_rows_too(family, form, plant, tmp_path):
+    """Issue 19 on a GPU: with the reference run by each of cuDNN's algorithms and every row compared with
+    the closest (so the Keras-on-torch cuDNN kernel's rounding is not a failure), each planted error on a
+    trained model still fails on the strict GPU rows as well as on the CPU, at the default settings."""
+    from gruconv.formats import keras3
+
+    ok, why = keras3.gpu_status()
+    assert ok, f"this test needs a GPU the Keras backend can use: {why}"
+    src = TRAINED / FORMS[form].format(family)
+    bad, _ = _plant_in(_converted(src, tmp_path), plant, tmp_path)
+    res, data = _verify_json([src, bad, "--reference", "cudnn", "--device", "both"], tmp_path)
+    failed = {c["device"] for c in data["checks"] if c["counts"] and not c["passed"]}
+    print(f"PLANTED {family} {form} {plant}: " + ", ".join(
+        f"{c['device']} {c['name'][-24:]} {c['max_abs']:.2e} ({c.get('reference_algorithm')})"
+        for c in data["checks"] if not c["passed"]))
+    assert res.exit_code == 1 and failed >= {"cpu", "gpu strict"}, res.output

@@ -64,6 +64,11 @@ CUDNN_DEFAULT_MATH, CUDNN_TENSOR_OP_MATH, CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION,
 # cudnn_adv.h (cudnnRNNMode_t: RELU 0, TANH 1, LSTM 2, GRU 3)
 CUDNN_RNN_RELU, CUDNN_RNN_TANH, CUDNN_LSTM, CUDNN_GRU = 0, 1, 2, 3
 CUDNN_RNN_ALGO_STANDARD = 0
+#: cudnnRNNAlgo_t by name.  ``standard`` is the reference's; the persistent kernels are what a
+#: framework may pick for the same layer (torch takes ``persist_static_small_h`` for small hidden sizes
+#: on unpacked fp32 input: ``scripts/gpu_cudnn_variants.py``, docs/gpu-verification.md 2026-11-27), and
+#: they round differently.  ``persist_dynamic`` is compiled at run time (cudnnBuildRNNDynamic, NVRTC).
+ALGORITHMS = {"standard": 0, "persist_static": 1, "persist_dynamic": 2, "persist_static_small_h": 3}
 CUDNN_RNN_DOUBLE_BIAS = 2
 CUDNN_UNIDIRECTIONAL, CUDNN_BIDIRECTIONAL = 0, 1
 CUDNN_LINEAR_INPUT, CUDNN_SKIP_INPUT = 0, 1
@@ -195,8 +200,9 @@ def check_inputs(opaque, shape, x, h0=None, c0=None, seq_lengths=None) -> Inputs
 
 
 # --------------------------------------------------------------------------- descriptors
-def _rnn_descriptor(res: Resources, shape: StackShape, cand: tuple) -> tuple:
-    """Dropout (0) and RNN descriptors for ``shape``; returns (rnn descriptor, dropout states bytes)."""
+def _rnn_descriptor(res: Resources, shape: StackShape, cand: tuple, algo: str = "standard") -> tuple:
+    """Dropout (0) and RNN descriptors for ``shape`` run by cuDNN algorithm ``algo`` (:data:`ALGORITHMS`);
+    returns (rnn descriptor, dropout states bytes)."""
     libs = res.libs
     dn, handle = libs.cudnn, libs.handle
     data_type, math_prec, math_type = cand
@@ -212,7 +218,7 @@ def _rnn_descriptor(res: Resources, shape: StackShape, cand: tuple) -> tuple:
     rnn = res.create("RNNDescriptor")
     H = shape.units
     libs.cudnn_check(dn.cudnnSetRNNDescriptor_v8(
-        rnn, CUDNN_RNN_ALGO_STANDARD, rnn_mode(shape), CUDNN_RNN_DOUBLE_BIAS,
+        rnn, ALGORITHMS[algo], rnn_mode(shape), CUDNN_RNN_DOUBLE_BIAS,
         CUDNN_BIDIRECTIONAL if shape.bidirectional else CUDNN_UNIDIRECTIONAL,
         CUDNN_SKIP_INPUT if shape.input_mode == "skip" else CUDNN_LINEAR_INPUT,
         data_type, math_prec, math_type,
@@ -235,7 +241,7 @@ def _describe(shape: StackShape) -> str:
 # --------------------------------------------------------------------------- the forward call
 def run(opaque: np.ndarray, shape: StackShape, x: np.ndarray, h0: Optional[np.ndarray] = None,
         c0: Optional[np.ndarray] = None, seq_lengths: Optional[np.ndarray] = None, *,
-        allow_tf32: bool = False) -> tuple:
+        allow_tf32: bool = False, algo: str = "standard") -> tuple:
     """Run cuDNN's forward pass (inference) of ``shape.cell`` on an opaque weight buffer.
 
     ``opaque``: the weight space exactly as cuDNN holds it (1-D; its dtype,
@@ -249,21 +255,26 @@ def run(opaque: np.ndarray, shape: StackShape, x: np.ndarray, h0: Optional[np.nd
     an info dict (:func:`gruconv.cudnn_lib.library_info` plus the cell mode,
     the math mode used and buffer sizes).
 
+    ``algo``: the cuDNN algorithm (:data:`ALGORITHMS`; ``standard`` unless asked).  A shape an
+    algorithm does not take fails with cuDNN's NOT_SUPPORTED as :class:`CudaCallError`.
+
     Outputs past a sequence's length are cuDNN's padding fill (0).  The
     output buffers are poisoned with NaN bytes before the call, so anything
     cuDNN did not write shows up as NaN rather than as plausible numbers.
     """
     inp = check_inputs(opaque, shape, x, h0, c0, seq_lengths)
+    if algo not in ALGORITHMS:
+        raise ValueError(f"algo must be one of {', '.join(ALGORITHMS)}, got {algo!r}")
     libs = cudnn_lib.load()
     (y, hy, cy, info), attempts = _each_candidate(
-        libs, _math_candidates(inp.dtype, allow_tf32), lambda cand: _forward(libs, cand, shape, inp))
+        libs, _math_candidates(inp.dtype, allow_tf32), lambda cand: _forward(libs, cand, shape, inp, algo))
     info.update(libs.info())
     info["allow_tf32"] = bool(allow_tf32)
     info["math_attempts_failed"] = attempts
     return y, hy, cy, info
 
 
-def _forward(libs: Libraries, cand: tuple, shape: StackShape, inp: Inputs) -> tuple:
+def _forward(libs: Libraries, cand: tuple, shape: StackShape, inp: Inputs, algo: str = "standard") -> tuple:
     dn = libs.cudnn
     data_type, math_prec, math_type = cand
     H, L, D = shape.units, shape.num_layers, shape.num_directions
@@ -277,7 +288,9 @@ def _forward(libs: Libraries, cand: tuple, shape: StackShape, inp: Inputs) -> tu
 
     with Resources(libs) as res:
         handle = libs.handle
-        rnn, states_bytes = _rnn_descriptor(res, shape, cand)
+        rnn, states_bytes = _rnn_descriptor(res, shape, cand, algo)
+        if algo == "persist_dynamic":  # its kernel is compiled for this batch size before any call
+            libs.cudnn_check(dn.cudnnBuildRNNDynamic(handle, rnn, ctypes.c_int(B)), "cudnnBuildRNNDynamic")
         ws_size = _weight_space_size(libs, rnn)
         if ws_size != opaque.nbytes:
             itemsize = opaque.dtype.itemsize
@@ -337,7 +350,7 @@ def _forward(libs: Libraries, cand: tuple, shape: StackShape, inp: Inputs) -> tu
             "data_type": _DTYPE_NAMES[data_type],
             "math_precision": _DTYPE_NAMES[math_prec],
             "math_type": _MATH_NAMES[math_type],
-            "algo": "CUDNN_RNN_ALGO_STANDARD",
+            "algo": f"CUDNN_RNN_ALGO_{algo.upper()}",
             "weight_space_bytes": ws_size,
             "workspace_bytes": int(work_size.value),
             "reserve_space_bytes": int(reserve_size.value),

@@ -101,6 +101,7 @@ def verify_text(rep: dict) -> str:
             kern = ", ".join(f"{op}: " + ", ".join(f"{n} {how}" for how, n in hows.items())
                              for op, hows in (d.get("kernels") or {}).items()) or "no recurrent call recorded"
             lines.append(f"{d['device']}: {d.get('math', '')}; {d.get('reason', '')}; kernels: {kern}")
+    lines += _algorithm_notes(rep)
     for n in rep.get("notes", []):
         lines.append(f"note: {n}")
     for c in rep["checks"]:
@@ -120,6 +121,23 @@ def verify_text(rep: dict) -> str:
     lines.append("parity: " + ("PASS" if rep["passed"] else "FAIL") +
                  f" ({sum(c['passed'] for c in counted)}/{len(counted)} checks within bounds: {rule})")
     return "\n".join(lines)
+
+
+def _algorithm_notes(rep: dict) -> list:
+    """Per device, the rows compared with another cuDNN algorithm than the standard one (the closest:
+    ``gruconv.verify.verdicts.judge``), and how far the standard one was."""
+    out = []
+    for dev in sorted({c.get("device", "cpu") for c in rep["checks"]}):
+        rows = [c for c in rep["checks"] if c.get("device", "cpu") == dev and c.get("by_algorithm")]
+        moved = [c for c in rows if c.get("reference_algorithm") not in (None, "standard")]
+        if not moved:
+            continue
+        algos = ", ".join(sorted({c["reference_algorithm"] for c in moved}))
+        std = max(c["by_algorithm"].get("standard", 0.0) for c in moved)
+        out.append(f"note: {dev}: {len(moved)} of {len(rows)} row(s) compared with cuDNN's {algos} run of the "
+                   f"original, the closest of its algorithms (its standard one is up to {std:.2e} away: "
+                   "cuDNN's algorithms round differently)")
+    return out
 
 
 def parity_line(rep: dict) -> str:

@@ -4,6 +4,8 @@ between them (``--reference``)."""
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from ..canonical import RNNStack
@@ -21,6 +23,9 @@ class Engine:
     def __init__(self, kind: str, allow_tf32: bool):
         self.kind = kind
         self.allow_tf32 = allow_tf32
+        #: the cuDNN algorithm this engine runs (``gruconv.cudnn_rnn.ALGORITHMS``); the reference's is
+        #: ``standard``, :meth:`variants` run the others
+        self.algo = "standard"
         self.info: dict = {}
         self.cy = self.cy64 = None
         if kind == "cudnn":
@@ -35,21 +40,51 @@ class Engine:
         """(y, hy, y64, hy64): reference outputs and the float64 oracle's, time-major."""
         from ..oracle import run_stack
 
+        if self.algo != "standard":  # a variant (:meth:`variants`): cuDNN only, its float64 twin unused
+            y, hy, self.cy = self._cudnn(stack, x_tm, h0, lengths, opaque, c0)
+            self.cy64 = self.cy
+            return y, hy, y, hy
         y64, hy64, cy64 = run_stack(stack, x_tm, h0, lengths, c0)
         self.cy64 = cy64
         if self.kind == "oracle":
             self.cy = cy64
             return y64, hy64, y64, hy64
+        y, hy, self.cy = self._cudnn(stack, x_tm, h0, lengths, opaque, c0)
+        return y, hy, y64, hy64
+
+    def _cudnn(self, stack, x_tm, h0, lengths, opaque, c0) -> tuple:
         from .. import cudnn_rnn
         from ..cudnn_layout import pack
 
         buf = pack(stack.params, stack.shape) if opaque is None else opaque
         cast = lambda a: None if a is None else np.asarray(a).astype(buf.dtype)  # noqa: E731
         y, hy, cy, info = cudnn_rnn.run(buf, stack.shape, x_tm.astype(buf.dtype), cast(h0), cast(c0),
-                                        lengths, allow_tf32=self.allow_tf32)
-        self.cy = cy
-        self.info.update(info)
-        return y, hy, y64, hy64
+                                        lengths, allow_tf32=self.allow_tf32, algo=self.algo)
+        if self.algo == "standard":
+            self.info.update(info)
+        return y, hy, cy
+
+    def variants(self) -> list:
+        """[(algorithm, engine)]: this cuDNN reference run by each of cuDNN's other algorithms.
+
+        Why: cuDNN's algorithms are all "the cuDNN path", and they round differently.  On the trained
+        fixtures (H100, cuDNN 9, strict ``CUDNN_FMA_MATH``) the standard algorithm is 1.2e-6 from
+        float64 at 100 steps and the persistent ones 3.3e-5; torch's own cuDNN call on unpacked
+        input takes ``persist_static_small_h`` and matches it (``scripts/gpu_cudnn_variants.py``,
+        docs/gpu-verification.md, 2026-11-27).  A converted model run through cuDNN by its framework
+        is compared with the algorithm it matches best (:func:`gruconv.verify.verdicts.judge`).
+        The float64 oracle has none."""
+        if self.kind != "cudnn":
+            return []
+        from ..cudnn_rnn import ALGORITHMS
+
+        out = []
+        for name in ALGORITHMS:
+            if name != "standard":
+                twin = copy.copy(self)
+                twin.algo, twin.info = name, {}
+                out.append((name, twin))
+        return out
 
 
 def choose_reference(reference: str) -> tuple:
