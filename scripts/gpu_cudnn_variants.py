@@ -3,7 +3,7 @@ configuration real cuDNN itself can produce, or something of torch's own?
 
 Runs each canonical stack of the given TF1 checkpoints through gruconv's ctypes cuDNN runner under every
 combination of the descriptor settings a framework may choose (algorithm, forward mode, data layout,
-math type, padded IO) and prints max |y - float64 oracle| for each, next to torch.nn.GRU/LSTM on CUDA
+math type, padded IO; the algorithm through ``cudnn_rnn.run(algo=...)``) and prints max |y - float64 oracle| for each, next to torch.nn.GRU/LSTM on CUDA
 (unpacked as Keras calls it, and packed).  A probe: it patches :mod:`gruconv.cudnn_rnn`'s module
 constants, which that module reads at call time.
 
@@ -23,7 +23,7 @@ from gruconv.results import Options  # noqa: E402
 from gruconv.cudnn_layout import pack  # noqa: E402
 from gruconv.oracle import run_stack  # noqa: E402
 
-ALGOS = {"STANDARD": 0, "PERSIST_STATIC": 1, "PERSIST_DYNAMIC": 2, "PERSIST_STATIC_SMALL_H": 3}
+ALGOS = {name.upper(): name for name in cr.ALGORITHMS}
 MODES = {"inference": 0, "training": 1}
 LAYOUTS = {"seq_unpacked": 0, "seq_packed": 1, "batch_unpacked": 2}
 MATHS = {"FMA": 3, "DEFAULT": 0}
@@ -32,7 +32,6 @@ T, B = 100, 2
 
 
 def one(stack, x, algo, mode, layout, math, padded):
-    cr.CUDNN_RNN_ALGO_STANDARD = algo
     cr.CUDNN_FWD_MODE_INFERENCE = mode
     cr.CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED = layout
     cr.CUDNN_RNN_PADDED_IO_ENABLED = padded
@@ -40,7 +39,7 @@ def one(stack, x, algo, mode, layout, math, padded):
     cr._math_candidates = lambda dt, tf32: [(cr.CUDNN_DATA_FLOAT, cr.CUDNN_DATA_FLOAT, math)]
     try:
         xin = x.transpose(1, 0, 2).copy() if layout == 2 else x   # batch-major data for that layout
-        y = cr.run(pack(stack.params, stack.shape), stack.shape, xin)[0]
+        y = cr.run(pack(stack.params, stack.shape), stack.shape, xin, algo=algo)[0]
         return y.transpose(1, 0, 2) if layout == 2 else y
     finally:
         cr._math_candidates = orig

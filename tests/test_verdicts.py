@@ -312,43 +312,59 @@ def test_a_row_is_compared_with_the_closest_cudnn_algorithm_and_a_plant_stays_ca
     small_h = f64 + rng.choice([-3.3e-5, 3.3e-5], f64.shape)  # the persistent kernel's rounding
     alts = {"persist_static": small_h + 3e-7, "persist_static_small_h": small_h}
     rep = _report()
-    c = judge(rep, "gru: sequence", small_h, standard, f64, 1e-5, "float32", 1e-7, alts)
+    c = judge(rep, "gru: sequence", small_h, standard, f64, 1e-5, "float32", 1e-7, lambda: alts)
     assert c.passed and c.reference_algorithm == "persist_static_small_h" and c.max_abs == 0.0
     assert c.by_algorithm["standard"] == pytest.approx(3.3e-5, rel=0.1)
     assert set(c.by_algorithm) == {"standard", "persist_static", "persist_static_small_h"}
     assert c.reference_error == pytest.approx(3.3e-5, rel=0.1)  # the chosen algorithm's own f64 error
     planted = small_h + 4e-5 * np.sign(rng.uniform(-1, 1, f64.shape))
-    c = judge(rep, "gru: sequence", planted, standard, f64, 1e-5, "float32", 1e-7, alts)
+    c = judge(rep, "gru: sequence", planted, standard, f64, 1e-5, "float32", 1e-7, lambda: alts)
     assert not c.passed and min(c.by_algorithm.values()) > 1e-5
+    # a row within bounds against the standard algorithm never runs the others (they cost a run each)
+    c = judge(rep, "gru: sequence", standard + 1e-7, standard, f64, 1e-5, "float32", 1e-7,
+              lambda: pytest.fail("alternates run for a passing row"))
+    assert c.passed and c.reference_algorithm is None
     # without alternates (the float64 oracle) the standard reference alone decides: the kernel's
     # 3.3e-5 rounding is over every bound there, which is why the algorithms are run at all
     c = judge(rep, "gru: sequence", small_h, standard, f64, 1e-5, "float32", 1e-7)
     assert not c.passed and c.reference_algorithm is None and c.by_algorithm == {}
 
 
-def test_reference_variants_leave_out_and_name_what_cudnn_refuses():
+def test_reference_variants_run_once_on_demand_and_name_what_cudnn_refuses():
     from gruconv.cudnn_lib import CudaCallError
+    from gruconv.verify import CURRENT_RUN
     from gruconv.verify.engines import Engine
-    from gruconv.verify.verdicts import alternates_at, reference_variants
+    from gruconv.verify.verdicts import ReferenceVariants
 
     assert Engine("oracle", False).variants() == []
+    assert ReferenceVariants(Engine("oracle", False), None).at(0) is None
     eng = Engine.__new__(Engine)
     eng.kind, eng.allow_tf32, eng.algo, eng.info = "cudnn", False, "standard", {}
     names = [n for n, _ in eng.variants()]
     assert names == ["persist_static", "persist_dynamic", "persist_static_small_h"]
     assert all(e.algo == n and e is not eng for n, e in eng.variants()) and eng.algo == "standard"
+    calls = []
 
     def run(e):
+        calls.append(e.algo)
         if e.algo == "persist_dynamic":
             raise CudaCallError("cudnnBuildRNNDynamic failed: CUDNN_STATUS_NOT_SUPPORTED", status=3000)
         return [np.full(2, float(len(e.algo))), np.zeros(1)]
 
-    alts = reference_variants(eng, run)
-    assert len(alts) == 2 and set(alts[0]) == {"persist_static", "persist_static_small_h"}
-    assert alternates_at(alts, 1)["persist_static"].shape == (1,) and alternates_at(alts, 2) is None
+    alts = ReferenceVariants(eng, run)
+    assert calls == []  # nothing runs until a row asks
+    first = alts.at(0)()
+    assert set(first) == {"persist_static", "persist_static_small_h"}
+    assert alts.at(1)()["persist_static"].shape == (1,) and alts.at(2)() is None
+    assert len(calls) == 3  # each algorithm once for the whole group
     ran = eng.info["cudnn_algorithms"]
     assert ran["standard"] == "reference" and ran["persist_static"] == "ran"
     assert ran["persist_dynamic"].startswith("not offered here: cudnnBuildRNNDynamic failed")
+    token = CURRENT_RUN.set(("gpu default", "default"))  # informational TF32 rows: never
+    try:
+        assert ReferenceVariants(eng, run).at(0) is None
+    finally:
+        CURRENT_RUN.reset(token)
 
 
 def test_the_report_says_which_rows_took_another_algorithm():

@@ -18,7 +18,7 @@ from ..formats import keras3
 from ..formats.keras3 import to_numpy
 from ..keras_layout import cudnn_opaque, to_cudnn
 from .engines import Engine
-from .verdicts import Check, alternates_at, floor_cache, judge, measure_floors, reference_variants
+from .verdicts import Check, ReferenceVariants, floor_cache, judge, measure_floors
 
 
 def _random_inputs(keras, model, batch: int, steps: int, rng) -> list:
@@ -224,13 +224,13 @@ def verify_graph(doc, model, engine, report, rng, tolerance, user_inputs):
             report.notes.append(f"{rnn.path}: fed its initial state from the model, as in the original")
         x64 = x.astype(np.float64)
         ref, ref64 = _reference_rnn(rnn, x64, engine, states)
-        alts = reference_variants(engine, lambda e: _reference_rnn(rnn, x64, e, states)[0])
+        alts = ReferenceVariants(engine, lambda e: _reference_rnn(rnn, x64, e, states)[0])
         fl = measure_floors(report, lambda e: _reference_rnn(rnn, x64, e, states)[0], ref64,
                             key=(rnn.path, x64, *(states or [])), cache=floor_cache(engine))
         names = _output_names(rnn)
         for i, (name, g, r, r64, f) in enumerate(zip(names, got, ref, ref64, fl)):
             report.checks.append(judge(report, f"{rnn.path}: {name}", g, r, r64, tolerance, _compute_dtype(rnn), f,
-                                       alternates_at(alts, i)))
+                                       alts.at(i)))
         if len(got) != len(ref):
             report.checks.append(Check(f"{rnn.path}: output count", float("inf"), float("inf"), tolerance,
                                        False, None, (len(got), len(ref)), bound="none",
@@ -272,11 +272,11 @@ def _end_to_end_sequential(keras, doc, model, engine, report, feed, tolerance):
         return act
 
     ref = chain(engine)
-    alts = reference_variants(engine, lambda e: [chain(e)])
+    alts = ReferenceVariants(engine, lambda e: [chain(e)])
     fl = measure_floors(report, lambda e: [chain(e)], [ref], key=("end to end", *feed), cache=floor_cache(engine))
     got = to_numpy(model(feed[0]))
     report.checks.append(judge(report, "end to end: model output", got, ref, None, tolerance, "float32", fl[0],
-                               alternates_at(alts, 0)))
+                               alts.at(0)))
 
 
 # --------------------------------------------------------------------------- weights-only files
@@ -378,12 +378,12 @@ def verify_alone(doc, converted, engine, report, rng, tolerance, user_inputs):
         got = [to_numpy(g) for g in (got if isinstance(got, (list, tuple)) else [got])]
         x64 = x.astype(np.float64)
         ref, ref64 = _reference_rnn(view, x64, engine)
-        alts = reference_variants(engine, lambda e: _reference_rnn(view, x64, e)[0])
+        alts = ReferenceVariants(engine, lambda e: _reference_rnn(view, x64, e)[0])
         fl = measure_floors(report, lambda e: _reference_rnn(view, x64, e)[0], ref64, key=("alone", rnn.path, x64),
                             cache=floor_cache(engine))
         for i, (name, g, r, r64, f) in enumerate(zip(_output_names(view), got, ref, ref64, fl)):
             report.checks.append(judge(report, f"{rnn.path}: {name}", g, r, r64, tolerance, s.dtype, f,
-                                       alternates_at(alts, i)))
+                                       alts.at(i)))
         if len(got) != len(ref):
             report.checks.append(Check(f"{rnn.path}: output count", float("inf"), float("inf"), tolerance,
                                        False, None, (len(got), len(ref)), bound="none",

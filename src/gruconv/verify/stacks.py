@@ -9,7 +9,7 @@ import numpy as np
 
 from ..errors import UsageError
 from ..formats.keras3 import to_numpy
-from .verdicts import alternates_at, floor_cache, judge, measure_floors, reference_variants
+from .verdicts import ReferenceVariants, floor_cache, judge, measure_floors
 
 
 def verify_stack(stack, opaque, model, engine, report, rng, tolerance, user_inputs):
@@ -71,14 +71,14 @@ def verify_stack(stack, opaque, model, engine, report, rng, tolerance, user_inpu
         return pack(yy, hh, cc), pack(yy64, hh64, cc64)
 
     ref, ref64 = assemble(engine)
-    alts = reference_variants(engine, lambda e: assemble(e)[0])
+    alts = ReferenceVariants(engine, lambda e: assemble(e)[0])
     fl = measure_floors(report, lambda e: assemble(e)[0], ref64, key=(stack.name, xt, h0r, c0r, lengths),
                         cache=floor_cache(engine))
     got = outs[0]
     if valid is not None:
         got = np.where(valid, got, 0)
     report.checks.append(judge(report, f"{stack.name}: output sequence", got, ref[0], ref64[0], tolerance, s.dtype,
-                               fl[0], alternates_at(alts, 0)))
+                               fl[0], alts.at(0)))
     per = 2 if lstm else 1
     for j, o in enumerate(outs[1:]):
         i, k = divmod(j, per)
@@ -87,4 +87,4 @@ def verify_stack(stack, opaque, model, engine, report, rng, tolerance, user_inpu
         if lstm:
             name += " c" if k else " h"
         report.checks.append(judge(report, name, o, ref[1 + j], ref64[1 + j], tolerance, s.dtype, fl[1 + j],
-                                   alternates_at(alts, 1 + j)))
+                                   alts.at(1 + j)))

@@ -158,10 +158,12 @@ def measure_floors(report: VerifyReport, run, ref64, key=None, cache: Optional[d
 
 
 def judge(report: VerifyReport, name: str, got, ref, ref64, tolerance: float, dtype: str, floor,
-          alternates: Optional[dict] = None) -> Check:
-    """:func:`compare` with the report's ``rtol`` and floor multiple, against the closest of the
-    reference's runs: ``ref`` (cuDNN's standard algorithm, or the float64 oracle) and ``alternates``
-    ({algorithm: output} from :func:`reference_variants`).
+          alternates=None) -> Check:
+    """:func:`compare` with the report's ``rtol`` and floor multiple, against the reference's run
+    ``ref`` (cuDNN's standard algorithm, or the float64 oracle) and, when that fails, against the
+    closest of cuDNN's other algorithms: ``alternates`` () -> {algorithm: output} or None
+    (:meth:`ReferenceVariants.at`, run only then: a persistent kernel costs a run, and the dynamic one
+    a run-time compilation).
 
     Why the closest: each cuDNN algorithm is real cuDNN, and a framework picks one for the converted
     model that the reference does not know (torch: ``persist_static_small_h`` for small layers).  A
@@ -169,11 +171,12 @@ def judge(report: VerifyReport, name: str, got, ref, ref64, tolerance: float, dt
     every algorithm's run by the error itself, so choosing among them hides nothing bigger than
     the algorithms' own disagreement (``docs/verdicts.md``)."""
     best = compare(name, got, ref, ref64, tolerance, dtype, floor, rtol=report.rtol, k=report.floor_k)
-    if not alternates:
+    others = alternates() if (alternates is not None and not best.passed) else None
+    if not others:
         return best
     by = {"standard": best.max_abs}
     algo = "standard"
-    for other, r in alternates.items():
+    for other, r in others.items():
         c = compare(name, got, r, ref64, tolerance, dtype, floor, rtol=report.rtol, k=report.floor_k)
         by[other] = c.max_abs
         if c.max_abs < best.max_abs:
@@ -182,28 +185,47 @@ def judge(report: VerifyReport, name: str, got, ref, ref64, tolerance: float, dt
     return best
 
 
-def reference_variants(engine, run) -> list:
+class ReferenceVariants:
     """Per output of ``run(engine)`` (in its order), {algorithm: output} of cuDNN's other algorithms
-    (:meth:`gruconv.verify.engines.Engine.variants`); [] for the float64 oracle.  An algorithm cuDNN
-    refuses for the shape (``persist_static_small_h`` above its hidden-size limit, the persistent ones
-    in float64, ``persist_dynamic`` without NVRTC) is left out and named in ``engine.info``."""
-    from ..errors import GruconvError  # CudaCallError (NOT_SUPPORTED) among them
+    (:meth:`gruconv.verify.engines.Engine.variants`), run once, on first use: only when a row of the
+    check group fails against the standard algorithm, and never for the informational default-math
+    GPU rows (TF32 is over every bound whatever the algorithm).  Nothing for the float64 oracle.  An
+    algorithm cuDNN refuses for the shape (``persist_static_small_h`` above its hidden-size limit, the
+    persistent ones in float64, ``persist_dynamic`` without NVRTC) is left out and named in
+    ``engine.info["cudnn_algorithms"]``."""
 
-    out: list = []
-    ran = engine.info.setdefault("cudnn_algorithms", {"standard": "reference"})
-    for name, eng in engine.variants():
-        try:
-            outs = run(eng)
-        except GruconvError as e:
-            ran.setdefault(name, f"not offered here: {str(e).splitlines()[0][:120]}")
-            continue
-        ran[name] = "ran"
-        if not out:
-            out = [{} for _ in outs]
-        for d, o in zip(out, outs):
-            d[name] = o
-    return out
+    def __init__(self, engine, run):
+        from . import CURRENT_RUN
 
+        self.engine, self.run = engine, run
+        self.wanted = bool(engine.variants()) and CURRENT_RUN.get()[1] != "default"
+        self._outs: Optional[list] = None
 
-def alternates_at(alts: list, i: int) -> Optional[dict]:
-    return alts[i] if i < len(alts) else None
+    def all(self) -> list:
+        if self._outs is None:
+            self._outs = self._measure() if self.wanted else []
+        return self._outs
+
+    def at(self, i: int):
+        """The lazy alternates of output ``i`` for :func:`judge` (None when there are none to run)."""
+        if not self.wanted:
+            return None
+        return lambda: (self.all()[i] if i < len(self.all()) else None)
+
+    def _measure(self) -> list:
+        from ..errors import GruconvError  # CudaCallError (NOT_SUPPORTED) among them
+
+        out: list = []
+        ran = self.engine.info.setdefault("cudnn_algorithms", {"standard": "reference"})
+        for name, eng in self.engine.variants():
+            try:
+                outs = self.run(eng)
+            except GruconvError as e:
+                ran.setdefault(name, f"not offered here: {str(e).splitlines()[0][:120]}")
+                continue
+            ran[name] = "ran"
+            if not out:
+                out = [{} for _ in outs]
+            for d, o in zip(out, outs):
+                d[name] = o
+        return out
