@@ -57,58 +57,13 @@ BOUNDS = ("tolerance", "rtol", "floor")
 
 # --------------------------------------------------------------------------- float32 forward
 
-# cuDNN's equations, once: the oracle's step functions keep their inputs' dtype (Python scalars are
-# weak under NumPy's promotion rules), so evaluated on float32 arrays they are a float32 forward.
-from .oracle import STEPS as _STEPS  # noqa: E402
-
-
 def forward(stack: RNNStack, x, h0=None, seq_lengths=None, c0=None, dtype=np.float32) -> tuple:
-    """cuDNN's equations evaluated in ``dtype`` (the same semantics as :func:`gruconv.oracle.run_stack`,
-    whose float64 twin this is: padded I/O, per-sequence lengths, backward direction from each
-    sequence's last valid step).  ``x`` time-major ``(T, B, in)``; returns ``(y, hy, cy)``."""
-    dt = np.dtype(dtype)
-    s = stack.shape
-    step_fn = _STEPS[s.cell]
-    has_c = "c" in s.cell_spec.states
-    x = np.asarray(x, dtype=dt)
-    T, B, _ = x.shape
-    lengths = np.full(B, T) if seq_lengths is None else np.asarray(seq_lengths).astype(np.int64)
-    zeros = np.zeros((s.num_pseudo_layers, B, s.units), dtype=dt)
-    h0 = zeros if h0 is None else np.asarray(h0, dtype=dt)
-    c0 = (zeros if c0 is None else np.asarray(c0, dtype=dt)) if has_c else None
-    hy, cy = np.zeros_like(zeros), (np.zeros_like(zeros) if has_c else None)
-    layer_in = x
-    bi = np.arange(B)
-    for layer in range(s.num_layers):
-        outs = []
-        for d in range(s.num_directions):
-            pl = s.pseudo_layer(layer, d)
-            p = stack.params[pl]
-            R = p.recurrent_weights.astype(dt)
-            bR = p.recurrent_bias.astype(dt)
-            bW = p.input_bias.astype(dt)
-            G = R.shape[0]
-            if p.input_weights is None:
-                xw = np.stack([layer_in] * G) + bW[:, None, None, :]
-            else:
-                xw = np.einsum("ghi,tbi->gtbh", p.input_weights.astype(dt), layer_in) + bW[:, None, None, :]
-            h, c = h0[pl], (c0[pl] if has_c else None)
-            y = np.zeros((T, B, s.units), dtype=dt)
-            for step in range(T):
-                t = (lengths - 1 - step) if d == 1 else np.full(B, step)
-                valid = step < lengths
-                tt = np.clip(t, 0, T - 1)
-                h_new, c_new = step_fn([xw[g, tt, bi] for g in range(G)], h, c, R, bR)
-                h = np.where(valid[:, None], h_new, h)
-                if has_c:
-                    c = np.where(valid[:, None], c_new, c)
-                y[tt[valid], bi[valid]] = h[valid]
-            hy[pl] = h
-            if has_c:
-                cy[pl] = c
-            outs.append(y)
-        layer_in = np.concatenate(outs, axis=-1)
-    return layer_in, hy, cy
+    """cuDNN's equations evaluated in ``dtype``: :func:`gruconv.oracle.run_stack`, whose float64 run
+    is the oracle (padded I/O, per-sequence lengths, backward direction from each sequence's last
+    valid step).  ``x`` time-major ``(T, B, in)``; returns ``(y, hy, cy)``."""
+    from .oracle import run_stack
+
+    return run_stack(stack, x, h0, seq_lengths, c0, dtype=dtype)
 
 
 # --------------------------------------------------------------------------- perturbation
