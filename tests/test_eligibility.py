@@ -342,6 +342,21 @@ def test_legacy_h5_without_model_config_asks_for_config(tmp_path):
         el.inspect_path(p)
 
 
+def test_a_list_config_with_inbound_nodes_is_read_not_a_crash():
+    """``make fuzz`` (5000 cases, 2026-11-27) found it: a model whose ``config`` is a list (Keras 2.0-2.2's
+    Sequential form) holding layers with ``inbound_nodes`` took the Functional walk, which read
+    ``output_layers`` from the list (AttributeError)."""
+    base = json.loads((K3 / "masked_text.config.json").read_text())
+    layers = base["config"]["layers"]
+    assert any(lay.get("inbound_nodes") for lay in layers)
+    rep = el.evaluate({"class_name": "Functional", "config": layers})
+    assert el.text_lines(rep)  # a report, like the dict form's
+    def verdicts(r):  # the paths start with the model's name, which the list form has not got
+        return [{k: v for k, v in lay.items() if k != "path"} for lay in r["layers"]]
+
+    assert rep["layers"] and verdicts(rep) == verdicts(el.evaluate(base))  # the same as the dict form
+
+
 def test_mangled_configs_never_crash():
     """Any JSON shape in place of any part of a real config gives a report or an InputError, not a bug."""
     import random

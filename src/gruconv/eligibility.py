@@ -411,7 +411,8 @@ class _Walker:
                 # None mask argument from the input tensor at run time: the mask still arrives
                 explicit = True
             state[name] = self.layer(lay, path, m_in, sorted(set(src_in)), explicit_mask=explicit)
-        outs = _history_names(cfg.get("output_layers", []), [])
+        # a Keras 2.0-2.2 list config has no output_layers: its last layers' outputs are the model's
+        outs = _history_names(cfg.get("output_layers", []) if isinstance(cfg, dict) else [], [])
         m = any(state.get(o, (False,))[0] for o in outs)
         return m, sorted({s for o in outs for s in state.get(o, (False, []))[1]})
 
