@@ -149,7 +149,7 @@ def _write_arrays(f, groups: list, arrays: Iterable, *, whole: bool) -> list:
         if isinstance(array, Pieces) and not whole:
             dsid = _new_dataset(gid, str(index), array.shape, np.dtype(array.dtype))
             for where, block in array.pieces():
-                _write_block(dsid, where, np.ascontiguousarray(block))
+                _write_block(dsid, where, np.asarray(block, order="C"))
                 del block
             # read back in blocks: the whole array never exists in memory (see Pieces)
             manifest.append((ds_path, tuple(array.shape), str(np.dtype(array.dtype)),
@@ -162,7 +162,7 @@ def _write_arrays(f, groups: list, arrays: Iterable, *, whole: bool) -> list:
                 a[where] = block
                 del block
         else:
-            a = np.ascontiguousarray(np.asarray(array))
+            a = np.asarray(array, order="C")  # not ascontiguousarray: it makes a 0-d array 1-d
         if a.dtype.kind not in "biuf" or a.dtype.byteorder not in "=|":  # not met by Keras weights: h5py decides
             f[gpath][str(index)] = a
         else:
