@@ -74,6 +74,18 @@ __all__ = ["convert_many", "discover", "parse_shard", "select_shard", "safe_outp
 
 # --------------------------------------------------------------------------- driver
 
+def _dirs_to_sync(done: list) -> set:
+    """The directories whose fsync the run postponed (:func:`gruconv.outputs.defer_dir_sync`): those
+    holding a finished job's outputs, and the parents of the directories made for a job."""
+    dirs = set()
+    for job in done:
+        for o in job.record.outputs or []:
+            dirs.add(os.path.dirname(os.path.abspath(o)))
+        for d in getattr(job, "made_dirs", None) or []:
+            dirs.add(os.path.dirname(os.path.abspath(d)))
+    return dirs
+
+
 def convert_many(paths, out_dir, *, jobs: Optional[int] = None, keep_going: bool = False,
                  skip_existing: bool = False, shard=None, report=None, junit=None, echo: bool = True,
                  print_fn=None, **options) -> Summary:
@@ -140,10 +152,16 @@ def convert_many(paths, out_dir, *, jobs: Optional[int] = None, keep_going: bool
     say = print_fn or print_console
     console = Console(len(plan), echo, say)
     done: list[Job] = []
+    from .. import outputs
+
+    deferred = outputs.defer_dir_sync(True)  # this process's conversions (jobs=1); workers set their own
     try:
         run_plan(plan, jobs, keep_going, options, console, done, state)
     finally:
+        outputs.restore_dir_sync(deferred)
         console.close()
+        # the renames of every output made durable before the record of successful conversions says so
+        outputs.sync_dirs(_dirs_to_sync(done))
         state.save()
         done_ids = {id(j) for j in done}
         summary.records = [j.record for j in plan if id(j) in done_ids]
