@@ -109,6 +109,51 @@ def _new_dataset(group_id, name: str, shape: tuple, dtype):
     return h5py.h5d.create(group_id, name.encode("utf-8"), tid, sid, dcpl=dcpl)
 
 
+def _require_group(f, gpath: str, made: dict):
+    """``f.require_group(gpath).id`` for a file this writer created and alone writes, through the
+    low-level API (h5py's ``require_group`` and ``attrs[...] =`` cost ~0.2 ms a group here: issue 20's
+    profile).  Made as h5py makes groups (its link creation list: intermediate groups created, ASCII
+    or UTF-8 names as h5py chooses them).  ``made``: the paths made so far, with their ids (None for a
+    group made on the way to another), so the file is never asked whether a path exists."""
+    h5py = _h5()
+    gid = made.get(gpath)
+    if gid is not None:
+        return gid
+    parts = [p for p in gpath.split("/") if p]
+    if not parts:
+        return f.id  # the root
+    bpath = "/".join(parts).encode("utf-8")
+    if gpath in made:  # made on the way to another group
+        gid = h5py.h5g.open(f.id, bpath)
+    else:
+        lcpl = h5py.h5p.create(h5py.h5p.LINK_CREATE)
+        lcpl.set_create_intermediate_group(True)
+        lcpl.set_char_encoding(h5py.h5t.CSET_ASCII if gpath.isascii() else h5py.h5t.CSET_UTF8)
+        gid = h5py.h5g.create(f.id, bpath, lcpl=lcpl)
+        for i in range(1, len(parts)):
+            made.setdefault("/".join(parts[:i]), None)
+    made[gpath] = gid
+    return gid
+
+
+_NAME_TYPES: list = []
+
+
+def _name_attr(gid, name: str) -> None:
+    """``group.attrs["name"] = name`` as h5py writes a ``str`` (a scalar variable-length UTF-8 string:
+    ``h5py.string_dtype()``, written from its in-memory object type), low level; Keras's ``H5IOStore``
+    writes the same through h5py."""
+    import numpy as np
+
+    h5py = _h5()
+    if not _NAME_TYPES:
+        dt = h5py.string_dtype()
+        _NAME_TYPES.extend([dt, h5py.h5t.py_create(dt, logical=True), h5py.h5t.py_create(dt)])
+    dt, ftype, mtype = _NAME_TYPES
+    aid = h5py.h5a.create(gid, b"name", ftype, h5py.h5s.create(h5py.h5s.SCALAR))
+    aid.write(np.array(name, dtype=dt), mtype=mtype)
+
+
 def _write_block(dsid, where, block) -> None:
     """``ds[where] = block``, low level for the ``(slice(None), slice(a, b))`` blocks :class:`Pieces` yield."""
     h5py = _h5()
@@ -133,10 +178,9 @@ def _write_arrays(f, groups: list, arrays: Iterable, *, whole: bool) -> list:
     manifest = []
     made = {}
     for gpath, name in groups:
-        g = f.require_group(gpath)
-        made[gpath] = g.id
+        gid = _require_group(f, gpath, made)
         if name is not None:
-            g.attrs["name"] = name
+            _name_attr(gid, name)
     written = set()
     for gpath, index, array in arrays:
         ds_path = f"{gpath}/{index}"
@@ -145,7 +189,7 @@ def _write_arrays(f, groups: list, arrays: Iterable, *, whole: bool) -> list:
         written.add(ds_path)
         gid = made.get(gpath)
         if gid is None:
-            gid = made[gpath] = f.require_group(gpath).id
+            gid = _require_group(f, gpath, made)
         if isinstance(array, Pieces) and not whole:
             dsid = _new_dataset(gid, str(index), array.shape, np.dtype(array.dtype))
             for where, block in array.pieces():
@@ -163,7 +207,7 @@ def _write_arrays(f, groups: list, arrays: Iterable, *, whole: bool) -> list:
                 del block
         else:
             a = np.asarray(array, order="C")  # not ascontiguousarray: it makes a 0-d array 1-d
-        if a.dtype.kind not in "biuf" or a.dtype.byteorder not in "=|":  # not met by Keras weights: h5py decides
+        if a.dtype.kind not in "biuf" or not a.dtype.isnative:  # not met by Keras weights: h5py decides
             f[gpath][str(index)] = a
         else:
             dsid = _new_dataset(gid, str(index), a.shape, a.dtype)
