@@ -42,6 +42,7 @@ import os
 import platform
 import shutil
 import statistics
+from typing import Optional
 import subprocess
 import sys
 import time
@@ -73,12 +74,16 @@ TF1_SKIP = {"opaque_only_skip_uni", "opaque_only_skip_bidir", "tf14_opaque_only"
 
 # --------------------------------------------------------------------------- running things
 
-def child_env() -> dict:
+#: The gruconv sources children import (bench/compare.py points this at a baseline's for its runs).
+SRC = REPO / "src"
+
+
+def child_env(src: Optional[Path] = None) -> dict:
     env = dict(os.environ)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     env.setdefault("CUDA_VISIBLE_DEVICES", "")
     env.pop("TF_USE_LEGACY_KERAS", None)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "src"), env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(src or SRC), env.get("PYTHONPATH")) if p)
     return env
 
 
@@ -124,15 +129,16 @@ sys.exit(rc if rc >= 0 else 128 - rc)
 '''
 
 
-def run_once(cmd: list, *, cwd=None, ok_codes=(0,), before=None) -> dict:
-    """Run ``cmd`` once in a fresh process: wall seconds, peak RSS (MiB), rc, output tails."""
+def run_once(cmd: list, *, cwd=None, ok_codes=(0,), before=None, src: Optional[Path] = None) -> dict:
+    """Run ``cmd`` once in a fresh process: wall seconds, peak RSS (MiB), rc, output tails.  ``src``:
+    the gruconv sources to import (default this tree's, :data:`SRC`)."""
     if before is not None:
         before()
     stat = OUT / ".wrapper-result.json"
     if stat.exists():
         stat.unlink()
     p = subprocess.run([sys.executable, "-S", "-c", WRAPPER, str(stat)] + [str(c) for c in cmd], cwd=cwd,
-                       env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                       env=child_env(src), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     stderr = p.stderr.decode("utf-8", "replace")
     try:
         w = json.loads(stat.read_text())
@@ -912,12 +918,22 @@ def render(facts, load, large, batch, insp, total_s, quick, n_models, reps) -> t
     else:
         w("not measured: section did not run")
         w("")
+    cmp_path = OUT / "compare.json"  # bench/compare.py's before / after runs, when made
+    if cmp_path.is_file():
+        try:
+            import compare
+
+            L.extend(compare.render_section(json.loads(cmp_path.read_text())))
+        except (ImportError, OSError, ValueError, KeyError, TypeError) as e:
+            w(f"(bench-out/compare.json could not be rendered: {type(e).__name__}: {e})")
+            w("")
     w("## Reproduce")
     w("")
     w("```")
     w("make bench                      # = .venv/bin/python bench/run.py; writes docs/benchmarks.md")
     w(".venv/bin/python bench/run.py --quick   # 1 repetition, 20 models -> bench-out/benchmarks-quick.md")
     w(".venv/bin/python bench/run.py --render-only   # rewrite this page from bench-out/results.json")
+    w(".venv/bin/python bench/compare.py --base main   # before / after, interleaved -> bench-out/compare.json, then this page")
     w("```")
     w("")
     w("Inputs and outputs live in `bench-out/` (git-ignored; the large inputs are cached there between runs, "
