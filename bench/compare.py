@@ -1,6 +1,6 @@
 """Before / after: the same measurements on a baseline commit's sources and on this tree's, interleaved.
 
-    .venv/bin/python bench/compare.py               # baseline: main (or --base REF), 3 repetitions
+    .venv/bin/python bench/compare.py               # baseline: git merge-base HEAD main (or --base REF), 3 repetitions
     .venv/bin/python bench/compare.py --base 7734be6 --reps 5
 
 The baseline's ``src/`` is extracted with ``git archive`` into ``bench-out/base-<commit>/src`` (git-ignored,
@@ -49,7 +49,8 @@ def baseline_src(ref: str) -> tuple:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--base", default="main", help="baseline commit or branch (default: main)")
+    ap.add_argument("--base", default=None,
+                    help="baseline commit or branch (default: where this branch left main, git merge-base HEAD main)")
     ap.add_argument("--reps", type=int, default=3, help="repetitions of every command on each side")
     ap.add_argument("--models", type=int, default=100, help="small models in the batch")
     args = ap.parse_args(argv)
@@ -59,7 +60,12 @@ def main(argv=None) -> int:
         print(f"[{time.perf_counter() - t_start:6.1f}s] {msg}", flush=True)
 
     R.OUT.mkdir(exist_ok=True)
-    commit, base_src = baseline_src(args.base)
+    if args.base is None:
+        args.base = "merge-base HEAD main"
+        ref = R._git("merge-base", "HEAD", "main")
+    else:
+        ref = args.base
+    commit, base_src = baseline_src(ref)
     head = R._git("rev-parse", "--short", "HEAD")
     dirty = bool(R._git("status", "--porcelain", "--untracked-files=no"))
     load_start = os.getloadavg()
@@ -139,8 +145,7 @@ def render_section(c: dict) -> list:
     w(f"`bench/compare.py`, {c['when']}: baseline `{c['base']}` = commit `{c['base_commit']}` against this tree "
       f"(`{c['head']}`{', with uncommitted changes' if c.get('dirty') else ''}), {c['reps']} repetitions, each "
       "command run on both sides alternately (base, head, base, head, ...), same interpreter and packages, only "
-      "`PYTHONPATH` differs. Median wall time of a fresh process (start-up included); peak RSS of the process "
-      f"tree. Load average (1/5/15 min) at start {'/'.join(f'{x:.2f}' for x in ld['start'])}, at end "
+      "`PYTHONPATH` differs. Median wall time of a fresh process (start-up included); largest peak RSS of the process and those it waited for. Load average (1/5/15 min) at start {'/'.join(f'{x:.2f}' for x in ld['start'])}, at end "
       f"{'/'.join(f'{x:.2f}' for x in ld['end'])}; {c['machine'].get('cpu', '?')}, {c['machine'].get('cores', '?')} cores.")
     w("")
     w("| Command | base: median (s) | head: median (s) | head ÷ base | base runs (s) | head runs (s) | base / head peak RSS (MiB) |")

@@ -933,7 +933,7 @@ def render(facts, load, large, batch, insp, total_s, quick, n_models, reps) -> t
     w("make bench                      # = .venv/bin/python bench/run.py; writes docs/benchmarks.md")
     w(".venv/bin/python bench/run.py --quick   # 1 repetition, 20 models -> bench-out/benchmarks-quick.md")
     w(".venv/bin/python bench/run.py --render-only   # rewrite this page from bench-out/results.json")
-    w(".venv/bin/python bench/compare.py --base main   # before / after, interleaved -> bench-out/compare.json, then this page")
+    w(".venv/bin/python bench/compare.py   # before / after (base: git merge-base HEAD main), interleaved -> bench-out/compare.json, then this page")
     w("```")
     w("")
     w("Inputs and outputs live in `bench-out/` (git-ignored; the large inputs are cached there between runs, "
