@@ -67,7 +67,7 @@ def main(argv=None) -> int:
         ref = args.base
     commit, base_src = baseline_src(ref)
     head = R._git("rev-parse", "--short", "HEAD")
-    dirty = bool(R._git("status", "--porcelain", "--untracked-files=no"))
+    dirty = bool(R._git("status", "--porcelain", "--untracked-files=no", "--", "src"))  # the code measured
     load_start = os.getloadavg()
     log(f"baseline {args.base} = {commit[:12]} ({base_src}); head {head}{' (uncommitted changes)' if dirty else ''}")
     big = R.large_inputs(R.OUT, False, log)
@@ -145,8 +145,10 @@ def render_section(c: dict) -> list:
     w(f"`bench/compare.py`, {c['when']}: baseline `{c['base']}` = commit `{c['base_commit']}` against this tree "
       f"(`{c['head']}`{', with uncommitted changes' if c.get('dirty') else ''}), {c['reps']} repetitions, each "
       "command run on both sides alternately (base, head, base, head, ...), same interpreter and packages, only "
-      "`PYTHONPATH` differs. Median wall time of a fresh process (start-up included); largest peak RSS of the process and those it waited for. Load average (1/5/15 min) at start {'/'.join(f'{x:.2f}' for x in ld['start'])}, at end "
-      f"{'/'.join(f'{x:.2f}' for x in ld['end'])}; {c['machine'].get('cpu', '?')}, {c['machine'].get('cores', '?')} cores.")
+      "`PYTHONPATH` differs. Median wall time of a fresh process (start-up included); largest peak RSS of the "
+      "process and those it waited for. Load average (1/5/15 min) at start "
+      f"{'/'.join(f'{x:.2f}' for x in ld['start'])}, at end {'/'.join(f'{x:.2f}' for x in ld['end'])}; "
+      f"{c['machine'].get('cpu', '?')}, {c['machine'].get('cores', '?')} cores.")
     w("")
     w("| Command | base: median (s) | head: median (s) | head ÷ base | base runs (s) | head runs (s) | base / head peak RSS (MiB) |")
     w("|---|---:|---:|---:|---|---|---:|")
