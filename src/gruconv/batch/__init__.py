@@ -25,7 +25,8 @@
    unchanged (size, mtime, SHA-256) and whose input has not changed since; anything else is
    converted again (``--force`` implied for it).
 4. **Convert** with :func:`gruconv.api.convert`, in-process for ``jobs=1``, else in a pool of
-   spawned worker processes (each imports Keras once and is reused). A :class:`GruconvError`
+   worker processes, forked where that is safe and spawned otherwise (:func:`.work.start_method`; each
+   is reused, and imports Keras once when the run needs it). A :class:`GruconvError`
    fails one input; any other exception is a bug, recorded as ``internal error`` with its
    traceback in the JSON report. A failed input leaves no output (what it created or replaced is
    removed, with the directories made for it). Without ``keep_going`` the first failure stops
@@ -98,8 +99,11 @@ def convert_many(paths, out_dir, *, jobs: Optional[int] = None, keep_going: bool
     writes to ``sys.stderr`` / ``sys.stdout``.
     Before any conversion, refuses (:class:`OutputError`) a planned output or ``report`` /
     ``junit`` file that is one of the inputs (same path, symlink or hard link).
-    With ``jobs > 1`` the workers are *spawned* (TensorFlow is not fork-safe), so a script calling
-    this must guard its top level with ``if __name__ == "__main__":``, as for any spawn pool.
+    With ``jobs > 1`` the workers are forked only when that is safe (Linux, no ``verify`` /
+    ``check_load``, no ML framework imported, no other thread: :func:`.work.start_method`) and *spawned*
+    otherwise (TensorFlow is not fork-safe), so a script calling this must guard its top level with
+    ``if __name__ == "__main__":``, as for any spawn pool.  Directory fsyncs are deferred to the end of
+    the run (:func:`gruconv.outputs.defer_dir_sync`).
     Raises :class:`UsageError` for a bad ``shard``/``jobs``/``format``; per-input problems are
     records in the returned :class:`Summary`, never exceptions.
     """
