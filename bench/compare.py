@@ -89,7 +89,7 @@ def main(argv=None) -> int:
         "inspect big.h5": lambda o: g + ["inspect", str(big["h5"])],
         "inspect big_ckpt": lambda o: g + ["inspect", str(big["ckpt"])],
     }
-    # warm-up (untimed): bytecode of both trees (bench/run.py's PYCACHE), inputs into the page cache
+    # warm-up (untimed): bytecode of both trees (bench/run.py's child_env lets them write it), inputs into the page cache
     for side, src in sides.items():
         o = d / f"warm-{side}"
         o.mkdir()

@@ -78,19 +78,16 @@ TF1_SKIP = {"opaque_only_skip_uni", "opaque_only_skip_bidir", "tf14_opaque_only"
 SRC = REPO / "src"
 
 
-#: Where children keep the bytecode of the sources they import (see :func:`child_env`).
-PYCACHE = OUT / "pycache"
-
-
 def child_env(src: Optional[Path] = None) -> dict:
     """The environment of every measured command.  Bytecode: an installed gruconv has its ``.pyc`` files
     (pip compiles them at install); a shell with ``PYTHONDONTWRITEBYTECODE=1`` (this project's sessions
     set it) made every measured process compile gruconv's sources again, ~0.15 s of each start-up here.
-    So children write and reuse bytecode under ``bench-out/pycache`` (``PYTHONPYCACHEPREFIX``; the
-    warm-up runs fill it), for every tree measured (bench/compare.py's baseline too)."""
+    So children may write bytecode (``__pycache__`` beside the sources, git-ignored; the warm-up runs
+    write it), for every tree measured (bench/compare.py's baseline too).  Not ``PYTHONPYCACHEPREFIX``:
+    with it Python ignores the installed packages' own ``.pyc`` files and would recompile TensorFlow."""
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
+    env.pop("PYTHONPYCACHEPREFIX", None)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     env.setdefault("CUDA_VISIBLE_DEVICES", "")
     env.pop("TF_USE_LEGACY_KERAS", None)
@@ -240,7 +237,7 @@ def machine_facts() -> dict:
         "tensorflow": _version("tensorflow"), "tf_keras": _version("tf-keras"), "keras": _version("keras"),
         "numpy": _version("numpy"), "h5py": _version("h5py"), "gruconv": _version("gruconv"),
         "commit": _git("rev-parse", "--short", "HEAD"), "src_uncommitted": dirty,
-        "pycache": str(PYCACHE.relative_to(REPO)),
+        "bytecode_written": True,
         "dont_write_bytecode": os.environ.get("PYTHONDONTWRITEBYTECODE", ""),
     }
 
@@ -752,10 +749,10 @@ def render(facts, load, large, batch, insp, total_s, quick, n_models, reps) -> t
       + (" **Measured on a shared 2-core machine while other processes (other developers' test runs) were "
          "running**: absolute times are noisier and slower than on an idle machine; the ratios, taken from "
          "interleaved runs, are the more robust figures." if shared else ""))
-    if facts.get("pycache"):
-        w(f"- Bytecode: every measured process writes and reuses it under `{facts['pycache']}` "
-          "(`PYTHONPYCACHEPREFIX`, `PYTHONDONTWRITEBYTECODE` unset), as an installed package has its `.pyc` "
-          "files. The shell running this had `PYTHONDONTWRITEBYTECODE="
+    if facts.get("bytecode_written"):
+        w("- Bytecode: measured processes write and reuse gruconv's `.pyc` files (`__pycache__`, "
+          "`PYTHONDONTWRITEBYTECODE` unset for them), as an installed package has them. The shell running "
+          "this had `PYTHONDONTWRITEBYTECODE="
           f"{facts.get('dont_write_bytecode') or '(unset)'}`; runs before session 26 inherited it and every "
           "measured process compiled gruconv's sources again (~0.15 s of each start-up), so their start-up "
           "figures are not comparable with these.")
@@ -1002,7 +999,7 @@ def main(argv=None) -> int:
     w = run_once(gruconv_cmd() + ["convert", str(fx), str(warm)], before=rm(warm))
     rm(warm)()
     log(f"warm-up convert: {w['wall_s']:.2f} s" + (f" FAILED: {w['error']}" if "error" in w else ""))
-    # ... and the bytecode of what inspect and batch mode import (written under PYCACHE)
+    # ... and the bytecode of what inspect and batch mode import
     warm_dir = OUT / "warmup-batch"
     run_once(gruconv_cmd() + ["inspect", str(fx)])
     run_once(gruconv_cmd() + ["convert", str(fx.parent / "bidir_concat.h5"), "--out-dir", str(warm_dir),
