@@ -42,6 +42,7 @@ import os
 import platform
 import shutil
 import statistics
+from typing import Optional
 import subprocess
 import sys
 import time
@@ -73,12 +74,24 @@ TF1_SKIP = {"opaque_only_skip_uni", "opaque_only_skip_bidir", "tf14_opaque_only"
 
 # --------------------------------------------------------------------------- running things
 
-def child_env() -> dict:
+#: The gruconv sources children import (bench/compare.py points this at a baseline's for its runs).
+SRC = REPO / "src"
+
+
+def child_env(src: Optional[Path] = None) -> dict:
+    """The environment of every measured command.  Bytecode: an installed gruconv has its ``.pyc`` files
+    (pip compiles them at install); a shell with ``PYTHONDONTWRITEBYTECODE=1`` (this project's sessions
+    set it) made every measured process compile gruconv's sources again, ~0.15 s of each start-up here.
+    So children may write bytecode (``__pycache__`` beside the sources, git-ignored; the warm-up runs
+    write it), for every tree measured (bench/compare.py's baseline too).  Not ``PYTHONPYCACHEPREFIX``:
+    with it Python ignores the installed packages' own ``.pyc`` files and would recompile TensorFlow."""
     env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.pop("PYTHONPYCACHEPREFIX", None)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     env.setdefault("CUDA_VISIBLE_DEVICES", "")
     env.pop("TF_USE_LEGACY_KERAS", None)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "src"), env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(src or SRC), env.get("PYTHONPATH")) if p)
     return env
 
 
@@ -124,15 +137,16 @@ sys.exit(rc if rc >= 0 else 128 - rc)
 '''
 
 
-def run_once(cmd: list, *, cwd=None, ok_codes=(0,), before=None) -> dict:
-    """Run ``cmd`` once in a fresh process: wall seconds, peak RSS (MiB), rc, output tails."""
+def run_once(cmd: list, *, cwd=None, ok_codes=(0,), before=None, src: Optional[Path] = None) -> dict:
+    """Run ``cmd`` once in a fresh process: wall seconds, peak RSS (MiB), rc, output tails.  ``src``:
+    the gruconv sources to import (default this tree's, :data:`SRC`)."""
     if before is not None:
         before()
     stat = OUT / ".wrapper-result.json"
     if stat.exists():
         stat.unlink()
     p = subprocess.run([sys.executable, "-S", "-c", WRAPPER, str(stat)] + [str(c) for c in cmd], cwd=cwd,
-                       env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                       env=child_env(src), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     stderr = p.stderr.decode("utf-8", "replace")
     try:
         w = json.loads(stat.read_text())
@@ -223,6 +237,8 @@ def machine_facts() -> dict:
         "tensorflow": _version("tensorflow"), "tf_keras": _version("tf-keras"), "keras": _version("keras"),
         "numpy": _version("numpy"), "h5py": _version("h5py"), "gruconv": _version("gruconv"),
         "commit": _git("rev-parse", "--short", "HEAD"), "src_uncommitted": dirty,
+        "bytecode_written": True,
+        "dont_write_bytecode": os.environ.get("PYTHONDONTWRITEBYTECODE", ""),
     }
 
 
@@ -733,6 +749,13 @@ def render(facts, load, large, batch, insp, total_s, quick, n_models, reps) -> t
       + (" **Measured on a shared 2-core machine while other processes (other developers' test runs) were "
          "running**: absolute times are noisier and slower than on an idle machine; the ratios, taken from "
          "interleaved runs, are the more robust figures." if shared else ""))
+    if facts.get("bytecode_written"):
+        w("- Bytecode: measured processes write and reuse gruconv's `.pyc` files (`__pycache__`, "
+          "`PYTHONDONTWRITEBYTECODE` unset for them), as an installed package has them. The shell running "
+          "this had `PYTHONDONTWRITEBYTECODE="
+          f"{facts.get('dont_write_bytecode') or '(unset)'}`; runs before session 26 inherited it and every "
+          "measured process compiled gruconv's sources again (~0.15 s of each start-up), so their start-up "
+          "figures are not comparable with these.")
     cached = bool(large) and not large.get("generated")
     w(f"- Whole `bench/run.py` run: {total_s / 60:.1f} min"
       + ((" (the large inputs were cached from an earlier run"
@@ -912,12 +935,22 @@ def render(facts, load, large, batch, insp, total_s, quick, n_models, reps) -> t
     else:
         w("not measured: section did not run")
         w("")
+    cmp_path = OUT / "compare.json"  # bench/compare.py's before / after runs, when made
+    if cmp_path.is_file():
+        try:
+            import compare
+
+            L.extend(compare.render_section(json.loads(cmp_path.read_text())))
+        except (ImportError, OSError, ValueError, KeyError, TypeError) as e:
+            w(f"(bench-out/compare.json could not be rendered: {type(e).__name__}: {e})")
+            w("")
     w("## Reproduce")
     w("")
     w("```")
     w("make bench                      # = .venv/bin/python bench/run.py; writes docs/benchmarks.md")
     w(".venv/bin/python bench/run.py --quick   # 1 repetition, 20 models -> bench-out/benchmarks-quick.md")
     w(".venv/bin/python bench/run.py --render-only   # rewrite this page from bench-out/results.json")
+    w(".venv/bin/python bench/compare.py   # before / after (base: git merge-base HEAD main), interleaved -> bench-out/compare.json, then this page")
     w("```")
     w("")
     w("Inputs and outputs live in `bench-out/` (git-ignored; the large inputs are cached there between runs, "
@@ -966,6 +999,12 @@ def main(argv=None) -> int:
     w = run_once(gruconv_cmd() + ["convert", str(fx), str(warm)], before=rm(warm))
     rm(warm)()
     log(f"warm-up convert: {w['wall_s']:.2f} s" + (f" FAILED: {w['error']}" if "error" in w else ""))
+    # ... and the bytecode of what inspect and batch mode import
+    warm_dir = OUT / "warmup-batch"
+    run_once(gruconv_cmd() + ["inspect", str(fx)])
+    run_once(gruconv_cmd() + ["convert", str(fx.parent / "bidir_concat.h5"), "--out-dir", str(warm_dir),
+                              "--jobs", "2"], before=rm(warm_dir))
+    rm(warm_dir)()
 
     large = batch = insp = None
     if "large" in sections:

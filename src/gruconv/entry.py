@@ -21,4 +21,30 @@ def main() -> None:
     except Interrupted as e:
         sys.stderr.write(f"gruconv: error: {e} while starting; nothing was written\n")
         sys.exit(e.exit_code)
-    command(prog_name="gruconv")
+    try:
+        try:
+            command(prog_name="gruconv")
+        finally:
+            _hold_signals()
+    except Interrupted as e:  # arrived after the command ended, before the signals were held
+        sys.stderr.write(f"gruconv: error: {e}\n")
+        sys.exit(e.exit_code)
+
+
+def _hold_signals() -> None:
+    """Ignore SIGTERM/SIGINT for the rest of the process: the command has ended (its output is complete
+    and in place, or nothing was written) and its exit status is decided.  Why: interpreter finalization
+    puts the default action back for signals that have a Python handler (CPython's ``_PySignal_Fini``;
+    ``SIG_IGN`` it leaves alone), so a signal in the last ~0.1-0.4 s of the process (module teardown,
+    libhdf5's exit handlers) killed it (exit -2 / -15, no message) after a successful conversion;
+    ``tests/test_signals.py`` hit that window once conversions got faster (issue 20).  Ignored, not
+    blocked: a mask is per thread, and NumPy's BLAS threads would take the signal instead."""
+    import signal
+
+    from .signals import HANDLED
+
+    for s in HANDLED:
+        try:
+            signal.signal(s, signal.SIG_IGN)
+        except (OSError, ValueError):
+            pass

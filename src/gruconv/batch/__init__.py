@@ -25,7 +25,8 @@
    unchanged (size, mtime, SHA-256) and whose input has not changed since; anything else is
    converted again (``--force`` implied for it).
 4. **Convert** with :func:`gruconv.api.convert`, in-process for ``jobs=1``, else in a pool of
-   spawned worker processes (each imports Keras once and is reused). A :class:`GruconvError`
+   worker processes, forked where that is safe and spawned otherwise (:func:`.work.start_method`; each
+   is reused, and imports Keras once when the run needs it). A :class:`GruconvError`
    fails one input; any other exception is a bug, recorded as ``internal error`` with its
    traceback in the JSON report. A failed input leaves no output (what it created or replaced is
    removed, with the directories made for it). Without ``keep_going`` the first failure stops
@@ -74,6 +75,18 @@ __all__ = ["convert_many", "discover", "parse_shard", "select_shard", "safe_outp
 
 # --------------------------------------------------------------------------- driver
 
+def _dirs_to_sync(done: list) -> set:
+    """The directories whose fsync the run postponed (:func:`gruconv.outputs.defer_dir_sync`): those
+    holding a finished job's outputs, and the parents of the directories made for a job."""
+    dirs = set()
+    for job in done:
+        for o in job.record.outputs or []:
+            dirs.add(os.path.dirname(os.path.abspath(o)))
+        for d in getattr(job, "made_dirs", None) or []:
+            dirs.add(os.path.dirname(os.path.abspath(d)))
+    return dirs
+
+
 def convert_many(paths, out_dir, *, jobs: Optional[int] = None, keep_going: bool = False,
                  skip_existing: bool = False, shard=None, report=None, junit=None, echo: bool = True,
                  print_fn=None, **options) -> Summary:
@@ -86,8 +99,11 @@ def convert_many(paths, out_dir, *, jobs: Optional[int] = None, keep_going: bool
     writes to ``sys.stderr`` / ``sys.stdout``.
     Before any conversion, refuses (:class:`OutputError`) a planned output or ``report`` /
     ``junit`` file that is one of the inputs (same path, symlink or hard link).
-    With ``jobs > 1`` the workers are *spawned* (TensorFlow is not fork-safe), so a script calling
-    this must guard its top level with ``if __name__ == "__main__":``, as for any spawn pool.
+    With ``jobs > 1`` the workers are forked only when that is safe (Linux, no ``verify`` /
+    ``check_load``, no ML framework imported, no other thread: :func:`.work.start_method`) and *spawned*
+    otherwise (TensorFlow is not fork-safe), so a script calling this must guard its top level with
+    ``if __name__ == "__main__":``, as for any spawn pool.  Directory fsyncs are deferred to the end of
+    the run (:func:`gruconv.outputs.defer_dir_sync`).
     Raises :class:`UsageError` for a bad ``shard``/``jobs``/``format``; per-input problems are
     records in the returned :class:`Summary`, never exceptions.
     """
@@ -140,10 +156,16 @@ def convert_many(paths, out_dir, *, jobs: Optional[int] = None, keep_going: bool
     say = print_fn or print_console
     console = Console(len(plan), echo, say)
     done: list[Job] = []
+    from .. import outputs
+
+    deferred = outputs.defer_dir_sync(True)  # this process's conversions (jobs=1); workers set their own
     try:
         run_plan(plan, jobs, keep_going, options, console, done, state)
     finally:
+        outputs.restore_dir_sync(deferred)
         console.close()
+        # the renames of every output made durable before the record of successful conversions says so
+        outputs.sync_dirs(_dirs_to_sync(done))
         state.save()
         done_ids = {id(j) for j in done}
         summary.records = [j.record for j in plan if id(j) in done_ids]

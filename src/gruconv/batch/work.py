@@ -30,8 +30,11 @@ def _worker_init(threads: int, warm_keras: bool = False) -> None:
 
     from ..signals import die_with_parent
 
+    from .. import outputs
+
     parent = multiprocessing.parent_process()
     die_with_parent(parent.pid if parent is not None else None)
+    outputs.defer_dir_sync(True)  # the main process syncs the output directories at the end of the run
     signal.signal(signal.SIGTERM, _worker_sigterm)
     for var in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS"):
         os.environ.setdefault(var, str(threads))
@@ -261,6 +264,62 @@ def run_plan(plan: list[Job], jobs: int, keep_going: bool, options: dict, consol
         raise
 
 
+#: Modules whose import is a framework start-up (threads, GPU contexts, allocators): a process that
+#: holds one is never forked (TensorFlow is not fork-safe).
+_FRAMEWORKS = ("tensorflow", "tf_keras", "keras", "jax", "jaxlib", "torch")
+
+
+def start_method(options: dict) -> str:
+    """How batch workers start: ``fork`` when that is safe, else ``spawn``.
+
+    Why (issue 20): a spawned worker starts a fresh interpreter and imports NumPy, h5py and gruconv
+    (~0.3-0.6 s each, two at once on a 2-core machine) before its first job, which was a third of a
+    ``--jobs 2`` batch of 100 small models; a forked worker has them already.  Fork is used only where
+    it is safe: Linux; a run that imports no ML framework (no ``--verify`` / ``--check-load``) in a
+    process that holds none (:data:`_FRAMEWORKS` absent from ``sys.modules``); and a calling process
+    with no other thread (forking copies locks another thread may hold; ProcessPoolExecutor forks its
+    workers before starting its own manager thread).  Anything else spawns, as before.  Workers run
+    :func:`_worker_init` either way (die with the parent, SIGTERM unwinds the job)."""
+    import multiprocessing
+    import sys
+    import threading
+
+    if (not sys.platform.startswith("linux") or options.get("verify") or options.get("check_load")
+            or "fork" not in multiprocessing.get_all_start_methods()
+            or any(m in sys.modules for m in _FRAMEWORKS) or threading.active_count() != 1):
+        return "spawn"
+    return "fork"
+
+
+def _preload(runnable: list, options: dict) -> None:
+    """Before forking workers: import what a conversion imports (so each worker has it from its
+    parent, once), and flush stdout/stderr (a forked child flushes the buffers it inherited when it
+    ends: anything still buffered here would be printed twice)."""
+    import sys
+
+    from .. import api, keras_archive, keras3_config  # noqa: F401 - imported for the workers
+    from .. import readers, writers
+
+    for name in sorted({j.item.format for j in runnable if j.todo and j.item.format}):
+        try:
+            readers.module(name)
+        except Exception:  # noqa: BLE001 - the job reports it
+            pass
+    for name in ([options["format"]] if options.get("format") else list(writers.WRITERS)):
+        try:
+            writers.module(name)
+        except Exception:  # noqa: BLE001
+            pass
+    import importlib
+
+    importlib.import_module(writers.REST)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):
+            pass
+
+
 def _stop_workers(pool) -> None:
     """SIGTERM every worker of ``pool`` (each unwinds its job, removing its temporary files, and
     exits 143: :func:`_worker_sigterm`) and wait for them; SIGKILL those still running after 30 s."""
@@ -299,7 +358,10 @@ def _run(runnable: list, todo: list, workers: int, keep_going: bool, options: di
 
     import multiprocessing
 
-    ctx = multiprocessing.get_context("spawn")
+    method = start_method(options)
+    if method == "fork":
+        _preload(runnable, options)
+    ctx = multiprocessing.get_context(method)
     threads = max(1, cpu_count() // workers)
     pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
                                   initargs=(threads, bool(options.get("verify") or options.get("check_load"))))

@@ -55,11 +55,44 @@ def module(name: str):
     return importlib.import_module(READERS[name])
 
 
+#: detect()'s answers for regular files, by path and the file's identity and change stamps
+#: (:func:`_file_key`).  Why (issue 20): a batch detects each input while discovering it, again while
+#: naming its output and again in the conversion (~1 ms each: the readers' sniffers open the file); a
+#: forked batch worker inherits the main process's answers.  A file rewritten since has another
+#: ``st_mtime_ns`` / ``st_ctime_ns`` / size (the kernel updates ctime on every change), so it is sniffed again.
+_detected: dict = {}
+_DETECTED_MAX = 4096
+
+
+def _file_key(path: Path):
+    try:
+        st = os.lstat(path)
+    except (OSError, ValueError):
+        return None
+    import stat as _stat
+
+    if not _stat.S_ISREG(st.st_mode):
+        return None  # directories (their checkpoint files may change unseen), links, FIFOs: never cached
+    return (os.path.abspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 def detect(path) -> str:
     """The format name of ``path``, or :class:`InputError` saying what was found instead.
 
     Nothing is opened here that :mod:`gruconv.inputs` has not checked: a FIFO, a device or a
     socket is refused by its type before any read could block."""
+    key = _file_key(Path(path))
+    if key is not None and key in _detected:
+        return _detected[key]
+    name = _detect(path)
+    if key is not None and _file_key(Path(path)) == key:  # unchanged while it was sniffed
+        if len(_detected) >= _DETECTED_MAX:
+            _detected.clear()
+        _detected[key] = name
+    return name
+
+
+def _detect(path) -> str:
     from ..inputs import head, regular_file
 
     path = Path(path)

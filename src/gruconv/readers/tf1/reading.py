@@ -494,7 +494,12 @@ def read(path, options: Optional[Options] = None, **kw) -> CheckpointDoc:
     selected stacks' tensors are read.  The shape hints describe the
     selected opaque-only stack(s).
     """
-    opts = Options.of(options, **kw)
+    return _read(path, Options.of(options, **kw))
+
+
+def _read(path, opts: Options, *, count_only: bool = False):
+    """:func:`read`; with ``count_only``, the number of stacks :func:`read` would convert, found from
+    the index alone (no tensor read: what batch planning needs, :func:`natural_output`)."""
     h, prefer, rnn = _norm_hints(opts.hints), opts.prefer, opts.rnn
     r = _Reader(path)
     b = r.bundle
@@ -622,6 +627,8 @@ def read(path, options: Optional[Options] = None, **kw) -> CheckpointDoc:
         found = chosen
     elif variable is not None:
         found = [e for e in found if e.opaque_key == variable]
+    if count_only:
+        return len(found)
 
     # Read what the selected stacks need.
     for entry in found:
@@ -932,6 +939,12 @@ def natural_output(path, opts: Options) -> tuple:
     once (no ``--rnn``), so that the output is a directory of them."""
     if opts.rnn is None:
         try:
+            # From the index alone first (issue 20: the full read, weights and cross-check, cost ~10 ms
+            # per checkpoint in the batch's serial planning); at most one stack is one output whatever
+            # reading it would find.  Several: the full read decides, as before (a stack that fails to
+            # read leaves one file-named output, whose conversion reports the failure).
+            if _read(path, Options.of(opts), count_only=True) <= 1:
+                return "keras", False
             if len(read(path, opts).stacks) > 1:
                 return "keras", True
         except GruconvError:

@@ -1,0 +1,165 @@
+"""The faster paths of issue 20 (session 26) do what the slower ones did, and their checks still catch damage.
+
+- the large-model route (weights written by h5py in place inside the archive) and the small-model route
+  (weights file built in memory) give the same weights file, and the self-check of an archive written in
+  place catches one flipped bit on disk;
+- batch workers are forked only when that is safe;
+- in batch mode the directory fsync is deferred to one per output directory at the end of the run (every
+  output's data is still fsynced before its rename);
+- ``readers.detect``'s cache notices a rewritten file;
+- ``inspect`` counts NaN/Inf on the stored weights as the canonical weights would.
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import sys
+import zipfile
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import FIXTURES
+
+from gruconv import keras_archive, outputs, readers
+from gruconv.batch import convert_many, work
+from gruconv.errors import InputError, OutputError
+from gruconv.readers import keras_h5
+
+
+def _weights_tree(archive: Path) -> dict:
+    with zipfile.ZipFile(archive) as z:
+        assert z.testzip() is None
+        assert sorted(z.namelist()) == ["config.json", "metadata.json", "model.weights.h5"]
+        f = h5py.File(io.BytesIO(z.read("model.weights.h5")), "r")
+    tree = {}
+
+    def visit(name, obj):
+        if isinstance(obj, h5py.Dataset):
+            a = obj[()]
+            tree[name] = (str(a.dtype), a.shape, a.tobytes())
+        else:
+            tree[name] = {k: (v.decode() if isinstance(v, bytes) else str(v)) for k, v in obj.attrs.items()}
+
+    with f:
+        f.visititems(visit)
+    return tree
+
+
+@pytest.mark.parametrize("fixture", ["keras/bidir_concat.h5", "keras/options.h5", "keras/nested.h5"])
+def test_in_place_and_in_memory_routes_write_the_same_weights(fixture, tmp_path, monkeypatch):
+    src = FIXTURES / fixture
+    small = tmp_path / "memory.keras"
+    m_small = keras_archive.write_keras_h5_doc(keras_h5.read(src), small)
+    monkeypatch.setattr(keras_archive, "IN_MEMORY_MAX", 0)  # every model takes the large route
+    large = tmp_path / "in_place.keras"
+    m_large = keras_archive.write_keras_h5_doc(keras_h5.read(src), large)
+    assert m_small == m_large  # same weights, shapes, dtypes and SHA-256 (gate-wise ones from the disk)
+    assert all(d is not None for *_, d in m_large)
+    assert _weights_tree(small) == _weights_tree(large)
+    with zipfile.ZipFile(large) as z:
+        assert z.getinfo("model.weights.h5").compress_type == zipfile.ZIP_STORED
+
+
+def test_self_check_of_an_archive_written_in_place_catches_a_flipped_bit(tmp_path, monkeypatch):
+    monkeypatch.setattr(keras_archive, "IN_MEMORY_MAX", 0)
+    good = tmp_path / "good.keras"
+    manifest = keras_archive.write_keras_h5_doc(keras_h5.read(FIXTURES / "keras" / "bidir_concat.h5"), good)
+    keras_archive.self_check(good, list(manifest), weights_crc_from_disk=True)  # the real file passes
+    # flip one bit of one weight's bytes where they lie in the archive
+    ds_path = "layers/bidirectional/forward_layer/cell/vars/0"
+    with zipfile.ZipFile(good) as z:
+        info = z.getinfo("model.weights.h5")
+        with h5py.File(io.BytesIO(z.read(info)), "r") as f:
+            offset = f[ds_path].id.get_offset()
+    with open(good, "rb") as fh:
+        fh.seek(info.header_offset + 26)
+        name_len, extra_len = np.frombuffer(fh.read(4), "<u2")
+    start = info.header_offset + 30 + int(name_len) + int(extra_len) + offset
+    bad = tmp_path / "bad.keras"
+    shutil.copyfile(good, bad)
+    with open(bad, "r+b") as fh:
+        fh.seek(start)
+        b = fh.read(1)
+        fh.seek(start)
+        fh.write(bytes([b[0] ^ 1]))
+    with pytest.raises(OutputError, match="does not read back bit for bit"):
+        keras_archive.self_check(bad, list(manifest), weights_crc_from_disk=True)
+    with pytest.raises(OutputError, match="CRC"):  # without the caller's word, testzip finds it too
+        keras_archive.self_check(bad, list(manifest))
+
+
+def test_workers_are_forked_only_when_that_is_safe(monkeypatch):
+    monkeypatch.setattr(sys, "platform", "linux")
+    for name in work._FRAMEWORKS:
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    assert work.start_method({}) == "fork"
+    assert work.start_method({"verify": True}) == "spawn"
+    assert work.start_method({"check_load": True}) == "spawn"
+    monkeypatch.setitem(sys.modules, "tensorflow", object())
+    assert work.start_method({}) == "spawn"
+    monkeypatch.delitem(sys.modules, "tensorflow")
+    monkeypatch.setattr("threading.active_count", lambda: 2)
+    assert work.start_method({}) == "spawn"
+    monkeypatch.setattr("threading.active_count", lambda: 1)
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert work.start_method({}) == "spawn"
+
+
+def test_batch_defers_directory_fsyncs_to_one_per_output_directory(tmp_path, monkeypatch):
+    src = tmp_path / "in"
+    for sub in ("a", "b/c"):
+        (src / sub).mkdir(parents=True)
+        for i in range(3):
+            shutil.copyfile(FIXTURES / "keras" / "sequential.h5", src / sub / f"m{i}.h5")
+    synced: list = []
+    fsynced_files: list = []
+    real_fsync = outputs.os.fsync
+    monkeypatch.setattr(outputs, "_fsync_dir", lambda d: synced.append(Path(d).resolve()))
+    monkeypatch.setattr(outputs.os, "fsync", lambda fd: (fsynced_files.append(fd), real_fsync(fd)))
+    out = tmp_path / "out"
+    summary = convert_many([str(src)], out, jobs=1, echo=False)
+    assert summary.exit_code == 0 and len(summary.records) == 6
+    out_dirs = {(out / "a").resolve(), (out / "b" / "c").resolve()}
+    assert out_dirs <= set(synced)
+    assert all(synced.count(d) == 1 for d in out_dirs)  # once each, not once per output (3 outputs each)
+    # (``out`` itself: once as the parent of the directories made, once for the run's record file)
+    assert len(fsynced_files) >= 6  # every output's data (and the run's record) still fsynced
+    assert outputs.deferred_dirs() == []  # the setting does not outlive the run
+    synced.clear()
+    single = tmp_path / "single.keras"
+    from gruconv import api
+
+    api.convert(FIXTURES / "keras" / "sequential.h5", single)
+    assert synced == [tmp_path.resolve()]  # outside batch mode: right after the rename
+
+
+def test_detect_cache_notices_a_rewritten_file(tmp_path):
+    p = tmp_path / "model.h5"
+    shutil.copyfile(FIXTURES / "keras" / "sequential.h5", p)
+    assert readers.detect(p) == "keras-h5"
+    assert readers.detect(p) == "keras-h5"  # answered from the cache
+    p.write_bytes(b"not a model at all, but long enough to be read")
+    with pytest.raises(InputError):
+        readers.detect(p)
+
+
+def test_inspect_counts_nonfinite_weights_as_the_canonical_weights_do(tmp_path):
+    p = tmp_path / "nan.h5"
+    shutil.copyfile(FIXTURES / "keras" / "bidir_concat.h5", p)
+    with h5py.File(p, "a") as f:
+        for n in ("model_weights/bidirectional/bidirectional/forward_cu_dnngru/kernel:0",
+                  "model_weights/bidirectional/bidirectional/backward_cu_dnngru/bias:0"):
+            a = f[n][()]
+            a.flat[0], a.flat[-1] = np.nan, np.inf
+            f[n][...] = a
+    doc = keras_h5.read(p)
+    (rnn,) = doc.rnns
+    assert keras_h5._nonfinite_on_disk(rnn) == rnn.stack.nonfinite_count() == 4
+    rnn.release()
+    assert [r["nonfinite_weights"] for r in keras_h5.inspect(keras_h5.read(p))["rnns"]] == [4]
+    clean = keras_h5.inspect(keras_h5.read(FIXTURES / "keras" / "bidir_concat.h5"))
+    assert [r["nonfinite_weights"] for r in clean["rnns"]] == [0]
