@@ -410,6 +410,30 @@ def test_convert_and_inspect_import_no_ml_framework(tmp_path):
     assert len(list((tmp_path / "batch").rglob("*.keras"))) == 3
 
 
+def test_a_training_config_that_is_not_json_is_dropped_without_keras(tmp_path):
+    """``make fuzz`` (2026-11-27): one flipped bit in ``training_config`` sent the model through the
+    Keras-built route (11 s, TensorFlow imported) only to be written uncompiled there.  The streaming
+    writer now writes it uncompiled itself, says so in one warning, and imports no framework."""
+    import shutil
+
+    src = tmp_path / "broken_training.h5"
+    shutil.copyfile(FIX / "keras_user" / "compiled_adam_mse.h5", src)
+    with h5py.File(src, "r+") as f:
+        tc = f.attrs["training_config"]
+        tc = tc.decode() if isinstance(tc, bytes) else tc
+        f.attrs["training_config"] = tc.replace('"optimizer_config"', '"optimizer\x1fconfig"', 1).encode()
+    env, log = _blocked_env(tmp_path)
+    out = _gruconv(env, "convert", src, tmp_path / "o.keras")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert not log.exists(), log.read_text()
+    assert "training config is not a JSON object; model written uncompiled" in out.stderr
+    with zipfile.ZipFile(tmp_path / "o.keras") as z:
+        config = json.loads(z.read("config.json"))
+        assert config.get("compile_config") is None
+        with h5py.File(io.BytesIO(z.read("model.weights.h5")), "r") as w:
+            assert "optimizer" not in w and "layers" in w
+
+
 def test_streamed_convert_output_equals_keras_built(tmp_path):
     """``gruconv convert`` itself (not the module functions) writes the streamed file: its weights
     bit-identical to the Keras-built route's."""

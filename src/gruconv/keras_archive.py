@@ -853,8 +853,11 @@ def write_keras_h5_doc(doc, target, *, weights_only: bool = False, warnings: Opt
         hint = _doc_bytes(doc)
         if weights_only:
             return write_weights(target, groups, arrays, size_hint=hint)
-        if doc.training_config:
-            compiled = keras3_config.compile_config(doc.training_config, _n_outputs(config))
+        compiled = keras3_config.compile_config(doc.training_config, _n_outputs(config)) \
+            if doc.training_config else None
+        if doc.training_config and compiled is None and warnings is not None:
+            warnings.append("training config is not a JSON object; model written uncompiled")
+        if compiled is not None:
             config["compile_config"] = compiled.compile_config
             if warnings is not None:
                 warnings.extend(compiled.warnings)
