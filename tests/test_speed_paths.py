@@ -94,7 +94,9 @@ def test_self_check_of_an_archive_written_in_place_catches_a_flipped_bit(tmp_pat
 
 def test_workers_are_forked_only_when_that_is_safe(monkeypatch):
     monkeypatch.setattr(sys, "platform", "linux")
-    for name in work._FRAMEWORKS:
+    from gruconv.formats.keras3 import FRAMEWORK_MODULES
+
+    for name in FRAMEWORK_MODULES:
         monkeypatch.delitem(sys.modules, name, raising=False)
     assert work.start_method({}) == "fork"
     assert work.start_method({"verify": True}) == "spawn"

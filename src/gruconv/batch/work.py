@@ -264,11 +264,6 @@ def run_plan(plan: list[Job], jobs: int, keep_going: bool, options: dict, consol
         raise
 
 
-#: Modules whose import is a framework start-up (threads, GPU contexts, allocators): a process that
-#: holds one is never forked (TensorFlow is not fork-safe).
-_FRAMEWORKS = ("tensorflow", "tf_keras", "keras", "jax", "jaxlib", "torch")
-
-
 def start_method(options: dict) -> str:
     """How batch workers start: ``fork`` when that is safe, else ``spawn``.
 
@@ -276,17 +271,19 @@ def start_method(options: dict) -> str:
     (~0.3-0.6 s each, two at once on a 2-core machine) before its first job, which was a third of a
     ``--jobs 2`` batch of 100 small models; a forked worker has them already.  Fork is used only where
     it is safe: Linux; a run that imports no ML framework (no ``--verify`` / ``--check-load``) in a
-    process that holds none (:data:`_FRAMEWORKS` absent from ``sys.modules``); and a calling process
-    with no other thread (forking copies locks another thread may hold; ProcessPoolExecutor forks its
+    process that holds none (:data:`gruconv.formats.keras3.FRAMEWORK_MODULES` absent from
+    ``sys.modules``); and a calling process with no other thread (forking copies locks another thread may hold; ProcessPoolExecutor forks its
     workers before starting its own manager thread).  Anything else spawns, as before.  Workers run
     :func:`_worker_init` either way (die with the parent, SIGTERM unwinds the job)."""
     import multiprocessing
     import sys
     import threading
 
+    from ..formats.keras3 import FRAMEWORK_MODULES
+
     if (not sys.platform.startswith("linux") or options.get("verify") or options.get("check_load")
             or "fork" not in multiprocessing.get_all_start_methods()
-            or any(m in sys.modules for m in _FRAMEWORKS) or threading.active_count() != 1):
+            or any(m in sys.modules for m in FRAMEWORK_MODULES) or threading.active_count() != 1):
         return "spawn"
     return "fork"
 

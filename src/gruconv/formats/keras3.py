@@ -39,6 +39,10 @@ from ..keras_layout import CUDNN_COMPATIBLE, to_keras
 
 FORMAT = "keras"
 
+#: Modules whose import is an ML framework's start-up (threads, GPU contexts, allocators): a process
+#: holding one is never forked (TensorFlow is not fork-safe; ``gruconv.batch.work.start_method``).
+FRAMEWORK_MODULES = ("tensorflow", "tf_keras", "keras", "jax", "jaxlib", "torch")
+
 
 # --------------------------------------------------------------------------- import and backend
 
