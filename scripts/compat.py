@@ -67,13 +67,37 @@ TOL_F16 = 4e-3  # gruconv.verify.FLOAT16_TOLERANCE_FLOOR
 
 # Fixture -> conversions.  (output name, input, extra args)
 KERAS_SKIP = {"plain_gru.h5"}  # nothing to convert (gruconv exits 0, writes nothing)
-TF1_SKIP = {"disagree"}  # canonical tensors and opaque buffer disagree: refused by design
-TF1_ARGS = {
-    "tf14_opaque_only": ["--variable", "encoder/cudnn_params", "--num-units", "7", "--input-size", "5",
-                         "--num-layers", "1", "--direction", "uni"],
-    "opaque_only_skip_uni": ["--input-mode", "skip"],
-    "opaque_only_skip_bidir": ["--input-mode", "skip", "--direction", "bi"],
+#: Weights-only HDF5 files and the architecture JSON(s) each needs for a .keras (fixture dir, file):
+#: [configs].  tf2/generic_*.h5 have generic names and no architecture at all: not converted.
+WEIGHTS_ONLY = {
+    ("keras", "weights_only.h5"): ["weights_only.json", "weights_only.new_style.json"],
+    ("keras_lstm", "weights_only.h5"): ["weights_only.json"],
+    ("keras_user", "json_config_weights.h5"): ["json_config.json"],
+    ("trained", "gru2_weights.h5"): ["gru2.json"],
+    ("trained", "lstm2_weights.h5"): ["lstm2.json"],
+    ("trained", "bilstm_weights.h5"): ["bilstm.json"],
 }
+H5_DIRS = ["keras", "keras_lstm", "keras_user", "trained"]  # legacy Keras HDF5 fixtures
+TF1_DIRS = ["tf1", "tf1_lstm"]
+# The GRU "disagree" checkpoint is refused by design (canonical tensors and opaque buffer disagree);
+# the LSTM one converts from its canonical tensors (fixtures/tf1_lstm/manifest.json).
+TF1_SKIP = {("tf1", "disagree")}
+TF1_ARGS = {
+    ("tf1", "tf14_opaque_only"): ["--variable", "encoder/cudnn_params", "--num-units", "7", "--input-size", "5",
+                                  "--num-layers", "1", "--direction", "uni"],
+    ("tf1", "opaque_only_skip_uni"): ["--input-mode", "skip"],
+    ("tf1", "opaque_only_skip_bidir"): ["--input-mode", "skip", "--direction", "bi"],
+    # shapes from fixtures/tf1_lstm/manifest.json
+    ("tf1_lstm", "tf14_opaque_only"): ["--variable", "decoder/lstm_params", "--cell", "lstm", "--num-units", "7",
+                                       "--input-size", "5", "--num-layers", "1", "--direction", "uni"],
+    ("tf1_lstm", "opaque_only_skip_uni"): ["--input-mode", "skip", "--num-units", "6", "--input-size", "6",
+                                           "--num-layers", "2", "--direction", "uni"],
+    ("tf1_lstm", "opaque_only_skip_bidir"): ["--input-mode", "skip", "--direction", "bi", "--num-units", "8",
+                                             "--input-size", "8", "--num-layers", "1"],
+}
+#: Checkpoints holding several stacks: one conversion per scope.
+TF1_SCOPES = {("tf1", "multi_stack"): ["encoder/cudnn_gru", "decoder/cudnn_gru"],
+              ("tf1_lstm", "canonical_only_stacked"): ["cudnn_lstm", "cudnn_lstm_1"]}
 EXTRA = [  # option variants worth a column of their own
     ("tf1_layer_bidir_states.keras", "fixtures/tf1/layer_bidir", ["--initial-state", "--return-state"]),
     ("tf1_layer_varlen_mask.keras", "fixtures/tf1/layer_varlen",
@@ -200,25 +224,38 @@ def cmd_build(args):
 # --------------------------------------------------------------------------------------- convert
 
 def conversions():
-    """(output name, input path, extra args) for every fixture with something to convert."""
+    """(output name, input path, extra args) for every fixture with something to convert: the legacy
+    Keras HDF5 fixtures (weights-only ones with their architecture JSON), the TF1 checkpoints (GRU and
+    LSTM, with the shape hints those without a stored shape need), the trained models' TF1 checkpoints,
+    and the TF2 checkpoints / SavedModels with the ``model.json`` written beside them."""
+    fx = ROOT / "fixtures"
     jobs = []
-    for f in sorted((ROOT / "fixtures" / "keras").glob("*.h5")):
-        if f.name in KERAS_SKIP:
-            continue
-        if f.name == "weights_only.h5":  # weights-only: a .keras needs the architecture
-            for cfg in sorted(f.parent.glob("weights_only*.json")):
-                stem = cfg.name[:-len(".json")].replace(".", "_")
-                jobs.append((f"keras_{stem}.keras", f, ["--config", cfg]))
-            continue
-        jobs.append((f"keras_{f.stem}.keras", f, []))
-    for d in sorted(p for p in (ROOT / "fixtures" / "tf1").iterdir() if p.is_dir()):
-        if d.name in TF1_SKIP:
-            continue
-        if d.name == "multi_stack":
-            for scope in ("encoder/cudnn_gru", "decoder/cudnn_gru"):
-                jobs.append((f"tf1_multi_stack_{scope.split('/')[0]}.keras", d, ["--rnn", scope]))
-            continue
-        jobs.append((f"tf1_{d.name}.keras", d, TF1_ARGS.get(d.name, [])))
+    for dname in H5_DIRS:
+        prefix = "keras" if dname == "keras" else dname
+        for f in sorted([*(fx / dname).glob("*.h5"), *(fx / dname).glob("*.hdf5")]):
+            if dname == "keras" and f.name in KERAS_SKIP:
+                continue
+            if (dname, f.name) in WEIGHTS_ONLY:  # weights-only: a .keras needs the architecture
+                for cfg in WEIGHTS_ONLY[(dname, f.name)]:
+                    stem = cfg[:-len(".json")].replace(".", "_")
+                    tag = f.stem if dname in ("keras_user", "trained") else stem
+                    jobs.append((f"{prefix}_{tag}.keras", f, ["--config", fx / dname / cfg]))
+                continue
+            jobs.append((f"{prefix}_{f.stem}.keras", f, []))
+    for f in sorted((fx / "trained").glob("*.tf1")):
+        jobs.append((f"trained_{f.stem}_tf1.keras", f, []))
+    for dname in TF1_DIRS:
+        for d in sorted(p for p in (fx / dname).iterdir() if p.is_dir()):
+            if (dname, d.name) in TF1_SKIP:
+                continue
+            if (dname, d.name) in TF1_SCOPES:
+                for scope in TF1_SCOPES[(dname, d.name)]:
+                    jobs.append((f"{dname}_{d.name}_{scope.split('/')[0]}.keras", d, ["--rnn", scope]))
+                continue
+            jobs.append((f"{dname}_{d.name}.keras", d, TF1_ARGS.get((dname, d.name), [])))
+    for d in sorted(p for p in (fx / "tf2").iterdir() if p.is_dir()):
+        extra = ["--config", d / "model.json"] if (d / "model.json").exists() else []
+        jobs.append((f"tf2_{d.name}.keras", d, extra))
     for name, src, extra in EXTRA:
         jobs.append((name, ROOT / src, extra))
     return jobs
