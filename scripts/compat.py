@@ -398,6 +398,53 @@ def cmd_probe(args):
              "--worker-out", RESULTS / f"probe__{v}.json"], env=env, check=False, timeout=1800, capture=True)
 
 
+#: Values for the required constructor arguments of the vocabulary's classes (``cmd_vocab``).
+_SAMPLE = {"input_dim": 3, "output_dim": 2, "units": 2, "rate": 0.5, "stddev": 0.1, "activation": "relu",
+           "target_shape": [2], "dims": [1], "n": 2, "axes": 1, "filters": 2, "kernel_size": [2], "pool_size": [2]}
+
+
+def cmd_vocab(args):
+    """Every class the streaming writer can write (``gruconv.keras3_defaults``: layers, initializers,
+    regularizers, constraints, optimizers), each with every argument at its Keras 3.15.1 default
+    (required ones from ``_SAMPLE``) and passed through ``gruconv.keras_portable.portable_config`` as
+    the writer does, deserialized on its own in the TensorFlow env of each release (the ``probe``
+    worker): the classes and keys a release refuses, fixtures or not."""
+    import copy
+    import zipfile
+
+    sys.path.insert(0, str(ROOT / "src"))
+    from gruconv.keras3_defaults import DEFAULTS
+    from gruconv.keras_portable import portable_config
+
+    objs = []
+    for table in ("layers", "initializers", "regularizers", "constraints", "optimizers"):
+        for cls, entry in sorted(DEFAULTS[table].items()):
+            cfg = copy.deepcopy(entry["config"])
+            if cls == "InputLayer":
+                cfg["batch_shape"] = [None, 3, 4]
+            else:
+                cfg.update({k: _SAMPLE[k] for k in entry.get("required", [])})
+            if table == "layers":
+                cfg["name"] = f"v_{cls.lower()}"
+            objs.append({"module": entry["module"], "class_name": cls, "config": cfg, "registered_name": None})
+    doc = portable_config({"module": "keras", "class_name": "Functional", "config": {"layers": objs}})
+    d = OUT / "vocab"
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(parents=True)
+    with zipfile.ZipFile(d / "vocabulary.keras", "w") as z:
+        z.writestr("config.json", json.dumps(doc))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    for v in args.versions:
+        name = env_name(v, "tensorflow")
+        if not (ENVS / name / ".compat-stamp").exists():
+            continue
+        env = dict(os.environ, KERAS_BACKEND="tensorflow", CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3")
+        env.pop("PYTHONPATH", None)
+        run([env_python(name), __file__, "_worker", "probe", "--worker-models", d,
+             "--worker-out", RESULTS / f"vocab__{v}.json"], env=env, check=False, timeout=1800, capture=True)
+    log(f"vocab: {len(objs)} classes probed")
+
+
 def _short(v: str) -> str:
     return ".".join(v.split(".")[:2]) if v.endswith(".0") else v
 
@@ -417,6 +464,29 @@ def _convert_summary() -> list:
                  + (f"all but {len(kb)}, which fell back to the Keras-built route: "
                     + "; ".join(f"{k} (`{v[:160]}`)" for k, v in sorted(kb.items())) if kb else "all of them") + ".")
     return lines
+
+
+def _probe_table(prefix: str, title: str, intro: str) -> list:
+    probes = sorted(RESULTS.glob(f"{prefix}__*.json"),
+                    key=lambda p: [int(x) for x in p.stem.split("__")[1].split(".")])
+    if not probes:
+        return []
+
+    def esc(t):
+        return t.replace("|", "\\|")
+
+    L = [f"## {title}", "", intro, "",
+         "| Keras | class | rejected keys (value in the file) | still fails | first error | models with it |",
+         "|---|---|---|---|---|---|"]
+    for p in probes:
+        d = json.loads(p.read_text())
+        if not d.get("rejected"):
+            L.append(f"| {d['keras']} | - | none | | | |")
+        for cls, r in d.get("rejected", {}).items():
+            keys = ", ".join(f"`{k}`={json.dumps(v)}" for k, v in r["keys"].items()) or "-"
+            L.append(f"| {d['keras']} | `{cls}` | {keys} | {esc(r.get('fails_anyway', '')[:100])} | "
+                     f"{esc(r['error'][:120])} | {len(r['files'])} |")
+    return L + [""]
 
 
 def cmd_report(args):
@@ -511,25 +581,18 @@ def cmd_report(args):
             for msg, code in legend.items():
                 L.append(f"- **{code}**: `{msg}`")
         L.append("")
-    probes = sorted(RESULTS.glob("probe__*.json"), key=lambda p: [int(x) for x in p.stem.split("__")[1].split(".")])
-    if probes:
-        L += ["## Config keys and classes each release rejects", "",
-              "Each serialized object of every raw output's `config.json`, deserialized on its own in the "
-              "TensorFlow env of each release; the keys named by the error (`unexpected keyword argument`, "
-              "`Unrecognized keyword arguments`) are removed until it loads (innermost objects first).", "",
-              "| Keras | class | rejected keys (value in the file) | still fails | first error | models with it |",
-              "|---|---|---|---|---|---|"]
-        for p in probes:
-            d = json.loads(p.read_text())
-            if not d.get("rejected"):
-                L.append(f"| {d['keras']} | - | none | | | |")
-            for cls, r in d.get("rejected", {}).items():
-                keys = ", ".join(f"`{k}`={json.dumps(v)}" for k, v in r["keys"].items()) or "-"
-                def esc(t):
-                    return t.replace("|", "\\|")
-                L.append(f"| {d['keras']} | `{cls}` | {keys} | {esc(r.get('fails_anyway', '')[:100])} | "
-                         f"{esc(r['error'][:120])} | {len(r['files'])} |")
-        L.append("")
+    L += _probe_table(
+        "probe", "Config keys and classes each release rejects",
+        "Each serialized object of every raw output's `config.json`, deserialized on its own in the "
+        "TensorFlow env of each release; the keys named by the error (`unexpected keyword argument`, "
+        "`Unrecognized keyword arguments`) are removed until it loads (innermost objects first).")
+    L += _probe_table(
+        "vocab", "The streaming writer's whole vocabulary on each release",
+        "Every class `gruconv.keras3_config` can write (the tables of `gruconv.keras3_defaults`: layers, "
+        "initializers, regularizers, constraints, optimizers), every argument at its Keras 3.15.1 default "
+        "and passed through `gruconv.keras_portable.portable_config` as the writer does, deserialized on "
+        "its own in the TensorFlow env of each release (`compat.py vocab`), keys removed as above. "
+        "This covers classes no fixture has.")
     # Hand-written analysis below this marker survives a rerun.
     if DOC.exists() and NOTES_MARKER in DOC.read_text():
         L += [NOTES_MARKER + DOC.read_text().split(NOTES_MARKER, 1)[1].rstrip(), ""]
@@ -750,7 +813,7 @@ def main(argv=None):
         args.mode = args.steps[1]
         return probe(args) if args.mode == "probe" else worker(args)
     if args.steps == ["all"]:
-        args.steps = ["build", "convert", "portable", "reference", "check", "probe", "report"]
+        args.steps = ["build", "convert", "reference", "check", "probe", "vocab", "report"]
     for s in args.steps:
         globals()[f"cmd_{s}"](args)
 
