@@ -44,7 +44,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT_PY = ROOT / ".venv" / "bin" / "python"
-GRUCONV = ROOT / ".venv" / "bin" / "gruconv"
 WORK = ROOT / ".compat"
 ENVS = WORK / "envs"
 TORCH_BASE = WORK / "_torch"
@@ -270,8 +269,11 @@ def cmd_convert(args):
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3")
+    # This checkout's gruconv, never the one the venv's console script points at (the shared venv's
+    # editable install may be another worktree's: the first streamed run here converted with it).
     src_dir = ROOT / "src"
-    gruconv = [GRUCONV]
+    env["PYTHONPATH"] = str(src_dir)
+    gruconv = [PROJECT_PY, "-m", "gruconv"]
     if args.gruconv_rev:  # a committed revision, not the working tree (which may be mid-edit)
         snap = WORK / "gruconv-src"
         shutil.rmtree(snap, ignore_errors=True)
@@ -283,10 +285,11 @@ def cmd_convert(args):
         subprocess.run(["tar", "-x", "-C", str(snap)], input=archive, check=True)
         src_dir = snap / "src"
         env["PYTHONPATH"] = str(src_dir)
-        gruconv = [PROJECT_PY, "-m", "gruconv"]
         (OUT / "gruconv-rev.txt").write_text(rev + "\n")
     else:
-        (OUT / "gruconv-rev.txt").write_text("working tree\n")
+        head = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"], text=True,
+                              capture_output=True).stdout.strip() or "?"
+        (OUT / "gruconv-rev.txt").write_text(f"working tree ({head})\n")
     log_lines = []
     fallbacks = {}
     for name, src, extra in conversions():
