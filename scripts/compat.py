@@ -12,16 +12,25 @@ Run with the project venv (``make compat`` = ``.venv/bin/python scripts/compat.p
                + ``jaxlib`` of the Keras release's era; torch: the CPU-only wheel
                (``torch==2.13.0+cpu``, from pip's find-links here) installed once into
                ``.compat/_torch`` and shared through a ``.pth`` file.  Idempotent (a stamp per env).
-``convert``    every fixture with something to convert -> ``.compat/out/raw/*.keras`` (the project's
-               ``gruconv convert``; once).
-``portable``   each raw output through ``gruconv.keras_portable.rewrite_keras_zip`` ->
-               ``.compat/out/portable/``.
+``convert``    every fixture with something to convert (``conversions()``: fixtures/keras, keras_lstm,
+               keras_user, trained, tf1, tf1_lstm, tf2) -> ``.compat/out/raw/*.keras``, and the same
+               conversions -> ``.compat/out/weights/*.weights.h5`` (this checkout's ``src/`` through
+               ``python -m gruconv``; ``convert.json`` records failures and any conversion the
+               streaming writer refused so that Keras wrote it).
+``portable``   (not in ``all``) each raw output through ``gruconv.keras_portable.rewrite_keras_zip`` ->
+               ``.compat/out/portable/``.  The streaming writer already applies ``portable_config``,
+               so this only documents the function's settings now.
 ``reference``  fixed random inputs per model and the outputs of the newest Keras on TensorFlow
                (the project venv) -> ``.compat/ref/``.  The reference is always computed from the
                raw outputs when they exist (the same weights), else from the tested directory.
 ``check``      in every env, for every model of each tested directory: plain
                ``keras.saving.load_model(path)`` (default arguments, safe mode), run on the inputs,
-               compare with the reference (max abs <= 1e-5; 4e-3 for float16 models).
+               compare with the reference (max abs <= 1e-5; 4e-3 for float16 models).  A ``weights``
+               directory: ``keras.models.model_from_json`` of the ``.keras``'s config +
+               ``load_weights(x.weights.h5)``.
+``probe``      every serialized object of every raw output deserialized alone in each TensorFlow env:
+               the keys each release rejects.
+``vocab``      the same for every class the streaming writer can write (``gruconv.keras3_defaults``).
 ``report``     ``docs/compatibility.md``: one matrix per tested directory.
 
 Rerun after a gruconv change: ``python scripts/compat.py all`` (rebuilds the outputs), or test
@@ -269,6 +278,9 @@ def cmd_convert(args):
     if raw.exists():
         shutil.rmtree(raw)
     raw.mkdir(parents=True)
+    wdir = OUT / "weights"  # the same conversions as Keras 3 .weights.h5 (checked in the model of raw/)
+    shutil.rmtree(wdir, ignore_errors=True)
+    wdir.mkdir(parents=True)
     scratch = WORK / "scratch"
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
@@ -307,6 +319,15 @@ def cmd_convert(args):
         fell_back = [ln for ln in r.stderr.splitlines() if "streaming writer:" in ln]
         if fell_back:
             fallbacks[name] = fell_back[0].strip()
+        wname = name[:-len(".keras")] + ".weights.h5"
+        r = run([*gruconv, "convert", src, scratch / wname, *extra], env=env, check=False, capture=True)
+        if r.returncode != 0 or not (scratch / wname).exists():
+            log_lines.append(f"{wname}: exit {r.returncode}: {r.stderr.strip().splitlines()[-1:]}")
+            continue
+        shutil.copy2(scratch / wname, wdir / wname)
+        fell_back = [ln for ln in r.stderr.splitlines() if "streaming writer:" in ln]
+        if fell_back:
+            fallbacks[wname] = fell_back[0].strip()
     # A compiled model converted under the torch backend (its optimizer's class is recorded).
     newest = env_name(KERAS_VERSIONS[-1], "torch")
     py = env_python(newest)
@@ -322,7 +343,8 @@ def cmd_convert(args):
             log_lines.append(f"{name}: exit {r.returncode}: {r.stderr.strip().splitlines()[-1:]}")
     (OUT / "convert.log").write_text("\n".join(log_lines) + "\n")
     (OUT / "convert.json").write_text(json.dumps({"failed": log_lines, "keras_built": fallbacks,
-                                                  "converted": sorted(p.name for p in raw.glob("*.keras"))},
+                                                  "converted": sorted(p.name for p in raw.glob("*.keras")),
+                                                  "weights": sorted(p.name for p in wdir.glob("*.weights.h5"))},
                                                  indent=1))
     for line in log_lines:
         log("convert:", line)
@@ -351,7 +373,7 @@ def cmd_portable(args):
 def model_dirs(args):
     if args.models:
         return [Path(m).resolve() for m in args.models]
-    return [d for d in (OUT / "raw", OUT / "portable", OUT / "portable_qrfree") if d.exists()]
+    return [d for d in (OUT / "raw", OUT / "weights", OUT / "portable", OUT / "portable_qrfree") if d.exists()]
 
 
 def cmd_reference(args):
@@ -365,6 +387,26 @@ def cmd_reference(args):
     env = dict(os.environ, KERAS_BACKEND="tensorflow", CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3")
     run([PROJECT_PY, __file__, "_worker", "reference", "--worker-models", src, "--worker-ref", REF,
          "--worker-out", REF / "reference.json"], env=env, timeout=1800)
+
+
+def cmd_original(args):
+    """Is the reference what the original model computed?  For every output converted from a legacy
+    Keras HDF5 file (the fixtures tf_keras wrote, weights-only ones with their JSON), tf_keras in the
+    project venv rebuilds the original model with each CuDNNGRU/CuDNNLSTM as the equivalent GRU/LSTM
+    and loads the original file with its own legacy HDF5 loader, which converts the cuDNN weights
+    itself (``_convert_rnn_weights`` in ``tf_keras/src/saving/legacy/hdf5_format.py``; the method of
+    ``tests/test_user_models.py``), runs it on the reference inputs and compares with the reference
+    outputs -> ``.compat/ref/original.json``.  TF1/TF2 checkpoints have no such independent route here."""
+    jobs = {}
+    for name, src, extra in conversions():
+        if src.suffix in (".h5", ".hdf5") and (REF / (name + ".npz")).exists():
+            cfg = str(extra[extra.index("--config") + 1]) if "--config" in extra else None
+            jobs[name] = {"src": str(src), "config": cfg}
+    (REF / "original_jobs.json").write_text(json.dumps(jobs, indent=1))
+    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3")
+    env.pop("PYTHONPATH", None)
+    run([PROJECT_PY, __file__, "_worker", "original", "--worker-ref", REF,
+         "--worker-out", REF / "original.json"], env=env, timeout=1800)
 
 
 def cmd_check(args):
@@ -464,7 +506,8 @@ def _convert_summary() -> list:
         return []
     c = json.loads(f.read_text())
     lines = [f"- Convert step: {len(c['converted'])} `.keras` outputs from the fixtures (`conversions()` in the "
-             f"script); {len(c['failed'])} conversion(s) failed"
+             f"script) and the same conversions as {len(c.get('weights', []))} `.weights.h5`; "
+             f"{len(c['failed'])} conversion(s) failed"
              + (": " + "; ".join(f"`{x[:200]}`" for x in c["failed"]) if c["failed"] else "") + "."]
     kb = c.get("keras_built", {})
     lines.append("- Written by the streaming writer (no Keras import): "
@@ -567,13 +610,16 @@ def cmd_report(args):
 
         title = {"raw": "Raw gruconv outputs",
                  "portable": "The same outputs through `gruconv.keras_portable.rewrite_keras_zip`",
-                 "portable_qrfree": "float16 outputs through `rewrite_keras_zip(..., qr_free_low_precision=True)`"
+                 "portable_qrfree": "float16 outputs through `rewrite_keras_zip(..., qr_free_low_precision=True)`",
+                 "weights": "`.weights.h5` outputs, loaded into the model built from the `.keras` output's config "
+                            "(`keras.models.model_from_json(config.json)` + `model.load_weights`)"
                  }.get(d.name, f"`{d}`")
         L += [f"## {title}", "", f"Directory: `{os.path.relpath(d, ROOT)}` ({len(names)} models).", ""]
         L.append("| model | " + " | ".join(f"{_short(v)} {abbrev.get(b, b)}" for v, b in envs) + " |")
         L.append("|---|" + "---|" * len(envs))
         for m in names:
-            L.append(f"| {m[:-len('.keras')]} | " + " | ".join(cell(res[e], m) for e in envs) + " |")
+            shown = m[:-len(".weights.h5")] if m.endswith(".weights.h5") else m[:-len(".keras")]
+            L.append(f"| {shown} | " + " | ".join(cell(res[e], m) for e in envs) + " |")
         ok = [sum(1 for m in names if res[e].get("models", {}).get(m, {}).get("status") == "ok") for e in envs]
         L.append("| **ok / total** | " + " | ".join(f"{n}/{len(names)}" for n in ok) + " |")
         worst = {}
@@ -646,20 +692,61 @@ def _run_model(keras, np, model, inputs):
     return [np.asarray(keras.ops.convert_to_numpy(o)) for o in _flatten(out)]
 
 
+def _first_embedding(layer):
+    """The Embedding a layer starts with (itself, or the first layer of a nested model), else None."""
+    while layer is not None:
+        if type(layer).__name__ == "Embedding":
+            return layer
+        inner = [la for la in getattr(layer, "layers", []) if type(la).__name__ != "InputLayer"]
+        layer = inner[0] if inner else None
+    return None
+
+
+def _embedding_of_input(model, t):
+    """The Embedding a model input feeds directly (through nested models' first layers), else None.
+    tf_keras wrote a float32 InputLayer in front of a Sequential's Embedding, and Keras 3 keeps it:
+    such an input must still hold token ids (a random normal float casts to -1, which Keras's
+    ``ops.take`` wraps to the last row and tf_keras's gather refuses)."""
+    layers = [la for la in getattr(model, "layers", []) if type(la).__name__ != "InputLayer"]
+    if type(model).__name__ == "Sequential":
+        return _first_embedding(layers[0]) if layers else None
+    for la in layers:
+        try:
+            ins = _flatten(la.input)
+        except Exception:  # noqa: BLE001 - a layer called more than once has no single input
+            continue
+        if any(x is t for x in ins):
+            emb = _first_embedding(la)
+            if emb is not None:
+                return emb
+    return None
+
+
 def _make_inputs(np, model, seed):
     rng = np.random.default_rng(seed)
     vocab = min([getattr(la, "input_dim", 10**9) for la in _all_layers(model)
                  if type(la).__name__ == "Embedding"] or [10])
     arrays = []
     for t in model.inputs:
-        shape = [d if d is not None else (BATCH if i == 0 else STEPS) for i, d in enumerate(t.shape)]
+        dims = list(t.shape)
+        # A Sequential whose first layer is a nested model with a fixed input length: Keras 3 (like
+        # its legacy loader) gives the outer model a free length, the inner one still needs its own.
+        first = [la for la in getattr(model, "layers", []) if type(la).__name__ != "InputLayer"][:1]
+        if type(model).__name__ == "Sequential" and first and getattr(first[0], "inputs", None):
+            inner = list(first[0].inputs[0].shape)
+            if len(inner) == len(dims):
+                dims = [d if d is not None else e for d, e in zip(dims, inner)]
+        shape = [d if d is not None else (BATCH if i == 0 else STEPS) for i, d in enumerate(dims)]
         dtype = str(getattr(t.dtype, "name", t.dtype))
+        emb = None if dtype == "bool" or "int" in dtype else _embedding_of_input(model, t)
         if dtype == "bool":
             lengths = rng.integers(1, shape[1] + 1, size=shape[0])
             lengths[0] = shape[1]
             arrays.append(np.arange(shape[1])[None, :] < lengths[:, None])
         elif "int" in dtype:
             arrays.append(rng.integers(0, vocab, size=shape).astype(dtype))
+        elif emb is not None:  # token ids in a float input (see _embedding_of_input)
+            arrays.append(rng.integers(0, emb.input_dim, size=shape).astype(dtype))
         else:
             arrays.append(rng.normal(size=shape).astype(dtype))
     return arrays
@@ -751,6 +838,69 @@ def probe(args):
     Path(args.worker_out).write_text(json.dumps({"keras": keras.__version__, "rejected": found}, indent=1))
 
 
+def original(args):
+    """tf_keras's own outputs of each original legacy HDF5 model on the reference inputs (cmd_original)."""
+    import warnings
+
+    import h5py
+    import numpy as np
+    warnings.simplefilter("ignore")
+    import tf_keras
+
+    options = {"CuDNNGRU": ("GRU", dict(activation="tanh", recurrent_activation="sigmoid", reset_after=True,
+                                        use_bias=True)),
+               "CuDNNLSTM": ("LSTM", dict(activation="tanh", recurrent_activation="sigmoid", use_bias=True))}
+
+    def rewrite(obj):
+        if isinstance(obj, dict):
+            if obj.get("class_name") in options:
+                cls, opts = options[obj["class_name"]]
+                obj["class_name"] = cls
+                obj["config"].update(opts)
+            for v in obj.values():
+                rewrite(v)
+        elif isinstance(obj, list):
+            for v in obj:
+                rewrite(v)
+        return obj
+
+    ref = Path(args.worker_ref)
+    jobs = json.loads((ref / "original_jobs.json").read_text())
+    results = {"tf_keras": tf_keras.__version__, "models": {}}
+    for name, job in sorted(jobs.items()):
+        r = results["models"][name] = {}
+        try:
+            if job["config"]:
+                cfg = json.loads(Path(job["config"]).read_text())
+            else:
+                with h5py.File(job["src"], "r") as f:
+                    raw = f.attrs["model_config"]
+                cfg = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
+            text = json.dumps(cfg)
+            if '"CuDNNGRU"' not in text and '"CuDNNLSTM"' not in text:
+                r.update(status="error", error="no CuDNN layer in the original config")
+                continue
+            f16 = "float16" in text
+            model = tf_keras.models.model_from_json(json.dumps(rewrite(cfg)))
+            model.load_weights(job["src"])
+            with np.load(ref / (name + ".npz")) as z:
+                inputs = [z[f"in_{i}"] for i in range(sum(k.startswith("in_") for k in z.files))]
+                want = [z[f"out_{i}"] for i in range(sum(k.startswith("out_") for k in z.files))]
+            out = model(inputs if len(inputs) > 1 else inputs[0], training=False)
+            got = [np.asarray(o) for o in _flatten(out)]
+            if len(got) != len(want) or any(g.shape != w.shape for g, w in zip(got, want)):
+                r.update(status="mismatch", error=f"outputs {[g.shape for g in got]} vs reference "
+                                                  f"{[w.shape for w in want]}")
+                continue
+            err = max(float(np.max(np.abs(g.astype("float64") - w.astype("float64")))) if g.size else 0.0
+                      for g, w in zip(got, want))
+            tol = TOL_F16 if f16 else TOL
+            r.update(status="ok" if err <= tol else "mismatch", max_abs=err, tol=tol)
+        except Exception as e:  # noqa: BLE001 - every failure is a row
+            r.update(status="error", error=_root_error(e))
+    Path(args.worker_out).write_text(json.dumps(results, indent=1))
+
+
 def worker(args):
     import warnings
     import zipfile
@@ -760,15 +910,21 @@ def worker(args):
     warnings.simplefilter("ignore")
     import keras
 
-    models = sorted(Path(args.worker_models).glob("*.keras"))
+    mdir = Path(args.worker_models)
+    # A "weights" directory holds .weights.h5 files, each checked in the model built from the config
+    # of the .keras of the same conversion (raw/ beside it); any other holds .keras files.
+    weights_mode = mdir.name == "weights" and args.mode == "check"
+    models = sorted(mdir.glob("*.weights.h5" if weights_mode else "*.keras"))
     ref = Path(args.worker_ref)
     results = {"keras": keras.__version__, "backend": keras.backend.backend(), "models": {}}
     for path in models:
         r = {}
         results["models"][path.name] = r
+        keras_name = path.name[:-len(".weights.h5")] + ".keras" if weights_mode else path.name
         try:
-            with zipfile.ZipFile(path) as z:
-                f16 = "float16" in z.read("config.json").decode("utf-8", "replace")
+            with zipfile.ZipFile(mdir.parent / "raw" / keras_name if weights_mode else path) as z:
+                config_text = z.read("config.json").decode("utf-8", "replace")
+            f16 = "float16" in config_text
             t = time.time()
             if args.mode == "reference":
                 # compile=False: the reference needs the architecture and weights only (a model
@@ -780,14 +936,18 @@ def worker(args):
                          **{f"out_{i}": a for i, a in enumerate(outs)})
                 r.update(status="ok", float16=f16, n_in=len(inputs), n_out=len(outs))
             else:
-                refpath = ref / (path.name + ".npz")
+                refpath = ref / (keras_name + ".npz")
                 if not refpath.exists():
                     r.update(status="error", error="no reference (the reference run could not load it)")
                     continue
                 with np.load(refpath) as z:
                     inputs = [z[f"in_{i}"] for i in range(sum(k.startswith("in_") for k in z.files))]
                     want = [z[f"out_{i}"] for i in range(sum(k.startswith("out_") for k in z.files))]
-                model = keras.saving.load_model(str(path))  # plain: default arguments, safe mode
+                if weights_mode:
+                    model = keras.models.model_from_json(config_text)
+                    model.load_weights(str(path))
+                else:
+                    model = keras.saving.load_model(str(path))  # plain: default arguments, safe mode
                 r["load_s"] = round(time.time() - t, 2)
                 got = _run_model(keras, np, model, inputs)
                 if len(got) != len(want) or any(g.shape != w.shape for g, w in zip(got, want)):
@@ -818,9 +978,9 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.steps[:1] == ["_worker"]:
         args.mode = args.steps[1]
-        return probe(args) if args.mode == "probe" else worker(args)
+        return {"probe": probe, "original": original}.get(args.mode, worker)(args)
     if args.steps == ["all"]:
-        args.steps = ["build", "convert", "reference", "check", "probe", "vocab", "report"]
+        args.steps = ["build", "convert", "reference", "original", "check", "probe", "vocab", "report"]
     for s in args.steps:
         globals()[f"cmd_{s}"](args)
 
