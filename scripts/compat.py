@@ -631,7 +631,7 @@ def cmd_report(args):
                 legend[msg] = f"E{len(legend) + 1}"
             return legend[msg]
 
-        title = {"raw": "Raw gruconv outputs",
+        title = {"raw": "The `.keras` outputs of `gruconv convert` (streaming writer)",
                  "portable": "The same outputs through `gruconv.keras_portable.rewrite_keras_zip`",
                  "portable_qrfree": "float16 outputs through `rewrite_keras_zip(..., qr_free_low_precision=True)`",
                  "weights": "`.weights.h5` outputs, loaded into the model built from the `.keras` output's config "
@@ -647,13 +647,15 @@ def cmd_report(args):
             L.append(f"| {shown} | " + " | ".join(cell(res[e], m) for e in denvs) + " |")
         ok = [sum(1 for m in names if res[e].get("models", {}).get(m, {}).get("status") == "ok") for e in denvs]
         L.append("| **ok / total** | " + " | ".join(f"{n}/{len(names)}" for n in ok) + " |")
-        worst = {}
-        for e in denvs:
-            for m, c in res[e].get("models", {}).items():
-                if c.get("status") == "ok":
-                    worst[e] = max(worst.get(e, 0.0), c.get("max_abs", 0.0))
-        L.append("| max abs (ok cells) | " + " | ".join(f"{worst[e]:.1e}" if e in worst else "-" for e in denvs)
-                 + " |")
+        for label, f16 in (("float32", False), ("float16", True)):
+            worst = {}
+            for e in denvs:
+                for m, c in res[e].get("models", {}).items():
+                    if c.get("status") == "ok" and (c.get("tol") == TOL_F16) == f16:
+                        worst[e] = max(worst.get(e, 0.0), c.get("max_abs", 0.0))
+            if worst:
+                L.append(f"| max abs, {label} models (ok cells) | "
+                         + " | ".join(f"{worst[e]:.1e}" if e in worst else "-" for e in denvs) + " |")
         if legend:
             L += ["", "Errors (first line):", ""]
             for msg, code in legend.items():

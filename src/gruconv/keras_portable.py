@@ -7,9 +7,10 @@ file (``GlorotUniform.__init__() got an unexpected keyword argument 'input_axes'
 argument only holds its default value.  :func:`portable_config` drops exactly those keys, and only
 while they hold the value that makes them a no-op; everything else is left as written.
 
-The tables :data:`DROP_IF_DEFAULT` and :data:`DROP_WHEN_OFF` were read off the Keras sources (each entry names the release that
-added the argument and the file) and is checked by ``scripts/compat.py`` (the compatibility matrix
-in ``docs/compatibility.md``: raw outputs vs outputs passed through :func:`rewrite_keras_zip`).
+The tables :data:`DROP_IF_DEFAULT` and :data:`DROP_WHEN_OFF` were read off the Keras sources (each
+entry names the release that added the argument and the file) and are checked by ``scripts/compat.py``
+(``docs/compatibility.md``): every streamed fixture output loaded on Keras 3.8-3.15, and its ``vocab``
+step, which deserializes every class the streaming writer can write on each release.
 
 No framework import: this works on the JSON document and the zip container only.
 """
