@@ -62,11 +62,10 @@ RESULTS = WORK / "results"
 DOC = ROOT / "docs" / "compatibility.md"
 NOTES_MARKER = "<!-- notes: everything below is kept when scripts/compat.py rewrites this file -->"
 
-# Keras releases tested: every minor release from the contract's floor (3.8) to the newest, each at
-# its latest patch where the matrix was first run at .0 (3.9.2, 3.11.3, 3.13.2 added 2026-11-27: 3.13
-# added `quantization_config`, 3.14 BatchNormalization's renorm keys).  3.3 is a floor probe (below
-# the contract's 3.8); 3.14 is the last release before the one the project venv has (3.15 writes keys
-# 3.14 does not know).
+# Keras releases tested: every minor release from the contract's floor (3.8) to the newest (3.9.2,
+# 3.11.3 and 3.13.2, at their latest patch, added 2026-11-27: 3.13 added `quantization_config`, 3.14
+# BatchNormalization's renorm keys).  3.3 is a floor probe (below the contract's 3.8); 3.14 is the last
+# release before the one the project venv has (3.15 writes keys 3.14 does not know).
 KERAS_VERSIONS = ["3.3.3", "3.8.0", "3.9.2", "3.10.0", "3.11.3", "3.12.0", "3.13.2", "3.14.0", "3.15.1"]
 BACKENDS = ["tensorflow", "jax", "torch"]
 # JAX of each Keras release's era (a newer jax may drop APIs an old Keras uses).
