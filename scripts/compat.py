@@ -12,16 +12,25 @@ Run with the project venv (``make compat`` = ``.venv/bin/python scripts/compat.p
                + ``jaxlib`` of the Keras release's era; torch: the CPU-only wheel
                (``torch==2.13.0+cpu``, from pip's find-links here) installed once into
                ``.compat/_torch`` and shared through a ``.pth`` file.  Idempotent (a stamp per env).
-``convert``    every fixture with something to convert -> ``.compat/out/raw/*.keras`` (the project's
-               ``gruconv convert``; once).
-``portable``   each raw output through ``gruconv.keras_portable.rewrite_keras_zip`` ->
-               ``.compat/out/portable/``.
+``convert``    every fixture with something to convert (``conversions()``: fixtures/keras, keras_lstm,
+               keras_user, trained, tf1, tf1_lstm, tf2) -> ``.compat/out/raw/*.keras``, and the same
+               conversions -> ``.compat/out/weights/*.weights.h5`` (this checkout's ``src/`` through
+               ``python -m gruconv``; ``convert.json`` records failures and any conversion the
+               streaming writer refused so that Keras wrote it).
+``portable``   (not in ``all``) each raw output through ``gruconv.keras_portable.rewrite_keras_zip`` ->
+               ``.compat/out/portable/``.  The streaming writer already applies ``portable_config``,
+               so this only documents the function's settings now.
 ``reference``  fixed random inputs per model and the outputs of the newest Keras on TensorFlow
                (the project venv) -> ``.compat/ref/``.  The reference is always computed from the
                raw outputs when they exist (the same weights), else from the tested directory.
 ``check``      in every env, for every model of each tested directory: plain
                ``keras.saving.load_model(path)`` (default arguments, safe mode), run on the inputs,
-               compare with the reference (max abs <= 1e-5; 4e-3 for float16 models).
+               compare with the reference (max abs <= 1e-5; 4e-3 for float16 models).  A ``weights``
+               directory: ``keras.models.model_from_json`` of the ``.keras``'s config +
+               ``load_weights(x.weights.h5)``.
+``probe``      every serialized object of every raw output deserialized alone in each TensorFlow env:
+               the keys each release rejects.
+``vocab``      the same for every class the streaming writer can write (``gruconv.keras3_defaults``).
 ``report``     ``docs/compatibility.md``: one matrix per tested directory.
 
 Rerun after a gruconv change: ``python scripts/compat.py all`` (rebuilds the outputs), or test
@@ -44,7 +53,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT_PY = ROOT / ".venv" / "bin" / "python"
-GRUCONV = ROOT / ".venv" / "bin" / "gruconv"
 WORK = ROOT / ".compat"
 ENVS = WORK / "envs"
 TORCH_BASE = WORK / "_torch"
@@ -54,12 +62,15 @@ RESULTS = WORK / "results"
 DOC = ROOT / "docs" / "compatibility.md"
 NOTES_MARKER = "<!-- notes: everything below is kept when scripts/compat.py rewrites this file -->"
 
-# Keras releases tested.  3.3 is a floor probe (below the contract's 3.8); 3.14 is the last
+# Keras releases tested: every minor release from the contract's floor (3.8) to the newest (3.9.2,
+# 3.11.3 and 3.13.2, at their latest patch, added 2026-11-27: 3.13 added `quantization_config`, 3.14
+# BatchNormalization's renorm keys).  3.3 is a floor probe (below the contract's 3.8); 3.14 is the last
 # release before the one the project venv has (3.15 writes keys 3.14 does not know).
-KERAS_VERSIONS = ["3.3.3", "3.8.0", "3.10.0", "3.12.0", "3.14.0", "3.15.1"]
+KERAS_VERSIONS = ["3.3.3", "3.8.0", "3.9.2", "3.10.0", "3.11.3", "3.12.0", "3.13.2", "3.14.0", "3.15.1"]
 BACKENDS = ["tensorflow", "jax", "torch"]
 # JAX of each Keras release's era (a newer jax may drop APIs an old Keras uses).
-JAX_FOR = {"3.3": "0.4.26", "3.8": "0.4.38", "3.10": "0.6.2", "3.12": "0.7.2", "3.14": "0.9.0"}
+JAX_FOR = {"3.3": "0.4.26", "3.8": "0.4.38", "3.9": "0.5.3", "3.10": "0.6.2", "3.11": "0.7.0", "3.12": "0.7.2",
+           "3.13": "0.8.1", "3.14": "0.9.0"}
 JAX_DEFAULT = "0.10.2"
 TORCH_SPEC = "torch==2.13.0+cpu"
 TOL = 1e-5
@@ -67,13 +78,37 @@ TOL_F16 = 4e-3  # gruconv.verify.FLOAT16_TOLERANCE_FLOOR
 
 # Fixture -> conversions.  (output name, input, extra args)
 KERAS_SKIP = {"plain_gru.h5"}  # nothing to convert (gruconv exits 0, writes nothing)
-TF1_SKIP = {"disagree"}  # canonical tensors and opaque buffer disagree: refused by design
-TF1_ARGS = {
-    "tf14_opaque_only": ["--variable", "encoder/cudnn_params", "--num-units", "7", "--input-size", "5",
-                         "--num-layers", "1", "--direction", "uni"],
-    "opaque_only_skip_uni": ["--input-mode", "skip"],
-    "opaque_only_skip_bidir": ["--input-mode", "skip", "--direction", "bi"],
+#: Weights-only HDF5 files and the architecture JSON(s) each needs for a .keras (fixture dir, file):
+#: [configs].  tf2/generic_*.h5 have generic names and no architecture at all: not converted.
+WEIGHTS_ONLY = {
+    ("keras", "weights_only.h5"): ["weights_only.json", "weights_only.new_style.json"],
+    ("keras_lstm", "weights_only.h5"): ["weights_only.json"],
+    ("keras_user", "json_config_weights.h5"): ["json_config.json"],
+    ("trained", "gru2_weights.h5"): ["gru2.json"],
+    ("trained", "lstm2_weights.h5"): ["lstm2.json"],
+    ("trained", "bilstm_weights.h5"): ["bilstm.json"],
 }
+H5_DIRS = ["keras", "keras_lstm", "keras_user", "trained"]  # legacy Keras HDF5 fixtures
+TF1_DIRS = ["tf1", "tf1_lstm"]
+# (The "disagree" checkpoints, canonical tensors and opaque buffer in another layout, convert from the
+# canonical tensors with a one-line warning; until 2026-11-26 gruconv refused the GRU one.)
+TF1_SKIP: set = set()
+TF1_ARGS = {
+    ("tf1", "tf14_opaque_only"): ["--variable", "encoder/cudnn_params", "--num-units", "7", "--input-size", "5",
+                                  "--num-layers", "1", "--direction", "uni"],
+    ("tf1", "opaque_only_skip_uni"): ["--input-mode", "skip"],
+    ("tf1", "opaque_only_skip_bidir"): ["--input-mode", "skip", "--direction", "bi"],
+    # shapes from fixtures/tf1_lstm/manifest.json
+    ("tf1_lstm", "tf14_opaque_only"): ["--variable", "decoder/lstm_params", "--cell", "lstm", "--num-units", "7",
+                                       "--input-size", "5", "--num-layers", "1", "--direction", "uni"],
+    ("tf1_lstm", "opaque_only_skip_uni"): ["--input-mode", "skip", "--num-units", "6", "--input-size", "6",
+                                           "--num-layers", "2", "--direction", "uni"],
+    ("tf1_lstm", "opaque_only_skip_bidir"): ["--input-mode", "skip", "--direction", "bi", "--num-units", "8",
+                                             "--input-size", "8", "--num-layers", "1"],
+}
+#: Checkpoints holding several stacks: one conversion per scope.
+TF1_SCOPES = {("tf1", "multi_stack"): ["encoder/cudnn_gru", "decoder/cudnn_gru"],
+              ("tf1_lstm", "canonical_only_stacked"): ["cudnn_lstm", "cudnn_lstm_1"]}
 EXTRA = [  # option variants worth a column of their own
     ("tf1_layer_bidir_states.keras", "fixtures/tf1/layer_bidir", ["--initial-state", "--return-state"]),
     ("tf1_layer_varlen_mask.keras", "fixtures/tf1/layer_varlen",
@@ -200,25 +235,38 @@ def cmd_build(args):
 # --------------------------------------------------------------------------------------- convert
 
 def conversions():
-    """(output name, input path, extra args) for every fixture with something to convert."""
+    """(output name, input path, extra args) for every fixture with something to convert: the legacy
+    Keras HDF5 fixtures (weights-only ones with their architecture JSON), the TF1 checkpoints (GRU and
+    LSTM, with the shape hints those without a stored shape need), the trained models' TF1 checkpoints,
+    and the TF2 checkpoints / SavedModels with the ``model.json`` written beside them."""
+    fx = ROOT / "fixtures"
     jobs = []
-    for f in sorted((ROOT / "fixtures" / "keras").glob("*.h5")):
-        if f.name in KERAS_SKIP:
-            continue
-        if f.name == "weights_only.h5":  # weights-only: a .keras needs the architecture
-            for cfg in sorted(f.parent.glob("weights_only*.json")):
-                stem = cfg.name[:-len(".json")].replace(".", "_")
-                jobs.append((f"keras_{stem}.keras", f, ["--config", cfg]))
-            continue
-        jobs.append((f"keras_{f.stem}.keras", f, []))
-    for d in sorted(p for p in (ROOT / "fixtures" / "tf1").iterdir() if p.is_dir()):
-        if d.name in TF1_SKIP:
-            continue
-        if d.name == "multi_stack":
-            for scope in ("encoder/cudnn_gru", "decoder/cudnn_gru"):
-                jobs.append((f"tf1_multi_stack_{scope.split('/')[0]}.keras", d, ["--rnn", scope]))
-            continue
-        jobs.append((f"tf1_{d.name}.keras", d, TF1_ARGS.get(d.name, [])))
+    for dname in H5_DIRS:
+        prefix = "keras" if dname == "keras" else dname
+        for f in sorted([*(fx / dname).glob("*.h5"), *(fx / dname).glob("*.hdf5")]):
+            if dname == "keras" and f.name in KERAS_SKIP:
+                continue
+            if (dname, f.name) in WEIGHTS_ONLY:  # weights-only: a .keras needs the architecture
+                for cfg in WEIGHTS_ONLY[(dname, f.name)]:
+                    stem = cfg[:-len(".json")].replace(".", "_")
+                    tag = f.stem if dname in ("keras_user", "trained") else stem
+                    jobs.append((f"{prefix}_{tag}.keras", f, ["--config", fx / dname / cfg]))
+                continue
+            jobs.append((f"{prefix}_{f.stem}.keras", f, []))
+    for f in sorted((fx / "trained").glob("*.tf1")):
+        jobs.append((f"trained_{f.stem}_tf1.keras", f, []))
+    for dname in TF1_DIRS:
+        for d in sorted(p for p in (fx / dname).iterdir() if p.is_dir()):
+            if (dname, d.name) in TF1_SKIP:
+                continue
+            if (dname, d.name) in TF1_SCOPES:
+                for scope in TF1_SCOPES[(dname, d.name)]:
+                    jobs.append((f"{dname}_{d.name}_{scope.split('/')[0]}.keras", d, ["--rnn", scope]))
+                continue
+            jobs.append((f"{dname}_{d.name}.keras", d, TF1_ARGS.get((dname, d.name), [])))
+    for d in sorted(p for p in (fx / "tf2").iterdir() if p.is_dir()):
+        extra = ["--config", d / "model.json"] if (d / "model.json").exists() else []
+        jobs.append((f"tf2_{d.name}.keras", d, extra))
     for name, src, extra in EXTRA:
         jobs.append((name, ROOT / src, extra))
     return jobs
@@ -229,12 +277,18 @@ def cmd_convert(args):
     if raw.exists():
         shutil.rmtree(raw)
     raw.mkdir(parents=True)
+    wdir = OUT / "weights"  # the same conversions as Keras 3 .weights.h5 (checked in the model of raw/)
+    shutil.rmtree(wdir, ignore_errors=True)
+    wdir.mkdir(parents=True)
     scratch = WORK / "scratch"
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3")
+    # This checkout's gruconv, never the one the venv's console script points at (the shared venv's
+    # editable install may be another worktree's: the first streamed run here converted with it).
     src_dir = ROOT / "src"
-    gruconv = [GRUCONV]
+    env["PYTHONPATH"] = str(src_dir)
+    gruconv = [PROJECT_PY, "-m", "gruconv"]
     if args.gruconv_rev:  # a committed revision, not the working tree (which may be mid-edit)
         snap = WORK / "gruconv-src"
         shutil.rmtree(snap, ignore_errors=True)
@@ -246,31 +300,43 @@ def cmd_convert(args):
         subprocess.run(["tar", "-x", "-C", str(snap)], input=archive, check=True)
         src_dir = snap / "src"
         env["PYTHONPATH"] = str(src_dir)
-        gruconv = [PROJECT_PY, "-m", "gruconv"]
         (OUT / "gruconv-rev.txt").write_text(rev + "\n")
     else:
-        (OUT / "gruconv-rev.txt").write_text("working tree\n")
+        head = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"], text=True,
+                              capture_output=True).stdout.strip() or "?"
+        (OUT / "gruconv-rev.txt").write_text(f"working tree ({head})\n")
     log_lines = []
+    fallbacks = {}
     for name, src, extra in conversions():
         r = run([*gruconv, "convert", src, scratch / name, *extra], env=env, check=False, capture=True)
         if r.returncode != 0 or not (scratch / name).exists():
             log_lines.append(f"{name}: exit {r.returncode}: {r.stderr.strip().splitlines()[-1:]}")
             continue
         shutil.copy2(scratch / name, raw / name)
-    # A compiled model converted under the torch backend (its optimizer's class is recorded).
-    newest = env_name(KERAS_VERSIONS[-1], "torch")
-    py = env_python(newest)
-    if py.exists() and (ENVS / newest / ".compat-stamp").exists():
-        subprocess.run([str(py), "-m", "pip", "install", "--quiet", "click", "google-crc32c"], check=False)
-        name = "keras_options_torch_backend.keras"
-        tenv = dict(env, KERAS_BACKEND="torch", PYTHONPATH=str(src_dir))
-        r = run([py, "-m", "gruconv", "convert", ROOT / "fixtures/keras/options.h5", scratch / name],
-                env=tenv, check=False, capture=True)
-        if r.returncode == 0 and (scratch / name).exists():
-            shutil.copy2(scratch / name, raw / name)
-        else:
-            log_lines.append(f"{name}: exit {r.returncode}: {r.stderr.strip().splitlines()[-1:]}")
+        # The contract is about the streamed outputs: a conversion the streaming writer refused
+        # and Keras wrote instead (writers/keras_model.py's one-line warning) is named in the report.
+        fell_back = [ln for ln in r.stderr.splitlines() if "streaming writer:" in ln]
+        if fell_back:
+            fallbacks[name] = fell_back[0].strip()
+        if name in {n for n, _, _ in EXTRA}:  # graph options: gruconv refuses them for .weights.h5 (exit 2)
+            continue
+        wname = name[:-len(".keras")] + ".weights.h5"
+        r = run([*gruconv, "convert", src, scratch / wname, *extra], env=env, check=False, capture=True)
+        if r.returncode != 0 or not (scratch / wname).exists():
+            log_lines.append(f"{wname}: exit {r.returncode}: {r.stderr.strip().splitlines()[-1:]}")
+            continue
+        shutil.copy2(scratch / wname, wdir / wname)
+        fell_back = [ln for ln in r.stderr.splitlines() if "streaming writer:" in ln]
+        if fell_back:
+            fallbacks[wname] = fell_back[0].strip()
+    # (Until 2026-11-26 a compiled model was also converted under KERAS_BACKEND=torch, whose optimizer
+    # Keras serialized as a torch-only class.  The streaming writer imports no Keras, so that output
+    # equals keras_options; keras_portable's optimizer rewrite stays tested in test_keras_portable.)
     (OUT / "convert.log").write_text("\n".join(log_lines) + "\n")
+    (OUT / "convert.json").write_text(json.dumps({"failed": log_lines, "keras_built": fallbacks,
+                                                  "converted": sorted(p.name for p in raw.glob("*.keras")),
+                                                  "weights": sorted(p.name for p in wdir.glob("*.weights.h5"))},
+                                                 indent=1))
     for line in log_lines:
         log("convert:", line)
     log(f"converted: {len(list(raw.glob('*.keras')))} models in {raw}")
@@ -298,7 +364,7 @@ def cmd_portable(args):
 def model_dirs(args):
     if args.models:
         return [Path(m).resolve() for m in args.models]
-    return [d for d in (OUT / "raw", OUT / "portable", OUT / "portable_qrfree") if d.exists()]
+    return [d for d in (OUT / "raw", OUT / "weights", OUT / "portable", OUT / "portable_qrfree") if d.exists()]
 
 
 def cmd_reference(args):
@@ -312,6 +378,26 @@ def cmd_reference(args):
     env = dict(os.environ, KERAS_BACKEND="tensorflow", CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3")
     run([PROJECT_PY, __file__, "_worker", "reference", "--worker-models", src, "--worker-ref", REF,
          "--worker-out", REF / "reference.json"], env=env, timeout=1800)
+
+
+def cmd_original(args):
+    """Is the reference what the original model computed?  For every output converted from a legacy
+    Keras HDF5 file (the fixtures tf_keras wrote, weights-only ones with their JSON), tf_keras in the
+    project venv rebuilds the original model with each CuDNNGRU/CuDNNLSTM as the equivalent GRU/LSTM
+    and loads the original file with its own legacy HDF5 loader, which converts the cuDNN weights
+    itself (``_convert_rnn_weights`` in ``tf_keras/src/saving/legacy/hdf5_format.py``; the method of
+    ``tests/test_user_models.py``), runs it on the reference inputs and compares with the reference
+    outputs -> ``.compat/ref/original.json``.  TF1/TF2 checkpoints have no such independent route here."""
+    jobs = {}
+    for name, src, extra in conversions():
+        if src.suffix in (".h5", ".hdf5") and (REF / (name + ".npz")).exists():
+            cfg = str(extra[extra.index("--config") + 1]) if "--config" in extra else None
+            jobs[name] = {"src": str(src), "config": cfg}
+    (REF / "original_jobs.json").write_text(json.dumps(jobs, indent=1))
+    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3")
+    env.pop("PYTHONPATH", None)
+    run([PROJECT_PY, __file__, "_worker", "original", "--worker-ref", REF,
+         "--worker-out", REF / "original.json"], env=env, timeout=1800)
 
 
 def cmd_check(args):
@@ -352,8 +438,122 @@ def cmd_probe(args):
              "--worker-out", RESULTS / f"probe__{v}.json"], env=env, check=False, timeout=1800, capture=True)
 
 
+#: Values for the required constructor arguments of the vocabulary's classes (``cmd_vocab``).
+_SAMPLE = {"input_dim": 3, "output_dim": 2, "units": 2, "rate": 0.5, "stddev": 0.1, "activation": "relu",
+           "target_shape": [2], "dims": [1], "n": 2, "axes": 1, "filters": 2, "kernel_size": [2], "pool_size": [2]}
+
+
+def cmd_vocab(args):
+    """Every class the streaming writer can write (``gruconv.keras3_defaults``: layers, initializers,
+    regularizers, constraints, optimizers), each with every argument at its Keras 3.15.1 default
+    (required ones from ``_SAMPLE``) and passed through ``gruconv.keras_portable.portable_config`` as
+    the writer does, deserialized on its own in the TensorFlow env of each release (the ``probe``
+    worker): the classes and keys a release refuses, fixtures or not."""
+    import copy
+    import zipfile
+
+    sys.path.insert(0, str(ROOT / "src"))
+    from gruconv.keras3_defaults import DEFAULTS
+    from gruconv.keras_portable import portable_config
+
+    objs = []
+    for table in ("layers", "initializers", "regularizers", "constraints", "optimizers"):
+        for cls, entry in sorted(DEFAULTS[table].items()):
+            cfg = copy.deepcopy(entry["config"])
+            if cls == "InputLayer":
+                cfg["batch_shape"] = [None, 3, 4]
+            else:
+                cfg.update({k: _SAMPLE[k] for k in entry.get("required", [])})
+            if table == "layers":
+                cfg["name"] = f"v_{cls.lower()}"
+            objs.append({"module": entry["module"], "class_name": cls, "config": cfg, "registered_name": None})
+    doc = portable_config({"module": "keras", "class_name": "Functional", "config": {"layers": objs}})
+    d = OUT / "vocab"
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(parents=True)
+    with zipfile.ZipFile(d / "vocabulary.keras", "w") as z:
+        z.writestr("config.json", json.dumps(doc))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    for v in args.versions:
+        name = env_name(v, "tensorflow")
+        if not (ENVS / name / ".compat-stamp").exists():
+            continue
+        env = dict(os.environ, KERAS_BACKEND="tensorflow", CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3")
+        env.pop("PYTHONPATH", None)
+        run([env_python(name), __file__, "_worker", "probe", "--worker-models", d,
+             "--worker-out", RESULTS / f"vocab__{v}.json"], env=env, check=False, timeout=1800, capture=True)
+    log(f"vocab: {len(objs)} classes probed")
+
+
 def _short(v: str) -> str:
     return ".".join(v.split(".")[:2]) if v.endswith(".0") else v
+
+
+def _convert_summary() -> list:
+    """Header lines from the convert step's record: how many fixtures converted, which failed, and
+    which the streaming writer refused so that Keras wrote them (not streamed outputs)."""
+    f = OUT / "convert.json"
+    if not f.exists():
+        return []
+    c = json.loads(f.read_text())
+    lines = [f"- Convert step: {len(c['converted'])} `.keras` outputs from the fixtures (`conversions()` in the "
+             f"script) and the same conversions as {len(c.get('weights', []))} `.weights.h5`; "
+             f"{len(c['failed'])} conversion(s) failed"
+             + (": " + "; ".join(f"`{x[:200]}`" for x in c["failed"]) if c["failed"] else "") + "."]
+    kb = c.get("keras_built", {})
+    lines.append("- Written by the streaming writer (no Keras import): "
+                 + (f"all but {len(kb)}, which fell back to the Keras-built route: "
+                    + "; ".join(f"{k} (`{v[:160]}`)" for k, v in sorted(kb.items())) if kb else "all of them") + ".")
+    return lines
+
+
+def _probe_table(prefix: str, title: str, intro: str) -> list:
+    probes = sorted(RESULTS.glob(f"{prefix}__*.json"),
+                    key=lambda p: [int(x) for x in p.stem.split("__")[1].split(".")])
+    if not probes:
+        return []
+
+    def esc(t):
+        return t.replace("|", "\\|")
+
+    L = [f"## {title}", "", intro, "",
+         "| Keras | class | rejected keys (value in the file) | still fails | first error | models with it |",
+         "|---|---|---|---|---|---|"]
+    for p in probes:
+        d = json.loads(p.read_text())
+        if not d.get("rejected"):
+            L.append(f"| {d['keras']} | - | none | | | |")
+        for cls, r in d.get("rejected", {}).items():
+            keys = ", ".join(f"`{k}`={json.dumps(v)}" for k, v in r["keys"].items()) or "-"
+            L.append(f"| {d['keras']} | `{cls}` | {keys} | {esc(r.get('fails_anyway', '')[:100])} | "
+                     f"{esc(r['error'][:120])} | {len(r['files'])} |")
+    return L + [""]
+
+
+def _original_summary() -> list:
+    """The ``original`` step's result: is the reference what tf_keras computes from the original file?"""
+    f = REF / "original.json"
+    if not f.exists():
+        return []
+    d = json.loads(f.read_text())
+    m = d["models"]
+    ok = {k: v for k, v in m.items() if v["status"] == "ok"}
+    bad = {k: v for k, v in m.items() if v["status"] != "ok"}
+    f16 = [v["max_abs"] for k, v in ok.items() if v["tol"] == TOL_F16]
+    f32 = [v["max_abs"] for k, v in ok.items() if v["tol"] != TOL_F16]
+    L = ["## The reference against the original model (tf_keras)", "",
+         f"Every output converted from a legacy Keras HDF5 fixture ({len(m)} models): tf_keras {d['tf_keras']} "
+         "(project venv) rebuilds the original model with each CuDNNGRU/CuDNNLSTM as the equivalent "
+         "GRU/LSTM, loads the original file with its own legacy HDF5 loader (which converts the cuDNN "
+         "weights itself) and runs it on the reference inputs; max abs difference against the reference "
+         "(`compat.py original`). No gruconv code is involved on this side.", "",
+         f"- agree: **{len(ok)}/{len(m)}**; worst float32 {max(f32, default=0):.1e} (tolerance {TOL:g}), "
+         f"worst float16 {max(f16, default=0):.1e} (tolerance {TOL_F16:g}).",
+         "- nonzero differences: " + (", ".join(f"{k[:-len('.keras')]} {v['max_abs']:.1e}"
+                                                for k, v in sorted(ok.items()) if v["max_abs"] > 0) or "none") + "."]
+    if bad:
+        L.append("- not agreeing: " + "; ".join(f"{k}: {v.get('error', v.get('max_abs'))}" for k, v in sorted(bad.items())))
+    return L + [""]
 
 
 def cmd_report(args):
@@ -383,6 +583,7 @@ def cmd_report(args):
          f"{os.cpu_count()} CPU cores, {mem} RAM, no GPU (all backends on the CPU).",
          f"- Outputs written by gruconv at `{rev}` with Keras {pk[0]} on TensorFlow {pk[1]} "
          f"(project venv; NumPy {pk[2]}, h5py {pk[3]}).",
+         *_convert_summary(),
          f"- Reference outputs: the raw outputs loaded and run in the project venv (Keras {pk[0]}, "
          "TensorFlow backend) on fixed random inputs "
          f"(batch {BATCH}, {STEPS} steps where the time axis is free; seeded by file name).",
@@ -400,9 +601,14 @@ def cmd_report(args):
           "is installed into the env); torch is the CPU-only wheel `torch==2.13.0+cpu` (no `nvidia-*` "
           "packages), shared by the torch envs; JAX is the release of each Keras release's era "
           "(`JAX_FOR` in the script).", ""]
+    L += _original_summary()
     for d in dirs:
+        # columns: the envs this directory was checked in (e.g. .weights.h5 on a subset of releases)
+        denvs = [e for e in envs if (RESULTS / f"{d.name}__{env_name(*e)}.json").exists()]
+        if not denvs:
+            continue
         res = {}
-        for v, b in envs:
+        for v, b in denvs:
             f = RESULTS / f"{d.name}__{env_name(v, b)}.json"
             res[(v, b)] = json.loads(f.read_text()) if f.exists() else {"env_error": "not run"}
         names = sorted({m for r in res.values() for m in r.get("models", {})})
@@ -424,48 +630,48 @@ def cmd_report(args):
                 legend[msg] = f"E{len(legend) + 1}"
             return legend[msg]
 
-        title = {"raw": "Raw gruconv outputs",
+        title = {"raw": "The `.keras` outputs of `gruconv convert` (streaming writer)",
                  "portable": "The same outputs through `gruconv.keras_portable.rewrite_keras_zip`",
-                 "portable_qrfree": "float16 outputs through `rewrite_keras_zip(..., qr_free_low_precision=True)`"
+                 "portable_qrfree": "float16 outputs through `rewrite_keras_zip(..., qr_free_low_precision=True)`",
+                 "weights": "`.weights.h5` outputs, loaded into the model built from the `.keras` output's config "
+                            "(`keras.models.model_from_json(config.json)` + `model.load_weights`)"
                  }.get(d.name, f"`{d}`")
-        L += [f"## {title}", "", f"Directory: `{os.path.relpath(d, ROOT)}` ({len(names)} models).", ""]
-        L.append("| model | " + " | ".join(f"{_short(v)} {abbrev.get(b, b)}" for v, b in envs) + " |")
-        L.append("|---|" + "---|" * len(envs))
+        skipped = [env_name(*e) for e in envs if e not in denvs]
+        L += [f"## {title}", "", f"Directory: `{os.path.relpath(d, ROOT)}` ({len(names)} models)."
+              + (f" Not checked in: {', '.join(skipped)}." if skipped else ""), ""]
+        L.append("| model | " + " | ".join(f"{_short(v)} {abbrev.get(b, b)}" for v, b in denvs) + " |")
+        L.append("|---|" + "---|" * len(denvs))
         for m in names:
-            L.append(f"| {m[:-len('.keras')]} | " + " | ".join(cell(res[e], m) for e in envs) + " |")
-        ok = [sum(1 for m in names if res[e].get("models", {}).get(m, {}).get("status") == "ok") for e in envs]
+            shown = m[:-len(".weights.h5")] if m.endswith(".weights.h5") else m[:-len(".keras")]
+            L.append(f"| {shown} | " + " | ".join(cell(res[e], m) for e in denvs) + " |")
+        ok = [sum(1 for m in names if res[e].get("models", {}).get(m, {}).get("status") == "ok") for e in denvs]
         L.append("| **ok / total** | " + " | ".join(f"{n}/{len(names)}" for n in ok) + " |")
-        worst = {}
-        for e in envs:
-            for m, c in res[e].get("models", {}).items():
-                if c.get("status") == "ok":
-                    worst[e] = max(worst.get(e, 0.0), c.get("max_abs", 0.0))
-        L.append("| max abs (ok cells) | " + " | ".join(f"{worst[e]:.1e}" if e in worst else "-" for e in envs)
-                 + " |")
+        for label, f16 in (("float32", False), ("float16", True)):
+            worst = {}
+            for e in denvs:
+                for m, c in res[e].get("models", {}).items():
+                    if c.get("status") == "ok" and (c.get("tol") == TOL_F16) == f16:
+                        worst[e] = max(worst.get(e, 0.0), c.get("max_abs", 0.0))
+            if worst:
+                L.append(f"| max abs, {label} models (ok cells) | "
+                         + " | ".join(f"{worst[e]:.1e}" if e in worst else "-" for e in denvs) + " |")
         if legend:
             L += ["", "Errors (first line):", ""]
             for msg, code in legend.items():
                 L.append(f"- **{code}**: `{msg}`")
         L.append("")
-    probes = sorted(RESULTS.glob("probe__*.json"), key=lambda p: [int(x) for x in p.stem.split("__")[1].split(".")])
-    if probes:
-        L += ["## Config keys and classes each release rejects", "",
-              "Each serialized object of every raw output's `config.json`, deserialized on its own in the "
-              "TensorFlow env of each release; the keys named by the error (`unexpected keyword argument`, "
-              "`Unrecognized keyword arguments`) are removed until it loads (innermost objects first).", "",
-              "| Keras | class | rejected keys (value in the file) | still fails | first error | models with it |",
-              "|---|---|---|---|---|---|"]
-        for p in probes:
-            d = json.loads(p.read_text())
-            if not d.get("rejected"):
-                L.append(f"| {d['keras']} | - | none | | | |")
-            for cls, r in d.get("rejected", {}).items():
-                keys = ", ".join(f"`{k}`={json.dumps(v)}" for k, v in r["keys"].items()) or "-"
-                def esc(t):
-                    return t.replace("|", "\\|")
-                L.append(f"| {d['keras']} | `{cls}` | {keys} | {esc(r.get('fails_anyway', '')[:100])} | "
-                         f"{esc(r['error'][:120])} | {len(r['files'])} |")
-        L.append("")
+    L += _probe_table(
+        "probe", "Config keys and classes each release rejects",
+        "Each serialized object of every raw output's `config.json`, deserialized on its own in the "
+        "TensorFlow env of each release; the keys named by the error (`unexpected keyword argument`, "
+        "`Unrecognized keyword arguments`) are removed until it loads (innermost objects first).")
+    L += _probe_table(
+        "vocab", "The streaming writer's whole vocabulary on each release",
+        "Every class `gruconv.keras3_config` can write (the tables of `gruconv.keras3_defaults`: layers, "
+        "initializers, regularizers, constraints, optimizers), every argument at its Keras 3.15.1 default "
+        "and passed through `gruconv.keras_portable.portable_config` as the writer does, deserialized on "
+        "its own in the TensorFlow env of each release (`compat.py vocab`), keys removed as above. "
+        "This covers classes no fixture has.")
     # Hand-written analysis below this marker survives a rerun.
     if DOC.exists() and NOTES_MARKER in DOC.read_text():
         L += [NOTES_MARKER + DOC.read_text().split(NOTES_MARKER, 1)[1].rstrip(), ""]
@@ -512,20 +718,61 @@ def _run_model(keras, np, model, inputs):
     return [np.asarray(keras.ops.convert_to_numpy(o)) for o in _flatten(out)]
 
 
+def _first_embedding(layer):
+    """The Embedding a layer starts with (itself, or the first layer of a nested model), else None."""
+    while layer is not None:
+        if type(layer).__name__ == "Embedding":
+            return layer
+        inner = [la for la in getattr(layer, "layers", []) if type(la).__name__ != "InputLayer"]
+        layer = inner[0] if inner else None
+    return None
+
+
+def _embedding_of_input(model, t):
+    """The Embedding a model input feeds directly (through nested models' first layers), else None.
+    tf_keras wrote a float32 InputLayer in front of a Sequential's Embedding, and Keras 3 keeps it:
+    such an input must still hold token ids (a random normal float casts to -1, which Keras's
+    ``ops.take`` wraps to the last row and tf_keras's gather refuses)."""
+    layers = [la for la in getattr(model, "layers", []) if type(la).__name__ != "InputLayer"]
+    if type(model).__name__ == "Sequential":
+        return _first_embedding(layers[0]) if layers else None
+    for la in layers:
+        try:
+            ins = _flatten(la.input)
+        except Exception:  # noqa: BLE001 - a layer called more than once has no single input
+            continue
+        if any(x is t for x in ins):
+            emb = _first_embedding(la)
+            if emb is not None:
+                return emb
+    return None
+
+
 def _make_inputs(np, model, seed):
     rng = np.random.default_rng(seed)
     vocab = min([getattr(la, "input_dim", 10**9) for la in _all_layers(model)
                  if type(la).__name__ == "Embedding"] or [10])
     arrays = []
     for t in model.inputs:
-        shape = [d if d is not None else (BATCH if i == 0 else STEPS) for i, d in enumerate(t.shape)]
+        dims = list(t.shape)
+        # A Sequential whose first layer is a nested model with a fixed input length: Keras 3 (like
+        # its legacy loader) gives the outer model a free length, the inner one still needs its own.
+        first = [la for la in getattr(model, "layers", []) if type(la).__name__ != "InputLayer"][:1]
+        if type(model).__name__ == "Sequential" and first and getattr(first[0], "inputs", None):
+            inner = list(first[0].inputs[0].shape)
+            if len(inner) == len(dims):
+                dims = [d if d is not None else e for d, e in zip(dims, inner)]
+        shape = [d if d is not None else (BATCH if i == 0 else STEPS) for i, d in enumerate(dims)]
         dtype = str(getattr(t.dtype, "name", t.dtype))
+        emb = None if dtype == "bool" or "int" in dtype else _embedding_of_input(model, t)
         if dtype == "bool":
             lengths = rng.integers(1, shape[1] + 1, size=shape[0])
             lengths[0] = shape[1]
             arrays.append(np.arange(shape[1])[None, :] < lengths[:, None])
         elif "int" in dtype:
             arrays.append(rng.integers(0, vocab, size=shape).astype(dtype))
+        elif emb is not None:  # token ids in a float input (see _embedding_of_input)
+            arrays.append(rng.integers(0, emb.input_dim, size=shape).astype(dtype))
         else:
             arrays.append(rng.normal(size=shape).astype(dtype))
     return arrays
@@ -617,6 +864,69 @@ def probe(args):
     Path(args.worker_out).write_text(json.dumps({"keras": keras.__version__, "rejected": found}, indent=1))
 
 
+def original(args):
+    """tf_keras's own outputs of each original legacy HDF5 model on the reference inputs (cmd_original)."""
+    import warnings
+
+    import h5py
+    import numpy as np
+    warnings.simplefilter("ignore")
+    import tf_keras
+
+    options = {"CuDNNGRU": ("GRU", dict(activation="tanh", recurrent_activation="sigmoid", reset_after=True,
+                                        use_bias=True)),
+               "CuDNNLSTM": ("LSTM", dict(activation="tanh", recurrent_activation="sigmoid", use_bias=True))}
+
+    def rewrite(obj):
+        if isinstance(obj, dict):
+            if obj.get("class_name") in options:
+                cls, opts = options[obj["class_name"]]
+                obj["class_name"] = cls
+                obj["config"].update(opts)
+            for v in obj.values():
+                rewrite(v)
+        elif isinstance(obj, list):
+            for v in obj:
+                rewrite(v)
+        return obj
+
+    ref = Path(args.worker_ref)
+    jobs = json.loads((ref / "original_jobs.json").read_text())
+    results = {"tf_keras": tf_keras.__version__, "models": {}}
+    for name, job in sorted(jobs.items()):
+        r = results["models"][name] = {}
+        try:
+            if job["config"]:
+                cfg = json.loads(Path(job["config"]).read_text())
+            else:
+                with h5py.File(job["src"], "r") as f:
+                    raw = f.attrs["model_config"]
+                cfg = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
+            text = json.dumps(cfg)
+            if '"CuDNNGRU"' not in text and '"CuDNNLSTM"' not in text:
+                r.update(status="error", error="no CuDNN layer in the original config")
+                continue
+            f16 = "float16" in text
+            model = tf_keras.models.model_from_json(json.dumps(rewrite(cfg)))
+            model.load_weights(job["src"])
+            with np.load(ref / (name + ".npz")) as z:
+                inputs = [z[f"in_{i}"] for i in range(sum(k.startswith("in_") for k in z.files))]
+                want = [z[f"out_{i}"] for i in range(sum(k.startswith("out_") for k in z.files))]
+            out = model(inputs if len(inputs) > 1 else inputs[0], training=False)
+            got = [np.asarray(o) for o in _flatten(out)]
+            if len(got) != len(want) or any(g.shape != w.shape for g, w in zip(got, want)):
+                r.update(status="mismatch", error=f"outputs {[g.shape for g in got]} vs reference "
+                                                  f"{[w.shape for w in want]}")
+                continue
+            err = max(float(np.max(np.abs(g.astype("float64") - w.astype("float64")))) if g.size else 0.0
+                      for g, w in zip(got, want))
+            tol = TOL_F16 if f16 else TOL
+            r.update(status="ok" if err <= tol else "mismatch", max_abs=err, tol=tol)
+        except Exception as e:  # noqa: BLE001 - every failure is a row
+            r.update(status="error", error=_root_error(e))
+    Path(args.worker_out).write_text(json.dumps(results, indent=1))
+
+
 def worker(args):
     import warnings
     import zipfile
@@ -626,15 +936,21 @@ def worker(args):
     warnings.simplefilter("ignore")
     import keras
 
-    models = sorted(Path(args.worker_models).glob("*.keras"))
+    mdir = Path(args.worker_models)
+    # A "weights" directory holds .weights.h5 files, each checked in the model built from the config
+    # of the .keras of the same conversion (raw/ beside it); any other holds .keras files.
+    weights_mode = mdir.name == "weights" and args.mode == "check"
+    models = sorted(mdir.glob("*.weights.h5" if weights_mode else "*.keras"))
     ref = Path(args.worker_ref)
     results = {"keras": keras.__version__, "backend": keras.backend.backend(), "models": {}}
     for path in models:
         r = {}
         results["models"][path.name] = r
+        keras_name = path.name[:-len(".weights.h5")] + ".keras" if weights_mode else path.name
         try:
-            with zipfile.ZipFile(path) as z:
-                f16 = "float16" in z.read("config.json").decode("utf-8", "replace")
+            with zipfile.ZipFile(mdir.parent / "raw" / keras_name if weights_mode else path) as z:
+                config_text = z.read("config.json").decode("utf-8", "replace")
+            f16 = "float16" in config_text
             t = time.time()
             if args.mode == "reference":
                 # compile=False: the reference needs the architecture and weights only (a model
@@ -646,14 +962,18 @@ def worker(args):
                          **{f"out_{i}": a for i, a in enumerate(outs)})
                 r.update(status="ok", float16=f16, n_in=len(inputs), n_out=len(outs))
             else:
-                refpath = ref / (path.name + ".npz")
+                refpath = ref / (keras_name + ".npz")
                 if not refpath.exists():
                     r.update(status="error", error="no reference (the reference run could not load it)")
                     continue
                 with np.load(refpath) as z:
                     inputs = [z[f"in_{i}"] for i in range(sum(k.startswith("in_") for k in z.files))]
                     want = [z[f"out_{i}"] for i in range(sum(k.startswith("out_") for k in z.files))]
-                model = keras.saving.load_model(str(path))  # plain: default arguments, safe mode
+                if weights_mode:
+                    model = keras.models.model_from_json(config_text)
+                    model.load_weights(str(path))
+                else:
+                    model = keras.saving.load_model(str(path))  # plain: default arguments, safe mode
                 r["load_s"] = round(time.time() - t, 2)
                 got = _run_model(keras, np, model, inputs)
                 if len(got) != len(want) or any(g.shape != w.shape for g, w in zip(got, want)):
@@ -684,9 +1004,9 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.steps[:1] == ["_worker"]:
         args.mode = args.steps[1]
-        return probe(args) if args.mode == "probe" else worker(args)
+        return {"probe": probe, "original": original}.get(args.mode, worker)(args)
     if args.steps == ["all"]:
-        args.steps = ["build", "convert", "portable", "reference", "check", "probe", "report"]
+        args.steps = ["build", "convert", "reference", "original", "check", "probe", "vocab", "report"]
     for s in args.steps:
         globals()[f"cmd_{s}"](args)
 

@@ -75,3 +75,63 @@ def test_rewrite_keras_zip_refuses_a_zip_without_config(tmp_path):
     with pytest.raises(ValueError, match="not a .keras file"):
         rewrite_keras_zip(src, tmp_path / "y.keras")
     assert not (tmp_path / "y.keras").exists()
+
+
+def _batch_norm(**over):
+    """A BatchNormalization config as Keras 3.15.1 writes it (gruconv.keras3_defaults), with ``over``."""
+    from gruconv.keras3_defaults import DEFAULTS
+
+    cfg = dict(json.loads(json.dumps(DEFAULTS["layers"]["BatchNormalization"]["config"])), name="bn", **over)
+    return {"module": "keras.layers", "class_name": "BatchNormalization", "config": cfg, "registered_name": None}
+
+
+def test_batch_renormalization_keys_go_while_renorm_is_off():
+    # Keras 3.8-3.13 refuse the three keys (docs/compatibility.md); with renorm off Keras 3.14+ reads
+    # neither renorm_clipping nor renorm_momentum, so even a non-default momentum is dropped.
+    doc = {"module": "keras", "class_name": "Sequential",
+           "config": {"layers": [_batch_norm(renorm_momentum=0.5)]}}
+    out = portable_config(doc)["config"]["layers"][0]["config"]
+    assert not {"renorm", "renorm_clipping", "renorm_momentum"} & set(out)
+    assert (out["momentum"], out["epsilon"], out["synchronized"]) == (0.99, 0.001, False)  # the rest stays
+    assert non_portable(doc) == []
+
+
+def test_batch_renormalization_on_is_kept_and_reported():
+    clip = {"rmax": 3.0, "rmin": 0.3, "dmax": 5.0}
+    doc = _batch_norm(renorm=True, renorm_clipping=clip)
+    out = portable_config(doc)
+    cfg = out["config"]
+    assert (cfg["renorm"], cfg["renorm_clipping"], cfg["renorm_momentum"]) == (True, clip, 0.99)
+    assert non_portable(out) == [("BatchNormalization", "renorm", True)]
+
+
+def test_streamed_batchnorm_model_carries_no_key_older_keras_refuses(tmp_path):
+    """End to end: the streaming writer's config of a tf_keras BatchNormalization model (which wrote
+    renorm/renorm_clipping/renorm_momentum) is already portable: the keys Keras 3.8 refused in
+    ``make compat`` are gone, and portable_config has nothing left to remove."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parent.parent / "fixtures" / "keras_user" / "batchnorm_dropout.h5"
+    out = tmp_path / "bn.keras"
+    r = subprocess.run([sys.executable, "-m", "gruconv", "convert", str(src), str(out)], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "streaming writer:" not in r.stderr  # streamed, not the Keras-built fallback
+    with zipfile.ZipFile(out) as z:
+        doc = json.loads(z.read("config.json"))
+    bns = [o for o in _all_objects(doc) if o["class_name"] == "BatchNormalization"]
+    assert bns and all(not {"renorm", "renorm_clipping", "renorm_momentum"} & set(b["config"]) for b in bns)
+    assert portable_config(doc) == doc
+
+
+def _all_objects(node):
+    if isinstance(node, dict):
+        if "class_name" in node and isinstance(node.get("config"), dict):
+            yield node
+        for v in node.values():
+            yield from _all_objects(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _all_objects(v)

@@ -7,9 +7,10 @@ file (``GlorotUniform.__init__() got an unexpected keyword argument 'input_axes'
 argument only holds its default value.  :func:`portable_config` drops exactly those keys, and only
 while they hold the value that makes them a no-op; everything else is left as written.
 
-The table :data:`DROP_IF_DEFAULT` was read off the Keras sources (each entry names the release that
-added the argument and the file) and is checked by ``scripts/compat.py`` (the compatibility matrix
-in ``docs/compatibility.md``: raw outputs vs outputs passed through :func:`rewrite_keras_zip`).
+The tables :data:`DROP_IF_DEFAULT` and :data:`DROP_WHEN_OFF` were read off the Keras sources (each
+entry names the release that added the argument and the file) and are checked by ``scripts/compat.py``
+(``docs/compatibility.md``): every streamed fixture output loaded on Keras 3.8-3.15, and its ``vocab``
+step, which deserializes every class the streaming writer can write on each release.
 
 No framework import: this works on the JSON document and the zip container only.
 """
@@ -41,6 +42,18 @@ DROP_IF_DEFAULT: tuple = (
     # Keras 3.13 (keras/src/layers/core/embedding.py, dense.py, einsum_dense.py; absent from 3.12's
     # wheel, present in 3.13.0's): quantization_config, None = not quantized.
     ("keras.layers", ("Embedding", "Dense", "EinsumDense"), "quantization_config", None),
+)
+
+# (module, class names, switch key, off value, dependent keys): when the switch holds its off value,
+# the switch and its dependents are dropped whatever the dependents hold (they are read only when the
+# switch is on).  Keras 3.14 (keras/src/layers/normalization/batch_normalization.py; absent from
+# 3.13.0's wheel): BatchNormalization gained batch renormalization; with ``renorm=False`` neither
+# ``renorm_clipping`` nor ``renorm_momentum`` is read (``__init__`` validates the clipping and ``build``
+# and ``call`` use both only under ``if renorm`` / ``if self.renorm``).  tf_keras wrote all three, so a
+# converted legacy BatchNormalization carries them (fixtures/keras_user/batchnorm_dropout.h5; Keras 3.8
+# refused it: ``Unrecognized keyword arguments passed to BatchNormalization: {'renorm': False, ...}``).
+DROP_WHEN_OFF: tuple = (
+    ("keras.layers", ("BatchNormalization",), "renorm", False, ("renorm_clipping", "renorm_momentum")),
 )
 
 
@@ -87,6 +100,7 @@ def portable_config(config: dict, *, qr_free_low_precision: bool = False) -> dic
 
     * Keys in :data:`DROP_IF_DEFAULT` are removed from an object's config only while they hold
       their default value (a non-default value stays: dropping it would change the model).
+    * A switch of :data:`DROP_WHEN_OFF` that is off is removed with the keys only it reads.
     * A torch-backend optimizer class (``keras.src.backend.torch.optimizers.torch_adam.Adam``)
       becomes the public one (``keras.optimizers.Adam``), same config.
 
@@ -110,6 +124,10 @@ def portable_config(config: dict, *, qr_free_low_precision: bool = False) -> dic
         for rule_module, classes, key, default in DROP_IF_DEFAULT:
             if module == rule_module and cls in classes and key in cfg and cfg[key] == default:
                 del cfg[key]
+        for rule_module, classes, switch, off, dependents in DROP_WHEN_OFF:
+            if module == rule_module and cls in classes and switch in cfg and cfg[switch] is off:
+                for key in (switch, *dependents):
+                    cfg.pop(key, None)
         if isinstance(module, str) and module.startswith(_TORCH_OPTIMIZER_MODULE) and cls in PUBLIC_OPTIMIZERS:
             obj["module"] = "keras.optimizers"
             obj["registered_name"] = None
@@ -124,14 +142,19 @@ def portable_config(config: dict, *, qr_free_low_precision: bool = False) -> dic
 
 def non_portable(config: dict) -> list:
     """``(class_name, key, value)`` for every key of :data:`DROP_IF_DEFAULT` holding a non-default
-    value: such a config cannot be made loadable by the releases that lack the argument."""
+    value and every switch of :data:`DROP_WHEN_OFF` that is on: such a config cannot be made loadable
+    by the releases that lack the argument."""
     found = []
     for obj in _objects(config):
+        cfg = obj["config"]
         for rule_module, classes, key, default in DROP_IF_DEFAULT:
-            cfg = obj["config"]
             if obj.get("module") == rule_module and obj["class_name"] in classes and key in cfg \
                     and cfg[key] != default:
                 found.append((obj["class_name"], key, cfg[key]))
+        for rule_module, classes, switch, off, _ in DROP_WHEN_OFF:
+            if obj.get("module") == rule_module and obj["class_name"] in classes and switch in cfg \
+                    and cfg[switch] is not off:
+                found.append((obj["class_name"], switch, cfg[switch]))
     return found
 
 
