@@ -307,28 +307,27 @@ def cmd_convert(args):
         (OUT / "gruconv-rev.txt").write_text(f"working tree ({head})\n")
     log_lines = []
     fallbacks = {}
-    for name, src, extra in conversions():
+
+    def convert_one(name, src, extra, dest) -> bool:
+        """``gruconv convert`` into ``dest / name``; a failure is logged, a fallback to the Keras-built
+        route (writers/keras_model.py's one-line "streaming writer:" warning) is named in the report:
+        the contract is about the streamed outputs."""
         r = run([*gruconv, "convert", src, scratch / name, *extra], env=env, check=False, capture=True)
         if r.returncode != 0 or not (scratch / name).exists():
             log_lines.append(f"{name}: exit {r.returncode}: {r.stderr.strip().splitlines()[-1:]}")
-            continue
-        shutil.copy2(scratch / name, raw / name)
-        # The contract is about the streamed outputs: a conversion the streaming writer refused
-        # and Keras wrote instead (writers/keras_model.py's one-line warning) is named in the report.
+            return False
+        shutil.copy2(scratch / name, dest / name)
         fell_back = [ln for ln in r.stderr.splitlines() if "streaming writer:" in ln]
         if fell_back:
             fallbacks[name] = fell_back[0].strip()
+        return True
+
+    for name, src, extra in conversions():
+        if not convert_one(name, src, extra, raw):
+            continue
         if name in {n for n, _, _ in EXTRA}:  # graph options: gruconv refuses them for .weights.h5 (exit 2)
             continue
-        wname = name[:-len(".keras")] + ".weights.h5"
-        r = run([*gruconv, "convert", src, scratch / wname, *extra], env=env, check=False, capture=True)
-        if r.returncode != 0 or not (scratch / wname).exists():
-            log_lines.append(f"{wname}: exit {r.returncode}: {r.stderr.strip().splitlines()[-1:]}")
-            continue
-        shutil.copy2(scratch / wname, wdir / wname)
-        fell_back = [ln for ln in r.stderr.splitlines() if "streaming writer:" in ln]
-        if fell_back:
-            fallbacks[wname] = fell_back[0].strip()
+        convert_one(name[:-len(".keras")] + ".weights.h5", src, extra, wdir)
     # (Until 2026-11-26 a compiled model was also converted under KERAS_BACKEND=torch, whose optimizer
     # Keras serialized as a torch-only class.  The streaming writer imports no Keras, so that output
     # equals keras_options; keras_portable's optimizer rewrite stays tested in test_keras_portable.)
