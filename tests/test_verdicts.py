@@ -384,6 +384,11 @@ def test_the_report_says_which_rows_took_another_algorithm():
     assert ("note: gpu strict: 1 of 2 row(s) compared with cuDNN's persist_static_small_h run of the original, "
             "the closest of its algorithms (its standard one is up to 3.30e-05 away") in text
     assert "note: cpu:" not in text
+    rep.checks.append(Check("m: sequence", 0.0, 0.0, 1e-5, True, 1e-5, (2, 8, 32), device="gpu strict",
+                            reference_algorithm="persist_static", by_algorithm={"standard": 2e-5, "persist_static": 0.0}))
+    text = report.verify_text(rep.to_json())
+    assert ("note: gpu strict: 2 of 3 row(s) compared with cuDNN's persist_static (1), persist_static_small_h (1) "
+            "runs of the original") in text
     assert rep.to_json()["checks"][0]["by_algorithm"]["standard"] == 3.3e-5
 
 

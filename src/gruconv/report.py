@@ -132,10 +132,13 @@ def _algorithm_notes(rep: dict) -> list:
         moved = [c for c in rows if c.get("reference_algorithm") not in (None, "standard")]
         if not moved:
             continue
-        algos = ", ".join(sorted({c["reference_algorithm"] for c in moved}))
+        counts: dict = {}
+        for c in moved:
+            counts[c["reference_algorithm"]] = counts.get(c["reference_algorithm"], 0) + 1
+        algos = ", ".join(f"{a} ({n})" if len(counts) > 1 else a for a, n in sorted(counts.items()))
         std = max(c["by_algorithm"].get("standard", 0.0) for c in moved)
-        out.append(f"note: {dev}: {len(moved)} of {len(rows)} row(s) compared with cuDNN's {algos} run of the "
-                   f"original, the closest of its algorithms (its standard one is up to {std:.2e} away: "
+        out.append(f"note: {dev}: {len(moved)} of {len(rows)} row(s) compared with cuDNN's {algos} run"
+                   f"{'s' if len(counts) > 1 else ''} of the original, the closest of its algorithms (its standard one is up to {std:.2e} away: "
                    "cuDNN's algorithms round differently)")
     return out
 
