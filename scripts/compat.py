@@ -711,6 +711,20 @@ def _flatten(x):
     return [x]
 
 
+def _judge(r: dict, got: list, want: list, f16: bool) -> None:
+    """One cell's verdict into ``r``: output shapes as the reference's, then max abs difference within
+    the float32 (or float16) tolerance."""
+    import numpy as np
+
+    if len(got) != len(want) or any(g.shape != w.shape for g, w in zip(got, want)):
+        r.update(status="mismatch", error=f"outputs {[g.shape for g in got]} vs reference {[w.shape for w in want]}")
+        return
+    err = max((float(np.max(np.abs(g.astype("float64") - w.astype("float64")))) if g.size else 0.0
+               for g, w in zip(got, want)), default=0.0)
+    tol = TOL_F16 if f16 else TOL
+    r.update(status="ok" if err <= tol else "mismatch", max_abs=err, tol=tol)
+
+
 def _run_model(keras, np, model, inputs):
     feed = inputs if len(inputs) > 1 else inputs[0]
     out = model(feed, training=False)
@@ -912,15 +926,7 @@ def original(args):
                 inputs = [z[f"in_{i}"] for i in range(sum(k.startswith("in_") for k in z.files))]
                 want = [z[f"out_{i}"] for i in range(sum(k.startswith("out_") for k in z.files))]
             out = model(inputs if len(inputs) > 1 else inputs[0], training=False)
-            got = [np.asarray(o) for o in _flatten(out)]
-            if len(got) != len(want) or any(g.shape != w.shape for g, w in zip(got, want)):
-                r.update(status="mismatch", error=f"outputs {[g.shape for g in got]} vs reference "
-                                                  f"{[w.shape for w in want]}")
-                continue
-            err = max(float(np.max(np.abs(g.astype("float64") - w.astype("float64")))) if g.size else 0.0
-                      for g, w in zip(got, want))
-            tol = TOL_F16 if f16 else TOL
-            r.update(status="ok" if err <= tol else "mismatch", max_abs=err, tol=tol)
+            _judge(r, [np.asarray(o) for o in _flatten(out)], want, f16)
         except Exception as e:  # noqa: BLE001 - every failure is a row
             r.update(status="error", error=_root_error(e))
     Path(args.worker_out).write_text(json.dumps(results, indent=1))
@@ -974,15 +980,7 @@ def worker(args):
                 else:
                     model = keras.saving.load_model(str(path))  # plain: default arguments, safe mode
                 r["load_s"] = round(time.time() - t, 2)
-                got = _run_model(keras, np, model, inputs)
-                if len(got) != len(want) or any(g.shape != w.shape for g, w in zip(got, want)):
-                    r.update(status="mismatch", error=f"outputs {[g.shape for g in got]} vs "
-                                                      f"reference {[w.shape for w in want]}")
-                    continue
-                err = max(float(np.max(np.abs(g.astype("float64") - w.astype("float64")))) if g.size else 0.0
-                          for g, w in zip(got, want))
-                tol = TOL_F16 if f16 else TOL
-                r.update(status="ok" if err <= tol else "mismatch", max_abs=err, tol=tol)
+                _judge(r, _run_model(keras, np, model, inputs), want, f16)
         except Exception as e:  # noqa: BLE001 - every failure is a cell of the matrix
             r.update(status="error", error=_root_error(e), outer_error=_first_line(e))
     Path(args.worker_out).write_text(json.dumps(results, indent=1))
