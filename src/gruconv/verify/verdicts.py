@@ -191,8 +191,8 @@ def judge(report: VerifyReport, name: str, got, ref, ref64, tolerance: float, dt
 class ReferenceVariants:
     """Per output of ``run(engine)`` (in its order), {algorithm: output} of cuDNN's other algorithms
     (:meth:`gruconv.verify.engines.Engine.variants`), run once, on first use: only when a row of the
-    check group is not within ``k`` x floor of the standard algorithm (:func:`judge`), and never for the informational default-math
-    GPU rows (TF32 is over every bound whatever the algorithm).  Nothing for the float64 oracle.  An
+    check group is not within ``k`` x floor of the standard algorithm (:func:`judge`), and never for
+    the informational default-math GPU rows (TF32 is over every bound whatever the algorithm).  Nothing for the float64 oracle.  An
     algorithm cuDNN refuses for the shape (``persist_static_small_h`` above its hidden-size limit, the
     persistent ones in float64, ``persist_dynamic`` without NVRTC) is left out and named in
     ``engine.info["cudnn_algorithms"]``."""
