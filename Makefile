@@ -9,10 +9,10 @@ STAMP  := $(VENV)/.installed-stamp
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml .ci/constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[tensorflow,dev]'
+	$(PY) -m pip install --quiet -c .ci/constraints.txt -e '.[tensorflow,dev]'
 	touch $(STAMP)
 
 demo: setup
