@@ -4,8 +4,8 @@
   (weights file built in memory) give the same weights file, and the self-check of an archive written in
   place catches one flipped bit on disk;
 - batch workers are forked only when that is safe;
-- in batch mode the directory fsync is deferred to one per output directory at the end of the run (every
-  output's data is still fsynced before its rename);
+- in batch mode the outputs' fsyncs are deferred to one ``syncfs`` per file system at the end of the run,
+  before the record of successful conversions is written;
 - ``readers.detect``'s cache notices a rewritten file;
 - ``inspect`` counts NaN/Inf on the stored weights as the canonical weights would.
 """
@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import io
+import os
 import shutil
 import sys
 import zipfile
@@ -111,32 +112,53 @@ def test_workers_are_forked_only_when_that_is_safe(monkeypatch):
     assert work.start_method({}) == "spawn"
 
 
-def test_batch_defers_directory_fsyncs_to_one_per_output_directory(tmp_path, monkeypatch):
+def test_batch_defers_every_fsync_to_one_syncfs_before_its_record_is_written(tmp_path, monkeypatch):
     src = tmp_path / "in"
     for sub in ("a", "b/c"):
         (src / sub).mkdir(parents=True)
         for i in range(3):
             shutil.copyfile(FIXTURES / "keras" / "sequential.h5", src / sub / f"m{i}.h5")
-    synced: list = []
-    fsynced_files: list = []
-    real_fsync = outputs.os.fsync
-    monkeypatch.setattr(outputs, "_fsync_dir", lambda d: synced.append(Path(d).resolve()))
-    monkeypatch.setattr(outputs.os, "fsync", lambda fd: (fsynced_files.append(fd), real_fsync(fd)))
+    events: list = []
+    real_fsync, real_syncfs = outputs.os.fsync, outputs._syncfs
+    monkeypatch.setattr(outputs, "_fsync_dir", lambda d: events.append(("fsync_dir", Path(d).resolve())))
+    monkeypatch.setattr(outputs.os, "fsync", lambda fd: (events.append(("fsync", fd)), real_fsync(fd)))
+    monkeypatch.setattr(outputs, "_syncfs", lambda fd: (events.append(("syncfs", os.fstat(fd).st_dev)),
+                                                        real_syncfs(fd))[1])
+    from gruconv.batch import state as batch_state
+
+    real_save = batch_state.State.save
+    monkeypatch.setattr(batch_state.State, "save", lambda self: (events.append(("record", None)), real_save(self)))
     out = tmp_path / "out"
     summary = convert_many([str(src)], out, jobs=1, echo=False)
     assert summary.exit_code == 0 and len(summary.records) == 6
-    out_dirs = {(out / "a").resolve(), (out / "b" / "c").resolve()}
-    assert out_dirs <= set(synced)
-    assert all(synced.count(d) == 1 for d in out_dirs)  # once each, not once per output (3 outputs each)
-    # (``out`` itself: once as the parent of the directories made, once for the run's record file)
-    assert len(fsynced_files) >= 6  # every output's data (and the run's record) still fsynced
+    kinds = [k for k, _ in events]
+    # no output fsynced while the run converts: one syncfs of the one file system, then the record
+    assert kinds.index("syncfs") < kinds.index("record")
+    before = kinds[:kinds.index("syncfs")]
+    assert before == []  # (the record itself is written with its own fsyncs, after)
+    assert [v for k, v in events if k == "syncfs"] == [os.stat(out).st_dev]
     assert outputs.deferred_dirs() == []  # the setting does not outlive the run
-    synced.clear()
+    assert all((out / sub / f"m{i}.keras").is_file() for sub in ("a", "b/c") for i in range(3))
+    events.clear()
     single = tmp_path / "single.keras"
     from gruconv import api
 
     api.convert(FIXTURES / "keras" / "sequential.h5", single)
-    assert synced == [tmp_path.resolve()]  # outside batch mode: right after the rename
+    # outside batch mode: the file's data before its rename, its directory right after
+    assert [k for k, _ in events] == ["fsync", "fsync_dir"] and events[1][1] == tmp_path.resolve()
+
+
+def test_sync_deferred_falls_back_to_sync_when_syncfs_fails(tmp_path, monkeypatch):
+    calls: list = []
+    monkeypatch.setattr(outputs, "_syncfs", lambda fd: (calls.append("syncfs"), False)[1])
+    monkeypatch.setattr(outputs.os, "sync", lambda: calls.append("sync"))
+    (tmp_path / "x").mkdir()
+    outputs.sync_deferred([tmp_path, tmp_path / "x", tmp_path / "missing"])
+    assert calls == ["syncfs", "sync"]  # one file system: one syncfs; it failed: one sync
+    calls.clear()
+    monkeypatch.setattr(outputs, "_syncfs", lambda fd: (calls.append("syncfs"), True)[1])
+    outputs.sync_deferred([tmp_path, tmp_path / "x"])
+    assert calls == ["syncfs"]
 
 
 def test_detect_cache_notices_a_rewritten_file(tmp_path):

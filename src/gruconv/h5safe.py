@@ -309,9 +309,40 @@ def resolve(root, dotted: str, path, kind: str = "any"):
     parts = [p for p in dotted.split("/") if p]
     if not parts:
         raise InputError(f"{root.name}: member name {dotted!r} names no object", path=path)
+    fast = _resolve_hard(root, parts, kind)
+    if fast is not None:
+        return fast
     for i, part in enumerate(parts):
         obj = child(obj, part, path, kind if i == len(parts) - 1 else "group")
     return obj
+
+
+def _resolve_hard(root, parts: list, kind: str):
+    """:func:`resolve`'s common case in libhdf5's C: every prefix ``a``, ``a/b``, ``a/b/c`` asked
+    whether it is a hard link (``H5Lget_info`` checks the last link of the path it is given), then the
+    object opened once.  ~85 us against ~270 us for the component-by-component walk through h5py's
+    high-level objects (issue 20: a small conversion resolves each weight two or three times).  None
+    for anything else (a missing member, a soft/external link anywhere, ``.``/``..``, the wrong kind,
+    any error): the careful walk then says exactly what it is."""
+    import h5py
+
+    if kind not in ("any", "dataset", "group") or any(p in (".", "..") for p in parts):
+        return None
+    try:
+        links = root.id.links
+        prefix = b""
+        for part in parts:
+            prefix = prefix + b"/" + part.encode("utf-8") if prefix else part.encode("utf-8")
+            if links.get_info(prefix).type != h5py.h5l.TYPE_HARD:
+                return None
+        oid = h5py.h5o.open(root.id, prefix)
+    except (OSError, RuntimeError, ValueError, KeyError, TypeError, UnicodeError):
+        return None
+    if isinstance(oid, h5py.h5d.DatasetID):
+        return h5py.Dataset(oid) if kind in ("any", "dataset") else None
+    if isinstance(oid, h5py.h5g.GroupID):
+        return h5py.Group(oid) if kind in ("any", "group") else None
+    return None
 
 
 def check_dataset(ds, path, *, max_bytes: int | None = None, numeric: bool = True) -> int:

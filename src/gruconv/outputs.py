@@ -172,39 +172,78 @@ def staging_dir(directory: Path):
         yield Path(name)
 
 
-#: Set (a set of directories) while a batch runs in this process (:func:`defer_dir_sync`): the
-#: directory fsync after each rename is postponed to :func:`sync_dirs` at the end of the run.
+#: Set (a set of directories) while a batch runs in this process (:func:`defer_sync`): the fsyncs
+#: after each output are postponed to :func:`sync_deferred` at the end of the run.
 _deferred_dirs = None
 
 
-def defer_dir_sync(on: bool = True):
-    """Batch mode (:mod:`gruconv.batch`): :func:`atomic_path` still fsyncs every file's data before
-    renaming it into place (so after a power loss a renamed output is complete or absent, never
-    partial), but leaves the fsync of the *directory* (which makes the rename itself durable) to the
-    end of the run: the batch calls :func:`sync_dirs` once per output directory before it writes its
-    record of successful conversions.  Why: one ~0.5-3 ms directory fsync per output was a fifth of a
-    small model's conversion in bench/run.py's batch of 100 (issue 20).  Returns the previous setting
-    (``None`` or a set), for :func:`restore_dir_sync`; the directories seen are in :func:`deferred_dirs`."""
+def defer_sync(on: bool = True):
+    """Batch mode (:mod:`gruconv.batch`): :func:`atomic_path` renames each finished file into place
+    without fsyncing it or its directory; the batch makes the whole run durable at once at its end
+    (:func:`sync_deferred`: one ``syncfs`` per file system written to), *before* it writes its record
+    of successful conversions (which ``--skip-existing`` trusts, with each output's SHA-256) and its
+    reports.
+
+    What this keeps: a killed or crashed process still leaves each output complete or absent (the
+    rename is atomic and the page cache outlives the process: the SIGKILL tests in
+    ``tests/test_safety_round3.py``).  What it gives up: after a *power loss* during the run, an output
+    renamed since the last sync may be empty or partial; the run's record was not written then, so it
+    lists none of them, and the rerun (``--skip-existing`` included) converts them again.  Why: two
+    fsyncs per output (its data, then its directory) cost ~6 ms of a small model's ~22-28 ms in
+    ``bench/run.py``'s batch (docs/streaming.md, "Speed"), the largest single item; one ``syncfs`` at the
+    end costs about one fsync.  Returns the previous setting (``None`` or a set), for
+    :func:`restore_sync`; the directories written to are in :func:`deferred_dirs`."""
     global _deferred_dirs
     previous = _deferred_dirs
     _deferred_dirs = set() if on else None
     return previous
 
 
-def restore_dir_sync(previous) -> None:
+def restore_sync(previous) -> None:
     global _deferred_dirs
     _deferred_dirs = previous
 
 
 def deferred_dirs() -> list:
-    """Directories whose fsync :func:`atomic_path` postponed since :func:`defer_dir_sync`."""
+    """Directories :func:`atomic_path` wrote to without syncing since :func:`defer_sync`."""
     return sorted(_deferred_dirs or ())
 
 
-def sync_dirs(directories) -> None:
-    """fsync each directory once (best effort, as after each rename outside batch mode)."""
+def _syncfs(fd: int) -> bool:
+    """``syncfs(2)`` (Linux): write back every file system buffer of ``fd``'s file system; False
+    where the call is missing or fails (the caller falls back to ``sync(2)``)."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.syncfs(ctypes.c_int(fd)) == 0
+    except (OSError, AttributeError, TypeError):
+        return False
+
+
+def sync_deferred(directories) -> None:
+    """Make everything written to ``directories`` durable: one ``syncfs`` per file system among
+    them (which covers every file, directory entry and rename on it, workers' writes included: they
+    are the kernel's, not the process's), ``os.sync`` if that is not available; best effort, as the
+    fsyncs outside batch mode are."""
+    seen, fallback = set(), False
     for d in sorted({os.fspath(d) for d in directories}):
-        _fsync_dir(Path(d))
+        try:
+            fd = os.open(d, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            dev = os.fstat(fd).st_dev
+            if dev not in seen:
+                seen.add(dev)
+                fallback = fallback or not _syncfs(fd)
+        except OSError:
+            fallback = True
+        finally:
+            os.close(fd)
+    if fallback:
+        with contextlib.suppress(AttributeError, OSError):
+            os.sync()
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -256,8 +295,9 @@ def atomic_path(out: Path, *, force: bool, suffix: str = ""):
             if e.path is not None and os.fspath(e.path) == os.fspath(tmp):
                 raise OutputError(e.message, path=out) from None
             raise
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
+        if _deferred_dirs is None:
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
         try:
             mode = os.stat(out).st_mode & 0o7777
         except OSError:

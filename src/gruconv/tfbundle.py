@@ -510,6 +510,19 @@ def _read_table(data: bytes) -> list[tuple[bytes, bytes]]:
 # --- public API -----------------------------------------------------------------
 
 
+#: Parsed indexes, keyed by the index file's bytes: a batch parses each checkpoint's index while
+#: discovering it (the readers' sniffers), again when naming its output (the TF1 reader counts stacks)
+#: and again in the conversion, ~1-3 ms each (issue 20's profile), and a forked batch worker inherits
+#: the main process's parses.  The bytes are read every time (~0.1 ms for a small index) and are the
+#: key, so a rewritten index can never get an old parse (a file identity with mtime/ctime could:
+#: timestamps are coarser than an in-place rewrite).  Only a parse that succeeded is kept (a bad index
+#: is refused every time); :class:`TensorInfo` is frozen, so the entries are shared safely.
+_parsed_indexes: dict = {}
+_parsed_bytes = 0
+_PARSED_MAX = 1024
+_PARSED_MAX_BYTES = 32 << 20  # index bytes kept at most (an index above an eighth of it: never kept)
+
+
 @dataclass(frozen=True)
 class TensorInfo:
     """Metadata of one tensor, from the index alone.
@@ -793,6 +806,21 @@ class Bundle:
 
     def _load_index(self) -> None:
         data = _inputs.read_bytes(self.index_path, "a checkpoint index file", kind="index")
+        hit = _parsed_indexes.get(data)
+        if hit is not None:
+            self.num_shards, infos, self._hidden_bytes = hit
+            self._infos = dict(infos)
+            return
+        self._parse_index(data)
+        global _parsed_bytes
+        if len(data) <= _PARSED_MAX_BYTES // 8:
+            if len(_parsed_indexes) >= _PARSED_MAX or _parsed_bytes + len(data) > _PARSED_MAX_BYTES:
+                _parsed_indexes.clear()
+                _parsed_bytes = 0
+            _parsed_indexes[data] = (self.num_shards, dict(self._infos), self._hidden_bytes)
+            _parsed_bytes += len(data)
+
+    def _parse_index(self, data: bytes) -> None:
         if len(data) == 0:
             raise self._index_error("index file is empty (0 bytes)")
         try:

@@ -76,7 +76,7 @@ __all__ = ["convert_many", "discover", "parse_shard", "select_shard", "safe_outp
 # --------------------------------------------------------------------------- driver
 
 def _dirs_to_sync(done: list) -> set:
-    """The directories whose fsync the run postponed (:func:`gruconv.outputs.defer_dir_sync`): those
+    """The directories whose sync the run postponed (:func:`gruconv.outputs.defer_sync`): those
     holding a finished job's outputs, and the parents of the directories made for a job."""
     dirs = set()
     for job in done:
@@ -102,8 +102,9 @@ def convert_many(paths, out_dir, *, jobs: Optional[int] = None, keep_going: bool
     With ``jobs > 1`` the workers are forked only when that is safe (Linux, no ``verify`` /
     ``check_load``, no ML framework imported, no other thread: :func:`.work.start_method`) and *spawned*
     otherwise (TensorFlow is not fork-safe), so a script calling this must guard its top level with
-    ``if __name__ == "__main__":``, as for any spawn pool.  Directory fsyncs are deferred to the end of
-    the run (:func:`gruconv.outputs.defer_dir_sync`).
+    ``if __name__ == "__main__":``, as for any spawn pool.  The outputs' fsyncs are deferred to one
+    ``syncfs`` at the end of the run, before the record and reports are written
+    (:func:`gruconv.outputs.defer_sync` says what that keeps and what it gives up).
     Raises :class:`UsageError` for a bad ``shard``/``jobs``/``format``; per-input problems are
     records in the returned :class:`Summary`, never exceptions.
     """
@@ -158,14 +159,14 @@ def convert_many(paths, out_dir, *, jobs: Optional[int] = None, keep_going: bool
     done: list[Job] = []
     from .. import outputs
 
-    deferred = outputs.defer_dir_sync(True)  # this process's conversions (jobs=1); workers set their own
+    deferred = outputs.defer_sync(True)  # this process's conversions (jobs=1); workers set their own
     try:
         run_plan(plan, jobs, keep_going, options, console, done, state)
     finally:
-        outputs.restore_dir_sync(deferred)
+        outputs.restore_sync(deferred)
         console.close()
-        # the renames of every output made durable before the record of successful conversions says so
-        outputs.sync_dirs(_dirs_to_sync(done))
+        # every output (data and rename) made durable before the record of successful conversions says so
+        outputs.sync_deferred(_dirs_to_sync(done))
         state.save()
         done_ids = {id(j) for j in done}
         summary.records = [j.record for j in plan if id(j) in done_ids]

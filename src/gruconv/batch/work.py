@@ -34,7 +34,7 @@ def _worker_init(threads: int, warm_keras: bool = False) -> None:
 
     parent = multiprocessing.parent_process()
     die_with_parent(parent.pid if parent is not None else None)
-    outputs.defer_dir_sync(True)  # the main process syncs the output directories at the end of the run
+    outputs.defer_sync(True)  # the main process syncs the outputs at the end of the run
     signal.signal(signal.SIGTERM, _worker_sigterm)
     for var in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS"):
         os.environ.setdefault(var, str(threads))
