@@ -737,18 +737,16 @@ def render(facts, load, large, batch, insp, total_s, quick, n_models, reps) -> t
     w("")
     w("## Machine")
     w("")
-    shared = max(load["start"][0], load["end"][0]) > 0.5
     w(f"- {facts['date']}; {facts['cpu']}, {facts['cores']} cores, {facts['ram_gib']} GiB RAM; {facts['os']}")
     w(f"- Python {facts['python']}; TensorFlow {facts['tensorflow']}, tf_keras {facts['tf_keras']}, "
       f"Keras {facts['keras']}, NumPy {facts['numpy']}, h5py {facts['h5py']}; gruconv {facts['gruconv']} "
       f"at commit `{facts['commit']}`"
       + (f" with uncommitted changes in {', '.join('`' + p + '`' for p in facts['src_uncommitted'])}"
          if facts["src_uncommitted"] else ""))
+    # The load average is reported as the number it is; what caused it is not known here (issue 20).
     w(f"- Load average (1/5/15 min) at start {'/'.join(f'{x:.2f}' for x in load['start'])}, "
-      f"at end {'/'.join(f'{x:.2f}' for x in load['end'])}."
-      + (" **Measured on a shared 2-core machine while other processes (other developers' test runs) were "
-         "running**: absolute times are noisier and slower than on an idle machine; the ratios, taken from "
-         "interleaved runs, are the more robust figures." if shared else ""))
+      f"at end {'/'.join(f'{x:.2f}' for x in load['end'])}. Absolute times vary from run to run on this "
+      "machine; the ratios come from interleaved runs.")
     if facts.get("bytecode_written"):
         w("- Bytecode: measured processes write and reuse gruconv's `.pyc` files (`__pycache__`, "
           "`PYTHONDONTWRITEBYTECODE` unset for them), as an installed package has them. The shell running "
@@ -881,12 +879,10 @@ def render(facts, load, large, batch, insp, total_s, quick, n_models, reps) -> t
               f"× {nb}.")
         r1, r2 = brates.get("jobs1") or {}, brates.get("jobs2") or {}
         if r1.get("in_worker") and r2.get("in_worker") and r2["in_worker"] < 1.3 * r1["in_worker"]:
-            hi = max(load["start"][0], load["end"][0])
             w("")
             w(f"`--jobs 2` converted no faster inside its workers than `--jobs 1` "
-              f"({r2['in_worker']:.1f} vs {r1['in_worker']:.1f} models/s), so each of its two workers ran at about "
-              f"half speed: with the load average at {hi:.1f} on {facts['cores']} cores, the second worker had "
-              "no free core, and starting two workers cost more than it saved.")
+              f"({r2['in_worker']:.1f} vs {r1['in_worker']:.1f} models/s): each of its two workers ran at about "
+              f"half speed (load average {'/'.join(f'{x:.2f}' for x in load['start'])} at the start of the run).")
         for k, rep in batch.get("reports", {}).items():
             sm = rep["summary"]
             note = f"`{k}` report (last run): " + ", ".join(f"{n} {c}" for c, n in sm.items() if n)
