@@ -187,3 +187,70 @@ def test_inspect_counts_nonfinite_weights_as_the_canonical_weights_do(tmp_path):
     assert [r["nonfinite_weights"] for r in keras_h5.inspect(keras_h5.read(p))["rnns"]] == [4]
     clean = keras_h5.inspect(keras_h5.read(FIXTURES / "keras" / "bidir_concat.h5"))
     assert [r["nonfinite_weights"] for r in clean["rnns"]] == [0]
+
+
+def test_a_rewritten_checkpoint_index_is_never_served_from_the_parse_cache(tmp_path):
+    """``tfbundle._parsed_indexes`` is keyed by the index's bytes: an index damaged in place (same
+    inode, same size, within one timestamp tick) is refused although an intact parse of the same file
+    is cached, and restoring the bytes gives the cached answer again."""
+    from gruconv import tfbundle
+
+    dst = tmp_path / "ck"
+    shutil.copytree(FIXTURES / "tf1" / "layer_uni", dst)
+    index = next(dst.glob("*.index"))
+    keys = tfbundle.open_bundle(dst).keys()
+    good = index.read_bytes()
+    assert good in tfbundle._parsed_indexes
+    key = keys[-1].encode()
+    at = good.find(key[-3:])  # inside the first data block (a key's unshared suffix): its CRC now fails
+    assert at > 0
+    bad = bytearray(good)
+    bad[at] ^= 0x01
+    with open(index, "r+b") as f:  # same inode, same size
+        f.write(bytes(bad))
+    with pytest.raises(InputError, match="index"):
+        tfbundle.open_bundle(dst)
+    with open(index, "r+b") as f:
+        f.write(good)
+    assert tfbundle.open_bundle(dst).keys() == keys
+
+
+def test_hard_link_fast_path_and_careful_walk_agree(tmp_path):
+    """``h5safe.resolve``'s libhdf5 fast path returns what the careful walk returns, and leaves every
+    other case (missing, soft or external link at any depth, wrong kind, ``.``) to the careful walk,
+    whose one-line refusal names it."""
+    from gruconv import h5safe
+
+    p = tmp_path / "links.h5"
+    with h5py.File(p, "w") as f:
+        f.create_dataset("a/b/c", data=np.arange(3.0))
+        f["a/soft"] = h5py.SoftLink("/a/b")
+        f["a/b/ext"] = h5py.ExternalLink("other.h5", "/x")
+        f["top_soft"] = h5py.SoftLink("/a")
+    cases = [("a/b/c", "dataset"), ("a/b", "group"), ("a/soft/c", "dataset"), ("top_soft/b/c", "any"),
+             ("a/b/ext", "any"), ("a/missing/c", "any"), ("a/b/c", "group"), ("a/b", "dataset"),
+             ("a/./b", "any"), ("a/b/c/d", "any")]
+
+    def outcome(fast: bool):
+        got = []
+        with h5safe.open_hdf5(p) as f:
+            for dotted, kind in cases:
+                if not fast:
+                    saved = h5safe._resolve_hard
+                    h5safe._resolve_hard = lambda *a: None
+                try:
+                    obj = h5safe.resolve(f, dotted, p, kind)
+                    got.append(("ok", obj.name, type(obj).__name__))
+                except InputError as e:
+                    got.append(("refused", str(e)))
+                finally:
+                    if not fast:
+                        h5safe._resolve_hard = saved
+        return got
+
+    fast, careful = outcome(True), outcome(False)
+    assert fast == careful
+    assert [g[0] for g in fast] == ["ok", "ok"] + ["refused"] * 8
+    with h5safe.open_hdf5(p) as f:
+        assert h5safe._resolve_hard(f, ["a", "b", "c"], "dataset") is not None  # the fast path did run
+        assert h5safe._resolve_hard(f, ["a", "soft", "c"], "dataset") is None
