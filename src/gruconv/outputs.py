@@ -188,10 +188,10 @@ def defer_sync(on: bool = True):
     rename is atomic and the page cache outlives the process: the SIGKILL tests in
     ``tests/test_safety_round3.py``).  What it gives up: after a *power loss* during the run, an output
     renamed since the last sync may be empty or partial; the run's record was not written then, so it
-    lists none of them, and the rerun (``--skip-existing`` included) converts them again.  Why: two
-    fsyncs per output (its data, then its directory) cost ~6 ms of a small model's ~22-28 ms in
-    ``bench/run.py``'s batch (docs/streaming.md, "Speed"), the largest single item; one ``syncfs`` at the
-    end costs about one fsync.  Returns the previous setting (``None`` or a set), for
+    lists none of them, and the rerun (``--skip-existing`` included) converts them again.  Why: the
+    data fsyncs (one per output file; a TF1 checkpoint writes two) cost ~6 ms a model in
+    ``bench/run.py``'s batch of 100 (22 vs 28 ms in-process, fsync disabled vs on, loaded 2-core machine;
+    docs/streaming.md, "Speed"), the largest single item; one ``syncfs`` at the end costs about one fsync.  Returns the previous setting (``None`` or a set), for
     :func:`restore_sync`; the directories written to are in :func:`deferred_dirs`."""
     global _deferred_dirs
     previous = _deferred_dirs
