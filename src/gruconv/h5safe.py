@@ -407,6 +407,30 @@ def check_dataset(ds, path, *, max_bytes: int | None = None, numeric: bool = Tru
     return nbytes
 
 
+#: Bytes of a dataset :func:`row_blocks` holds in memory at a time (about).
+ROW_BLOCK_BYTES = 4 << 20
+
+
+def row_blocks(ds, path, block_bytes: int = ROW_BLOCK_BYTES):
+    """A dataset's values as C-contiguous arrays of whole leading-axis rows, about ``block_bytes`` at a
+    time (the whole value for a 0-d or empty dataset): for the reads that must not hold a large weight
+    at once (the self-check's digests, ``inspect``'s NaN/Inf count).  The caller has checked ``ds``
+    (:func:`check_dataset`); a read error is an :class:`InputError`."""
+    if ds.ndim == 0 or ds.size == 0:
+        spans = [None]
+    else:
+        row = max(1, ds.size // ds.shape[0]) * ds.dtype.itemsize
+        step = max(1, block_bytes // row)
+        spans = [slice(a, a + step) for a in range(0, ds.shape[0], step)]
+    for span in spans:
+        try:
+            block = np.ascontiguousarray(ds[()] if span is None else ds[span])
+        except (OSError, RuntimeError, ValueError, TypeError, KeyError) as e:
+            raise InputError(f"{ds.name} cannot be read ({first_line(e)})", path=path) from None
+        yield block
+        del block
+
+
 def read_dataset(ds, path, *, max_bytes: int | None = None) -> np.ndarray:
     """Read a numeric dataset after checking its dtype and declared size (:func:`check_dataset`),
     in native byte order (:func:`native`: big-endian weights are valid data, issue 23)."""

@@ -57,24 +57,19 @@ def _bytes_view(a):
     return a.reshape(-1).view("uint8")
 
 
-#: Rows of a dataset the self-check reads at a time are chosen to keep about this many bytes in memory.
-_CHECK_BLOCK = 4 << 20
+def _dataset_digest(ds, path=None) -> str:
+    """SHA-256 of an HDF5 dataset's bytes (C order), read in blocks of leading-axis rows
+    (:func:`gruconv.h5safe.row_blocks`): the same digest as :func:`_digest` of the whole array, with
+    about :data:`~gruconv.h5safe.ROW_BLOCK_BYTES` read at a time."""
+    from . import h5safe
 
-
-def _dataset_digest(ds) -> str:
-    """SHA-256 of an HDF5 dataset's bytes (C order), read in blocks of leading-axis rows: the same
-    digest as :func:`_digest` of the whole array, with at most about ``_CHECK_BLOCK`` bytes read at a time."""
-    import numpy as np
-
-    if ds.ndim == 0 or ds.size == 0:
-        return _digest(ds[()])
-    row = max(1, ds.size // ds.shape[0]) * ds.dtype.itemsize
-    step = max(1, _CHECK_BLOCK // row)
     h = hashlib.sha256()
-    for start in range(0, ds.shape[0], step):
-        block = np.ascontiguousarray(ds[start:start + step])
-        h.update(_bytes_view(block))
-        del block
+    try:
+        for block in h5safe.row_blocks(ds, path):
+            h.update(_bytes_view(block))
+            del block
+    except InputError as e:  # the file read back is this conversion's output
+        raise OutputError(f"self-check: {e.message}", path=path) from None
     return h.hexdigest()
 
 
@@ -581,6 +576,8 @@ def _check_h5(f, manifest: list, path) -> None:
     walk, ``in`` and ``[]`` took ~10 ms on a small model (issue 20's profile)."""
     import numpy as np
 
+    from . import h5safe
+
     h5py = _h5()
     with f:
         seen = set()
@@ -603,14 +600,14 @@ def _check_h5(f, manifest: list, path) -> None:
                 raise OutputError(f"self-check: weight {ds_path} is {got_dtype}{got_shape}, wrote "
                                   f"{dtype}{tuple(shape)}", path=path)
             nbytes = int(np.prod(got_shape, dtype=np.int64)) * got_dtype.itemsize
-            if nbytes <= _CHECK_BLOCK and got_dtype.kind in "biuf":
+            if nbytes <= h5safe.ROW_BLOCK_BYTES and got_dtype.kind in "biuf":
                 a = np.empty(got_shape, got_dtype)
                 if a.size:
                     dsid.read(h5py.h5s.ALL, h5py.h5s.ALL, a)
                 got = _digest(a)
                 del a
             else:
-                got = _dataset_digest(h5py.Dataset(dsid))
+                got = _dataset_digest(h5py.Dataset(dsid), path)
             if digest is None:  # a Pieces weight (written block by block): its digest is the file's
                 manifest[n] = (ds_path, shape, dtype, got)
             elif got != digest:

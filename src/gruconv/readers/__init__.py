@@ -60,6 +60,10 @@ def module(name: str):
 #: naming its output and again in the conversion (~1 ms each: the readers' sniffers open the file); a
 #: forked batch worker inherits the main process's answers.  A file rewritten since has another
 #: ``st_mtime_ns`` / ``st_ctime_ns`` / size (the kernel updates ctime on every change), so it is sniffed again.
+#: (A same-size rewrite inside one timestamp tick could keep an old answer on kernels without fine-grained
+#: ctimes; the answer only picks the reader, which then reads the file itself through every guard, so the
+#: worst case is a wrong one-line refusal.  The parsed-index cache, where a stale answer would be data, is
+#: keyed by the bytes instead: ``tfbundle._parsed_indexes``.)
 _detected: dict = {}
 _DETECTED_MAX = 4096
 

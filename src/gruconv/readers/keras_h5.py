@@ -409,17 +409,7 @@ def _nonfinite_on_disk(rnn: KerasRNN) -> int:
                 h5safe.check_dataset(ds, path)
                 if ds.dtype.kind != "f":
                     continue
-                if ds.ndim == 0 or ds.size == 0:
-                    blocks = [(None, None)]
-                else:
-                    row = max(1, ds.size // ds.shape[0]) * ds.dtype.itemsize
-                    step = max(1, (4 << 20) // row)
-                    blocks = [(a, a + step) for a in range(0, ds.shape[0], step)]
-                for a, b in blocks:
-                    try:
-                        x = np.asarray(ds[()] if a is None else ds[a:b])
-                    except (OSError, RuntimeError, ValueError, TypeError, KeyError) as e:
-                        raise InputError(f"{ds.name} cannot be read ({first_line(e)})", path=path) from None
+                for x in h5safe.row_blocks(ds, path):
                     with np.errstate(all="ignore"):
                         total = x.sum(dtype=np.float32 if x.dtype == np.float16 else None)
                     if not np.isfinite(total):
