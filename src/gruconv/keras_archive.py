@@ -331,18 +331,20 @@ def write_keras(target, config: dict, groups: list, arrays: Iterable, *, meta: O
 
 
 class _Window(io.RawIOBase):
-    """The tail of an open file from byte ``base`` on, as a file of its own (what h5py's file-object
-    driver writes the weights HDF5 file through, in place inside the archive)."""
+    """Bytes ``base`` onwards of an open file, as a file of its own.  Unbounded and writable: what h5py's
+    file-object driver writes the weights HDF5 file through, in place inside the archive.  With
+    ``size``: those ``size`` bytes only, read-only (a stored zip member, :func:`_stored_member`).
+    ``owns``: closing the window closes ``raw`` (else its owner, the ``ZipFile``, does)."""
 
-    def __init__(self, raw, base: int):
+    def __init__(self, raw, base: int, *, size: Optional[int] = None, owns: bool = False):
         super().__init__()
-        self._raw, self._base, self._pos = raw, base, 0
+        self._raw, self._base, self._pos, self._size, self._owns = raw, base, 0, size, owns
 
     def readable(self) -> bool:
         return True
 
     def writable(self) -> bool:
-        return True
+        return self._size is None
 
     def seekable(self) -> bool:
         return True
@@ -351,6 +353,8 @@ class _Window(io.RawIOBase):
         return self._pos
 
     def size(self) -> int:
+        if self._size is not None:
+            return self._size
         return max(0, self._raw.seek(0, io.SEEK_END) - self._base)
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
@@ -359,27 +363,41 @@ class _Window(io.RawIOBase):
         return self._pos
 
     def readinto(self, b) -> int:
+        view = memoryview(b)
+        if self._size is not None:
+            view = view[:max(0, min(len(view), self._size - self._pos))]
+            if len(view) == 0:
+                return 0
         self._raw.seek(self._base + self._pos)
-        got = self._raw.readinto(b)
+        got = self._raw.readinto(view)
         self._pos += got or 0
         return got
 
     def write(self, b) -> int:
+        if self._size is not None:
+            raise io.UnsupportedOperation("read-only window")
         self._raw.seek(self._base + self._pos)
         n = self._raw.write(b)
         self._pos += n
         return n
 
     def truncate(self, size=None) -> int:
+        if self._size is not None:
+            raise io.UnsupportedOperation("read-only window")
         size = self._pos if size is None else size
         self._raw.truncate(self._base + size)
         return size
 
     def flush(self) -> None:
-        self._raw.flush()
+        if self._size is None:
+            self._raw.flush()
 
-    def close(self) -> None:  # the archive's file stays open: ZipFile closes it
-        super().close()
+    def close(self) -> None:
+        try:
+            if self._owns and not self._raw.closed:
+                self._raw.close()
+        finally:
+            super().close()
 
 
 def _weights_member(zf, groups: list, arrays: Iterable) -> list:
@@ -472,7 +490,7 @@ def self_check(path, manifest: list, *, config: Optional[dict] = None, weights_c
     Always a reread of the bytes on disk (the page cache): a weights file of at most
     :data:`IN_MEMORY_MAX` bytes is read whole (from the archive through ``ZipFile.read``, which checks
     the member's CRC-32) and opened as an in-memory HDF5 image; a larger one is opened where it lies
-    (:class:`_StoredMember`), after ``ZipFile.testzip`` checked every CRC."""
+    (:func:`_stored_member`), after ``ZipFile.testzip`` checked every CRC."""
     h5py = _h5()
 
     path = Path(path)
@@ -499,7 +517,7 @@ def self_check(path, manifest: list, *, config: Optional[dict] = None, weights_c
                 if small:
                     _check_h5(h5py.File.in_memory(image), manifest, path)
                 elif info.compress_type == zipfile.ZIP_STORED:
-                    with _StoredMember(path, info) as fh:
+                    with _stored_member(path, info) as fh:
                         _check_h5(h5py.File(fh, "r"), manifest, path)
                 else:  # not what write_keras writes; read through zipfile
                     with zf.open(WEIGHTS_NAME) as fh:
@@ -517,57 +535,26 @@ def self_check(path, manifest: list, *, config: Optional[dict] = None, weights_c
                           path=path) from None
 
 
-class _StoredMember(io.RawIOBase):
+def _stored_member(path, info: zipfile.ZipInfo) -> _Window:
     """A stored (uncompressed) zip member as a seekable read-only file over the archive's own bytes.
 
     ``zipfile``'s member file emulates a backward seek by rereading from the member's start in 16 MiB
     reads (``ZipExtFile.seek``, ``MAX_SEEK_READ``): HDF5 seeks constantly, so the self-check through it
     was slow and held one more such buffer at the conversion's peak.  A stored member's bytes are
     contiguous in the archive after its local header (APPNOTE 4.3.7: 30 bytes + name + extra field)."""
+    import struct
 
-    def __init__(self, path, info: zipfile.ZipInfo):
-        import struct
-
-        super().__init__()
-        self._f = open(path, "rb")
-        self._f.seek(info.header_offset)
-        head = self._f.read(30)
+    f = open(path, "rb")
+    try:
+        f.seek(info.header_offset)
+        head = f.read(30)
         if len(head) != 30 or head[:4] != b"PK\x03\x04":
-            self._f.close()
             raise OutputError(f"self-check: archive member {info.filename} has no local header", path=path)
         name_len, extra_len = struct.unpack("<HH", head[26:30])
-        self._start = info.header_offset + 30 + name_len + extra_len
-        self._size = info.file_size
-        self._pos = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def readinto(self, b) -> int:
-        n = max(0, min(len(b), self._size - self._pos))
-        if n == 0:
-            return 0
-        self._f.seek(self._start + self._pos)
-        got = self._f.readinto(memoryview(b)[:n])
-        self._pos += got
-        return got
-
-    def close(self) -> None:
-        try:
-            self._f.close()
-        finally:
-            super().close()
+    except BaseException:
+        f.close()
+        raise
+    return _Window(f, info.header_offset + 30 + name_len + extra_len, size=info.file_size, owns=True)
 
 
 def _check_h5(f, manifest: list, path) -> None:
