@@ -19,8 +19,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
-from gruconv.canonical import GateParams, RNNStack, StackShape  # noqa: E402
-from gruconv.formats.keras3 import build_stack_model  # noqa: E402
+from gruconv.model.canonical import GateParams, RNNStack, StackShape # noqa: E402
+from gruconv.keras3.runtime import build_stack_model # noqa: E402
 
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Streamed route (``gruconv.keras_archive``, issue 20) vs today's ``gruconv convert``, on the large model.
+"""Streamed route (``gruconv.keras3.archive``, issue 20) vs today's ``gruconv convert``, on the large model.
 
 Inputs: ``bench/make_large.py`` (``big.h5``: 3 x Bidirectional(CuDNNGRU(1024)), 47.2 M parameters;
 ``big_ckpt/``: the same stack as a TF1 checkpoint), cached in ``bench-out/``.  Each run is a fresh
@@ -26,9 +26,9 @@ OUT = REPO / "bench-out"
 PY = str(REPO / ".venv" / "bin" / "python")
 sys.path.insert(0, str(REPO / "bench"))
 
-STREAM_H5 = ("import sys; from gruconv.readers import keras_h5; from gruconv import keras_archive; "
+STREAM_H5 = ("import sys; from gruconv.readers import keras_h5; from gruconv.keras3 import archive as keras_archive; "
              "keras_archive.write_keras_h5_doc(keras_h5.read(sys.argv[1]), sys.argv[2])")
-STREAM_CKPT = ("import sys; from gruconv.readers import tf1; from gruconv import keras_archive; "
+STREAM_CKPT = ("import sys; from gruconv.readers import tf1; from gruconv.keras3 import archive as keras_archive; "
                "d = tf1.read(sys.argv[1]); e = d.stacks[0]; "
                "keras_archive.write_stack(e.stack, sys.argv[2], name=e.scope or 'gru_stack', release=d.reader.release)")
 

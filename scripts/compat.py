@@ -17,7 +17,7 @@ Run with the project venv (``make compat`` = ``.venv/bin/python scripts/compat.p
                conversions -> ``.compat/out/weights/*.weights.h5`` (this checkout's ``src/`` through
                ``python -m gruconv``; ``convert.json`` records failures and any conversion the
                streaming writer refused so that Keras wrote it).
-``portable``   (not in ``all``) each raw output through ``gruconv.keras_portable.rewrite_keras_zip`` ->
+``portable``   (not in ``all``) each raw output through ``gruconv.keras3.portable.rewrite_keras_zip`` ->
                ``.compat/out/portable/``.  The streaming writer already applies ``portable_config``,
                so this only documents the function's settings now.
 ``reference``  fixed random inputs per model and the outputs of the newest Keras on TensorFlow
@@ -30,7 +30,7 @@ Run with the project venv (``make compat`` = ``.venv/bin/python scripts/compat.p
                ``load_weights(x.weights.h5)``.
 ``probe``      every serialized object of every raw output deserialized alone in each TensorFlow env:
                the keys each release rejects.
-``vocab``      the same for every class the streaming writer can write (``gruconv.keras3_defaults``).
+``vocab``      the same for every class the streaming writer can write (``gruconv.keras3.defaults``).
 ``report``     ``docs/compatibility.md``: one matrix per tested directory.
 
 Rerun after a gruconv change: ``python scripts/compat.py all`` (rebuilds the outputs), or test
@@ -343,7 +343,7 @@ def cmd_convert(args):
 
 def cmd_portable(args):
     sys.path.insert(0, str(ROOT / "src"))
-    from gruconv.keras_portable import rewrite_keras_zip
+    from gruconv.keras3.portable import rewrite_keras_zip
 
     dst = OUT / "portable"
     shutil.rmtree(dst, ignore_errors=True)
@@ -443,17 +443,17 @@ _SAMPLE = {"input_dim": 3, "output_dim": 2, "units": 2, "rate": 0.5, "stddev": 0
 
 
 def cmd_vocab(args):
-    """Every class the streaming writer can write (``gruconv.keras3_defaults``: layers, initializers,
+    """Every class the streaming writer can write (``gruconv.keras3.defaults``: layers, initializers,
     regularizers, constraints, optimizers), each with every argument at its Keras 3.15.1 default
-    (required ones from ``_SAMPLE``) and passed through ``gruconv.keras_portable.portable_config`` as
+    (required ones from ``_SAMPLE``) and passed through ``gruconv.keras3.portable.portable_config`` as
     the writer does, deserialized on its own in the TensorFlow env of each release (the ``probe``
     worker): the classes and keys a release refuses, fixtures or not."""
     import copy
     import zipfile
 
     sys.path.insert(0, str(ROOT / "src"))
-    from gruconv.keras3_defaults import DEFAULTS
-    from gruconv.keras_portable import portable_config
+    from gruconv.keras3.defaults import DEFAULTS
+    from gruconv.keras3.portable import portable_config
 
     objs = []
     for table in ("layers", "initializers", "regularizers", "constraints", "optimizers"):
@@ -630,7 +630,7 @@ def cmd_report(args):
             return legend[msg]
 
         title = {"raw": "The `.keras` outputs of `gruconv convert` (streaming writer)",
-                 "portable": "The same outputs through `gruconv.keras_portable.rewrite_keras_zip`",
+                 "portable": "The same outputs through `gruconv.keras3.portable.rewrite_keras_zip`",
                  "portable_qrfree": "float16 outputs through `rewrite_keras_zip(..., qr_free_low_precision=True)`",
                  "weights": "`.weights.h5` outputs, loaded into the model built from the `.keras` output's config "
                             "(`keras.models.model_from_json(config.json)` + `model.load_weights`)"
@@ -666,9 +666,9 @@ def cmd_report(args):
         "`Unrecognized keyword arguments`) are removed until it loads (innermost objects first).")
     L += _probe_table(
         "vocab", "The streaming writer's whole vocabulary on each release",
-        "Every class `gruconv.keras3_config` can write (the tables of `gruconv.keras3_defaults`: layers, "
+        "Every class `gruconv.keras3.config` can write (the tables of `gruconv.keras3.defaults`: layers, "
         "initializers, regularizers, constraints, optimizers), every argument at its Keras 3.15.1 default "
-        "and passed through `gruconv.keras_portable.portable_config` as the writer does, deserialized on "
+        "and passed through `gruconv.keras3.portable.portable_config` as the writer does, deserialized on "
         "its own in the TensorFlow env of each release (`compat.py vocab`), keys removed as above. "
         "This covers classes no fixture has.")
     # Hand-written analysis below this marker survives a rerun.

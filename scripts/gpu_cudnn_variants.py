@@ -4,7 +4,7 @@ configuration real cuDNN itself can produce, or something of torch's own?
 Runs each canonical stack of the given TF1 checkpoints through gruconv's ctypes cuDNN runner under every
 combination of the descriptor settings a framework may choose (algorithm, forward mode, data layout,
 math type, padded IO; the algorithm through ``cudnn_rnn.run(algo=...)``) and prints max |y - float64 oracle| for each, next to torch.nn.GRU/LSTM on CUDA
-(unpacked as Keras calls it, and packed).  A probe: it patches :mod:`gruconv.cudnn_rnn`'s module
+(unpacked as Keras calls it, and packed).  A probe: it patches :mod:`gruconv.verify.reference.cudnn_rnn`'s module
 constants, which that module reads at call time.
 
 Usage (GPU machine): python3 scripts/gpu_cudnn_variants.py fixtures/trained/gru2.tf1 ...
@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 
 warnings.simplefilter("ignore")
-from gruconv import cudnn_rnn as cr  # noqa: E402
-from gruconv import readers  # noqa: E402
-from gruconv.results import Options  # noqa: E402
-from gruconv.cudnn_layout import pack  # noqa: E402
-from gruconv.oracle import run_stack  # noqa: E402
+from gruconv.verify.reference import cudnn_rnn as cr # noqa: E402
+from gruconv import readers # noqa: E402
+from gruconv.options import Options # noqa: E402
+from gruconv.model.cudnn_layout import pack # noqa: E402
+from gruconv.verify.reference.oracle import run_stack # noqa: E402
 
 ALGOS = {name.upper(): name for name in cr.ALGORITHMS}
 MODES = {"inference": 0, "training": 1}

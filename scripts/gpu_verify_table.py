@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from gruconv.verify import verify  # noqa: E402
+from gruconv.verify import verify # noqa: E402
 
 TOL = 1e-5
 

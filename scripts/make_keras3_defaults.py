@@ -1,7 +1,7 @@
-"""Regenerate ``src/gruconv/keras3_defaults.py`` from the installed Keras 3 (the one the project pins
+"""Regenerate ``src/gruconv/keras3/defaults.py`` from the installed Keras 3 (the one the project pins
 for its reference outputs: 3.15.1).
 
-Why a generated table: the streaming writer (``gruconv.keras3_config``) must write a ``config.json``
+Why a generated table: the streaming writer (``gruconv.keras3.config``) must write a ``config.json``
 without importing Keras, yet every layer config Keras 3 writes lists *every* constructor argument
 (``Layer.get_config()`` of the built layer).  The defaults are facts of one Keras release; reading
 them off ``get_config()`` of a default-constructed object, rather than typing them, keeps them exact.
@@ -78,11 +78,11 @@ def resolves(getter, name):
 out["loss_names"] = [n for n in CANDIDATES if resolves(keras.losses.get, n)]
 out["metric_names"] = [n for n in CANDIDATES if resolves(keras.metrics.get, n)]
 json.loads(json.dumps(out))  # plain JSON values only
-target = os.path.join(os.path.dirname(__file__), "..", "src", "gruconv", "keras3_defaults.py")
+target = os.path.join(os.path.dirname(__file__), "..", "src", "gruconv", "keras3", "defaults.py")
 with open(target, "w") as f:
     f.write('"""Keras 3 constructor defaults, as ``get_config()`` reports them (generated: do not edit).\n\n'
             f'Written by ``scripts/make_keras3_defaults.py`` from Keras {keras.__version__}; read by\n'
-            '``gruconv.keras3_config`` to write full Keras 3 configs without importing Keras.\n"""\n\n'
+            '``gruconv.keras3.config`` to write full Keras 3 configs without importing Keras.\n"""\n\n'
             "null, true, false = None, True, False\n\n")
     f.write("DEFAULTS = " + pprint.pformat(out, width=110, sort_dicts=False) + "\n")
 print("wrote", target, file=sys.stderr)

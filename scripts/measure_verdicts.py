@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Measure, on the trained fixtures, correct-conversion differences and planted errors against the floor.
 
-The numbers behind :data:`gruconv.sensitivity.DEFAULT_RTOL`/``DEFAULT_K``/``DEFAULT_SEEDS``
+The numbers behind :data:`gruconv.verify.floor.DEFAULT_RTOL`/``DEFAULT_K``/``DEFAULT_SEEDS``
 (``docs/verdicts.md``).  For each fixture of ``fixtures/trained`` and each ``--steps``:
 
 * Keras HDF5 (``X.h5``): converted with :func:`gruconv.api.convert` to a ``.keras`` file, loaded,
@@ -13,7 +13,7 @@ The numbers behind :data:`gruconv.sensitivity.DEFAULT_RTOL`/``DEFAULT_K``/``DEFA
   ``c0`` (the same generator calls as ``verify._verify_stack``).
 
 Reference: the float64 oracle (what ``verify --reference oracle`` compares with).  Per check:
-max |diff|, max |ref|, the floor (:func:`gruconv.sensitivity.floors`), the ratios.  Then the
+max |diff|, max |ref|, the floor (:func:`gruconv.verify.floor.floors`), the ratios.  Then the
 planted errors, each applied to the converted layer's weights (first direction of a
 Bidirectional), measured the same way.  Runs on the CPU (TensorFlow backend).
 
@@ -110,7 +110,7 @@ def _row(fixture, path, steps, check, got, ref, floor, elapsed_floor=None):
 def _planted(name, rows):
     """A planted error's rows: all of them (``rows``), and, at top level, the one furthest over its
     loosest bound at the default rule (``over`` = max_abs / max(tolerance 1e-5, rtol*|ref|, k*floor))."""
-    from gruconv import sensitivity as S
+    from gruconv.verify import floor as S
 
     for z in rows:
         z["over"] = z["max_abs"] / max(1e-5, S.DEFAULT_RTOL * z["magnitude"], S.DEFAULT_K * z["floor"])
@@ -123,8 +123,9 @@ def _listify(x):
 
 
 def keras_rows(fixture, steps, seeds, batch=2, alone=False):
-    from gruconv import api, sensitivity
-    from gruconv.formats import keras3
+    from gruconv import api
+    from gruconv.verify import floor as sensitivity
+    from gruconv.keras3 import runtime as keras3
     from gruconv.readers import keras_h5
 
     keras = keras3.keras()
@@ -170,11 +171,11 @@ def keras_rows(fixture, steps, seeds, batch=2, alone=False):
 def weights_only_layer(keras, rnn):
     """The converted RNN of a weights-only file (no architecture), built ALONE: Keras 3 GRU/LSTM with
     ``return_sequences`` and ``return_state`` (Bidirectional with ``merge_mode=None``, so both directions
-    are compared apart), weights from :func:`gruconv.keras_layout.to_keras` (what ``convert`` writes).
+    are compared apart), weights from :func:`gruconv.model.keras_layout.to_keras` (what ``convert`` writes).
     Returns ``(layer, reference view of rnn)``: the view has the options the layer was built with."""
     from types import SimpleNamespace
 
-    from gruconv.keras_layout import to_keras
+    from gruconv.model.keras_layout import to_keras
 
     s = rnn.stack.shape
     if s.cell == "gru":
@@ -197,8 +198,8 @@ def weights_only_layer(keras, rnn):
 
 def weights_only_rows(fixture, steps, seeds, batch=2):
     """Per-layer verification of ``X_weights.h5`` without ``--config`` (the wiring plan's prototype)."""
-    from gruconv import sensitivity
-    from gruconv.formats import keras3
+    from gruconv.verify import floor as sensitivity
+    from gruconv.keras3 import runtime as keras3
     from gruconv.readers import keras_h5
 
     keras = keras3.keras()
@@ -232,10 +233,10 @@ def weights_only_rows(fixture, steps, seeds, batch=2):
 
 
 def tf1_rows(fixture, steps, seeds, batch=2):
-    from gruconv import sensitivity
-    from gruconv.formats import keras3
+    from gruconv.verify import floor as sensitivity
+    from gruconv.keras3 import runtime as keras3
     from gruconv.readers.tf1 import reading, writing
-    from gruconv.oracle import run_stack
+    from gruconv.verify.reference.oracle import run_stack
 
     doc = reading.read(TRAINED / f"{fixture}.tf1")
     (entry, model), = writing.to_keras(doc)

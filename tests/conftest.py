@@ -48,7 +48,7 @@ def planted_error_copy(src: Path, tmp_path: Path) -> Path:
     """``src`` converted, then one recurrent weight of its first GRU moved by 0.05 and saved again: a
     conversion error every numerical check must catch."""
     from gruconv import api
-    from gruconv.formats import keras3
+    from gruconv.keras3 import runtime as keras3
 
     out = tmp_path / "planted_ok.keras"
     api.convert(src, out)

@@ -207,7 +207,7 @@ def write_bundle(prefix: Path, tensors: dict, *, override: Optional[dict] = None
 
 
 def read_bundle(case_dir: Path) -> dict:
-    from gruconv import tfbundle
+    from gruconv.readers import tfbundle
 
     with tfbundle.open_bundle(case_dir) as b:
         return {k: b.read(k) for k in b.keys()}
@@ -621,8 +621,8 @@ def make_corpus(dest) -> list:
 
     def nan_tf1(ts):
         # the same NaN/Inf in the buffer and the canonical tensors, so the cross-check agrees
-        from gruconv.cudnn_layout import pack, unpack
-        from gruconv.canonical import StackShape
+        from gruconv.model.cudnn_layout import pack, unpack
+        from gruconv.model.canonical import StackShape
 
         shape = StackShape(5, 7, 2, False, "linear", "float32")
         params = unpack(ts[_OPAQUE], shape)
@@ -709,7 +709,7 @@ def _npy(arr, allow_pickle=False) -> bytes:
 
 def _hostile_files(dest: Path, add) -> None:
     """FIFOs, devices, sparse and oversized files, escaping ``checkpoint`` paths, outputs that are
-    inputs, control characters in names, JSON/npz bombs, batch discovery traps (``gruconv.inputs``)."""
+    inputs, control characters in names, JSON/npz bombs, batch discovery traps (``gruconv.files.inputs``)."""
     import zipfile
 
     x = dest / "x"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gruconv.canonical import GateParams, RNNStack, StackShape
+from gruconv.model.canonical import GateParams, RNNStack, StackShape
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 GOLDEN_DIRS = (FIXTURES / "cudnn-golden", FIXTURES / "cudnn-golden-lstm")

@@ -56,7 +56,7 @@ print(json.dumps(out))
 
 
 def _inputs(model_path: str, tmp) -> list:
-    from gruconv.formats import keras3
+    from gruconv.keras3 import runtime as keras3
 
     model = keras3.keras().saving.load_model(model_path)
     rng = np.random.default_rng(0)

@@ -40,7 +40,7 @@ from click.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from make_bad_inputs import Case, make_corpus  # noqa: E402
 
-from gruconv.cli import main  # noqa: E402
+from gruconv.cli import main # noqa: E402
 
 GRUCONV = Path(sys.executable).with_name("gruconv")
 ROOT_DIR = Path(__file__).resolve().parents[1]
@@ -193,7 +193,7 @@ EXPECTED: dict = {
     "batch_dotdot_input": Expect(0),
     "batch_absolute_input": Expect(0),
     "batch_dotdot_in_name": Expect(0),
-    # --- gruconv.inputs: special files (never opened, never blocking), sizes, escapes (x_*) ---
+    # --- gruconv.files.inputs: special files (never opened, never blocking), sizes, escapes (x_*) ---
     "x_fifo_input": E3(SPECIAL),
     "x_fifo_input_inspect": E3(SPECIAL),
     "x_dev_null_input": E3(SPECIAL + r"|file is empty"),

@@ -673,7 +673,7 @@ def test_jobs_2_matches_jobs_1(tree):
     assert len(res.stderr.splitlines()) == len(rep["inputs"])
 
 
-# --------------------------------------------------------------------------- safety (gruconv.inputs era)
+# --------------------------------------------------------------------------- safety (gruconv.files.inputs era)
 
 def test_output_onto_an_input_is_refused_before_any_work(tmp_path, monkeypatch):
     """``--out-dir`` equal to the input's directory maps a weights-only ``w.h5`` onto itself; a

@@ -7,7 +7,7 @@ first temporary file appears (the write window, a few tens of ms).  Afterwards:
 * the output path holds nothing, or the previous output byte for byte, or a complete ``.keras``
   archive — never a torn one;
 * the only other files are gruconv's temporaries: ``.NAME.PID-XXXX.tmp.keras``
-  (:mod:`gruconv.outputs`) and ``.gruconv-XXXX/`` (the directory ``api.convert`` stages its
+  (:mod:`gruconv.files.outputs`) and ``.gruconv-XXXX/`` (the directory ``api.convert`` stages its
   legacy HDF5 file in).  Both DO remain after a SIGKILL.  The next conversion to the same target
   removes the ``.NAME.PID-*.tmp*`` files of dead processes (once a minute old, see
   ``outputs.STALE_AFTER_S``); the ``.gruconv-*`` directories are NOT cleaned by anyone (api.py
@@ -155,7 +155,7 @@ def test_next_run_removes_temp_files_of_killed_writers(tmp_path, runtime):
 
 
 def test_stale_temp_cleanup_spares_live_and_recent_writers(tmp_path):
-    from gruconv import outputs
+    from gruconv.files import outputs
 
     out = tmp_path / "m.keras"
     dead_pid = _dead_pid()
@@ -194,7 +194,7 @@ def test_two_forced_conversions_racing_leave_one_complete_file(tmp_path):
         assert _others(tmp_path) == [], _others(tmp_path)
     code = (
         "import sys, warnings; warnings.simplefilter('ignore')\n"
-        "from gruconv.formats.keras3 import keras\n"
+        "from gruconv.keras3.runtime import keras\n"
         "m = keras().saving.load_model(sys.argv[1], safe_mode=True)\n"
         "print(m.name, len(m.layers))\n"
     )
@@ -220,7 +220,7 @@ def test_racing_without_force_one_wins_the_other_refuses(tmp_path):
 def test_staging_dirs_of_killed_writers_are_removed_by_the_next_staging_dir(tmp_path):
     """``outputs.staging_dir`` (for api.py/keras3.py's ``.gruconv-*`` work directories): pid-named, and
     the next one removes those of dead processes once they are a minute old."""
-    from gruconv import outputs
+    from gruconv.files import outputs
 
     dead = _dead_pid()
     old = time.time() - 3600

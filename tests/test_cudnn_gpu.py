@@ -1,4 +1,4 @@
-"""Real cuDNN through ctypes (gruconv.cudnn_lib, gruconv.cudnn_rnn) against the cuDNN 9.19 golden files,
+"""Real cuDNN through ctypes (gruconv.verify.reference.cudnn_lib, gruconv.verify.reference.cudnn_rnn) against the cuDNN 9.19 golden files,
 the float64 oracle (LSTM) and the layout module (cudnnGetRNNWeightParams, GRU and LSTM).
 
 Every test here needs an NVIDIA GPU and libcudnn: they are marked ``gpu``
@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 
 from conftest import GOLDEN_FILES, load_golden
-from gruconv.canonical import GateParams, RNNStack, StackShape
-from gruconv.cudnn_layout import iter_matrix_regions, pack, params_size, unpack
-from gruconv.cudnn_lib import available, library_info
-from gruconv.cudnn_rnn import run, weight_regions, weight_space_bytes
-from gruconv.oracle import run_stack
+from gruconv.model.canonical import GateParams, RNNStack, StackShape
+from gruconv.model.cudnn_layout import iter_matrix_regions, pack, params_size, unpack
+from gruconv.verify.reference.cudnn_lib import available, library_info
+from gruconv.verify.reference.cudnn_rnn import run, weight_regions, weight_space_bytes
+from gruconv.verify.reference.oracle import run_stack
 from gruconv.errors import GruconvError, InputError
 
 AVAILABLE, REASON = available()

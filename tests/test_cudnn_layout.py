@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from gruconv.canonical import StackShape
-from gruconv.cudnn_layout import pack, params_size, solve_shapes, unpack
+from gruconv.model.canonical import StackShape
+from gruconv.model.cudnn_layout import pack, params_size, solve_shapes, unpack
 from gruconv.errors import InputError
 
 

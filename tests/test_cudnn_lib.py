@@ -13,9 +13,9 @@ import sys
 import numpy as np
 import pytest
 
-from gruconv import cudnn_lib, cudnn_rnn
-from gruconv.canonical import CELLS, StackShape
-from gruconv.cudnn_layout import params_size
+from gruconv.verify.reference import cudnn_lib, cudnn_rnn
+from gruconv.model.canonical import CELLS, StackShape
+from gruconv.model.cudnn_layout import params_size
 from gruconv.errors import InputError, ReferenceUnavailable
 
 GRU = StackShape(5, 7, 2, True, "linear", "float32", "gru")
@@ -115,7 +115,7 @@ def _bad(base, **change):
 
 
 BAD = [
-    ("shape", lambda: _bad(GRU, shape=(5, 7)), "shape must be a gruconv.canonical.StackShape"),
+    ("shape", lambda: _bad(GRU, shape=(5, 7)), "shape must be a gruconv.model.canonical.StackShape"),
     ("opaque int", lambda: _bad(GRU, opaque=np.zeros(params_size(GRU), np.int32)), "opaque buffer must be float"),
     ("x rank", lambda: _bad(GRU, x=np.zeros((T, 5))), r"x must be time-major \[T, B, 5\]"),
     ("x width", lambda: _bad(LSTM, x=np.zeros((T, B, 4))), "x must be time-major"),
@@ -190,7 +190,7 @@ def test_the_old_module_is_gone():
 
 
 def test_binding_imports_no_framework():
-    code = ("import sys; import gruconv.cudnn_rnn, gruconv.cudnn_lib; "
+    code = ("import sys; import gruconv.verify.reference.cudnn_rnn, gruconv.verify.reference.cudnn_lib; "
             "print(sorted(m for m in ('torch', 'tensorflow', 'jax', 'keras') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

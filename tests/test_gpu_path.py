@@ -32,7 +32,7 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def backend():
-    from gruconv.formats import keras3
+    from gruconv.keras3 import runtime as keras3
 
     ok, why = keras3.gpu_status()
     assert ok, f"this file needs a GPU the Keras backend can use: {why}"

@@ -1,4 +1,4 @@
-"""``gruconv.inputs`` (the one place user files are opened), ``outputs.check_outputs`` and the
+"""``gruconv.files.inputs`` (the one place user files are opened), ``outputs.check_outputs`` and the
 TF1 ``checkpoint``-file containment rule — unit tests, no TensorFlow, no Keras."""
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES
-from gruconv import inputs, tfbundle
+from gruconv.files import inputs
+from gruconv.readers import tfbundle
 from gruconv.errors import InputError, OutputError, UsageError
 from gruconv import readers as formats
-from gruconv.outputs import check_outputs, check_target
+from gruconv.files.outputs import check_outputs, check_target
 
 TF1 = FIXTURES / "tf1"
 SEQ = FIXTURES / "keras" / "sequential.h5"
@@ -168,7 +169,7 @@ def test_load_npz_refuses_before_allocating(tmp_path, kind, message, monkeypatch
 def test_open_hdf5_guards_and_budget(tmp_path):
     import h5py
 
-    from gruconv import h5safe
+    from gruconv.files import hdf5 as h5safe
 
     with h5safe.open_hdf5(SEQ) as f:
         ds = f["model_weights/cu_dnngru/cu_dnngru/kernel:0"]
@@ -193,7 +194,7 @@ def test_open_hdf5_guards_and_budget(tmp_path):
 def test_model_config_attribute_depth(tmp_path):
     import h5py
 
-    from gruconv import h5safe
+    from gruconv.files import hdf5 as h5safe
 
     p = tmp_path / "deep.h5"
     with h5py.File(p, "w") as f:

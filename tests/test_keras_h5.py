@@ -18,11 +18,11 @@ import pytest
 
 from conftest import FIXTURES
 from gruconv import api
-from gruconv.canonical import RNNStack, StackShape
-from gruconv.cudnn_layout import unpack
+from gruconv.model.canonical import RNNStack, StackShape
+from gruconv.model.cudnn_layout import unpack
 from gruconv.readers import keras_h5
-from gruconv.keras_layout import cudnn_opaque, from_cudnn, to_cudnn
-from gruconv.oracle import run_stack
+from gruconv.model.keras_layout import cudnn_opaque, from_cudnn, to_cudnn
+from gruconv.verify.reference.oracle import run_stack
 
 KERAS = FIXTURES / "keras"
 MANIFEST = json.loads((KERAS / "manifest.json").read_text())["fixtures"]
@@ -77,7 +77,7 @@ def find_layer(keras, model, entry):
 
 @pytest.fixture(scope="module")
 def keras():
-    from gruconv.formats.keras3 import keras as k
+    from gruconv.keras3.runtime import keras as k
 
     return k()
 

@@ -18,10 +18,10 @@ import pytest
 
 from conftest import FIXTURES
 from gruconv import api
-from gruconv.canonical import GateParams, RNNStack, StackShape
-from gruconv.cudnn_layout import pack, unpack
-from gruconv.keras_layout import cudnn_opaque, from_cudnn, to_cudnn, to_keras_lstm
-from gruconv.oracle import run_stack
+from gruconv.model.canonical import GateParams, RNNStack, StackShape
+from gruconv.model.cudnn_layout import pack, unpack
+from gruconv.model.keras_layout import cudnn_opaque, from_cudnn, to_cudnn, to_keras_lstm
+from gruconv.verify.reference.oracle import run_stack
 
 KERAS = FIXTURES / "keras_lstm"
 GOLDEN = FIXTURES / "cudnn-golden-lstm"
@@ -108,7 +108,7 @@ def sample_input(entry, batch, rng):
 
 @pytest.fixture(scope="module")
 def keras():
-    from gruconv.formats.keras3 import keras as k
+    from gruconv.keras3.runtime import keras as k
 
     return k()
 

@@ -1,11 +1,11 @@
-"""gruconv.keras_portable: config rewrites for older Keras 3 releases (no framework needed)."""
+"""gruconv.keras3.portable: config rewrites for older Keras 3 releases (no framework needed)."""
 
 import json
 import zipfile
 
 import pytest
 
-from gruconv.keras_portable import non_portable, portable_config, rewrite_keras_zip
+from gruconv.keras3.portable import non_portable, portable_config, rewrite_keras_zip
 
 
 def _init(cls="GlorotUniform", **cfg):
@@ -78,8 +78,8 @@ def test_rewrite_keras_zip_refuses_a_zip_without_config(tmp_path):
 
 
 def _batch_norm(**over):
-    """A BatchNormalization config as Keras 3.15.1 writes it (gruconv.keras3_defaults), with ``over``."""
-    from gruconv.keras3_defaults import DEFAULTS
+    """A BatchNormalization config as Keras 3.15.1 writes it (gruconv.keras3.defaults), with ``over``."""
+    from gruconv.keras3.defaults import DEFAULTS
 
     cfg = dict(json.loads(json.dumps(DEFAULTS["layers"]["BatchNormalization"]["config"])), name="bn", **over)
     return {"module": "keras.layers", "class_name": "BatchNormalization", "config": cfg, "registered_name": None}

@@ -8,7 +8,7 @@ Peak resident memory of one ``gruconv`` run is measured with
 command as its only child (``RUSAGE_CHILDREN`` is a maximum over all waited-for children, so
 each measurement gets a fresh wrapper).  Baselines are measured the same way:
 
-* ``import``: a process that only imports Keras (through ``gruconv.formats.keras3``, as convert does);
+* ``import``: a process that only imports Keras (through ``gruconv.keras3.runtime``, as convert does);
 * ``tiny``: converting ``fixtures/keras/sequential.h5`` (a 20 KB model): import plus Keras's
   fixed costs of building, loading and saving a model;
 * ``numpy``: a process that imports gruconv's reader side only (h5py, NumPy) — for ``inspect``.
@@ -126,7 +126,7 @@ def reader_baseline() -> int:
 def keras_baselines(tmp_path_factory) -> dict:
     """Peak RSS of importing Keras, and of converting the 20 KB fixture (both import TensorFlow)."""
     d = tmp_path_factory.mktemp("base")
-    imp, code, err = peak_rss([sys.executable, "-c", "from gruconv.formats.keras3 import keras; keras()"])
+    imp, code, err = peak_rss([sys.executable, "-c", "from gruconv.keras3.runtime import keras; keras()"])
     assert code == 0, err
     tiny, code, err = peak_rss([GRUCONV, "convert", FIX / "sequential.h5", d / "tiny.keras"])
     assert code == 0, err
@@ -166,7 +166,7 @@ def test_conversion_peaks_within_one_and_a_half_models_of_loading_its_output(big
     assert code == 0, err
     assert out.stat().st_size > model_bytes  # every weight made it into the archive
     load_peak, code, err = peak_rss([sys.executable, "-c",
-                                     f"from gruconv.formats.keras3 import keras; keras().saving.load_model({str(out)!r})"])
+                                     f"from gruconv.keras3.runtime import keras; keras().saving.load_model({str(out)!r})"])
     assert code == 0, err
     above_import = peak - keras_baselines["import"]
     above_tiny = peak - keras_baselines["tiny"]
@@ -267,10 +267,10 @@ def _spread(runs: int, work: Path) -> None:
     for i in range(runs):
         t0 = time.time()
         r = {}
-        for key, argv in (("import", [sys.executable, "-c", "from gruconv.formats.keras3 import keras; keras()"]),
+        for key, argv in (("import", [sys.executable, "-c", "from gruconv.keras3.runtime import keras; keras()"]),
                           ("numpy", [sys.executable, "-c", "import gruconv.api, gruconv.readers.keras_h5, h5py"]),
                           ("convert", [GRUCONV, "convert", big, work / f"big{i}.keras"]),
-                          ("load", [sys.executable, "-c", "from gruconv.formats.keras3 import keras; "
+                          ("load", [sys.executable, "-c", "from gruconv.keras3.runtime import keras; "
                                     f"keras().saving.load_model({str(work / f'big{i}.keras')!r})"]),
                           ("inspect", [GRUCONV, "inspect", big])):
             r[key], code, err = peak_rss(argv)

@@ -1,6 +1,6 @@
 """The ONNX target (one ``GRU``/``LSTM`` operator per layer) against real cuDNN, on onnxruntime's CPU.
 
-Every golden case of ``fixtures/cudnn-golden*`` is built by :func:`gruconv.onnx_target.build` with
+Every golden case of ``fixtures/cudnn-golden*`` is built by :func:`gruconv.writers.onnx.graph.build` with
 ``h0``/``c0`` inputs (and ``sequence_lens`` where the golden has variable lengths), written, run by
 onnxruntime and compared with cuDNN's own strict-fp32 ``y``/``hy``/``cy`` within 1e-5.  The
 interface (names, shapes, dtypes, opset) is asserted from the model itself; a planted gate swap and
@@ -19,9 +19,10 @@ import pytest
 
 from target_goldens import CASES, TOLERANCE, load_case, max_error
 
-from gruconv import onnx_target, target_gates
+from gruconv.writers.onnx import graph as onnx_target
+from gruconv.model import target_gates
 from gruconv.errors import OutputError, UsageError
-from gruconv.oracle import run_stack
+from gruconv.verify.reference.oracle import run_stack
 
 ROOT = Path(__file__).resolve().parents[1]
 

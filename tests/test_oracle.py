@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from gruconv.canonical import RNNStack
-from gruconv.cudnn_layout import unpack
-from gruconv.oracle import run_stack
+from gruconv.model.canonical import RNNStack
+from gruconv.model.cudnn_layout import unpack
+from gruconv.verify.reference.oracle import run_stack
 
 from test_cudnn_layout import golden_shape
 

@@ -1,4 +1,4 @@
-"""The sensitivity floor and the verdict rule (:mod:`gruconv.sensitivity`), on trained models.
+"""The sensitivity floor and the verdict rule (:mod:`gruconv.verify.floor`), on trained models.
 
 Evidence for issue 19: a fixed absolute tolerance fails correct conversions of trained models
 (amplified float32 rounding) or, loosened, lets bugs through.  These tests prove, on the trained
@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gruconv import sensitivity
-from gruconv.canonical import GateParams, RNNStack, StackShape
-from gruconv.oracle import run_stack
+from gruconv.verify import floor as sensitivity
+from gruconv.model.canonical import GateParams, RNNStack, StackShape
+from gruconv.verify.reference.oracle import run_stack
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINED = ROOT / "fixtures" / "trained"
@@ -65,7 +65,7 @@ def _random_stack(cell="lstm", units=8, layers=2, bidir=True, seed=0, scale=0.5)
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
 def test_forward_in_float64_is_the_oracle(cell):
     """The float32 forward used for the floor is the oracle's equations: run in float64 it equals
-    :func:`gruconv.oracle.run_stack` (variable lengths, bidirectional, initial states)."""
+    :func:`gruconv.verify.reference.oracle.run_stack` (variable lengths, bidirectional, initial states)."""
     st = _random_stack(cell)
     rng = np.random.default_rng(3)
     x = rng.uniform(-1, 1, (9, 3, 5))

@@ -25,7 +25,9 @@ import pytest
 
 from conftest import FIXTURES
 
-from gruconv import keras_archive, outputs, readers
+from gruconv.keras3 import archive as keras_archive
+from gruconv.files import outputs
+from gruconv import readers
 from gruconv.batch import convert_many, work
 from gruconv.errors import InputError, OutputError
 from gruconv.readers import keras_h5
@@ -95,7 +97,7 @@ def test_self_check_of_an_archive_written_in_place_catches_a_flipped_bit(tmp_pat
 
 def test_workers_are_forked_only_when_that_is_safe(monkeypatch):
     monkeypatch.setattr(sys, "platform", "linux")
-    from gruconv.formats.keras3 import FRAMEWORK_MODULES
+    from gruconv.keras3.runtime import FRAMEWORK_MODULES
 
     for name in FRAMEWORK_MODULES:
         monkeypatch.delitem(sys.modules, name, raising=False)
@@ -193,7 +195,7 @@ def test_a_rewritten_checkpoint_index_is_never_served_from_the_parse_cache(tmp_p
     """``tfbundle._parsed_indexes`` is keyed by the index's bytes: an index damaged in place (same
     inode, same size, within one timestamp tick) is refused although an intact parse of the same file
     is cached, and restoring the bytes gives the cached answer again."""
-    from gruconv import tfbundle
+    from gruconv.readers import tfbundle
 
     dst = tmp_path / "ck"
     shutil.copytree(FIXTURES / "tf1" / "layer_uni", dst)
@@ -219,7 +221,7 @@ def test_hard_link_fast_path_and_careful_walk_agree(tmp_path):
     """``h5safe.resolve``'s libhdf5 fast path returns what the careful walk returns, and leaves every
     other case (missing, soft or external link at any depth, wrong kind, ``.``) to the careful walk,
     whose one-line refusal names it."""
-    from gruconv import h5safe
+    from gruconv.files import hdf5 as h5safe
 
     p = tmp_path / "links.h5"
     with h5py.File(p, "w") as f:

@@ -1,4 +1,4 @@
-"""The streaming writer (``gruconv.keras3_config`` + ``gruconv.keras_archive``, issue 20; the default
+"""The streaming writer (``gruconv.keras3.config`` + ``gruconv.keras3.archive``, issue 20; the default
 route of ``gruconv convert``) against the Keras-built route (the writers' ``*_with_keras``: what
 ``convert`` did before, and still does as the fallback), fixture by fixture.
 
@@ -29,7 +29,8 @@ import h5py
 import numpy as np
 import pytest
 
-from gruconv import api, keras_archive
+from gruconv import api
+from gruconv.keras3 import archive as keras_archive
 from gruconv.errors import OutputError, UnsupportedError
 from gruconv.readers import keras_h5, tf1
 
@@ -73,7 +74,7 @@ def stream(p: Path, dst: Path) -> list:
 def keras_built(p: Path, dst: Path, *, weights_only: bool = False) -> None:
     """The Keras-built route (what ``gruconv convert`` did before issue 20, and still does as the
     fallback): the model built in Keras, saved with ``Model.save`` / ``save_weights``, loaded back."""
-    from gruconv.results import Options
+    from gruconv.options import Options
     from gruconv.writers import keras_model, keras_weights
 
     writer = keras_weights if weights_only else keras_model
@@ -150,7 +151,7 @@ def test_weights_file_is_bit_identical_to_keras_built(outputs, fixture):
 
 @pytest.mark.parametrize("fixture", FIXTURES, ids=_ids(FIXTURES))
 def test_loads_to_the_same_model_config_and_weights(outputs, fixture):
-    from gruconv.formats import keras3
+    from gruconv.keras3 import runtime as keras3
 
     ref, mine = outputs[fixture]
     assert not isinstance(mine, Exception), mine
@@ -182,7 +183,7 @@ def test_loads_to_the_same_model_config_and_weights(outputs, fixture):
 
 
 def test_a_layer_outside_the_vocabulary_is_one_line_naming_layer_and_class():
-    from gruconv import keras3_config
+    from gruconv.keras3 import config as keras3_config
 
     cfg = {"class_name": "Functional", "config": {"name": "m", "layers": [
         {"class_name": "InputLayer", "config": {"batch_input_shape": [None, 3], "name": "x"}, "name": "x",
@@ -322,7 +323,7 @@ def test_streamed_outputs_load_the_same_on_another_backend(outputs, tmp_path, ba
 def test_vocabulary_model_matches_keras_built(tmp_path):
     """A tf_keras model using most of the vocabulary (``tests/make_vocabulary_model.py``, written in a fresh
     process by tf_keras's legacy writer): weights file bit-identical, loaded configs and weights equal."""
-    from gruconv.formats import keras3
+    from gruconv.keras3 import runtime as keras3
 
     src = tmp_path / "vocab.h5"
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
@@ -601,11 +602,11 @@ def test_inspect_and_convert_in_a_fresh_venv_with_base_dependencies_only(tmp_pat
 @pytest.mark.parametrize("cell,gates", [("gru", 3), ("lstm", 4)])
 def test_gate_wise_transform_equals_keras_layout(tmp_path, cell, gates):
     """:func:`keras_archive.cudnn_direction` (one gate block at a time, streamed into HDF5) gives exactly
-    ``to_keras(from_cudnn(...))`` of :mod:`gruconv.keras_layout` (random float32 and float16 arrays,
+    ``to_keras(from_cudnn(...))`` of :mod:`gruconv.model.keras_layout` (random float32 and float16 arrays,
     NaN/Inf counted), and a planted swap of two gate blocks is caught by the same comparison."""
     from types import SimpleNamespace
 
-    from gruconv.keras_layout import from_cudnn, to_keras
+    from gruconv.model.keras_layout import from_cudnn, to_keras
 
     rng = np.random.default_rng(7)
     I, H = 6, 5
@@ -654,7 +655,7 @@ def test_streamed_convert_peaks_under_half_the_model_above_its_imports(tmp_path)
     ratios = []
     for i in range(3):
         base, code, err = peak_rss([sys.executable, "-c", "import gruconv.cli, gruconv.readers.keras_h5, "
-                                    "gruconv.keras_archive, gruconv.writers.keras_model, h5py, numpy"])
+                                    "gruconv.keras3.archive, gruconv.writers.keras_model, h5py, numpy"])
         assert code == 0, err
         out = tmp_path / f"out{i}.keras"
         peak, code, err = peak_rss([GRUCONV, "convert", big, out])
@@ -669,10 +670,10 @@ def test_streamed_convert_peaks_under_half_the_model_above_its_imports(tmp_path)
 @pytest.mark.parametrize("skip", [False, True], ids=["linear-input", "skip-input"])
 def test_canonical_gate_wise_transform_equals_to_keras(tmp_path, cell, gates, skip):
     """:func:`keras_archive.canonical_direction` (TF1 stacks: one gate block at a time, the reader's
-    ``release`` after each) writes exactly :func:`gruconv.keras_layout.to_keras` of the same params
+    ``release`` after each) writes exactly :func:`gruconv.model.keras_layout.to_keras` of the same params
     (skip-input pseudo-layers' identity kernels included), and calls ``release`` once per block."""
-    from gruconv.canonical import GateParams
-    from gruconv.keras_layout import to_keras
+    from gruconv.model.canonical import GateParams
+    from gruconv.model.keras_layout import to_keras
 
     rng = np.random.default_rng(3)
     H, I = 5, 7

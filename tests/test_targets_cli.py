@@ -78,7 +78,7 @@ def convert_and_verify(case: str, out: Path, *extra) -> dict:
 @pytest.mark.parametrize("case", [pytest.param(c, marks=_marks(c)) for c in TF1])
 def test_tf1_to_torch(case, tmp_path):
     """One .safetensors for the whole checkpoint: every stack (multi_stack: both) and its other tensors."""
-    from gruconv.torch_target import read_document
+    from gruconv.writers.torch.safetensors import read_document
 
     rep = convert_and_verify(case, tmp_path / "out.safetensors")
     doc = read_document(tmp_path / "out.safetensors")
@@ -106,7 +106,7 @@ def test_tf1_to_onnx(case, tmp_path):
 @pytest.mark.parametrize("case", [pytest.param(c, marks=_marks(c)) for c in KERAS])
 def test_keras_to_torch(case, tmp_path):
     """Every cuDNN layer one module named by its layer path; the other layers' weights beside them."""
-    from gruconv.torch_target import read_document
+    from gruconv.writers.torch.safetensors import read_document
 
     out = tmp_path / "out.safetensors"
     if case in NOTHING:
@@ -192,7 +192,7 @@ def test_planted_gate_swap_fails_verify(case, ext, tmp_path):
 def test_convert_verify_flag_places_nothing_on_failure(tmp_path, monkeypatch):
     """``convert --verify``: a passing run places the output; a planted error (a gate order swapped
     in the writer) places nothing."""
-    from gruconv import target_gates
+    from gruconv.model import target_gates
 
     ok = tmp_path / "ok.safetensors"
     assert run("convert", FIX / "tf1/layer_uni", ok, "--verify").exit_code == 0 and ok.exists()
@@ -246,7 +246,7 @@ def test_onnx_interface_options_verify(tmp_path):
 
 def test_multi_stack_torch_one_file_other_tensors(tmp_path):
     """multi_stack: both stacks in one file, and the checkpoint's other tensors by original name."""
-    from gruconv.torch_target import other_tensors, read_document
+    from gruconv.writers.torch.safetensors import other_tensors, read_document
 
     out = tmp_path / "all.safetensors"
     assert run("convert", FIX / "tf1/multi_stack", out).exit_code == 0

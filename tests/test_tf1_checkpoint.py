@@ -20,12 +20,13 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES, ROOT, load_golden
-from gruconv import api, report, tfbundle
-from gruconv.canonical import StackShape
+from gruconv import api, report
+from gruconv.readers import tfbundle
+from gruconv.model.canonical import StackShape
 from gruconv.errors import InputError, OutputError, UsageError
 from gruconv.readers import tf1 as _t1
 from gruconv.readers.tf1 import reading as _t1_reading, writing as _t1_writing
-from gruconv.results import Options
+from gruconv.options import Options
 
 
 class _Verbs:
@@ -50,7 +51,7 @@ class _Verbs:
 
 
 t1 = _Verbs()
-from gruconv.oracle import run_stack
+from gruconv.verify.reference.oracle import run_stack
 
 TF1 = FIXTURES / "tf1"
 MANIFEST = json.loads((TF1 / "manifest.json").read_text())["cases"]
@@ -185,7 +186,7 @@ def test_weights_equal_golden(case):
 
 
 def _keras():
-    from gruconv.formats.keras3 import keras
+    from gruconv.keras3.runtime import keras
 
     return keras()
 
@@ -734,7 +735,7 @@ def test_cross_check_finds_one_changed_value_anywhere(tf, tmp_path, row, col):
 def test_params_are_views_of_an_identical_buffer_and_signed_zeros_count(tf, tmp_path):
     """Matrices come from the buffer only where they are bit for bit the canonical ones: a -0.0
     in a canonical tensor where the buffer holds +0.0 agrees (diff 0) but the weight stays -0.0."""
-    from gruconv.cudnn_layout import iter_matrix_regions
+    from gruconv.model.cudnn_layout import iter_matrix_regions
 
     shape = StackShape(96, 256, 2, True)
     (off,) = [o for p, kind, lin, o, dims in iter_matrix_regions(shape) if (p, kind, lin) == (3, "matrix", 4)]
@@ -776,8 +777,8 @@ def _all_stacks():
 def test_keras_arrays_equal_to_keras_gru():
     """The lean convert path (Keras arrays straight from the canonical tensors, one at a time)
     gives exactly the arrays to_keras_gru gives from the stack's params."""
-    from gruconv.formats.keras3 import released_weights
-    from gruconv.keras_layout import to_keras_gru
+    from gruconv.keras3.runtime import released_weights
+    from gruconv.model.keras_layout import to_keras_gru
 
     seen = 0
     for name, doc, e in _all_stacks():
@@ -795,12 +796,12 @@ def test_keras_arrays_equal_to_keras_gru():
 
 
 def test_unpack_views_equal_unpack():
-    from gruconv.cudnn_layout import pack, unpack
+    from gruconv.model.cudnn_layout import pack, unpack
 
     rng = np.random.default_rng(5)
     for shape in (StackShape(5, 7, 2, True), StackShape(7, 7, 3, False, "skip"), StackShape(7, 7, 1, True, "skip"),
                   StackShape(3, 4, 1, False, dtype="float16"), StackShape(9, 2, 4, True, dtype="float64")):
-        from gruconv.cudnn_layout import params_size
+        from gruconv.model.cudnn_layout import params_size
 
         buf = rng.standard_normal(params_size(shape)).astype(shape.dtype)
         views, ref = t1._unpack_views(buf, shape), unpack(buf, shape)
@@ -816,7 +817,7 @@ def test_unpack_views_equal_unpack():
 
 
 def test_nonfinite_fast_path_is_exact():
-    from gruconv.canonical import GateParams
+    from gruconv.model.canonical import GateParams
 
     def params(v, dtype):
         a = np.full((3, 4, 4), v, dtype)
@@ -849,7 +850,7 @@ def test_same_bits():
 def test_given_initializers_leave_the_default_config(case, kw, tmp_path):
     """GRUs built from the converted arrays (no random/orthogonal init) save exactly the config and
     weights of a default build followed by set_weights."""
-    from gruconv.formats import keras3
+    from gruconv.keras3 import runtime as keras3
 
     keras = _keras()
     (e,) = _read(case).stacks

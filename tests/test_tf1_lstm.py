@@ -21,7 +21,7 @@ from gruconv.errors import UnsupportedError, UsageError
 from gruconv.readers import tf1 as t1
 from gruconv.readers.tf1 import cells, names
 from gruconv.writers import rest_npz
-from gruconv.results import Options
+from gruconv.options import Options
 
 TF1 = FIXTURES / "tf1_lstm"
 GOLDEN = FIXTURES / "cudnn-golden-lstm"
@@ -54,7 +54,7 @@ def _convert(case, out, **kw):
 
 
 def _keras():
-    from gruconv.formats.keras3 import keras
+    from gruconv.keras3.runtime import keras
 
     return keras()
 
@@ -197,7 +197,7 @@ def test_return_state_only_and_plain(tmp_path):
     model = _keras().saving.load_model(str(out))
     assert len(model.inputs) == 1 and len(model.outputs) == 1 + 2 * 4
     g = _golden("lstm_2l_bidir.npz")
-    from gruconv.oracle import run_stack
+    from gruconv.verify.reference.oracle import run_stack
 
     (e,) = _read("layer_bidir").stacks
     res = model(np.transpose(g["x"], (1, 0, 2)))
@@ -233,7 +233,7 @@ def _save(tf, prefix: Path, tensors: dict) -> Path:
 
 
 def _tensors(case: str) -> dict:
-    from gruconv import tfbundle
+    from gruconv.readers import tfbundle
 
     b = tfbundle.open_bundle(TF1 / case)
     return {k: np.array(b.read(k)) for k in b.keys()}
@@ -292,7 +292,7 @@ def test_tf13_halves_that_do_not_sum_warn(tf, tmp_path):
 
 def test_table_round_trip():
     """cells.from_params is the inverse of cells.to_params, for both cells and TF 1.3 halves."""
-    from gruconv.canonical import GateParams
+    from gruconv.model.canonical import GateParams
 
     rng = np.random.default_rng(1)
     for spec, G in ((cells.GRU, 3), (cells.LSTM, 4)):

@@ -344,7 +344,7 @@ def test_a_savedmodel_with_tf1_names_is_the_tf1_readers(tmp_path):
     (``saved_model``) this one, TF1 ``cudnn_rnn`` names (``saved_model_tf1``, layer_uni's tensors saved
     by TF's SavedModelBuilder) the TF1 reader, converting to exactly what the checkpoint itself gives."""
     from gruconv import readers
-    from gruconv.readers import tf2_checkpoint
+    from gruconv.readers import tf2 as tf2_checkpoint
 
     assert tf2_checkpoint.sniff(TF2 / "saved_model")
     assert tf2_checkpoint.sniff(TF2 / "ckpt_seq" / "weights.index")

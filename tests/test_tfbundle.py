@@ -1,4 +1,4 @@
-"""Tests for gruconv.tfbundle: differential against TensorFlow, plus hostile inputs.
+"""Tests for gruconv.readers.tfbundle: differential against TensorFlow, plus hostile inputs.
 
 TensorFlow writes the real checkpoints (``tf.raw_ops.SaveV2`` /
 ``MergeV2Checkpoints`` / ``tf.train.Checkpoint``) and is the oracle
@@ -24,9 +24,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gruconv import tfbundle
+from gruconv.readers import tfbundle
 from gruconv.errors import GruconvError, InputError, UnsupportedError
-from gruconv.tfbundle import TensorInfo, TensorNotFound, open_bundle, resolve_prefix
+from gruconv.readers.tfbundle import TensorInfo, TensorNotFound, open_bundle, resolve_prefix
 
 from bundle_proto import _fb, _fv, _mask, _vint
 

@@ -1,7 +1,7 @@
 """The PyTorch target (``.safetensors`` of ``torch.nn.GRU``/``LSTM`` state dicts) against real cuDNN.
 
 Every golden case of ``fixtures/cudnn-golden*`` (cuDNN 9.19's own strict-fp32 outputs) is written
-by :func:`gruconv.torch_target.write_safetensors`, loaded by :func:`gruconv.torch.load` and by the
+by :func:`gruconv.writers.torch.safetensors.write_safetensors`, loaded by :func:`gruconv.torch.load` and by the
 documented plain-torch code (``docs/targets.md``), run on torch's CPU, and must match cuDNN's ``y``,
 ``hy`` (and ``cy``) within 1e-5.  A planted gate swap must not; hostile headers are refused in one
 line before any tensor is read.
@@ -21,9 +21,10 @@ import pytest
 
 from target_goldens import ALL_FILES, CASES, NOT_CANONICAL, TOLERANCE, load_case, max_error
 
-from gruconv import target_gates, torch_target
+from gruconv.model import target_gates
+from gruconv.writers.torch import safetensors as torch_target
 from gruconv.errors import InputError, OutputError
-from gruconv.oracle import run_stack
+from gruconv.verify.reference.oracle import run_stack
 
 import torch  # noqa: E402 - the [torch] extra, in `dev`: these tests need it and never skip
 
@@ -298,7 +299,7 @@ def test_not_a_regular_file_is_refused(tmp_path):
 
 
 def test_importing_the_targets_imports_no_torch():
-    code = ("import sys, gruconv.torch_target, gruconv.torch, gruconv.onnx_target; "
+    code = ("import sys, gruconv.writers.torch.safetensors, gruconv.torch, gruconv.writers.onnx.graph; "
             "bad = [m for m in ('torch', 'onnx', 'onnxruntime', 'tensorflow', 'keras') if m in sys.modules]; "
             "print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -163,7 +163,7 @@ def _plant_in(converted: Path, plant: str, tmp_path: Path) -> tuple:
     ``.h5`` has its first recurrent group's kernel, recurrent kernel and bias rewritten in place."""
     plant_fn, _ = _plant_fn()
     if converted.suffix == ".keras":
-        from gruconv.formats import keras3
+        from gruconv.keras3 import runtime as keras3
 
         k = keras3.keras()
         model = k.saving.load_model(converted)
@@ -334,7 +334,7 @@ def test_a_row_is_compared_with_the_closest_cudnn_algorithm_and_a_plant_stays_ca
 
 
 def test_reference_variants_run_once_on_demand_and_name_what_cudnn_refuses():
-    from gruconv.cudnn_lib import CudaCallError
+    from gruconv.verify.reference.cudnn_lib import CudaCallError
     from gruconv.verify import CURRENT_RUN
     from gruconv.verify.engines import Engine
     from gruconv.verify.verdicts import ReferenceVariants
@@ -403,7 +403,7 @@ def test_gpu_every_planted_error_fails_on_the_strict_gpu_rows_too(family, form, 
     """Issue 19 on a GPU: with the reference run by each of cuDNN's algorithms and every row compared with
     the closest (so the Keras-on-torch cuDNN kernel's rounding is not a failure), each planted error on a
     trained model still fails on the strict GPU rows as well as on the CPU, at the default settings."""
-    from gruconv.formats import keras3
+    from gruconv.keras3 import runtime as keras3
 
     ok, why = keras3.gpu_status()
     assert ok, f"this test needs a GPU the Keras backend can use: {why}"

@@ -92,7 +92,7 @@ def _tamper(keras, path, out, layer_name, how):
 
 @pytest.mark.parametrize("how", ["swap_zr", "transposed_kernel", "dropped_recurrent_bias"])
 def test_corrupted_conversion_fails_and_names_the_layer(how, tmp_path):
-    from gruconv.formats.keras3 import keras
+    from gruconv.keras3.runtime import keras
 
     good = tmp_path / "good.keras"
     api.convert(KERAS / "sequential.h5", good)
@@ -146,7 +146,7 @@ def test_user_inputs_npz(tmp_path):
 
 
 def test_cudnn_reference_unavailable_is_a_clear_error():
-    from gruconv import cudnn_lib
+    from gruconv.verify.reference import cudnn_lib
 
     if cudnn_lib.available()[0]:
         pytest.skip("this machine has a usable GPU; the unavailable path cannot be observed here")
@@ -193,7 +193,7 @@ def test_auto_reference_says_which_ran():
 # ----------------------------------------------------------------------------- GPU
 
 def _gpu_or_skip():
-    from gruconv import cudnn_lib
+    from gruconv.verify.reference import cudnn_lib
 
     ok, reason = cudnn_lib.available()
     if not ok:
@@ -251,7 +251,7 @@ def test_gpu_trained_fixtures_pass_on_cpu_and_strict_gpu_against_cudnn(name, ste
     """Issue 19 on a GPU: every trained fixture (full, weights-only without --config, TF1) passes at the
     default rule against real cuDNN on the CPU and the strict-fp32 GPU path; the printed ratios (diff /
     floor per row) are what docs/verdicts.md asks to record to confirm k = 8 on the GPU."""
-    from gruconv.formats import keras3
+    from gruconv.keras3 import runtime as keras3
 
     _gpu_or_skip()
     ok, why = keras3.gpu_status()

@@ -1,3 +1,3 @@
-from gruconv.entry import main
+from .entry import main
 
 main()

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import readers
-from .results import ConvertResult, Options
+from .options import ConvertResult, Options
 
 __all__ = ["inspect", "convert", "verify", "check_not_inputs", "ConvertResult", "Options"]
 
@@ -45,7 +45,7 @@ def _add_targets(info: dict) -> None:
     """Per RNN, ``targets``: what each writer that describes stacks (torch, onnx) makes of it
     (:func:`gruconv.writers.targets`)."""
     from . import writers
-    from .canonical import StackShape
+    from .model.canonical import StackShape
 
     for r in info.get("rnns", []):
         if r.get("shape"):
@@ -71,7 +71,7 @@ def convert(input, output, options=None, *, verify: bool = False, tolerance: flo
     doc = module.read(input, opts)
     if not verify:
         return module.convert(doc, output, opts)
-    from .outputs import staging_dir
+    from .files.outputs import staging_dir
     from .verify import verify as _verify
 
     module.check_outputs(doc, output, opts)
@@ -110,7 +110,7 @@ def refuse_unread(module, output: Path, opts: Options) -> None:
 def _promote(staged: Path, output: Path, produced: list, *, force: bool) -> list:
     """Move verified outputs from the staging directory to where the user asked for them."""
     from .errors import OutputError
-    from .outputs import check_target, place_new
+    from .files.outputs import check_target, place_new
 
     moved = []
     for p in produced:
@@ -148,7 +148,7 @@ def check_not_inputs(outputs, input, *others) -> None:
     reads: every file of ``input`` (as its format lists them) and each of ``others`` (converted model,
     ``--config``, ``--inputs``; None skipped)."""
     from .errors import GruconvError
-    from .outputs import check_outputs
+    from .files.outputs import check_outputs
 
     files = [Path(input)]
     try:

@@ -16,7 +16,7 @@ import click
 
 from . import __version__
 from .errors import GruconvError
-from .results import OUTPUT_FORMATS
+from .options import OUTPUT_FORMATS
 
 
 class _Group(click.Group):
@@ -87,7 +87,7 @@ class _Group(click.Group):
             if e.errno not in (errno.ENAMETOOLONG, errno.ELOOP):
                 raise
             from .errors import InputError
-            from .inputs import display
+            from .files.inputs import display
 
             name = display(e.filename) if e.filename else "a path"
             click.echo(f"gruconv: error: {name[:120]}{'...' if len(name) > 120 else ''}: {e.strerror}",
@@ -234,7 +234,7 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
     """
     from . import api, report
     from .errors import ParityError, UsageError
-    from .results import Options
+    from .options import Options
 
     options = Options(force=force, format=fmt, config=config, hints=_hints(kw), rnn=rnn, prefer=prefer,
                       initial_state=initial_state, return_state=return_state, mask_input=mask_input,
@@ -311,7 +311,7 @@ def verify(input, converted, tolerance, rtol, floor_k, reference, allow_tf32, de
                   prefer=prefer, rnn=rnn)
     data = rep.to_json()
     if json_path is not None:
-        from .outputs import atomic_path
+        from .files.outputs import atomic_path
 
         with atomic_path(json_path, force=True) as tmp:
             tmp.write_text(json.dumps(data, indent=2))

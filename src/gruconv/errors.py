@@ -74,7 +74,7 @@ class ReferenceUnavailable(GruconvError):
 
 # --------------------------------------------------------------------------- one-line text
 # Every message is one line (the CLI prints ``str(error)``): these two helpers are the only place
-# that makes it so; :mod:`gruconv.inputs` re-exports :func:`display`.
+# that makes it so; :mod:`gruconv.files.inputs` re-exports :func:`display`.
 
 _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\x1b": "\\x1b"}
 

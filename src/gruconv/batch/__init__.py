@@ -76,7 +76,7 @@ __all__ = ["convert_many", "discover", "parse_shard", "select_shard", "safe_outp
 # --------------------------------------------------------------------------- driver
 
 def _dirs_to_sync(done: list) -> set:
-    """The directories whose sync the run postponed (:func:`gruconv.outputs.defer_sync`): those
+    """The directories whose sync the run postponed (:func:`gruconv.files.outputs.defer_sync`): those
     holding a finished job's outputs, and the parents of the directories made for a job."""
     dirs = set()
     for job in done:
@@ -104,7 +104,7 @@ def convert_many(paths, out_dir, *, jobs: Optional[int] = None, keep_going: bool
     otherwise (TensorFlow is not fork-safe), so a script calling this must guard its top level with
     ``if __name__ == "__main__":``, as for any spawn pool.  The outputs' fsyncs are deferred to one
     ``syncfs`` at the end of the run, before the record and reports are written
-    (:func:`gruconv.outputs.defer_sync` says what that keeps and what it gives up).
+    (:func:`gruconv.files.outputs.defer_sync` says what that keeps and what it gives up).
     Raises :class:`UsageError` for a bad ``shard``/``jobs``/``format``; per-input problems are
     records in the returned :class:`Summary`, never exceptions.
     """
@@ -157,7 +157,7 @@ def convert_many(paths, out_dir, *, jobs: Optional[int] = None, keep_going: bool
     say = print_fn or print_console
     console = Console(len(plan), echo, say)
     done: list[Job] = []
-    from .. import outputs
+    from ..files import outputs
 
     deferred = outputs.defer_sync(True)  # this process's conversions (jobs=1); workers set their own
     try:

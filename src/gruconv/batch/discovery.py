@@ -226,7 +226,7 @@ class _Discovery:
 
     def explicit(self, arg: Path) -> None:
         """A path named on the command line: a model, a checkpoint (dir or prefix) or a directory."""
-        from .. import inputs
+        from ..files import inputs
 
         try:
             is_dir = arg.is_dir()
@@ -338,7 +338,7 @@ class _Discovery:
         posix path relative to ``root`` the regex matches to ``found`` instead of detecting
         models; ``max_depth`` limits the descent.
         """
-        from .. import inputs
+        from ..files import inputs
 
         base = real_path(root)
         visited = {real_path(top)}
@@ -478,7 +478,7 @@ def nothing_converted(records: list, roots: list) -> Optional[str]:
     say this of the whole tree (another shard may convert), so the caller asks only without --shard."""
     if not records or any(r.status != "nothing-to-convert" for r in records):
         return None
-    from ..inputs import display
+    from ..files.inputs import display
 
     names = ", ".join(f"'{display(r)}'" for r in roots) or "(none)"
     return (f"no convertible input found under {names} ({len(records)} model file(s) read, none with a "
@@ -496,7 +496,7 @@ def nothing_convertible(items: list, roots: list) -> Optional[str]:
 
     if any(i.error is None and i.skip is None and converts(i) for i in items):
         return None
-    from ..inputs import display
+    from ..files.inputs import display
 
     names = ", ".join(f"'{display(r)}'" for r in roots) or "(none)"
     skipped = sum(1 for i in items if i.skip is not None)

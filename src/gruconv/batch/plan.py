@@ -46,8 +46,8 @@ def safe_output(out_dir: Path, rel: str) -> Path:
 
 
 def options_record(options: dict):
-    """``options`` as the :class:`gruconv.results.Options` that format verbs take."""
-    from ..results import Options
+    """``options`` as the :class:`gruconv.options.Options` that format verbs take."""
+    from ..options import Options
 
     return Options.of({k: v for k, v in options.items() if k in Options.__dataclass_fields__})
 
@@ -213,7 +213,7 @@ def check_no_input_is_written(plan: list[Job], items: list[Input], extra_outputs
                                extra_inputs: tuple = ()) -> None:
     """Before any work: no planned output, no report file may be (or link to) any input file —
     a model's files, or ``extra_inputs`` (the ``--config`` file)."""
-    from ..outputs import check_outputs
+    from ..files.outputs import check_outputs
 
     for p in extra_outputs:
         why = None if p is None else name_too_long(p)

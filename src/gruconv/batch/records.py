@@ -150,7 +150,7 @@ def _columns() -> int:
 
 
 def _display(text) -> str:
-    from ..inputs import display
+    from ..files.inputs import display
 
     return display(text)
 
@@ -240,7 +240,7 @@ def junit_xml(summary: Summary) -> bytes:
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    from ..outputs import atomic_path
+    from ..files.outputs import atomic_path
 
     path = Path(path)
     if str(path.parent):

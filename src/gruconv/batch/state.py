@@ -49,7 +49,7 @@ class State:
         self.changes: dict = {}
 
     def _load(self) -> dict:
-        from .. import inputs
+        from ..files import inputs
 
         try:
             doc = inputs.load_json(self.path, "a gruconv batch record")

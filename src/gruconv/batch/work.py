@@ -30,7 +30,7 @@ def _worker_init(threads: int, warm_keras: bool = False) -> None:
 
     from ..signals import die_with_parent
 
-    from .. import outputs
+    from ..files import outputs
 
     parent = multiprocessing.parent_process()
     die_with_parent(parent.pid if parent is not None else None)
@@ -41,7 +41,7 @@ def _worker_init(threads: int, warm_keras: bool = False) -> None:
     if not warm_keras:
         return
     try:
-        from ..formats.keras3 import keras
+        from ..keras3.runtime import keras
 
         keras()
     except Exception:  # noqa: BLE001 - the first conversion reports it properly
@@ -216,7 +216,7 @@ def _job_options(job: Job, options: dict) -> dict:
     for the run's other inputs; the run refused any that no input reads)."""
     if job.item.format:
         from .. import readers
-        from ..results import Options
+        from ..options import Options
 
         accepted = readers.accepted_options(job.item.format, _run_formats(options))
         options = {k: v for k, v in options.items() if k not in Options.__dataclass_fields__ or k in accepted}
@@ -271,7 +271,7 @@ def start_method(options: dict) -> str:
     (~0.3-0.6 s each, two at once on a 2-core machine) before its first job, which was a third of a
     ``--jobs 2`` batch of 100 small models; a forked worker has them already.  Fork is used only where
     it is safe: Linux; a run that imports no ML framework (no ``--verify`` / ``--check-load``) in a
-    process that holds none (:data:`gruconv.formats.keras3.FRAMEWORK_MODULES` absent from
+    process that holds none (:data:`gruconv.keras3.runtime.FRAMEWORK_MODULES` absent from
     ``sys.modules``); and a calling process with no other thread (forking copies locks another thread may hold; ProcessPoolExecutor forks its
     workers before starting its own manager thread).  Anything else spawns, as before.  Workers run
     :func:`_worker_init` either way (die with the parent, SIGTERM unwinds the job)."""
@@ -279,7 +279,7 @@ def start_method(options: dict) -> str:
     import sys
     import threading
 
-    from ..formats.keras3 import FRAMEWORK_MODULES
+    from ..keras3.runtime import FRAMEWORK_MODULES
 
     if (not sys.platform.startswith("linux") or options.get("verify") or options.get("check_load")
             or "fork" not in multiprocessing.get_all_start_methods()
@@ -294,7 +294,8 @@ def _preload(runnable: list, options: dict) -> None:
     ends: anything still buffered here would be printed twice)."""
     import sys
 
-    from .. import api, keras_archive, keras3_config  # noqa: F401 - imported for the workers
+    from .. import api
+    from ..keras3 import archive as keras_archive, config as keras3_config  # noqa: F401 - imported for the workers
     from .. import readers, writers
 
     for name in sorted({j.item.format for j in runnable if j.todo and j.item.format}):

@@ -2,7 +2,7 @@
 
 Readers produce one document; writers (:mod:`gruconv.writers`) consume it: pandoc's readers →
 AST → writers split.  Every reader module offers the same attributes and verbs (``options`` is
-always a :class:`gruconv.results.Options`):
+always a :class:`gruconv.options.Options`):
 
 ``FORMAT``, ``DESCRIPTION``, ``OPTIONS``, ``GRAPH``, ``SUFFIXES``
     its name, its words for messages, the option fields it reads, whether its documents carry a
@@ -11,7 +11,7 @@ always a :class:`gruconv.results.Options`):
     cheap content check, no exceptions;
 ``read(path, options) -> doc``
     the file's structure plus its stacks in the canonical model; ``doc.document()`` is the
-    :class:`gruconv.canonical.Document` writers consume; every problem a ``GruconvError``;
+    :class:`gruconv.model.canonical.Document` writers consume; every problem a ``GruconvError``;
 ``inspect(doc) -> dict``
     the one inspect schema (``file``, ``format``, ``kind``, ``summary``, ``rnns`` [``name``,
     ``cell``, ``kind``, ``shape``, ``params``, ``converts_to``, ``nonfinite_weights``,
@@ -22,7 +22,7 @@ always a :class:`gruconv.results.Options`):
 ``convert(doc, output, options) -> ConvertResult``
     plan the targets and hand the document to the writer;
 ``nothing_to_verify(doc)``, ``verify_subjects(doc, converted, options)``
-    what ``verify`` checks (:class:`gruconv.canonical.Subject`), loaded through the writers;
+    what ``verify`` checks (:class:`gruconv.model.canonical.Subject`), loaded through the writers;
 ``natural_output(path, options)``, ``output_name(path, options, stem)``
     batch mode's output format and name (through :func:`gruconv.writers.output_name`);
 ``input_files(path)``, ``extra_outputs(output)``, ``input_prefix(path)`` (multi-file inputs only)
@@ -43,7 +43,7 @@ from ..errors import InputError
 READERS = {
     "keras3": "gruconv.readers.keras3",  # before keras-h5: it claims the Keras 3 HDF5 files keras-h5 would misread
     "keras-h5": "gruconv.readers.keras_h5",
-    "tf2-checkpoint": "gruconv.readers.tf2_checkpoint",
+    "tf2-checkpoint": "gruconv.readers.tf2",
     "tf1-checkpoint": "gruconv.readers.tf1",
 }
 
@@ -83,7 +83,7 @@ def _file_key(path: Path):
 def detect(path) -> str:
     """The format name of ``path``, or :class:`InputError` saying what was found instead.
 
-    Nothing is opened here that :mod:`gruconv.inputs` has not checked: a FIFO, a device or a
+    Nothing is opened here that :mod:`gruconv.files.inputs` has not checked: a FIFO, a device or a
     socket is refused by its type before any read could block."""
     key = _file_key(Path(path))
     if key is not None and key in _detected:
@@ -97,7 +97,7 @@ def detect(path) -> str:
 
 
 def _detect(path) -> str:
-    from ..inputs import head, regular_file
+    from ..files.inputs import head, regular_file
 
     path = Path(path)
     if not os.path.lexists(path) and not Path(str(path) + ".index").exists():
@@ -134,7 +134,7 @@ def input_suffixes() -> tuple:
 
 # --------------------------------------------------------------------------- options
 
-#: The command-line spelling of the :class:`gruconv.results.Options` fields whose flag is not
+#: The command-line spelling of the :class:`gruconv.options.Options` fields whose flag is not
 #: simply ``--field-name`` (the TF1 shape hints travel in one dict).
 _HINT_FLAGS = {"variable": "--variable", "forget_bias": "--forget-bias"}
 

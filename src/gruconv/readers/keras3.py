@@ -33,9 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from .. import eligibility, h5safe, inputs
+from .. import eligibility
+from ..files import hdf5 as h5safe, inputs
 from ..errors import GruconvError, InputError, UsageError, first_line
-from ..results import ConvertResult, Options
+from ..options import ConvertResult, Options
 
 FORMAT = "keras3"
 #: What this reader reads, for messages.

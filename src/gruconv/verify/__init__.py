@@ -3,17 +3,17 @@
 References (``--reference``):
 
 ``cudnn``
-    The real cuDNN GRU on a GPU (:mod:`gruconv.cudnn_rnn`), fed the opaque
+    The real cuDNN GRU on a GPU (:mod:`gruconv.verify.reference.cudnn_rnn`), fed the opaque
     buffer exactly as the original framework fed it: for a TF1 checkpoint the
     stored buffer itself; for a Keras ``CuDNNGRU`` the buffer its
     ``_process_batch`` builds (each direction a separate unidirectional
     cuDNN call, weights flattened in cuDNN gate order — see
-    :mod:`gruconv.keras_layout`).  Strict fp32 (``CUDNN_FMA_MATH``) unless
+    :mod:`gruconv.model.keras_layout`).  Strict fp32 (``CUDNN_FMA_MATH``) unless
     ``allow_tf32``: with TF32, cuDNN's own error against float64 is 1e-4–5e-4
     (``shared/cudnn-golden/README.md``), so a 1e-5 check would fail on
     correct weights.
 ``oracle``
-    :mod:`gruconv.oracle`, float64 NumPy, on any machine.
+    :mod:`gruconv.verify.reference.oracle`, float64 NumPy, on any machine.
 ``auto``
     ``cudnn`` when a GPU and libcudnn are usable, else ``oracle``; the report
     says which ran and why.
@@ -21,7 +21,7 @@ References (``--reference``):
 Every check also reports the reference's own error against float64, and
 its verdict is floor-aware (issue 19, ``docs/verdicts.md``): it passes within
 the absolute tolerance, or ``rtol`` of the reference's magnitude, or ``k``
-times the measured float32 sensitivity floor (:mod:`gruconv.sensitivity`),
+times the measured float32 sensitivity floor (:mod:`gruconv.verify.floor`),
 so a trained model's amplified rounding is not mistaken for a conversion
 bug; each row says which bound decided.  Weights-only files without
 ``--config`` are checked layer by layer (:func:`.graph.verify_alone`).
@@ -48,7 +48,7 @@ import numpy as np
 
 from .. import readers
 from ..errors import ReferenceUnavailable, UsageError
-from ..results import Options
+from ..options import Options
 from .engines import Engine, choose_reference
 from .graph import check_user_inputs, verify_alone, verify_graph
 from .stacks import verify_stack
@@ -60,7 +60,7 @@ __all__ = ["verify", "Check", "VerifyReport", "compare", "FLOAT16_TOLERANCE_FLOO
 DEVICES = ("auto", "cpu", "gpu", "both")
 
 #: ``(device label, math)`` of the converted-side run in progress.  A target that runs its stacks
-#: itself (torch, onnx: :class:`gruconv.target_gates.StackRunner`) reads it to run on that device.
+#: itself (torch, onnx: :class:`gruconv.model.target_gates.StackRunner`) reads it to run on that device.
 CURRENT_RUN = contextvars.ContextVar("gruconv_verify_run", default=("cpu", None))
 
 #: Random-input size bound (batch x steps): a parity check needs a few steps, and an unbounded request
@@ -74,7 +74,7 @@ def _device_runs(device: str, report, probe=None) -> list:
     ``auto``: ``both`` where a GPU is usable, else ``cpu`` with a note; ``gpu`` and ``both`` without
     a usable GPU are refused in one line.  Each GPU run is done twice: strict fp32
     (counts for the verdict) and the framework's default math (informational)."""
-    from ..formats import keras3
+    from ..keras3 import runtime as keras3
 
     if device not in DEVICES:
         raise UsageError(f"--device must be one of {', '.join(DEVICES)}, got {device!r}")
@@ -111,8 +111,8 @@ def verify(input, converted=None, options: Optional[Options] = None, *, toleranc
     ``to_keras`` — the same code ``convert`` saves from.  Never raises for a
     parity failure: the report says; the CLI decides.
     """
-    from ..formats import keras3
-    from ..sensitivity import DEFAULT_K, DEFAULT_RTOL
+    from ..keras3 import runtime as keras3
+    from .floor import DEFAULT_K, DEFAULT_RTOL
 
     opts = Options.of(options, **kw)
     rtol = DEFAULT_RTOL if rtol is None else float(rtol)
@@ -136,7 +136,7 @@ def verify(input, converted=None, options: Optional[Options] = None, *, toleranc
     if user_inputs is not None and not user_inputs:
         raise UsageError("--inputs holds no arrays", path=inputs)
     if converted is not None and not Path(converted).is_dir():
-        from ..inputs import regular_file
+        from ..files.inputs import regular_file
 
         regular_file(converted, "a converted model (.keras or weights .h5)")
     module = readers.module(readers.detect(input))
@@ -178,7 +178,7 @@ _NO_BUFFER = "%s: no stored opaque buffer; cuDNN was fed the canonical weights p
 
 
 def _kernel_summary(seen: list) -> dict:
-    """{'gru': {'cudnn': 2}, ...} from :func:`gruconv.formats.keras3.rnn_kernel_probe`."""
+    """{'gru': {'cudnn': 2}, ...} from :func:`gruconv.keras3.runtime.rnn_kernel_probe`."""
     out: dict = {}
     for op, how in seen:
         out.setdefault(op, {}).setdefault(how, 0)
@@ -192,7 +192,7 @@ def _run_checks(module, doc, converted, opts, engine, report, rng, tolerance, us
     The reader says what to check (``nothing_to_verify``, ``verify_subjects``: bare stacks, or a
     whole model with its Keras graph) and the writers how to load what they wrote; no format is
     named here."""
-    from ..formats import keras3
+    from ..keras3 import runtime as keras3
 
     note = module.nothing_to_verify(doc)
     if note is not None:
@@ -219,6 +219,6 @@ def _run_checks(module, doc, converted, opts, engine, report, rng, tolerance, us
 
 
 def _load_inputs(path) -> list:
-    from ..inputs import load_npz
+    from ..files.inputs import load_npz
 
     return list(load_npz(Path(path), what="verify inputs (.npz)").values())

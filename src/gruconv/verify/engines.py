@@ -1,5 +1,5 @@
 """Reference engines: the original parameters run by real cuDNN on a GPU
-(:mod:`gruconv.cudnn_rnn`) or by the float64 oracle (:mod:`gruconv.oracle`), and the choice
+(:mod:`gruconv.verify.reference.cudnn_rnn`) or by the float64 oracle (:mod:`gruconv.verify.reference.oracle`), and the choice
 between them (``--reference``)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import copy
 
 import numpy as np
 
-from ..canonical import RNNStack
+from ..model.canonical import RNNStack
 from ..errors import ReferenceUnavailable, UsageError
 
 
@@ -23,13 +23,13 @@ class Engine:
     def __init__(self, kind: str, allow_tf32: bool):
         self.kind = kind
         self.allow_tf32 = allow_tf32
-        #: the cuDNN algorithm this engine runs (``gruconv.cudnn_rnn.ALGORITHMS``); the reference's is
+        #: the cuDNN algorithm this engine runs (``gruconv.verify.reference.cudnn_rnn.ALGORITHMS``); the reference's is
         #: ``standard``, :meth:`variants` run the others
         self.algo = "standard"
         self.info: dict = {}
         self.cy = self.cy64 = None
         if kind == "cudnn":
-            from .. import cudnn_lib
+            from .reference import cudnn_lib
 
             ok, reason = cudnn_lib.available()
             if not ok:
@@ -38,7 +38,7 @@ class Engine:
 
     def run(self, stack: RNNStack, x_tm: np.ndarray, h0=None, lengths=None, opaque=None, c0=None) -> tuple:
         """(y, hy, y64, hy64): reference outputs and the float64 oracle's, time-major."""
-        from ..oracle import run_stack
+        from .reference.oracle import run_stack
 
         if self.algo != "standard":  # a variant (:meth:`variants`): cuDNN only, its float64 twin unused
             y, hy, self.cy = self._cudnn(stack, x_tm, h0, lengths, opaque, c0)
@@ -53,8 +53,8 @@ class Engine:
         return y, hy, y64, hy64
 
     def _cudnn(self, stack, x_tm, h0, lengths, opaque, c0) -> tuple:
-        from .. import cudnn_rnn
-        from ..cudnn_layout import pack
+        from .reference import cudnn_rnn
+        from ..model.cudnn_layout import pack
 
         buf = pack(stack.params, stack.shape) if opaque is None else opaque
         cast = lambda a: None if a is None else np.asarray(a).astype(buf.dtype)  # noqa: E731
@@ -76,7 +76,7 @@ class Engine:
         The float64 oracle has none."""
         if self.kind != "cudnn":
             return []
-        from ..cudnn_rnn import ALGORITHMS
+        from .reference.cudnn_rnn import ALGORITHMS
 
         out = []
         for name in ALGORITHMS:
@@ -95,7 +95,7 @@ def choose_reference(reference: str) -> tuple:
     if reference == "cudnn":
         return "cudnn", "requested"
     try:
-        from .. import cudnn_lib
+        from .reference import cudnn_lib
 
         ok, reason = cudnn_lib.available()
     except Exception as e:  # noqa: BLE001 - availability probing must never fail verify

@@ -1,7 +1,7 @@
 """Graph checks: a converted model that keeps a Keras graph (a Keras HDF5 model's), checked layer by
 layer (each converted recurrent layer fed exactly the activations that reach it in the converted
 model; every output compared) and end to end for a Sequential model.  Driving the Keras graph
-itself is the Keras boundary's (:mod:`gruconv.formats.keras3`)."""
+itself is the Keras boundary's (:mod:`gruconv.keras3.runtime`)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from typing import Optional
 
 import numpy as np
 
-from ..canonical import RNNStack, StackShape
-from ..cudnn_layout import unpack
+from ..model.canonical import RNNStack, StackShape
+from ..model.cudnn_layout import unpack
 from ..errors import UsageError
-from ..formats import keras3
-from ..formats.keras3 import to_numpy
-from ..keras_layout import cudnn_opaque, to_cudnn
+from ..keras3 import runtime as keras3
+from ..keras3.runtime import to_numpy
+from ..model.keras_layout import cudnn_opaque, to_cudnn
 from .engines import Engine
 from .verdicts import Check, ReferenceVariants, floor_cache, judge, measure_floors
 
@@ -69,9 +69,9 @@ def _all_layers(keras, model) -> list:
 
 def _masks_reaching(keras, model, doc, feed) -> dict:
     """{id(layer): mask array} for the converted recurrent layers that receive a mask when the
-    whole model runs on ``feed`` (:func:`gruconv.formats.keras3.masks_received`; a CuDNNGRU never
+    whole model runs on ``feed`` (:func:`gruconv.keras3.runtime.masks_received`; a CuDNNGRU never
     used one)."""
-    from ..formats.keras3 import find_layer, masks_received
+    from ..keras3.runtime import find_layer, masks_received
 
     targets = []
     for rnn in doc.rnns:
@@ -193,7 +193,7 @@ def verify_graph(doc, model, engine, report, rng, tolerance, user_inputs):
         report.steps = int(feed[0].shape[1]) if feed[0].ndim > 1 else 0
     else:
         feed = _random_inputs(keras, model, report.batch, report.steps, rng)
-    from ..formats.keras3 import layer_call, mask_producers
+    from ..keras3.runtime import layer_call, mask_producers
 
     masks = _masks_reaching(keras, model, doc, feed) if mask_producers(model) else {}
     for rnn in doc.rnns:
@@ -258,7 +258,7 @@ def _output_names(rnn) -> list:
 def _end_to_end_sequential(keras, doc, model, engine, report, feed, tolerance):
     """The Sequential model's output vs the reference: each original recurrent layer run by the
     reference, every other layer by the converted model's own (unchanged) layers.  Its floor: the
-    same chain with the recurrent layers run by :class:`gruconv.sensitivity.PerturbedEngine`."""
+    same chain with the recurrent layers run by :class:`gruconv.verify.floor.PerturbedEngine`."""
     by_top = {r.path.split("/")[0]: r for r in doc.rnns}
 
     def chain(eng):
@@ -304,9 +304,9 @@ def _converted_weights(converted, rnn) -> list:
     layer's group (``rnn.path``'s first part) in its ``weight_names`` order (forward direction's
     kernel, recurrent kernel, bias, then the backward's: the order Keras 3's ``GRU``/``LSTM`` and
     ``Bidirectional`` list their weights, ``keras/src/layers/rnn/bidirectional.py``)."""
-    from ..h5safe import child_exists, open_hdf5, read_attr, read_dataset, resolve
+    from ..files.hdf5 import child_exists, open_hdf5, read_attr, read_dataset, resolve
 
-    from ..h5safe import is_hdf5
+    from ..files.hdf5 import is_hdf5
 
     top = rnn.path.split("/")[0]
     if not Path(converted).is_file() or not is_hdf5(converted):
@@ -327,12 +327,12 @@ def _converted_weights(converted, rnn) -> list:
 def alone_layer(keras, rnn, converted=None):
     """The converted layer of a weights-only file's cuDNN layer, built ALONE (no architecture is
     known): Keras 3 ``GRU(reset_after=True)`` / ``LSTM`` with cuDNN's activations
-    (:data:`gruconv.keras_layout.CUDNN_COMPATIBLE_GRU`), ``return_sequences`` and ``return_state``,
+    (:data:`gruconv.model.keras_layout.CUDNN_COMPATIBLE_GRU`), ``return_sequences`` and ``return_state``,
     wrapped in ``Bidirectional(merge_mode=None)`` for a bidirectional one so each direction is
-    compared apart.  Weights: what ``convert`` writes (:func:`gruconv.keras_layout.to_keras`) or, with
+    compared apart.  Weights: what ``convert`` writes (:func:`gruconv.model.keras_layout.to_keras`) or, with
     ``converted``, the arrays read from that file.  Returns ``(layer, reference view)``; measured on
     the trained fixtures before wiring (``docs/verdicts.md``, "weights-only")."""
-    from ..keras_layout import to_keras
+    from ..model.keras_layout import to_keras
 
     s = rnn.stack.shape
     kw = dict(return_sequences=True, return_state=True, activation="tanh", recurrent_activation="sigmoid",

@@ -1,14 +1,14 @@
 """Stack checks: a bare RNN stack's converted model (a TF1 checkpoint's) against the reference fed
 the stack's own stored opaque buffer, with initial states, final states and variable lengths when
 the model takes them; each output's sensitivity floor from the same assembly run with perturbed
-float32 engines (:func:`gruconv.sensitivity.floors`)."""
+float32 engines (:func:`gruconv.verify.floor.floors`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ..errors import UsageError
-from ..formats.keras3 import to_numpy
+from ..keras3.runtime import to_numpy
 from .verdicts import ReferenceVariants, floor_cache, judge, measure_floors
 
 

@@ -5,7 +5,7 @@ NaN/Inf never a pass, the reference's own float64 error shown beside it).
 The verdict (issue 19, ``docs/verdicts.md``): a check passes when its max |diff| is within the
 absolute ``tolerance``, or ``rtol`` of the reference's magnitude, or ``k`` times the measured
 sensitivity floor (how far float32 rounding alone moves that output:
-:func:`gruconv.sensitivity.floors`); :func:`gruconv.sensitivity.decide` says which bound admitted
+:func:`gruconv.verify.floor.floors`); :func:`gruconv.verify.floor.decide` says which bound admitted
 it, and every row records the bound, the floor and all three limits."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Optional
 
 import numpy as np
 
-from ..sensitivity import DEFAULT_K, DEFAULT_RTOL, decide, floors
+from .floor import DEFAULT_K, DEFAULT_RTOL, decide, floors
 
 FLOAT16_TOLERANCE_FLOOR = 4e-3  # float16 rounding of a tanh output in [-1, 1] is ~5e-4 per step
 
@@ -93,7 +93,7 @@ class VerifyReport:
 def compare(name: str, got, ref, ref64, tolerance: float, dtype: str, floor: Optional[float] = None, *,
             rtol: float = DEFAULT_RTOL, k: float = DEFAULT_K) -> Check:
     """One output compared: ``got`` (converted) vs ``ref`` (the reference's), judged by
-    :func:`gruconv.sensitivity.decide` with ``floor`` (this output's measured sensitivity floor;
+    :func:`gruconv.verify.floor.decide` with ``floor`` (this output's measured sensitivity floor;
     None drops the floor bound).  ``ref64``: the float64 oracle's output, for the "ref vs f64"
     column (None where the reference has no float64 twin)."""
     got = np.asarray(got, dtype=np.float64)
@@ -129,7 +129,7 @@ def floor_cache(engine) -> dict:
 
 
 def measure_floors(report: VerifyReport, run, ref64, key=None, cache: Optional[dict] = None) -> list:
-    """:func:`gruconv.sensitivity.floors` of ``run`` (the outputs assembled from a reference engine, in
+    """:func:`gruconv.verify.floor.floors` of ``run`` (the outputs assembled from a reference engine, in
     the order of ``ref64``), its time added to ``report.floor_seconds`` (the cost the report states).
 
     ``key`` (a tuple naming the check group and the arrays it is fed) and ``cache`` let a later device

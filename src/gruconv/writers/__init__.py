@@ -16,12 +16,12 @@ AST → writers split).  Every writer is one module with the same attributes and
     whether it writes a whole model (a Keras graph's layers are rebuilt: a ``Lambda`` is refused),
     and whether it needs the architecture at all (a weights-only Keras file then needs ``--config``);
 ``options(doc) -> set``
-    the :class:`gruconv.results.Options` fields it reads for that document (a reader declares its
+    the :class:`gruconv.options.Options` fields it reads for that document (a reader declares its
     own in its ``OPTIONS``; :func:`gruconv.readers.check_options` refuses every other one given);
 ``write_stack(document, entry, target, options, name)``
     one bare RNN stack (a TF1 checkpoint's) written to ``target`` (a temporary path), reading one
     layer at a time and calling ``document.drop()`` between them
-    (:class:`gruconv.canonical.Document`);
+    (:class:`gruconv.model.canonical.Document`);
 ``load(path, rebuild)``
     what it wrote, as a Keras 3 model for ``verify`` (``rebuild()`` gives the converted
     architecture, for weights-only formats).
@@ -30,7 +30,7 @@ Writers that write no Keras model (``torch``, ``onnx``) also have:
 
 ``runners(path) -> {rnn name: runner}``
     what it wrote, one runner per RNN driven like a ``.keras`` stack model
-    (:class:`gruconv.target_gates.StackRunner`): ``verify`` checks each RNN as a bare stack;
+    (:class:`gruconv.model.target_gates.StackRunner`): ``verify`` checks each RNN as a bare stack;
 ``describe(shape) -> {"target", "note"}``
     what a stack of that shape becomes (``inspect``);
 ``WHOLE`` (optional, default False)
@@ -56,8 +56,8 @@ WRITERS = {
     "keras": "gruconv.writers.keras_model",
     "h5-weights": "gruconv.writers.legacy_h5",
     "keras-weights": "gruconv.writers.keras_weights",
-    "torch": "gruconv.writers.torch_safetensors",
-    "onnx": "gruconv.writers.onnx_model",
+    "torch": "gruconv.writers.torch",
+    "onnx": "gruconv.writers.onnx",
 }
 
 #: The writer of a document's other tensors, beside whichever writer wrote its stacks.
@@ -136,7 +136,7 @@ def gpu_probe(path):
 
 def targets(shape) -> dict:
     """``{format: {"target", "note"}}``: what each writer with ``describe`` makes of a stack of
-    ``shape`` (a :class:`gruconv.canonical.StackShape`), for ``inspect``."""
+    ``shape`` (a :class:`gruconv.model.canonical.StackShape`), for ``inspect``."""
     return {name: module(name).describe(shape) for name in WRITERS if hasattr(module(name), "describe")}
 
 

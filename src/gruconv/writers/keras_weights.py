@@ -2,8 +2,8 @@
 requires the name to end in ``.weights.h5``), for ``model.load_weights`` into the converted architecture.
 
 Streamed like the ``keras`` writer (:mod:`gruconv.writers.keras_model`): the object paths come from the
-generated Keras 3 config (:func:`gruconv.keras3_config.saveable_plan`), the weights are written one
-layer at a time with h5py (:func:`gruconv.keras_archive.write_weights`), no Keras imported;
+generated Keras 3 config (:func:`gruconv.keras3.config.saveable_plan`), the weights are written one
+layer at a time with h5py (:func:`gruconv.keras3.archive.write_weights`), no Keras imported;
 ``tests/test_streaming_writer.py`` compares the file bit for bit with Keras's ``save_weights``.  Outside
 the vocabulary, the Keras-built route (``model.save_weights``) when Keras is installed, said in one line.
 """
@@ -29,7 +29,7 @@ def write_graph(document, target, options, warnings: list, *, final) -> dict:
     """A Keras graph's converted model's weights, streamed; Keras's ``save_weights`` outside the
     streaming writer's vocabulary when Keras is installed."""
     from ..errors import UnsupportedError
-    from .. import keras_archive
+    from ..keras3 import archive as keras_archive
     from .keras_model import fallback_note, keras_installed
 
     graph = document.graph
@@ -50,7 +50,7 @@ def write_graph(document, target, options, warnings: list, *, final) -> dict:
 def write_graph_with_keras(document, target, options, warnings: list, *, final) -> dict:
     """The Keras-built route: the converted model built in Keras, ``model.save_weights`` (checked by
     loading it back into the same model)."""
-    from ..formats import keras3
+    from ..keras3 import runtime as keras3
 
     model, nonfinite = document.graph.build_model()
     keras3.save_weights(model, target)
@@ -60,7 +60,7 @@ def write_graph_with_keras(document, target, options, warnings: list, *, final) 
 def write_stack(document, entry, target, options, name: str) -> None:
     """One stack's weights, under the object paths of the model the ``keras`` writer writes, streamed
     one pseudo-layer at a time (``document.drop()`` after each)."""
-    from .. import keras_archive
+    from ..keras3 import archive as keras_archive
 
     info = {}
     manifest = keras_archive.write_stack(entry.stack, target, name=name, initial_state=options.initial_state,
@@ -73,7 +73,7 @@ def write_stack(document, entry, target, options, name: str) -> None:
 
 def write_stack_with_keras(document, entry, target, options, name: str) -> None:
     """The Keras-built route for one stack's weights (kept for comparison)."""
-    from ..formats import keras3
+    from ..keras3 import runtime as keras3
 
     model = keras3.build_stack_model(entry.stack, initial_state=options.initial_state,
                                      return_state=options.return_state, mask_input=options.mask_input,
@@ -84,7 +84,7 @@ def write_stack_with_keras(document, entry, target, options, name: str) -> None:
 
 def load(path, rebuild):
     """What this writer wrote, loaded into ``rebuild()`` (the converted architecture)."""
-    from ..formats import keras3
+    from ..keras3 import runtime as keras3
 
     model = rebuild()
     keras3.load_weights(model, path)

@@ -54,10 +54,10 @@ def layer_weight_names(stack, lname: str) -> list:
 
 def write_stack(document, entry, target, options, name: str) -> None:
     """The stack's Keras weights, one group per layer of the model
-    :func:`gruconv.formats.keras3.build_stack_model` builds (its names; the input layer with no
+    :func:`gruconv.keras3.runtime.build_stack_model` builds (its names; the input layer with no
     weights), one direction's arrays at a time (``document.drop()`` after each)."""
-    from ..keras_layout import to_keras as keras_arrays
-    from ..outputs import hdf5_file
+    from ..model.keras_layout import to_keras as keras_arrays
+    from ..files.outputs import hdf5_file
 
     stack = entry.stack
     s = stack.shape
@@ -85,7 +85,7 @@ def write_stack(document, entry, target, options, name: str) -> None:
 def load(path, rebuild):
     """What this writer wrote, loaded into ``rebuild()`` (the converted architecture; Keras 3's
     ``load_weights`` reads the legacy layout by layer order)."""
-    from ..formats import keras3
+    from ..keras3 import runtime as keras3
 
     model = rebuild()
     keras3.load_weights(model, path)

@@ -86,7 +86,7 @@ def write(document, target: Path, force: bool, warnings: list) -> None:
 
     ``document.view(key)`` gives each tensor (a mapped view, written straight from the file's
     pages), ``document.drop()`` lets it go again after each."""
-    from ..outputs import atomic_path
+    from ..files.outputs import atomic_path
 
     keys = list(document.other_tensors)
     written = {}

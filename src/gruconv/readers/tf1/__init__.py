@@ -6,7 +6,7 @@ The registry verbs (:mod:`gruconv.readers`) over four modules:
     key patterns, name styles (TF 1.3 / 1.4 / 1.5+), layer scopes;
 :mod:`.cells`
     ONE table per cell of the canonical tensors TF saved (name, shape as a
-    function of ``(in, H)``, blocks <-> :class:`gruconv.canonical.GateParams`),
+    function of ``(in, H)``, blocks <-> :class:`gruconv.model.canonical.GateParams`),
     used by shape detection, reading and the cross-check;
 :mod:`.reading`
     find the stacks, read, cross-check the opaque buffer against the
@@ -26,7 +26,7 @@ from .writing import check_outputs, convert, nothing_to_verify, output_format, t
 
 #: What this reader reads, for messages.
 DESCRIPTION = "a TensorFlow checkpoint"
-#: The :class:`gruconv.results.Options` fields this reader reads (which stack, which stored form,
+#: The :class:`gruconv.options.Options` fields this reader reads (which stack, which stored form,
 #: the opaque buffer's shape hints); any other given one is refused unless the writer reads it.
 OPTIONS = frozenset({"rnn", "prefer", "hints"})
 #: Its documents are bare stacks: the writer builds each model's interface (initial states, ...).
@@ -37,9 +37,9 @@ SUFFIXES = ()
 
 def input_prefix(path):
     """Batch mode's "what is one input here": a checkpoint directory, prefix or any of its files is
-    the one input named by its prefix (:func:`gruconv.tfbundle.resolve_prefix`; a
+    the one input named by its prefix (:func:`gruconv.readers.tfbundle.resolve_prefix`; a
     :class:`~gruconv.errors.GruconvError` when it cannot be resolved)."""
-    from ...tfbundle import resolve_prefix
+    from ..tfbundle import resolve_prefix
 
     return resolve_prefix(path)
 

@@ -3,7 +3,7 @@
 Each table row is a tensor under ``.../cudnn_compatible_<cell>_cell/``: its
 name, its shape as a function of ``(in, H)`` (``in`` = the layer's input
 width) and the blocks it is made of, each block saying which canonical
-array (:class:`gruconv.canonical.GateParams`, cuDNN orientation and gate
+array (:class:`gruconv.model.canonical.GateParams`, cuDNN orientation and gate
 order) it holds.  Shape detection, reading, the opaque-vs-canonical
 cross-check and writing (tests, planted errors) all walk these tables;
 nothing else in gruconv spells out a TF cell tensor.
@@ -34,7 +34,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from ...canonical import CELLS, GateParams
+from ...model.canonical import CELLS, GateParams
 
 #: TF 1.x LSTM column block j holds cuDNN gate TF_LSTM_GATE_ORDER[j] (i, c, f, o from i, f, c, o).
 TF_LSTM_GATE_ORDER = (0, 2, 1, 3)
@@ -79,7 +79,7 @@ class Tensor:
 class TfCell:
     """What TF 1.x saved for one cuDNN cell type (see the module docstring)."""
 
-    cell: str                # key of gruconv.canonical.CELLS
+    cell: str                # key of gruconv.model.canonical.CELLS
     scope: str               # the directory the tensors sit in
     tensors: tuple           # Tensor rows: always saved
     tf13_biases: tuple = ()  # Tensor rows: TF 1.3's unsummed bias halves

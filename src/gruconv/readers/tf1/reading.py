@@ -1,17 +1,17 @@
 """Reading TF 1.x ``tf.contrib.cudnn_rnn`` checkpoints: find the stacks, cross-check, solve, inspect.
 
-Input: a TensorBundle V2 checkpoint (read with :mod:`gruconv.tfbundle`, no
+Input: a TensorBundle V2 checkpoint (read with :mod:`gruconv.readers.tfbundle`, no
 TensorFlow).  Where the keys sit: :mod:`.names`; what the canonical cell
 tensors hold: :mod:`.cells`.
 
 TensorFlow never hard-coded the opaque layout (it asked cuDNN for every
 region's address), so a buffer has the layout of the cuDNN it ran with.
 Canonical tensors therefore define the weights when present; the buffer is
-unpacked with :func:`gruconv.cudnn_layout.unpack` (cuDNN 9.19 layout) and
+unpacked with :func:`gruconv.model.cudnn_layout.unpack` (cuDNN 9.19 layout) and
 compared with them — a disagreement is the sign of a buffer from another
 cuDNN generation.  A buffer without canonical tensors (skip-input stacks, the
 TF 1.4 ops API) has no stored shape: it is solved from its size and the
-user's hints (:func:`gruconv.cudnn_layout.solve_shapes`), over the cell its
+user's hints (:func:`gruconv.model.cudnn_layout.solve_shapes`), over the cell its
 layer scope names (``cudnn_gru``, ``cudnn_lstm``) or the ``cell`` hint, else
 over every cell.
 
@@ -40,12 +40,12 @@ from typing import Optional
 
 import numpy as np
 
-from ...canonical import Document, GateParams, RNNStack, StackShape
-from ...cudnn_layout import iter_matrix_regions, params_size, solve_shapes
+from ...model.canonical import Document, GateParams, RNNStack, StackShape
+from ...model.cudnn_layout import iter_matrix_regions, params_size, solve_shapes
 from ...errors import GruconvError, InputError, UnsupportedError, UsageError
-from ...keras_layout import describe_keras_stack
-from ...results import Options
-from ... import tfbundle
+from ...model.keras_layout import describe_keras_stack
+from ...options import Options
+from .. import tfbundle
 from . import cells as _cells
 from .cells import TF_CELLS, ShapeMismatch
 from .names import (DATA_RE, FLOATS, FORMAT, HDF5_MAGIC, TABLE_MAGIC, Group, find_groups, layer_kind,
@@ -146,7 +146,7 @@ class CheckpointDoc:
     reader: object = field(default=None, repr=False, compare=False)
 
     def document(self) -> Document:
-        """The canonical :class:`~gruconv.canonical.Document` writers consume: the stacks, no Keras
+        """The canonical :class:`~gruconv.model.canonical.Document` writers consume: the stacks, no Keras
         graph, the other tensors (read as mapped views), the reader's warnings."""
         r = self.reader
         return Document(source=str(self.path), reader=FORMAT, stacks=list(self.stacks),
@@ -166,7 +166,7 @@ def sniff(path) -> bool:
     try:
         p = Path(os.fspath(path))
         if p.is_dir():
-            from ...tfbundle import saved_model_variables
+            from ..tfbundle import saved_model_variables
 
             return ((p / "checkpoint").is_file() or any(i.is_file() for i in p.glob("*.index"))
                     or saved_model_variables(p) is not None)
@@ -264,7 +264,7 @@ class _Reader:
     """A bundle plus the error context (file) for messages.
 
     Tensors are read as read-only views of the memory-mapped data file
-    (:meth:`gruconv.tfbundle.Bundle.view`): no copies, crc32c verified on the
+    (:meth:`gruconv.readers.tfbundle.Bundle.view`): no copies, crc32c verified on the
     first read of each.  :meth:`release` drops the mapped pages from the
     process's RSS between stages (they come back from the page cache)."""
 
@@ -361,7 +361,7 @@ def _canonical_shape(r: _Reader, g: Group) -> tuple:
 
 
 def _unpack_views(buffer: np.ndarray, shape: StackShape) -> list:
-    """:func:`gruconv.cudnn_layout.unpack` without copies: each pseudo-layer's G gate matrices
+    """:func:`gruconv.model.cudnn_layout.unpack` without copies: each pseudo-layer's G gate matrices
     (and biases) lie next to each other in the buffer, so each ``(G, H, in)`` stack is one view."""
     flat = buffer.reshape(-1)
     expected = params_size(shape)
@@ -852,7 +852,7 @@ def require_shape(entry: CheckpointStack, where: str) -> None:
 
 
 def rnn_entry(e: CheckpointStack) -> dict:
-    """One stack in the inspect / convert schema (``gruconv.results``)."""
+    """One stack in the inspect / convert schema (``gruconv.options``)."""
     sh = e.shape
     details = [f"defined by: {e.source}"]
     if e.opaque_key:
@@ -923,7 +923,7 @@ def inspect(doc: CheckpointDoc) -> dict:
 
 def input_files(path) -> list:
     """Every file a conversion of ``path`` reads: the state file, the index, every data shard
-    (:func:`gruconv.tfbundle.checkpoint_files`)."""
+    (:func:`gruconv.readers.tfbundle.checkpoint_files`)."""
     try:
         return tfbundle.checkpoint_files(path)
     except GruconvError:

@@ -15,9 +15,9 @@ from typing import Optional
 import numpy as np
 
 from ... import writers
-from ...canonical import Subject
+from ...model.canonical import Subject
 from ...errors import OutputError, UsageError
-from ...results import ConvertResult, Options
+from ...options import ConvertResult, Options
 from ...writers import rest_npz
 from .names import FORMAT, file_stem
 from .reading import CheckpointDoc, cells_text, input_files, require_shape, rnn_entry
@@ -63,9 +63,9 @@ def stack_targets(doc: CheckpointDoc, directory: Path, fmt: str) -> list:
 
 def _targets(doc: CheckpointDoc, output: Path, opts: Options) -> tuple:
     """(as_dir, model targets, rest.npz target), every target checked before any work."""
-    from ...outputs import check_target
+    from ...files.outputs import check_target
 
-    from ...outputs import check_outputs as never_an_input
+    from ...files.outputs import check_outputs as never_an_input
 
     input = Path(doc.path)
     force = opts.force
@@ -117,7 +117,7 @@ def to_keras(doc: CheckpointDoc, opts: Optional[Options] = None) -> list:
 
     Built with every optional input and output (initial states, final states)
     so verification can drive them all; ``convert`` adds only what was asked."""
-    from ...formats import keras3
+    from ...keras3 import runtime as keras3
 
     out = []
     for e in doc.stacks:
@@ -143,8 +143,8 @@ def verify_subjects(doc: CheckpointDoc, converted, opts: Options):
     of the stack's size) and its converted model: built in memory with every optional input and
     output (:func:`to_keras`), or what ``convert`` wrote (a directory: the file
     :func:`stack_targets` names; loaded by the writer the name claims, :func:`gruconv.writers.load`)."""
-    from ...cudnn_layout import params_size
-    from ...formats import keras3
+    from ...model.cudnn_layout import params_size
+    from ...keras3 import runtime as keras3
 
     built = dict((id(e), m) for e, m in to_keras(doc, opts)) if converted is None else {}
     targets = {}
@@ -158,7 +158,7 @@ def verify_subjects(doc: CheckpointDoc, converted, opts: Options):
         if converted is None:
             model = built.pop(id(found))
         elif runners is not None:
-            from ...target_gates import matching_runner
+            from ...model.target_gates import matching_runner
 
             model = matching_runner(runners, found.stack, only=len(doc.stacks) == 1 or bool(targets),
                                     path=converted)
@@ -195,8 +195,8 @@ def convert(doc: CheckpointDoc, output: Path, opts: Optional[Options] = None) ->
     directory that receives ``<scope with / as __>.keras`` per stack and
     ``rest.npz``.  Everything is written atomically.
     """
-    from ...outputs import atomic_path
-    from ...formats import keras3
+    from ...files.outputs import atomic_path
+    from ...keras3 import runtime as keras3
 
     opts = opts or Options()
     force, prefer = opts.force, opts.prefer

@@ -1,0 +1,918 @@
+"""The Keras boundary: every Keras 3 call gruconv makes, and the ``.keras`` writer.
+
+Nothing else in gruconv imports Keras: importing, backend choice and the
+quiet start-up (:func:`keras`), loading (:func:`load`, :func:`load_legacy`),
+saving (:func:`save`), the CPU scope (:func:`cpu`), compiling from a legacy
+training config, and building models from canonical stacks all live here,
+so a Keras behaviour change is a change to this module alone.
+
+A ``.keras`` file is a zip of ``config.json``, ``metadata.json`` and
+``model.weights.h5`` (``keras/src/saving/saving_lib.py``); gruconv lets Keras
+3 write it, so the file is exactly what ``keras.saving.load_model`` expects
+on every backend, with no custom objects.
+
+Two routes in:
+
+* Keras HDF5 input: :func:`gruconv.readers.keras_h5.write` first writes a
+  legacy file with GRUs; Keras 3's own legacy loader then builds the model
+  (so every non-GRU layer is rebuilt by Keras itself) and ``Model.save``
+  writes the ``.keras`` file.
+* GRU stacks (TF1 checkpoints): :func:`build_stack_model` builds stacked
+  ``GRU`` / ``Bidirectional(GRU, merge_mode="concat")`` layers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+import os
+import re
+import sys
+import warnings
+from pathlib import Path
+from typing import Callable, Optional
+
+from ..model.canonical import RNNStack
+from ..errors import InputError, UnsupportedError, first_line
+from ..model.keras_layout import CUDNN_COMPATIBLE, to_keras
+
+FORMAT = "keras"
+
+#: Modules whose import is an ML framework's start-up (threads, GPU contexts, allocators): a process
+#: holding one is never forked (TensorFlow is not fork-safe; ``gruconv.batch.work.start_method``).
+FRAMEWORK_MODULES = ("tensorflow", "tf_keras", "keras", "jax", "jaxlib", "torch")
+
+
+# --------------------------------------------------------------------------- import and backend
+
+def pick_backend() -> None:
+    """Keras's default backend is TensorFlow; GPU boxes often carry only PyTorch or JAX."""
+    if os.environ.get("KERAS_BACKEND"):
+        return
+    for backend, module in (("tensorflow", "tensorflow"), ("torch", "torch"), ("jax", "jax")):
+        if importlib.util.find_spec(module) is not None:
+            os.environ["KERAS_BACKEND"] = backend
+            return
+
+
+@contextlib.contextmanager
+def _quiet_fd2():
+    """Silence file descriptor 2 for a moment: TensorFlow's C++ runtime (absl, cudart stubs)
+    writes start-up lines there that no Python setting suppresses, and the CLI promises a
+    single line on stderr for an error."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        yield
+        return
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def keras():
+    """Import and return the ``keras`` module (Keras 3), quietly.
+
+    ``gruconv --help`` and ``gruconv inspect`` never get here
+    (``tests/test_cli.py`` checks ``sys.modules``)."""
+    if "keras" in sys.modules and hasattr(sys.modules["keras"], "saving"):
+        return sys.modules["keras"]
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+    pick_backend()
+    with warnings.catch_warnings(), _quiet_fd2():
+        warnings.simplefilter("ignore")
+        try:
+            import keras as _k  # noqa: PLC0415
+        except ImportError as e:
+            raise UnsupportedError(f"Keras 3 with a backend is needed here and could not be imported ({e}); "
+                                   "install gruconv[tensorflow], gruconv[jax] or gruconv[torch]") from None
+        if _k.backend.backend() == "tensorflow":
+            import tensorflow as tf  # noqa: PLC0415
+
+            tf.config.list_physical_devices()  # CUDA probing logs happen here, silenced
+    logging.getLogger("absl").setLevel(logging.ERROR)
+    try:
+        _k.utils.disable_interactive_logging()
+    except AttributeError:
+        pass
+    return _k
+
+
+_keras = keras
+
+
+def cpu():
+    """A context that places the converted side on the CPU whatever the backend's default device.
+
+    torch: ``"cpu:0"`` makes Keras 3.15 create the GRU's integer seed variable
+    as a trainable Parameter ("Only Tensors of floating point ... can require
+    gradients"); plain ``"cpu"`` does not.  TensorFlow and JAX take ``"cpu:0"``.
+    """
+    k = keras()
+    try:
+        return k.device("cpu" if k.backend.backend() == "torch" else "cpu:0")
+    except Exception:  # noqa: BLE001 - older Keras without keras.device
+        return contextlib.nullcontext()
+
+
+def load(path: Path, *, compile: bool = True):
+    """``keras.saving.load_model(path)`` as a user calls it (safe mode); failures are one-line errors."""
+    k = keras()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return k.saving.load_model(str(path), compile=compile, safe_mode=True)
+    except Exception as e:  # noqa: BLE001 - any Keras failure means an unreadable model
+        raise InputError(f"cannot load converted model ({first_line(e, 200)})", path=path) from None
+
+
+def load_weights(model, path: Path) -> None:
+    try:
+        model.load_weights(str(path))
+    except Exception as e:  # noqa: BLE001
+        raise InputError(f"cannot load converted weights ({first_line(e, 200)})", path=path) from None
+
+
+def to_numpy(t):
+    import numpy as np
+
+    return np.asarray(keras().ops.convert_to_numpy(t))
+
+
+def load_legacy(h5_path: Path, *, compile: bool, source=None):
+    """Build a Keras 3 model from a (converted) legacy HDF5 file, never executing model code.
+
+    ``source``: the user's input file, named in the error (the legacy file is a temporary).
+    """
+    k = keras()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return k.saving.load_model(str(h5_path), compile=compile, safe_mode=True)
+    except Exception as e:  # Keras raises ValueError/TypeError/KeyError for unknown configs
+        raise UnsupportedError(f"Keras 3 cannot rebuild this model: {first_line(e, 300)}", path=source) from None
+
+
+def _known(kind: str, identifier):
+    """``identifier`` when Keras 3 resolves it as a built-in loss / metric, else None."""
+    k = keras()
+    getter = k.losses.get if kind == "loss" else k.metrics.get
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return identifier if getter(identifier) is not None else None
+    except Exception:  # noqa: BLE001 - unknown names raise ValueError/TypeError
+        return None
+
+
+def legacy_metric(m, dropped: list):
+    """One tf.keras metric entry as Keras 3 takes it, or None (named in ``dropped``).
+
+    tf.keras wrote compiled string metrics as ``MeanMetricWrapper`` objects
+    (``{"class_name": "MeanMetricWrapper", "config": {"name": "mae", "fn":
+    "mean_absolute_error"}}``) that Keras 3 cannot locate; the name the user
+    gave (``mae``, ``accuracy``) is what Keras 3 resolves, ``accuracy`` by the
+    loss as tf.keras did at fit time.  Other built-in metric classes keep
+    their class and config when Keras 3 knows them; custom ones are code and
+    are dropped."""
+    if m is None:
+        return None
+    if isinstance(m, list):
+        out = [x for x in (legacy_metric(x, dropped) for x in m) if x is not None]
+        return out
+    if isinstance(m, dict) and "class_name" not in m:  # per-output dict
+        return {k: legacy_metric(v, dropped) for k, v in m.items()}
+    if isinstance(m, str):
+        if m in ("acc", "accuracy"):
+            return "accuracy"
+        if _known("metric", m):
+            return m
+        dropped.append(f"metric {m!r}")
+        return None
+    if isinstance(m, dict):
+        cls, cfg = str(m.get("class_name", "")).split(">")[-1], m.get("config") or {}
+        if cls == "MeanMetricWrapper":
+            name, fn = cfg.get("name"), cfg.get("fn")
+            if name in ("acc", "accuracy"):
+                return "accuracy"
+            for cand in (name, fn):
+                if isinstance(cand, str) and _known("metric", cand):
+                    return cand
+            dropped.append(f"metric {name or fn!r}")
+            return None
+        k = keras()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return k.metrics.deserialize({"class_name": cls, "config": cfg})
+        except Exception:  # noqa: BLE001
+            dropped.append(f"metric {cls!r}")
+            return None
+    dropped.append(f"metric {m!r:.60}")
+    return None
+
+
+def _legacy_loss(loss, dropped: list):
+    if loss is None:
+        return None
+    if isinstance(loss, list):
+        return [_legacy_loss(x, dropped) for x in loss]
+    if isinstance(loss, dict) and "class_name" not in loss:  # per-output dict
+        return {k: _legacy_loss(v, dropped) for k, v in loss.items()}
+    if isinstance(loss, str) and _known("loss", loss):
+        return loss
+    if isinstance(loss, dict):
+        k = keras()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return k.losses.deserialize({"class_name": str(loss["class_name"]).split(">")[-1],
+                                             "config": loss.get("config") or {}})
+        except Exception:  # noqa: BLE001
+            pass
+    name = loss if isinstance(loss, str) else (loss.get("class_name") if isinstance(loss, dict) else loss)
+    dropped.append(f"loss {name!r:.60}")
+    return None
+
+
+def compile_from_training_config(model, training_config: str) -> list:
+    """Compile ``model`` as the legacy ``training_config`` says; return warnings for what was dropped.
+
+    Keras 3's own legacy path fails on what tf.keras 2.x wrote (optimizer
+    ``"Custom>Adam"``; ``loss: "mse"`` -> "Could not deserialize
+    'keras.metrics.mse'"; metrics as ``MeanMetricWrapper`` objects; optimizer
+    keys such as ``is_legacy_optimizer``), so the config is read here: the
+    optimizer class without its ``Custom>`` prefix and only the arguments its
+    Keras 3 constructor takes; losses and metrics that Keras 3 resolves as
+    built-ins.  A custom loss or metric is Python code the file only names:
+    it is dropped, with a warning naming it, so the output never needs
+    ``custom_objects`` to load.  ``save`` then proves the compiled file loads.
+    """
+    import inspect
+    import json
+
+    k = keras()
+    dropped: list = []
+    try:
+        tc = json.loads(training_config)
+        opt = tc.get("optimizer_config") or {}
+        cls_name = str(opt.get("class_name", "")).split(">")[-1]
+        cls = getattr(k.optimizers, cls_name, None)
+        if cls is None or not isinstance(cls, type):
+            raise ValueError(f"unknown optimizer {cls_name!r}")
+        accepted = inspect.signature(cls.__init__).parameters
+        cfg = {key: v for key, v in (opt.get("config") or {}).items() if key in accepted}
+        loss = _legacy_loss(tc.get("loss"), dropped)
+        metrics = legacy_metric(tc.get("metrics"), dropped)
+        weighted = legacy_metric(tc.get("weighted_metrics"), dropped)
+        if isinstance(metrics, list) and len(model.outputs) == 1 and len(metrics) == 1 \
+                and isinstance(metrics[0], list):
+            metrics = metrics[0]  # tf.keras nests a single output's list
+        if isinstance(weighted, list) and len(model.outputs) == 1 and len(weighted) == 1 \
+                and isinstance(weighted[0], list):
+            weighted = weighted[0]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model.compile(optimizer=cls(**cfg), loss=loss, metrics=metrics or None,
+                          loss_weights=tc.get("loss_weights"), weighted_metrics=weighted or None)
+            # A built optimizer saves its (fresh) slot variables, so load_model restores it without
+            # "Skipping variable loading for optimizer" warnings.
+            model.optimizer.build(model.trainable_variables)
+    except Exception as e:  # noqa: BLE001 - any refusal means: write the model uncompiled, and say so
+        msg = first_line(e, 200)
+        return [f"training config not accepted by Keras 3 ({msg}); model written uncompiled"]
+    if dropped:
+        return [f"training config: {', '.join(dropped)} not carried over (custom code, or unknown to Keras 3: "
+                "gruconv never runs code from a model file); compile the loaded model again to train with it"]
+    return []
+
+
+def restore_initializers(model, originals: dict, source=None) -> None:
+    """Put each converted GRU's / LSTM's original initializers back after a ``zero_init`` build.
+
+    ``originals`` maps a CuDNNGRU / CuDNNLSTM config path (``nested/cu_dnngru``,
+    ``bidirectional/cu_dnngru``) to its legacy initializer configs
+    (:func:`gruconv.readers.keras_h5.original_initializers`).  Initializers
+    act only when a layer builds its weights, so this changes what the saved
+    config says, not any weight.
+    """
+    keras = _keras()
+
+    def put(gru, path):
+        for arg, cfg in originals.get(path, {}).items():
+            try:
+                init = keras.initializers.deserialize(cfg)
+            except Exception as e:  # noqa: BLE001 - a damaged config: say which, never a traceback
+                msg = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+                raise UnsupportedError(f"{path}: {arg} is not an initializer Keras 3 knows ({msg})",
+                                       path=source) from None
+            setattr(gru.cell, arg, init)
+
+    rnn_classes = (keras.layers.GRU, keras.layers.LSTM)
+
+    def visit(layer, path):
+        if isinstance(layer, rnn_classes):
+            put(layer, path)
+        # Bidirectional keeps forward_layer / backward_layer (named forward_X / backward_X) and
+        # serializes those, not the layer it was given; TimeDistributed keeps .layer.
+        for attr, prefix in (("layer", ""), ("forward_layer", "forward_"), ("backward_layer", "backward_")):
+            inner = getattr(layer, attr, None)
+            if isinstance(inner, rnn_classes):
+                name = inner.name[len(prefix):] if inner.name.startswith(prefix) else inner.name
+                put(inner, f"{path}/{name}")
+        if isinstance(layer, keras.Model):
+            for sub in layer.layers:
+                visit(sub, f"{path}/{sub.name}")
+
+    for sub in model.layers:
+        visit(sub, sub.name)
+
+
+#: The one documented config change for half-precision layers (``keras_portable``).
+LOW_PRECISION_NOTE = ("{layers}: float16 recurrent layer(s) written with recurrent_initializer Identity in place of "
+                      "Orthogonal (same gain): building an Orthogonal float16 kernel needs a float16 QR, which JAX "
+                      "and torch lack, so the file would load on TensorFlow only; weights are unaffected")
+
+
+def save(model, out_tmp: Path) -> list:
+    """``model.save``, with the weights file staged on disk rather than in memory.
+
+    Keras 3 (``keras/src/saving/saving_lib.py`` ``_save_model_to_fileobj``)
+    builds ``model.weights.h5`` in a BytesIO — a second full copy of every
+    weight — unless ``is_memory_sufficient(model)`` says no, in which case it
+    writes a temporary file beside the output and zips that.  gruconv always
+    asks for the disk path: same bytes, one model's worth of memory less
+    (``docs/benchmarks.md``).  If a Keras version lacks the hook, the default
+    path is used.  Keras puts that temporary file beside the file it is
+    given, so the model is saved inside a private ``.gruconv-*`` directory
+    and then moved onto ``out_tmp``: a killed process leaves no Keras
+    ``tmpXXXX`` file among the user's files (``tests/test_crash_safety.py``).
+
+    The written ``config.json`` is made portable (:mod:`gruconv.keras3.portable`: keys that hold
+    their defaults and that Keras 3.8-3.14 do not know, backend-specific optimizer classes, and
+    ``Orthogonal`` -> ``Identity`` in float16/bfloat16 layers so no half-precision QR is needed to
+    load on JAX or torch), then loaded back with plain ``load_model`` (:func:`check_reload`).
+    """
+    import os
+
+    from .portable import rewrite_keras_zip
+    from ..files.outputs import staging_dir
+
+    try:
+        from keras.src.saving import saving_lib
+    except ImportError:  # pragma: no cover - another Keras layout
+        saving_lib = None
+    original = getattr(saving_lib, "is_memory_sufficient", None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if original is not None:
+            saving_lib.is_memory_sufficient = lambda model: False
+        try:
+            with staging_dir(Path(out_tmp).parent) as td:
+                staged = Path(td) / "model.keras"
+                _save_in(model, staged, td)
+                # config.json as every Keras 3.8+ reads it (keras_portable: docs/compatibility.md)
+                rewrite_keras_zip(staged, staged, qr_free_low_precision=True)
+                os.replace(staged, out_tmp)
+        finally:
+            if original is not None:
+                saving_lib.is_memory_sufficient = original
+    return weight_digests(model)
+
+
+def _save_in(model, staged: Path, td) -> None:
+    """``model.save(staged)`` with every temporary file of Keras's inside ``td`` (the staging directory),
+    and closed when saving fails.
+
+    Keras 3.15's ``saving_lib._save_model_to_fileobj`` ends in a ``finally`` that closes the weights
+    store, then the asset store (a ``tempfile.mkdtemp()`` directory in ``$TMPDIR``), then the
+    ``NamedTemporaryFile`` weights file; when the first close fails (a full disk: h5py cannot flush)
+    the other two are skipped.  Measured under ``RLIMIT_FSIZE`` (issue 23): the assets directory stayed
+    in ``$TMPDIR``, and the weights file, still referenced by the traceback, was unlinked at exit after
+    :func:`gruconv.files.outputs.staging_dir` had removed it ("Exception ignored ... FileNotFoundError" on
+    stderr after gruconv's one line).  So ``tempfile.tempdir`` points into ``td`` while saving (removed
+    with it), and on failure the temporary files the traceback's frames hold are closed while ``td``
+    still exists."""
+    import tempfile
+    import traceback
+
+    k = keras()
+    filtering = k.config.is_traceback_filtering_enabled()  # Keras drops its own frames from tracebacks
+    saved_tempdir = tempfile.tempdir
+    tempfile.tempdir = str(td)
+    try:
+        if filtering:
+            k.config.disable_traceback_filtering()
+        model.save(str(staged))
+    except BaseException as e:
+        seen: list = []
+        err = e
+        while err is not None and len(seen) < 16:  # the chain: a failing close() raises over the first error
+            seen.append(err)
+            for frame, _ in traceback.walk_tb(err.__traceback__):
+                for value in list(frame.f_locals.values()):
+                    if type(value).__name__ == "_TemporaryFileWrapper" and hasattr(value, "close"):
+                        try:
+                            value.close()
+                        except OSError:
+                            pass
+            err = err.__context__ if err.__context__ not in seen else None
+        raise
+    finally:
+        tempfile.tempdir = saved_tempdir
+        if filtering:
+            k.config.enable_traceback_filtering()
+
+
+def _release_freed_memory() -> None:
+    """Hand the converted model's freed buffers back to the OS (glibc ``malloc_trim``) before Keras
+    loads the written file: the load-back check then peaks at what a plain ``load_model`` of the
+    output needs, not at that plus the freed model (``tests/test_memory.py``)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to hand back explicitly
+        pass
+
+
+def weight_digests(model) -> list:
+    """``(path, shape, sha256)`` of every weight, one array in memory at a time: what
+    :func:`check_reload` compares the written file with after the caller has let the model go
+    (holding it while Keras loads a second copy would double the conversion's peak memory)."""
+    import hashlib
+
+    out = []
+    for w in model.weights:
+        a = to_numpy(w)
+        out.append((w.path, tuple(a.shape), hashlib.sha256(a.tobytes()).hexdigest()))
+        del a
+    return out
+
+
+def check_reload(path: Path, digests: list) -> None:
+    """Prove the written file is what the user will get: plain ``keras.saving.load_model(path)``
+    (default arguments: compiled, safe mode) opens it and every weight comes back bit for bit.
+
+    The output contract (``shared/DESIGN.md``) promises exactly this; checking
+    the file itself, not the in-memory model, also catches what a Keras
+    version writes but cannot read back (a compile config it cannot
+    deserialize, say).  Cost: ``docs/benchmarks.md``.
+    """
+    import gc
+
+    k = keras()
+    gc.collect()
+    _release_freed_memory()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            loaded = k.saving.load_model(str(path))
+    except Exception as e:  # noqa: BLE001 - the file is not what we promise: refuse it
+        raise UnsupportedError(f"the converted model does not load back with keras.saving.load_model "
+                               f"({first_line(e, 200)}); nothing written") from None
+    got = weight_digests(loaded)
+    del loaded
+    if len(got) != len(digests):
+        raise UnsupportedError(f"the converted model loads back with {len(got)} weights, expected "
+                               f"{len(digests)}; nothing written")
+    for (name, shape, digest), (_, shape2, digest2) in zip(digests, got):
+        if shape != shape2 or digest != digest2:
+            raise UnsupportedError(f"weight {name!r} does not load back unchanged from the converted "
+                                   "model; nothing written")
+
+
+def _identifier(scope: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9_]+", "_", scope).strip("_")
+    return name or "gru_stack"
+
+
+_GRU_INITIALIZERS = ("kernel_initializer", "recurrent_initializer", "bias_initializer")
+
+
+def _restore_gru_defaults(keras, grus) -> None:
+    """Put the ``GRU`` / ``LSTM`` constructor's default initializers (and LSTM's init-only
+    ``unit_forget_bias``) back on layers built with given weights.
+
+    Initializers act only when a layer builds its weights, so this changes
+    what the saved config says, not any weight: the config is exactly that
+    of a layer built with the defaults (``tests/test_tf1_checkpoint.py``)."""
+    import inspect
+
+    for gru in grus:
+        cls = keras.layers.LSTM if isinstance(gru, keras.layers.LSTM) else keras.layers.GRU
+        params = inspect.signature(cls.__init__).parameters
+        for arg in _GRU_INITIALIZERS:
+            setattr(gru.cell, arg, keras.initializers.get(params[arg].default))
+        if "unit_forget_bias" in params:
+            gru.cell.unit_forget_bias = params["unit_forget_bias"].default
+
+
+class _Given:
+    """A build-time initializer that returns the converted array itself.
+
+    The variable is created holding the weight (one copy, by the backend);
+    no random/orthogonal initialisation to throw away (a QR per layer costs
+    seconds on large units) and no second full-size buffer to overwrite."""
+
+    def __init__(self, weight: Callable, key: tuple, pending: set):
+        self.weight, self.key, self.pending = weight, key, pending
+
+    def __call__(self, shape, dtype=None):
+        value = self.weight(*self.key)
+        if tuple(value.shape) != tuple(shape):
+            raise ValueError(f"converted weight {self.key} has shape {tuple(value.shape)}, the GRU "
+                             f"asks for {tuple(shape)}")
+        self.pending.discard(self.key)
+        return value
+
+
+def released_weights(stack: RNNStack, release: Optional[Callable] = None) -> Callable:
+    """``layer_weights`` from ``stack.params`` (:func:`gruconv.model.keras_layout.to_keras`: GRU or LSTM),
+    one pseudo-layer's arrays at a time, each handed out once; ``release()`` (a reader's: drop the
+    mapped input pages) is called after each array is made, so about one array's worth of input is
+    resident at a time."""
+    s = stack.shape
+    cache: dict = {}
+
+    def weight(layer: int, d: int, i: int):
+        arrays = cache.get((layer, d))
+        if arrays is None or arrays[i] is None:
+            cache.clear()
+            arrays = cache[layer, d] = to_keras(stack.params[s.pseudo_layer(layer, d)], s.cell,
+                                                s.layer_input_size(layer))
+        value, arrays[i] = arrays[i], None
+        if release is not None:
+            release()
+        return value
+
+    return weight
+
+
+def build_stack_model(stack: RNNStack, *, initial_state: bool = False, return_state: bool = False,
+                      mask_input: bool = False, name: Optional[str] = None,
+                      layer_weights: Optional[Callable] = None, given_init: bool = True):
+    """A Keras 3 model computing the cuDNN stack, batch-major.
+
+    ``GRU(reset_after=True)`` or ``LSTM`` layers (``stack.shape.cell``), each
+    ``Bidirectional(..., merge_mode="concat")`` for a bidirectional stack.
+    Input ``(batch, time, input_size)`` [+ initial states: per pseudo-layer
+    ``(batch, units)`` ``h`` (GRU) or ``h`` then ``c`` (LSTM)]; output the
+    top layer's full sequence ``(batch, time, units * dirs)`` [+ final states
+    in the same order].  Pseudo-layers in cuDNN's order: layer 0 forward,
+    layer 0 backward, layer 1 forward, ...  Skip-input layers get identity
+    input kernels (:func:`gruconv.model.keras_layout.to_keras`).
+
+    ``mask_input`` adds a last input ``mask (batch, time)`` (bool, True for
+    valid steps, right-padded) passed explicitly to every layer: cuDNN's
+    variable sequence lengths.  An explicit input is needed because Keras 3
+    drops a model-level ``mask=`` as soon as a layer also receives initial
+    states (``Layer.__call__`` fills ``mask`` only for a single tensor
+    argument; ``tests/test_tf1_checkpoint.py`` shows it).
+
+    Weights: ``layer_weights(layer, direction, i)`` returns a pseudo-layer's
+    ``i``-th Keras array (0 ``kernel``, 1 ``recurrent_kernel``, 2 ``bias``;
+    default: :func:`gruconv.model.keras_layout.to_keras` of ``stack.params``).
+    Each layer is built with initializers that return these arrays, so every
+    variable is created holding its weight, one array at a time (no random or
+    orthogonal initialisation, no second full-size buffer; an LSTM's
+    init-only ``unit_forget_bias`` is off while it builds); the constructor's
+    defaults are put back afterwards, so the config is exactly that of a
+    default build.  Any variable the build did not create through
+    its initializer is assigned afterwards.  ``given_init=False``: build with
+    the defaults and assign every weight afterwards (the reference in tests).
+    """
+    keras = _keras()
+    s = stack.shape
+    dtype = s.dtype
+    base = _identifier(name or stack.name)
+    x_in = keras.Input((None, s.input_size), dtype=dtype, name="inputs")
+    inputs = [x_in]
+    states_in = []
+    lstm = s.cell == "lstm"
+    if initial_state:
+        for layer in range(s.num_layers):
+            for d in range(s.num_directions):
+                name = f"initial_state_l{layer}_{'bw' if d else 'fw'}"
+                for t in ([keras.Input((s.units,), dtype=dtype, name=f"{name}_{st}") for st in ("h", "c")]
+                          if lstm else [keras.Input((s.units,), dtype=dtype, name=name)]):
+                    states_in.append(t)
+                    inputs.append(t)
+    mask = None
+    if mask_input:
+        mask = keras.Input((None,), dtype="bool", name="mask")
+        inputs.append(mask)
+    x = x_in
+    finals = []
+    weight = layer_weights or released_weights(stack)
+    pending: set = set()
+    grus = {}  # (layer, direction) -> GRU or LSTM
+    layer_cls = keras.layers.LSTM if lstm else keras.layers.GRU
+    settings = CUDNN_COMPATIBLE[s.cell]
+    per_dir = len(s.cell_spec.states)  # initial states per pseudo-layer
+
+    def given(gru, layer, d):
+        grus[layer, d] = gru
+        for i in range(len(_GRU_INITIALIZERS)):  # kernel, recurrent_kernel, bias
+            pending.add((layer, d, i))
+            if given_init:
+                setattr(gru.cell, _GRU_INITIALIZERS[i], _Given(weight, (layer, d, i), pending))
+        if given_init and lstm:
+            gru.cell.unit_forget_bias = False  # else LSTMCell.build slices our bias initializer
+
+    for layer in range(s.num_layers):
+        def gru(suffix=""):
+            return layer_cls(
+                s.units, return_sequences=True, return_state=return_state, dtype=dtype,
+                name=f"{base}_l{layer}{suffix}", **settings)
+        n = s.num_directions * per_dir
+        init = states_in[layer * n:(layer + 1) * n] or None
+        if s.bidirectional:
+            fw, bw = gru("_fw"), layer_cls(
+                s.units, return_sequences=True, return_state=return_state, go_backwards=True,
+                dtype=dtype, name=f"{base}_l{layer}_bw", **settings)
+            wrapper = keras.layers.Bidirectional(fw, backward_layer=bw, merge_mode="concat",
+                                                 dtype=dtype, name=f"{base}_l{layer}")
+            # the wrapper rebuilt its forward layer from fw's config: set the layers it builds
+            given(wrapper.forward_layer, layer, 0)
+            given(wrapper.backward_layer, layer, 1)
+            out = wrapper(x, initial_state=init, mask=mask)
+        else:
+            g = gru()
+            given(g, layer, 0)
+            out = g(x, initial_state=init, mask=mask)
+        if return_state:
+            x, states = out[0], list(out[1:])
+            finals.extend(states)
+        else:
+            x = out
+    outputs = [x] + finals if return_state else x
+    model = keras.Model(inputs if len(inputs) > 1 else x_in, outputs, name=base)
+    if given_init:
+        _restore_gru_defaults(keras, grus.values())
+    for layer, d, i in sorted(pending):  # not created from its initializer: assign it
+        var = grus[layer, d].weights[i]
+        value = weight(layer, d, i)
+        if tuple(value.shape) != tuple(var.shape):
+            raise ValueError(f"{s.cell_spec.title} {grus[layer, d].name!r} weight {var.path!r} has shape "
+                             f"{tuple(var.shape)}, "
+                             f"got {tuple(value.shape)}")
+        var.assign(value)
+        del value
+    return model
+
+
+# --------------------------------------------------------------------------- the GPU path
+
+def gpu_status() -> tuple:
+    """(usable, reason): can the installed Keras backend run models on a GPU here?"""
+    k = keras()
+    be = k.backend.backend()
+    try:
+        if be == "torch":
+            import torch
+
+            ok = torch.cuda.is_available()
+            return ok, (f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}" if ok
+                        else "torch sees no CUDA device")
+        if be == "jax":
+            import jax
+
+            ok = jax.default_backend() == "gpu"
+            return ok, (f"jax {jax.__version__}, {jax.devices()[0].device_kind}" if ok
+                        else f"jax default backend is {jax.default_backend()}")
+        if be == "tensorflow":
+            import tensorflow as tf
+
+            gpus = tf.config.list_physical_devices("GPU")
+            return bool(gpus), (f"tensorflow {tf.__version__}, {len(gpus)} GPU(s)" if gpus
+                                else "tensorflow sees no GPU")
+    except Exception as e:  # noqa: BLE001 - probing must never fail verify
+        return False, f"{be}: GPU probe failed ({first_line(e, 120)})"
+    return False, f"backend {be} has no GPU path"
+
+
+#: What "strict" and "default" math mean per backend, for reports and the README.
+MATH_SETTINGS = {
+    "torch": {"strict": "torch.backends.cudnn.allow_tf32 = False, torch.backends.cuda.matmul.allow_tf32 = False",
+              "default": "torch defaults (cuDNN may use TF32)"},
+    "jax": {"strict": 'jax.config.update("jax_default_matmul_precision", "highest")',
+            "default": "JAX default matmul precision (TF32/bf16 passes on GPU)"},
+    "tensorflow": {"strict": "tf.config.experimental.enable_tensor_float_32_execution(False)",
+                   "default": "TensorFlow default (TF32 enabled since 2.4)"},
+}
+
+
+@contextlib.contextmanager
+def on_gpu(math: str):
+    """Run the block on the backend's GPU with ``math`` = ``strict`` (no TF32, highest matmul
+    precision) or ``default`` (the framework's own settings), restoring every setting after."""
+    k = keras()
+    be = k.backend.backend()
+    undo = []
+    if be == "torch":
+        import torch
+
+        saved = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
+        if math == "strict":
+            torch.backends.cudnn.allow_tf32 = False
+            torch.backends.cuda.matmul.allow_tf32 = False
+        undo.append(lambda: (setattr(torch.backends.cudnn, "allow_tf32", saved[0]),
+                             setattr(torch.backends.cuda.matmul, "allow_tf32", saved[1])))
+        device = "cuda"
+    elif be == "jax":
+        import jax
+
+        saved_p = jax.config.jax_default_matmul_precision
+        if math == "strict":
+            jax.config.update("jax_default_matmul_precision", "highest")
+        undo.append(lambda: jax.config.update("jax_default_matmul_precision", saved_p))
+        device = "gpu:0"
+    else:
+        import tensorflow as tf
+
+        saved_t = tf.config.experimental.tensor_float_32_execution_enabled()
+        if math == "strict":
+            tf.config.experimental.enable_tensor_float_32_execution(False)
+        undo.append(lambda: tf.config.experimental.enable_tensor_float_32_execution(saved_t))
+        device = "gpu:0"
+    try:
+        with k.device(device):
+            yield
+    finally:
+        for f in undo:
+            f()
+
+
+@contextlib.contextmanager
+def rnn_kernel_probe():
+    """Record which implementation each recurrent layer call took: the backend's fused path
+    (cuDNN on torch and TensorFlow; a ``lax.scan`` kernel on JAX, which has no cuDNN GRU; both
+    directions of a ``Bidirectional`` in one backend call from Keras 3.14, ``bidirectional_gru``)
+    or Keras's step-by-step loop (20x slower on a GPU, ``shared/DESIGN.md``).
+
+    Keras 3 layers call ``keras.src.backend.gru``/``lstm``, which raise NotImplementedError to
+    fall back; torch and TensorFlow call a module-level ``_cudnn_gru``/``_cudnn_lstm`` when they
+    take cuDNN.  Yields a list that receives one ``(op, "cudnn" | "fused" | "fallback")`` per call.
+    """
+    import importlib
+
+    k = keras()
+    seen: list = []
+    try:
+        top = importlib.import_module("keras.src.backend")
+        impl = importlib.import_module(f"keras.src.backend.{k.backend.backend()}.rnn")
+    except ImportError:  # another Keras layout: nothing recorded, reported as unknown
+        yield seen
+        return
+    patched = []
+
+    def wrap(module, name, on_call):
+        original = getattr(module, name, None)
+        if original is None:
+            return
+
+        def wrapper(*a, **kw):
+            return on_call(original, *a, **kw)
+
+        setattr(module, name, wrapper)
+        patched.append((module, name, original))
+
+    # Keras 3.14+ also fuses both directions of a Bidirectional into one backend call.
+    for op in ("gru", "lstm", "bidirectional_gru", "bidirectional_lstm"):
+        def fused(original, *a, _op=op, **kw):
+            mark = len(seen)
+            try:
+                out = original(*a, **kw)
+            except NotImplementedError:
+                seen.append((_op, "fallback"))
+                raise
+            if not any(o == _op and how == "cudnn" for o, how in seen[mark:]):
+                seen.append((_op, "fused"))
+            return out
+
+        def cudnn(original, *a, _op=op, **kw):
+            seen.append((_op, "cudnn"))
+            return original(*a, **kw)
+
+        wrap(top, op, fused)
+        wrap(impl, f"_cudnn_{op}", cudnn)
+    try:
+        yield seen
+    finally:
+        for module, name, original in reversed(patched):
+            setattr(module, name, original)
+
+
+def mask_producers(model) -> list:
+    """Names of the layers (nested models included) that attach a Keras mask: ``Masking`` and
+    ``Embedding(mask_zero=True)``."""
+    k = keras()
+    out, todo = [], list(model.layers)
+    while todo:
+        layer = todo.pop(0)
+        if isinstance(layer, k.Model):
+            todo.extend(layer.layers)
+        elif isinstance(layer, k.layers.Masking) or (isinstance(layer, k.layers.Embedding)
+                                                       and getattr(layer, "mask_zero", False)):
+            out.append(layer.name)
+    return out
+
+
+def save_weights(model, out_tmp: Path) -> None:
+    """Keras 3's own weights file (``model.save_weights``; the name must end in ``.weights.h5``),
+    checked by loading it back into the same model."""
+    try:
+        model.save_weights(str(out_tmp))
+        load_weights(model, out_tmp)
+    except InputError as e:
+        raise UnsupportedError(f"the converted weights do not load back ({e.message})") from None
+
+
+# --------------------------------------------------------------------------- graph probing (verify)
+# Driving a converted model's layer graph (its nodes, a layer's call) is Keras knowledge: it stays
+# behind this boundary; verify asks these functions for arrays.
+
+def find_layer(model, parts: list):
+    """The layer at path ``parts`` (nested model names first) of ``model``, or None."""
+    layer = model
+    try:
+        for name in parts:
+            layer = layer.get_layer(name)
+    except ValueError:
+        return None
+    return layer
+
+
+def _node_in(container, layer):
+    """The node where ``container``'s graph calls ``layer`` (a shared layer's first call there)."""
+    k = keras()
+    for node in layer._inbound_nodes:
+        try:
+            k.Model(container.inputs, list(node.arguments.keras_tensors))
+            return node
+        except Exception:  # noqa: BLE001 - a node of another graph
+            continue
+    raise InputError(f"converted model: layer {layer.name!r} is not reachable from the model inputs")
+
+
+def layer_call(model, parts: list, feed: list):
+    """The layer at path ``parts`` (nested model names first) and the arguments it is called with
+    in ``model`` run on ``feed``, as arrays: ``(layer, args, kwargs)``.
+
+    The layer's inbound node gives its call arguments (``x``, and ``initial_state=`` of an
+    encoder-decoder); a nested model's ``.input`` would be its own inner Input, not the tensor
+    that reaches it, so the node's tensors are used, never ``layer.input``."""
+    k = keras()
+    container = model
+    args, kwargs = list(feed), {}
+    for i, name in enumerate(parts):
+        try:
+            layer = container.get_layer(name)
+        except ValueError:
+            raise InputError(f"converted model has no layer {'/'.join(parts[:i + 1])!r}") from None
+        node = _node_in(container, layer)
+        tensors = list(node.arguments.keras_tensors)
+        sub = k.Model(container.inputs, tensors)
+        # the sub-model's inputs are a list (``container.inputs``): fed as one, even of one tensor
+        # (a bare tensor works but makes Keras 3.15 warn "The structure of `inputs` doesn't match")
+        acts = sub(list(feed))
+        acts = acts if isinstance(acts, (list, tuple)) else [acts]
+        values = [to_numpy(a) for a in acts]
+        by_id = {id(t): v for t, v in zip(tensors, values)}
+        args, kwargs = node.arguments.fill_in(by_id)
+        feed = values
+        container = layer
+    return container, list(args), dict(kwargs)
+
+
+def masks_received(model, layers: list, feed: list) -> dict:
+    """{id(layer): bool mask array} for those of ``layers`` that Keras hands a mask when ``model``
+    runs on ``feed`` (each layer's ``call`` is wrapped for the one run, then restored)."""
+    import numpy as np
+
+    seen: dict = {}
+    for layer in layers:
+        original = layer.call
+
+        def spy(*a, _layer=layer, _original=original, **kw):
+            if kw.get("mask") is not None and id(_layer) not in seen:
+                seen[id(_layer)] = np.asarray(to_numpy(kw["mask"])).astype(bool)
+            return _original(*a, **kw)
+
+        layer.call = spy
+    try:
+        model(feed if len(feed) > 1 else feed[0])
+    finally:
+        for layer in layers:
+            layer.__dict__.pop("call", None)
+    return seen

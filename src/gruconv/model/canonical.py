@@ -1,0 +1,279 @@
+"""The canonical model of a cuDNN RNN stack: the one vocabulary every format shares.
+
+Readers produce :class:`RNNStack`; writers and the verifier consume it.  It
+knows nothing of any file format or framework.
+
+The cell table (:data:`CELLS`) is the only place that says how many gates a
+cell has, what they are called and which states it carries; every other
+module asks ``shape.cell_spec`` instead of writing ``3`` or ``4``.
+
+Orientation and gate order (chosen to be cuDNN's own, so that the golden
+files in ``shared/cudnn-golden`` compare without any transform):
+
+* gate index ``g`` is cuDNN's (``linLayerID`` g for the input side,
+  g + G for the recurrent side, G the cell's gate count): GRU 0 = reset
+  ``r``, 1 = update ``z``, 2 = candidate ``h``; LSTM 0 = input ``i``,
+  1 = forget ``f``, 2 = new memory ``c'``, 3 = output ``o``;
+* a matrix maps a column vector: ``W[g]`` has shape ``(units, in)`` and the
+  gate pre-activation is ``W[g] @ x`` (cuDNN's ``[H, in]`` row-major matrix);
+* two bias vectors per gate, input-side ``bW[g]`` and recurrent-side ``bR[g]``.
+
+The GRU equations (``shared/DESIGN.md``, reproduced to 1e-15 by
+:mod:`gruconv.verify.reference.oracle` on every golden file)::
+
+    r  = σ(W[0] x + bW[0] + R[0] h + bR[0])
+    z  = σ(W[1] x + bW[1] + R[1] h + bR[1])
+    h~ = tanh(W[2] x + bW[2] + r ⊙ (R[2] h + bR[2]))
+    h' = (1 − z) ⊙ h~ + z ⊙ h
+
+Pseudo-layers are ordered as cuDNN orders them: layer 0 forward, layer 0
+backward (bidirectional only), layer 1 forward, ...  In skip-input mode
+layer 0 has no input matrices (``input_weights is None``): its input is
+added as is, which equals an identity input matrix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from ..errors import InputError
+
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One row of the cell table: what a cuDNN cell type is made of.
+
+    ``gates``: gate names in cuDNN's ``linLayerID`` order (input side
+    0..G-1, recurrent side G..2G-1, one bias vector per linear layer);
+    ``states``: the recurrent states it carries, in cuDNN's argument order
+    (``hx``/``hy``, then ``cx``/``cy``).  Evidence: cuDNN's
+    ``cudnnGetRNNWeightParams`` documentation for ``CUDNN_GRU`` /
+    ``CUDNN_LSTM``; the GRU row is proven by ``shared/cudnn-golden``.
+    """
+
+    name: str
+    title: str
+    gates: tuple
+    states: tuple
+
+    @property
+    def num_gates(self) -> int:
+        return len(self.gates)
+
+    @property
+    def num_linear_layers(self) -> int:
+        return 2 * len(self.gates)
+
+
+#: The cell table.  A new cell is a row here plus its equations in the oracle.
+CELLS = {
+    "gru": Cell("gru", "GRU", ("reset", "update", "candidate"), ("h",)),
+    "lstm": Cell("lstm", "LSTM", ("input", "forget", "cell", "output"), ("h", "c")),
+}
+INPUT_MODES = ("linear", "skip")
+DTYPES = ("float16", "float32", "float64")
+
+
+@dataclass(frozen=True)
+class StackShape:
+    """Shape facts of a cuDNN RNN stack (what ``cudnnSetRNNDescriptor_v8`` takes)."""
+
+    input_size: int
+    units: int
+    num_layers: int = 1
+    bidirectional: bool = False
+    input_mode: str = "linear"
+    dtype: str = "float32"
+    cell: str = "gru"
+
+    def __post_init__(self) -> None:
+        for name in ("input_size", "units", "num_layers"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or value < 1:
+                raise InputError(f"{name} must be a positive integer, got {value!r}")
+        if self.input_mode not in INPUT_MODES:
+            raise InputError(f"input_mode must be one of {INPUT_MODES}, got {self.input_mode!r}")
+        if self.dtype not in DTYPES:
+            raise InputError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.cell not in CELLS:
+            raise InputError(f"cell must be one of {tuple(CELLS)}, got {self.cell!r}")
+        if self.input_mode == "skip" and self.input_size != self.units:
+            raise InputError(
+                f"skip input mode needs input_size == units, got input_size={self.input_size}, "
+                f"units={self.units}"
+            )
+
+    @property
+    def cell_spec(self) -> Cell:
+        return CELLS[self.cell]
+
+    @property
+    def gates(self) -> int:
+        return CELLS[self.cell].num_gates
+
+    @property
+    def num_directions(self) -> int:
+        return 2 if self.bidirectional else 1
+
+    @property
+    def num_pseudo_layers(self) -> int:
+        return self.num_layers * self.num_directions
+
+    def layer_input_size(self, layer: int) -> int:
+        """Width of the input that ``layer`` sees: the stack input, or the layer below's output."""
+        return self.input_size if layer == 0 else self.units * self.num_directions
+
+    def has_input_weights(self, layer: int) -> bool:
+        return not (layer == 0 and self.input_mode == "skip")
+
+    def pseudo_layer(self, layer: int, direction: int) -> int:
+        return layer * self.num_directions + direction
+
+    def describe(self) -> str:
+        d = "bidirectional" if self.bidirectional else "unidirectional"
+        return (
+            f"{self.num_layers} layer(s) x {self.units} units, {d}, input size {self.input_size}, "
+            f"{self.input_mode} input, {self.dtype}"
+        ) if self.cell == "gru" else (
+            f"{CELLS[self.cell].title}, {self.num_layers} layer(s) x {self.units} units, {d}, input size "
+            f"{self.input_size}, {self.input_mode} input, {self.dtype}"
+        )
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class GateParams:
+    """Weights of one pseudo-layer (one layer, one direction), canonical orientation.
+
+    ``input_weights``: ``(G, units, in)`` or ``None`` (skip-input layer 0);
+    ``recurrent_weights``: ``(G, units, units)``; ``input_bias`` and
+    ``recurrent_bias``: ``(G, units)``; G and the gate order from the
+    stack's :class:`Cell`.
+    """
+
+    input_weights: Optional[np.ndarray]
+    recurrent_weights: np.ndarray
+    input_bias: np.ndarray
+    recurrent_bias: np.ndarray
+
+    def arrays(self) -> dict:
+        out = {
+            "recurrent_weights": self.recurrent_weights,
+            "input_bias": self.input_bias,
+            "recurrent_bias": self.recurrent_bias,
+        }
+        if self.input_weights is not None:
+            out["input_weights"] = self.input_weights
+        return out
+
+    def astype(self, dtype) -> "GateParams":
+        cast = lambda a: None if a is None else np.asarray(a, dtype=dtype)  # noqa: E731
+        return GateParams(*(cast(a) for a in dataclasses.astuple(self)))
+
+
+@dataclass
+class RNNStack:
+    """A named cuDNN RNN stack: shape facts plus one :class:`GateParams` per pseudo-layer.
+
+    ``name`` is where the stack came from (a Keras layer path, a checkpoint
+    scope); ``provenance`` says which stored tensors defined it, for reports.
+    """
+
+    name: str
+    shape: StackShape
+    params: list
+    provenance: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Check every array's shape against the shape facts; raise :class:`InputError`."""
+        s = self.shape
+        if len(self.params) != s.num_pseudo_layers:
+            raise InputError(
+                f"stack {self.name!r} needs {s.num_pseudo_layers} pseudo-layers, got {len(self.params)}"
+            )
+        H, G = s.units, s.gates
+        for layer in range(s.num_layers):
+            for direction in range(s.num_directions):
+                p = self.params[s.pseudo_layer(layer, direction)]
+                where = f"stack {self.name!r} layer {layer} direction {direction}"
+                expected = {
+                    "recurrent_weights": (G, H, H),
+                    "input_bias": (G, H),
+                    "recurrent_bias": (G, H),
+                }
+                if s.has_input_weights(layer):
+                    expected["input_weights"] = (G, H, s.layer_input_size(layer))
+                    if p.input_weights is None:
+                        raise InputError(f"{where}: input weights missing")
+                elif p.input_weights is not None:
+                    raise InputError(f"{where}: skip-input layer must have no input weights")
+                for key, shp in expected.items():
+                    arr = getattr(p, key)
+                    if tuple(arr.shape) != shp:
+                        raise InputError(
+                            f"{where}: {key} has shape {tuple(arr.shape)}, expected {shp}"
+                        )
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.shape.dtype)
+
+    def param_count(self) -> int:
+        """Scalars held (equal to the opaque buffer's size: ``cudnn_layout.params_size``)."""
+        return int(sum(a.size for p in self.params for a in p.arrays().values()))
+
+    def nonfinite_count(self) -> int:
+        """Number of NaN/Inf values among the weights (reported, never silently fixed)."""
+        return int(
+            sum(np.count_nonzero(~np.isfinite(a)) for p in self.params for a in p.arrays().values())
+        )
+
+
+@dataclass
+class Document:
+    """What a reader produces and writers consume (pandoc's AST, for cuDNN RNNs).
+
+    ``stacks``: the RNN stacks, each an object with ``name`` and ``stack`` (an :class:`RNNStack`
+    read lazily, one at a time); ``graph``: an optional Keras-graph passthrough (the rest of a Keras
+    model: its config and the other layers' weights), consumed only by writers that can express
+    it; ``other_tensors``: the names of the input's other tensors (a checkpoint's), each read with
+    ``view(name)``; ``release()`` drops whatever the reader holds mapped between layers;
+    ``warnings``: the reader's notes for the user.
+    """
+
+    source: str
+    reader: str
+    stacks: list = field(default_factory=list)
+    graph: object = None
+    other_tensors: list = field(default_factory=list)
+    view: object = None
+    release: object = None
+    warnings: list = field(default_factory=list)
+
+    def drop(self) -> None:
+        """``release()`` when the reader holds anything (writers call it between layers)."""
+        if self.release is not None:
+            self.release()
+
+
+@dataclass
+class Subject:
+    """One thing ``verify`` checks, as the document says: a bare stack (its params, the opaque
+    buffer the original ran, if stored, and the converted model), or a Keras graph (the whole
+    converted model; ``graph`` says where its recurrent layers are)."""
+
+    name: str
+    model: object
+    stack: Optional[RNNStack] = None
+    opaque: Optional[np.ndarray] = None
+    graph: object = None

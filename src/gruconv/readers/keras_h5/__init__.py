@@ -1,0 +1,1180 @@
+"""Legacy Keras HDF5 files (Keras 2.x, tf.keras 1.x/2.x, tf_keras): read, and write with GRUs.
+
+File structure (Keras 2 ``keras/engine/saving.py``; tf_keras
+``src/saving/legacy/hdf5_format.py``; observed in ``fixtures/keras``, see
+``fixtures/README.md``):
+
+* full model: root attrs ``keras_version``, ``backend``, ``model_config``
+  (JSON), optional ``training_config``; group ``model_weights`` with attr
+  ``layer_names``; one group per top-level layer with attr ``weight_names``
+  (``cu_dnngru/kernel:0``, ``bidirectional/forward_cu_dnngru/kernel:0``, and
+  for a nested model the inner layers' own names); optional
+  ``optimizer_weights``.
+* weights only (``save_weights``): ``layer_names`` etc. at the root, no
+  ``model_config``.
+
+Reading produces a :class:`KerasH5Model`: the file's structure plus one
+:class:`KerasRNN` per ``CuDNNGRU`` or ``CuDNNLSTM``, whose weights are a canonical
+:class:`~gruconv.model.canonical.RNNStack` (cell ``gru`` / ``lstm``).  Writing produces the same legacy
+format with every ``CuDNNGRU`` replaced by ``GRU(reset_after=True, ...)`` and every
+``CuDNNLSTM`` by ``LSTM(...)`` (:data:`CUDNN_CLASSES`), weights in Keras 3
+orientation — a file Keras 3's own legacy loader
+(``keras.saving.load_model`` / ``Model.load_weights``) accepts; every other
+layer, weight and attribute is copied unchanged, byte for byte (``H5Ocopy``).
+
+Code inside a model file is never executed: configs are read as JSON, and a
+model with a ``Lambda`` layer (marshalled Python bytecode) is refused as a
+``.keras`` target, since building it would run that code; ``--format
+h5-weights`` still writes its converted weights, which carry no code.
+
+Registry verbs (:mod:`gruconv.readers`): :func:`sniff`, :func:`read`, :func:`inspect`,
+:func:`output_format`, :func:`check_outputs`, :func:`convert`, :func:`nothing_to_verify`,
+:func:`verify_subjects`, :func:`natural_output`, :func:`output_name`, :func:`input_files`,
+:func:`extra_outputs`.  The model read is the Keras-graph passthrough of its
+:class:`~gruconv.model.canonical.Document` (:meth:`KerasH5Model.document`): writers that express a
+Keras graph ask it for :meth:`~KerasH5Model.write_legacy` (the legacy file above) or
+:meth:`~KerasH5Model.build_model` (the Keras 3 model in memory).  The config rewriting and the
+legacy writing still live here (moving them into :mod:`gruconv.writers` is the next step).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+
+from ...files import hdf5 as h5safe
+from ... import writers
+from ...model.canonical import CELLS, Document, RNNStack, StackShape, Subject
+from ...model.cudnn_layout import params_size
+from ...errors import GruconvError, InputError, OutputError, UnsupportedError, UsageError, first_line
+from ...model.keras_layout import CUDNN_COMPATIBLE, describe_keras_layer, from_cudnn
+from ...model.keras_layout import to_keras as keras_arrays  # this module's own to_keras is the registry verb
+from ...options import ConvertResult, Options
+
+FORMAT = "keras-h5"
+#: What this reader reads, for messages.
+DESCRIPTION = "a Keras HDF5 file"
+#: The :class:`gruconv.options.Options` fields this reader reads (``--config``: the architecture of
+#: a weights-only file); any other given one is refused unless the writer reads it.
+OPTIONS = frozenset({"config"})
+#: Its documents carry a Keras graph (the model's other layers and config), so the writer keeps the
+#: model's own interface.
+GRAPH = True
+#: Input name endings (batch mode names an output after the input without them).
+SUFFIXES = (".h5", ".hdf5")
+
+#: CuDNNGRU config keys that GRU also takes (and CuDNNLSTM keys LSTM takes, with
+#: ``unit_forget_bias``: :data:`_CARRIED`); anything else is dropped or refused.
+_CARRIED_KEYS = (
+    "name", "trainable", "dtype", "batch_input_shape", "input_shape", "batch_size", "units",
+    "kernel_initializer", "recurrent_initializer", "bias_initializer",
+    "kernel_regularizer", "recurrent_regularizer", "bias_regularizer", "activity_regularizer",
+    "kernel_constraint", "recurrent_constraint", "bias_constraint",
+    "return_sequences", "return_state", "go_backwards", "stateful",
+)
+#: The Keras 2 / tf.keras / tf_keras cuDNN-only layer classes, and the cell each holds.
+CUDNN_CLASSES = {"CuDNNGRU": "gru", "CuDNNLSTM": "lstm"}
+#: Per cell: the Keras 3 layer class it becomes, and the config keys carried over.  CuDNNLSTM's
+#: ``unit_forget_bias`` (an initializer option, tf_keras ``cudnn_lstm.py``) is kept.
+_TARGET_CLASS = {"gru": "GRU", "lstm": "LSTM"}
+_CARRIED = {"gru": _CARRIED_KEYS, "lstm": _CARRIED_KEYS + ("unit_forget_bias",)}
+#: Weight-name prefixes tf_keras gives unnamed cuDNN layers (``cu_dnngru``, ``cu_dnnlstm_1``).
+_CONTAINER_CLASSES = {"Sequential", "Model", "Functional"}
+_CUDNN_CLASS_OF = {"gru": "CuDNNGRU", "lstm": "CuDNNLSTM"}
+_WRAPPERS = {"Bidirectional", "TimeDistributed"}
+_UNSAFE_CLASSES = {"Lambda"}
+WEIGHT_ROLES = ("kernel", "recurrent_kernel", "bias")
+
+
+@dataclass
+class KerasRNN:
+    """One CuDNNGRU or CuDNNLSTM (possibly inside Bidirectional / TimeDistributed / a nested model)."""
+
+    path: str                      # config path, e.g. "encoder/bidirectional/cu_dnngru"
+    top_layer: str                 # the top-level layer whose weight group holds it
+    config: dict                   # the CuDNNGRU / CuDNNLSTM layer config (Keras 2 form)
+    wrapper: Optional[str]         # "Bidirectional", "TimeDistributed" or None
+    merge_mode: Optional[str]
+    shape: StackShape              # 1 layer; bidirectional when wrapped in Bidirectional
+    datasets: list                 # per direction: {role: dataset path} in the weight group
+    source: Path = None            # the HDF5 file the weights are read from, on demand
+    inferred: Optional[str] = None  # weights-only, no class name: how the class was inferred (shapes)
+    _stack: Optional[RNNStack] = field(default=None, repr=False)
+
+    @property
+    def stack(self) -> RNNStack:
+        """The canonical weights, read from :attr:`source` when first asked for.
+
+        Reading on demand keeps one layer's weights in memory at a time when
+        converting (``write``) and lets ``read`` check a file from its
+        metadata alone; :meth:`release` drops them again.
+        """
+        if self._stack is None:
+            self._stack = _load_stack(self)
+        return self._stack
+
+    def release(self) -> None:
+        self._stack = None
+
+    @property
+    def cls(self) -> str:
+        """The original layer class, ``CuDNNGRU`` or ``CuDNNLSTM`` (from the shape's cell)."""
+        return _CUDNN_CLASS_OF[self.shape.cell]
+
+    @property
+    def name(self) -> str:
+        """Its name in a :class:`~gruconv.model.canonical.Document`: the layer's config path."""
+        return self.path
+
+    @property
+    def options(self) -> dict:
+        c = _conf(self.config)
+        return {k: bool(c.get(k, False)) for k in ("return_sequences", "return_state", "go_backwards", "stateful")}
+
+
+@dataclass
+class KerasH5Model:
+    path: Path
+    kind: str                      # "model" or "weights"
+    keras_version: Optional[str]
+    backend: Optional[str]
+    model_config: Optional[dict]
+    training_config: Optional[str]
+    layer_names: list
+    rnns: list = field(default_factory=list)
+    optimizer_weight_count: int = 0
+    lambdas: list = field(default_factory=list)
+    other_gru_layers: list = field(default_factory=list)
+
+    @property
+    def weights_root(self) -> str:
+        return "model_weights" if self.kind == "model" else "/"
+
+    # The Keras-graph passthrough: what writers that can express a Keras graph ask of it.
+
+    def document(self) -> Document:
+        """The canonical :class:`~gruconv.model.canonical.Document`: the cuDNN layers as stacks (read
+        lazily), this model as the Keras graph passthrough, no other tensors."""
+        return Document(source=str(self.path), reader=FORMAT, stacks=list(self.rnns), graph=self)
+
+    def write_legacy(self, out_path, *, include_model: bool = True, include_training: bool = True,
+                     zero_init: bool = False) -> dict:
+        """The graph as a legacy Keras HDF5 file with GRU/LSTM layers (:func:`write`)."""
+        return write(self, out_path, include_model=include_model, include_training=include_training,
+                     zero_init=zero_init)
+
+    def build_model(self):
+        """The graph as a Keras 3 model in memory, and the NaN/Inf count per layer (:func:`to_keras`)."""
+        return to_keras(self)
+
+    def other_weights(self):
+        """Every stored weight that belongs to no cuDNN layer, as ``("<layer>/<weight name>", array)``
+        in file order (a writer that carries them beside the converted RNNs: the ``torch`` one)."""
+        ours = {ds for rnn in self.rnns for roles in rnn.datasets for ds in roles.values()}
+        with open_model_file(self.path) as f:
+            root = h5safe.child(f, "model_weights", self.path, "group") if self.kind == "model" else f
+            for lname, entries in _weight_groups(f, root, self.path, self.layer_names).items():
+                for wname, ds in entries:
+                    if ds.name not in ours:
+                        yield f"{lname}/{wname}", h5safe.read_dataset(ds, self.path)
+
+
+def sniff(path: Path) -> bool:
+    if not path.is_file() or not h5safe.is_hdf5(path):
+        return False
+    return True
+
+
+def open_model_file(path: Path):
+    """Every read of the file goes through :func:`gruconv.files.hdf5.open_hdf5` (regular file, global-heap
+    guard, same inode, a budget on the bytes datasets may declare)."""
+    return h5safe.open_hdf5(path, "a Keras HDF5 file")
+
+
+def _class_name(cfg) -> Optional[str]:
+    name = cfg.get("class_name") if isinstance(cfg, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def _conf(cfg) -> dict:
+    """A layer's ``config`` object, or ``{}`` when it is missing or not an object."""
+    c = cfg.get("config") if isinstance(cfg, dict) else None
+    return c if isinstance(c, dict) else {}
+
+
+def _layers_of(cfg: dict) -> list:
+    inner = cfg.get("config")
+    if isinstance(inner, list):  # Keras 2.0–2.2.2 Sequential: config is the layer list
+        return inner
+    if isinstance(inner, dict) and isinstance(inner.get("layers"), list):
+        return inner["layers"]
+    return []
+
+
+def _name(cfg: dict) -> str:
+    c = cfg.get("config")
+    name = (c.get("name") if isinstance(c, dict) else None) or cfg.get("name")
+    return str(name) if name is not None else "?"
+
+
+def walk_layers(cfg: dict, top: Optional[str] = None, prefix: str = ""):
+    """Yield (layer_cfg, path, top_level_layer, wrapper_cfg) for every layer in a model config."""
+    for layer in _layers_of(cfg):
+        if not isinstance(layer, dict):
+            raise InputError(f"model_config has a layer entry that is not an object: {layer!r:.80}")
+        name = _name(layer)
+        path = f"{prefix}{name}"
+        this_top = top or name
+        yield layer, path, this_top, None
+        cls = _class_name(layer)
+        if cls in _CONTAINER_CLASSES or _layers_of(layer):
+            yield from walk_layers(layer, this_top, path + "/")
+        elif isinstance(layer.get("config"), dict) and (cls in _WRAPPERS or "layer" in layer["config"]):
+            inner_cfg = layer["config"]
+            for key in ("layer", "backward_layer"):
+                inner = inner_cfg.get(key)
+                if isinstance(inner, dict):
+                    yield inner, f"{path}/{_name(inner)}", this_top, layer
+
+
+def _check_layer_counts(cfg: dict, path) -> None:
+    """Refuse, before Keras is imported, a config Keras would take hours to build: more than
+    :data:`gruconv.files.inputs.MAX_SEQUENTIAL_LAYERS` layers in one ``Sequential`` or
+    :data:`gruconv.files.inputs.MAX_LAYERS` in all (the reasons and measurements are there)."""
+    from ...files.inputs import MAX_LAYERS, MAX_SEQUENTIAL_LAYERS
+
+    total = 0
+    for layer, lpath, _top, _wrapper in walk_layers(cfg):
+        total += 1
+        if total > MAX_LAYERS:
+            raise InputError(f"model_config has more than {MAX_LAYERS} layers; refused (Keras would take "
+                             "too long to build it)", path=path)
+    for container, name in [(cfg, "the model")] + [(layer, lpath) for layer, lpath, _t, _w in walk_layers(cfg)]:
+        if _class_name(container) == "Sequential" and len(_layers_of(container)) > MAX_SEQUENTIAL_LAYERS:
+            raise InputError(
+                f"{name} is a Sequential of {len(_layers_of(container))} layers, more than the "
+                f"{MAX_SEQUENTIAL_LAYERS} gruconv converts (Keras 3 rebuilds a Sequential once per added "
+                "layer: time grows with the square of the count)", path=path)
+
+
+def _weight_groups(f, root, path: Path, layer_names: list) -> dict:
+    """{top-level layer name: [(weight name, dataset)]} — weight order as stored."""
+    out = {}
+    for lname in layer_names:
+        g = h5safe.child(root, lname, path, "group")
+        entries = []
+        for wname in weight_names_of(g, path):
+            ds = h5safe.resolve(g, wname, path, "dataset")
+            # every weight, GRU or not, is checked from its header: Keras reads the others in full
+            h5safe.check_dataset(ds, path, numeric=False)
+            entries.append((wname, ds))
+        out[lname] = entries
+    return out
+
+
+def weight_names_of(group, path) -> list:
+    names = h5safe.read_attr(group, "weight_names", []) or []
+    if isinstance(names, str):
+        names = [names]
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise InputError(f"{group.name}: attribute 'weight_names' is not a list of strings", path=path)
+    dup = _first_duplicate(names)
+    if dup is not None:
+        raise InputError(f"{group.name}: attribute 'weight_names' lists {dup!r} twice", path=path)
+    return names
+
+
+def _first_duplicate(names: list) -> Optional[str]:
+    seen = set()
+    for n in names:
+        if n in seen:
+            return n
+        seen.add(n)
+    return None
+
+
+def _owner_and_role(wname: str) -> tuple:
+    parts = wname.split("/")
+    role = parts[-1].split(":")[0]
+    return parts[:-1], role
+
+
+def _find_rnn_weights(entries: list, rnn_name: str, wrapper: Optional[str], where: str, path, *,
+                      cls: str = "CuDNNGRU", wrapper_name: Optional[str] = None) -> list:
+    """Per direction, {role: dataset} of one CuDNNGRU/CuDNNLSTM inside its top-level layer's weight list.
+
+    ``TimeDistributed`` stores its wrapped layer's weights under the wrapper's own name
+    (``time_distributed/kernel:0``, tf_keras 2.21, seen): ``wrapper_name`` is tried when no
+    weight carries the layer's name.
+    """
+    if wrapper == "Bidirectional":
+        owners = [[f"forward_{rnn_name}"], [f"backward_{rnn_name}"]]
+    elif wrapper == "TimeDistributed" and wrapper_name:
+        owners = [[rnn_name, wrapper_name]]
+    else:
+        owners = [[rnn_name]]
+    out = []
+    for names in owners:
+        for owner in names:
+            found = {}
+            for wname, ds in entries:
+                parts, role = _owner_and_role(wname)
+                if parts and parts[-1] == owner and role in WEIGHT_ROLES:
+                    if role in found:
+                        raise InputError(f"{where}: two '{role}' weights for {owner}", path=path)
+                    found[role] = ds
+            if found:
+                break
+        missing = [r for r in WEIGHT_ROLES if r not in found]
+        if missing:
+            raise InputError(
+                f"{where}: weights {', '.join(missing)} of {cls} {names[0]!r} not found in the weight file",
+                path=path,
+            )
+        out.append(found)
+    return out
+
+
+def _rnn_from_weights(path: Path, rpath: str, top: str, cfg: dict, wrapper_cfg: Optional[dict],
+                      found: list) -> KerasRNN:
+    """A :class:`KerasRNN` checked from dataset metadata only (shapes, dtypes); values come later."""
+    conf = _conf(cfg)
+    units = conf.get("units")
+    cls = _class_name(cfg) if _class_name(cfg) in CUDNN_CLASSES else "CuDNNGRU"
+    cell = CUDNN_CLASSES[cls]
+    G = CELLS[cell].num_gates
+    dims = []
+    dtypes = set()
+    for d, roles in enumerate(found):
+        where = f"{cls} {rpath}" + ("" if len(found) == 1 else f" ({'forward' if d == 0 else 'backward'})")
+        shapes = {}
+        for role, ds in roles.items():
+            try:
+                shapes[role], dt = tuple(ds.shape or ()), ds.dtype
+            except (OSError, RuntimeError, ValueError, TypeError) as e:
+                raise InputError(f"{where}: {role} cannot be read ({first_line(e)})", path=path) from None
+            if dt.kind not in "fiub":
+                raise InputError(f"{ds.name} has dtype {dt}, expected a numeric tensor", path=path)
+            dtypes.add(str(dt.newbyteorder("=")))  # ">f4" is float32 (h5safe.read_dataset makes it native)
+        k = shapes["kernel"]
+        if len(k) != 2 or k[1] % G or k[1] == 0 or k[0] == 0:
+            raise InputError(f"{where}: kernel has shape {k}, expected (input_size, {G}*units)", path=path)
+        I, H = k[0], k[1] // G
+        for role, expected in (("recurrent_kernel", (H, G * H)), ("bias", (2 * G * H,))):
+            if shapes[role] != expected:
+                raise InputError(f"{where}: {role} has shape {shapes[role]}, expected {expected}", path=path)
+        dims.append((I, H))
+    if len(dtypes) != 1:
+        raise InputError(f"{cls} {rpath}: weights have mixed dtypes {sorted(dtypes)}", path=path)
+    dtype = dtypes.pop()
+    if dtype not in ("float16", "float32", "float64"):
+        raise InputError(f"{cls} {rpath}: weights have dtype {dtype}, expected a float type", path=path)
+    I, H = dims[0]
+    if units is not None and units != H:
+        raise InputError(f"{cls} {rpath}: config says units={units}, weights have {H}", path=path)
+    if len(dims) == 2 and dims[1] != dims[0]:
+        raise InputError(f"{cls} {rpath}: forward and backward weights differ in shape", path=path)
+    merge = _conf(wrapper_cfg).get("merge_mode", "concat") if wrapper_cfg else None
+    wrapper = _class_name(wrapper_cfg) if wrapper_cfg else None
+    if conf.get("time_major"):
+        raise UnsupportedError(f"{cls} {rpath} has time_major=True, which {_TARGET_CLASS[cell]} does not offer",
+                               path=path)
+    try:
+        shape = StackShape(I, H, 1, len(dims) == 2, "linear", dtype, cell)
+    except InputError as e:
+        raise InputError(f"{cls} {rpath}: {e.message}", path=path) from None
+    return KerasRNN(rpath, top, cfg, wrapper, merge, shape,
+                    [{r: ds.name for r, ds in roles.items()} for roles in found], source=path)
+
+
+def _nonfinite_on_disk(rnn: KerasRNN) -> int:
+    """NaN/Inf values among one CuDNNGRU/CuDNNLSTM's stored weights (what ``rnn.stack.nonfinite_count()``
+    counts: the canonical weights are these values rearranged), read in row blocks of about 4 MiB.
+
+    Why (issue 20): ``inspect`` built the canonical stack of every layer only to count, copying each
+    layer's weights three times (raw, split, stacked); on the 180 MiB bench model that was most of
+    inspect's time and memory.  A finite block sum proves a block holds no NaN/Inf (they propagate
+    through a sum; an overflowing sum of finite values only sends it to the exact count)."""
+    import numpy as np
+
+    path = rnn.source
+    n = 0
+    with open_model_file(path) as f:
+        for roles in rnn.datasets:
+            for name in roles.values():
+                ds = h5safe.resolve(f, name, path, "dataset")
+                h5safe.check_dataset(ds, path)
+                if ds.dtype.kind != "f":
+                    continue
+                for x in h5safe.row_blocks(ds, path):
+                    with np.errstate(all="ignore"):
+                        total = x.sum(dtype=np.float32 if x.dtype == np.float16 else None)
+                    if not np.isfinite(total):
+                        n += int(np.count_nonzero(~np.isfinite(x)))
+                    del x
+    return n
+
+
+def _load_stack(rnn: KerasRNN) -> RNNStack:
+    """Read one CuDNNGRU/CuDNNLSTM's tensors and turn them into canonical weights (cuDNN orientation)."""
+    path = rnn.source
+    params = []
+    with open_model_file(path) as f:
+        for d, roles in enumerate(rnn.datasets):
+            where = f"{rnn.cls} {rnn.path}" + ("" if len(rnn.datasets) == 1 else
+                                               f" ({'forward' if d == 0 else 'backward'})")
+            arrays = {role: h5safe.read_dataset(h5safe.resolve(f, name, path, "dataset"), path)
+                      for role, name in roles.items()}
+            try:
+                params.append(from_cudnn(arrays["kernel"], arrays["recurrent_kernel"], arrays["bias"],
+                                         cell=rnn.shape.cell, where=where))
+            except InputError as e:
+                raise InputError(e.message, path=path) from None
+    return RNNStack(rnn.path, rnn.shape, params, provenance={"format": FORMAT, "datasets": rnn.datasets})
+
+
+def read(path, options: Optional[Options] = None, **kw) -> KerasH5Model:
+    """Read a legacy Keras HDF5 model or weights file; ``options.config`` supplies an architecture
+    (``model.to_json()``, a path or a dict) for a weights-only file.
+
+    Every problem is a :class:`~gruconv.errors.GruconvError` naming ``path``.
+    """
+    path = Path(path)
+    opts = Options.of(options, **kw)
+    config = architecture_of(opts.config)
+    try:
+        return read_with_config(path, config)
+    except GruconvError as e:
+        if e.path is None:
+            raise type(e)(e.message, path=path) from None
+        raise
+    except RecursionError:
+        raise InputError("model_config is nested too deeply", path=path) from None
+
+
+def read_with_config(path: Path, config: Optional[dict]) -> KerasH5Model:
+    with open_model_file(path) as f:
+        model_config = h5safe.read_json_attr(f, "model_config", path)
+        if model_config is not None:
+            kind = "model"
+            root = h5safe.child(f, "model_weights", path, "group")
+        elif h5safe.read_attr(f, "layer_names") is not None:
+            kind = "weights"
+            root = f
+        else:
+            raise InputError(
+                "HDF5 file has neither a Keras 'model_config' nor Keras weights ('layer_names'): "
+                "not a Keras model file", path=path)
+        if config is not None:
+            model_config = config
+        if model_config is not None and not (isinstance(model_config, dict) and _class_name(model_config)):
+            raise InputError("model_config is not a Keras model (no class_name)", path=path)
+        if model_config is not None:
+            _check_layer_counts(model_config, path)
+        layer_names = h5safe.read_attr(root, "layer_names", []) or []
+        if isinstance(layer_names, str):
+            layer_names = [layer_names]
+        if not isinstance(layer_names, list) or not all(isinstance(n, str) for n in layer_names):
+            raise InputError("attribute 'layer_names' is not a list of strings", path=path)
+        dup = _first_duplicate(layer_names)
+        if dup is not None:
+            raise InputError(f"attribute 'layer_names' lists {dup!r} twice", path=path)
+        doc = KerasH5Model(
+            path=path, kind=kind,
+            keras_version=_str_or_none(h5safe.read_attr(root, "keras_version") or h5safe.read_attr(f, "keras_version")),
+            backend=_str_or_none(h5safe.read_attr(root, "backend") or h5safe.read_attr(f, "backend")),
+            model_config=model_config,
+            training_config=_str_or_none(_joined(h5safe.read_attr(f, "training_config"))),
+            layer_names=list(layer_names),
+        )
+        if h5safe.child_exists(f, "optimizer_weights", path):
+            ow = h5safe.child(f, "optimizer_weights", path, "group")
+            doc.optimizer_weight_count = len(weight_names_of(ow, path))
+        groups = _weight_groups(f, root, path, doc.layer_names)
+        if model_config is None:
+            doc.rnns = _rnns_without_config(path, groups)
+            return doc
+        for layer, rpath, top, wrapper in walk_layers(model_config):
+            cls = _class_name(layer)
+            if cls in _UNSAFE_CLASSES:
+                doc.lambdas.append(rpath)
+            elif cls == "GRU":
+                doc.other_gru_layers.append(rpath)
+            if cls not in CUDNN_CLASSES:
+                continue
+            if top not in groups:
+                raise InputError(f"{cls} {rpath}: layer {top!r} has no weight group in the file", path=path)
+            found = _find_rnn_weights(groups[top], _name(layer), _class_name(wrapper) if wrapper else None,
+                                      f"{cls} {rpath}", path, cls=cls,
+                                      wrapper_name=_name(wrapper) if wrapper else None)
+            doc.rnns.append(_rnn_from_weights(path, rpath, top, layer, wrapper, found))
+    return doc
+
+
+def _joined(value):
+    if isinstance(value, list):
+        return "".join(v if isinstance(v, str) else str(v) for v in value)
+    return value
+
+
+def _str_or_none(value) -> Optional[str]:
+    if value is None or isinstance(value, str):
+        return value
+    return str(value)
+
+
+def _rnns_without_config(path: Path, groups: dict) -> list:
+    """Weights-only file without an architecture: CuDNNGRUs / CuDNNLSTMs recognised by the shapes of
+    their weights (:func:`gruconv.readers.keras_h5.by_shape.classify`), never by their names -- libraries saved them
+    as ``rnn_1`` and TF2 checkpoints as ``layer_with_weights-N``.  A Bidirectional's halves are the
+    owners ``forward_<name>``/``backward_<name>`` (tf_keras HDF5) or ``forward_layer``/``backward_layer``
+    (TF2 object names) of one group.  A triple that looks recurrent but fits no row of the shape table
+    is refused with the table's reason."""
+    from .by_shape import classify
+
+    rnns = []
+    for top, entries in groups.items():
+        owners: dict = {}
+        for wname, ds in entries:
+            parts, role = _owner_and_role(wname)
+            if parts and role in WEIGHT_ROLES:
+                owners.setdefault(tuple(parts), {})[role] = ds
+        pairs: dict = {}
+        verdicts = {}
+        for parts, roles in owners.items():
+            if set(roles) != set(WEIGHT_ROLES):
+                continue
+            v = classify({r: tuple(roles[r].shape or ()) for r in WEIGHT_ROLES})
+            if v.cls is None and v.cell is not None:
+                raise InputError(f"{top}: weights of {'/'.join(parts)} look recurrent but fit no known layer: "
+                                 f"{v.reason}", path=path)
+            if not v.is_cudnn:
+                continue
+            last = parts[-1]
+            if last.startswith(("forward_", "backward_")):
+                base = "layer" if last in ("forward_layer", "backward_layer") else last.split("_", 1)[1]
+                key = parts[:-1] + (base,)
+                pairs.setdefault(key, [None, None])[0 if last.startswith("forward_") else 1] = roles
+            else:
+                key = parts
+                pairs.setdefault(key, [roles])
+            verdicts.setdefault(key, []).append(v)
+        for parts, found in pairs.items():
+            vs = verdicts[parts]
+            cls = vs[0].cls
+            if any(r is None for r in found):
+                raise InputError(f"{'/'.join(parts)}: only one direction of a bidirectional {cls} found", path=path)
+            if len({v.cls for v in vs}) != 1:
+                raise InputError(f"{'/'.join(parts)}: forward and backward halves are different layers "
+                                 f"({vs[0].cls}, {vs[1].cls})", path=path)
+            name = parts[-1] if parts[-1] != "layer" or len(parts) == 1 else parts[-2]
+            rpath = top if name in (top, "layer") else f"{top}/{name}"
+            fake_cfg = {"class_name": cls, "config": {"name": name}}
+            wrapper = {"class_name": "Bidirectional", "config": {}} if len(found) == 2 else None
+            rnn = _rnn_from_weights(path, rpath, top, fake_cfg, wrapper, found)
+            rnn.inferred = vs[0].reason
+            rnns.append(rnn)
+    return rnns
+
+
+# --------------------------------------------------------------------------- writing
+
+_INITIALIZERS = ("kernel_initializer", "recurrent_initializer", "bias_initializer")
+
+
+def gru_config(cudnn_cfg: dict, *, wrapped: bool = False, zero_init: bool = False) -> dict:
+    """The GRU (or LSTM) layer config equivalent to a CuDNNGRU (CuDNNLSTM) config, same serialization style.
+
+    The target follows the config's class: ``CuDNNGRU`` -> ``GRU``
+    (:data:`gruconv.model.keras_layout.CUDNN_COMPATIBLE_GRU`), ``CuDNNLSTM`` ->
+    ``LSTM`` (:data:`gruconv.model.keras_layout.CUDNN_COMPATIBLE_LSTM`, with
+    ``unit_forget_bias`` kept from the original).
+
+    Keras 3 picks its deserializer per config: with a ``module`` key the new
+    one (``serialization_lib``, which rejects legacy keys such as
+    ``batch_input_shape``), without it the legacy one
+    (``keras/src/models/sequential.py`` ``from_config``).  So the GRU keeps the
+    CuDNNGRU's style — except inside ``Bidirectional``/``TimeDistributed``,
+    whose ``from_config`` always uses the new deserializer and so needs
+    ``module`` (``keras/src/layers/rnn/bidirectional.py``).
+
+    ``zero_init``: build-time initializers set to ``Zeros`` — for a file that
+    is only loaded to be saved again, whose weights are overwritten at once;
+    the caller puts the original initializers back on the built layers
+    (:func:`gruconv.keras3.runtime.restore_initializers`).  Orthogonal
+    initialisation of large recurrent kernels (a QR per layer) otherwise costs
+    seconds (``docs/benchmarks.md``).
+    """
+    conf = _conf(cudnn_cfg)
+    cell = CUDNN_CLASSES.get(_class_name(cudnn_cfg), "gru")
+    target = _TARGET_CLASS[cell]
+    new = {k: copy.deepcopy(conf[k]) for k in _CARRIED[cell] if k in conf}
+    new.update(CUDNN_COMPATIBLE[cell])
+    if zero_init:
+        for k in _INITIALIZERS:
+            new[k] = {"class_name": "Zeros", "config": {}}
+    if wrapped:
+        for k in ("batch_input_shape", "input_shape", "batch_size"):
+            new.pop(k, None)
+    out = {"class_name": target, "config": new}
+    if wrapped or "module" in cudnn_cfg:
+        out = {"module": "keras.layers", "class_name": target, "config": new, "registered_name": None}
+    for k in ("name", "inbound_nodes"):
+        if k in cudnn_cfg:
+            out[k] = copy.deepcopy(cudnn_cfg[k])
+    return out
+
+
+def converted_config(model_config: dict, *, zero_init: bool = False) -> dict:
+    """A deep copy of ``model_config`` with every CuDNNGRU / CuDNNLSTM replaced by its GRU / LSTM config."""
+    new = copy.deepcopy(model_config)
+
+    def visit(node, wrapped=False):
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for key, value in list(items):
+            if isinstance(value, dict) and _class_name(value) in CUDNN_CLASSES:
+                node[key] = gru_config(value, wrapped=wrapped and key in ("layer", "backward_layer"),
+                                       zero_init=zero_init)
+            elif isinstance(value, (dict, list)):
+                is_wrapper = isinstance(value, dict) and isinstance(value.get("config"), dict) \
+                    and "layer" in value["config"]
+                if is_wrapper:
+                    visit(value["config"], wrapped=True)
+                else:
+                    visit(value)
+
+    if _class_name(new) in CUDNN_CLASSES:
+        return gru_config(new, zero_init=zero_init)
+    visit(new)
+    _normalise_for_keras3(new)
+    return new
+
+
+_RNN_CLASSES = {"GRU", "LSTM", "SimpleRNN", "RNN"}
+
+
+def _normalise_for_keras3(cfg: dict) -> None:
+    """Mend three Keras 2 / tf.keras-isms that Keras 3's legacy loader (3.15) fails on, in place.
+
+    * a Sequential config that is a bare layer list (Keras 2.0–2.2.2; Keras
+      2.2.3 made it ``{"name", "layers"}``, the only form Keras 3 reads), and
+      a Sequential whose first layer carries ``batch_input_shape`` with no
+      ``InputLayer`` before it (Keras 3 then adds a second batch axis): an
+      explicit ``InputLayer`` is put in front, as tf.keras 2.x itself writes;
+    * ``time_major`` in RNN configs (tf.keras 2.x writes ``time_major: false``;
+      Keras 3 layers reject the unknown argument);
+    * node indices of nested models: tf.keras gives a nested model's first call
+      in the outer graph node index 1 (node 0 is the model's own graph), Keras 3
+      rebuilds it as node 0 and then reports "disconnected nodes".  Seen with
+      nested Sequential and Functional models (``fixtures/keras/nested.h5``).
+    """
+    if isinstance(cfg, dict):
+        if _class_name(cfg) == "Sequential" and isinstance(cfg.get("config"), list):
+            cfg["config"] = {"name": cfg.get("name") or "sequential", "layers": cfg["config"]}
+        if _class_name(cfg) == "Sequential":
+            _explicit_input_layer(cfg)
+            for layer in _layers_of(cfg)[1:]:
+                _drop_new_style_batch_shape(layer)
+        elif _class_name(cfg) in ("Model", "Functional"):
+            for layer in _layers_of(cfg):
+                _drop_new_style_batch_shape(layer)
+        conf = cfg.get("config")
+        if isinstance(conf, dict) and isinstance(conf.get("dtype"), dict):
+            _policy_to_name(conf)
+        if isinstance(conf, dict) and isinstance(conf.get("layers"), list) and _class_name(cfg) != "Sequential":
+            for layer in conf["layers"]:
+                if isinstance(layer, dict) and _class_name(layer) in _STATEFUL_CALLS:
+                    initial_state_as_kwargs(layer)
+        if _class_name(cfg) in _RNN_CLASSES and isinstance(cfg.get("config"), dict):
+            if cfg["config"].get("time_major") is True:
+                raise UnsupportedError(f"{cfg['class_name']} {_name(cfg)} has time_major=True")
+            cfg["config"].pop("time_major", None)
+        layers = _layers_of(cfg)
+        nested = {_name(l) for l in layers if isinstance(l, dict)
+                  and (_class_name(l) in _CONTAINER_CLASSES or _layers_of(l))}
+        if nested and isinstance(cfg.get("config"), dict):
+            for layer in layers:
+                nodes = layer.get("inbound_nodes") if isinstance(layer, dict) else None
+                for node in (nodes if isinstance(nodes, list) else []):
+                    for ref in (node if isinstance(node, list) else []):
+                        _shift_ref(ref, nested)
+            for key in ("input_layers", "output_layers"):
+                refs = cfg["config"].get(key) or []
+                if not isinstance(refs, list):
+                    continue
+                if refs and isinstance(refs[0], str):  # a single [name, node, tensor]
+                    refs = [refs]
+                for ref in refs:
+                    _shift_ref(ref, nested)
+        for value in cfg.values():
+            if isinstance(value, (dict, list)):
+                _normalise_for_keras3(value)
+    elif isinstance(cfg, list):
+        for value in cfg:
+            _normalise_for_keras3(value)
+
+
+#: Layers that tf.keras called with ``initial_state`` appended to their inputs.
+_STATEFUL_CALLS = {"GRU", "LSTM", "SimpleRNN", "RNN", "Bidirectional", "CuDNNGRU", "CuDNNLSTM"}
+
+
+def _policy_to_name(conf: dict) -> None:
+    """A tf.keras dtype policy object (``{"class_name": "Policy", "config": {"name": "mixed_float16"}}``)
+    becomes its name, which every Keras 3 layer accepts as ``dtype``; Keras 3's legacy loader fails on
+    the object itself ("'str' object has no attribute 'quantization_mode'", Keras 3.15)."""
+    policy = conf["dtype"]
+    name = _conf(policy).get("name")
+    if _class_name(policy) in ("Policy", "DTypePolicy", "PolicyV1", "FloatDTypePolicy") and isinstance(name, str):
+        conf["dtype"] = name
+
+
+def _drop_new_style_batch_shape(layer) -> None:
+    """tf.keras 2.13+ serializes the layers of a nested Sequential, and ``to_json()`` every layer,
+    in the new style (with ``module``) and leaves ``batch_input_shape`` on them; Keras 3 hands a
+    new-style config straight to the constructor, which rejects it.  In a Functional model, or
+    after a Sequential's first layer, the shape is redundant: the model's inputs fix it."""
+    if isinstance(layer, dict) and "module" in layer and _class_name(layer) != "InputLayer":
+        conf = layer.get("config")
+        if isinstance(conf, dict):
+            conf.pop("batch_input_shape", None)
+
+
+def tensor_ref(ref: list) -> dict:
+    return {"class_name": "__keras_tensor__",
+            "config": {"shape": [None], "dtype": "float32", "keras_history": [ref[0], ref[1], ref[2]]}}
+
+
+def initial_state_as_kwargs(layer: dict) -> None:
+    """tf.keras recorded ``rnn(x, initial_state=s)`` as one inbound node with inputs ``[x, s...]``
+    (Keras 2 ``RNN.__call__`` appends the states to the inputs); Keras 3 reads a legacy node's
+    tensors as ONE positional argument, so the layer gets ``[x, s]`` and refuses it ("expects 1
+    input(s), but it received 2").  Such nodes are rewritten in Keras 3's own node format
+    (``{"args": [x], "kwargs": {"initial_state": [s...]}}``, ``keras/src/models/functional.py``
+    ``deserialize_node``), which Keras 3.0+ reads."""
+    nodes = layer.get("inbound_nodes")
+    if not isinstance(nodes, list):
+        return
+    for i, node in enumerate(nodes):
+        if not (isinstance(node, list) and len(node) > 1 and all(
+                isinstance(r, list) and len(r) >= 3 and isinstance(r[0], str) for r in node)):
+            continue
+        kwargs = {}
+        for ref in node:
+            if len(ref) > 3 and isinstance(ref[3], dict):
+                kwargs.update({k: v for k, v in ref[3].items() if k != "initial_state"})
+        kwargs["initial_state"] = [tensor_ref(r) for r in node[1:]]
+        nodes[i] = {"args": [tensor_ref(node[0])], "kwargs": kwargs}
+
+
+def _explicit_input_layer(seq_cfg: dict) -> None:
+    layers = _layers_of(seq_cfg)
+    if not layers or not isinstance(layers[0], dict) or _class_name(layers[0]) == "InputLayer":
+        return
+    first = layers[0].get("config")
+    if not isinstance(first, dict) or "batch_input_shape" not in first:
+        return
+    shape = first.pop("batch_input_shape")
+    input_layer = {"class_name": "InputLayer",
+                   "config": {"batch_input_shape": shape, "dtype": first.get("dtype", "float32"),
+                              "name": f"{first.get('name', 'layer')}_input"}}
+    layers.insert(0, input_layer)
+
+
+def _shift_ref(ref, nested: set) -> None:
+    if (isinstance(ref, list) and len(ref) >= 3 and isinstance(ref[0], str) and ref[0] in nested
+            and isinstance(ref[1], int) and ref[1] >= 1):
+        ref[1] -= 1
+
+
+def original_initializers(doc: KerasH5Model) -> dict:
+    """{CuDNNGRU/CuDNNLSTM path: {initializer argument: its legacy config}} (for ``zero_init`` writes)."""
+    return {r.path: {k: _conf(r.config).get(k) for k in _INITIALIZERS if _conf(r.config).get(k) is not None}
+            for r in doc.rnns}
+
+
+def write(doc: KerasH5Model, out_path, *, include_model: bool = True, include_training: bool = True,
+          zero_init: bool = False) -> dict:
+    """Write a legacy Keras HDF5 file with GRUs / LSTMs in place of CuDNNGRUs / CuDNNLSTMs.
+
+    ``include_model``: write ``model_config`` (a full model file); otherwise a
+    weights-only file (what ``save_weights`` writes).  Optimizer state is never
+    copied: its slots belong to the cuDNN layers' weight layout.  Returns
+    ``{CuDNNGRU/CuDNNLSTM path: number of NaN/Inf weight values}`` (counted on the way,
+    so the weights are read once).
+    """
+    import json
+
+    import h5py
+
+    # dataset name -> (pseudo-layer params, role index); each direction is transformed when its first
+    # dataset is written and dropped with the next, so only one layer's GRU arrays exist at a time.
+    replaced = {}
+    for rnn in doc.rnns:
+        for d, roles in enumerate(rnn.datasets):
+            for i, role in enumerate(WEIGHT_ROLES):
+                replaced[roles[role]] = (rnn, d, i)
+    current: dict = {}
+    nonfinite: dict = {}
+
+    def gru_array(name):
+        rnn, d, i = replaced[name]
+        if current.get("key") != (id(rnn), d):
+            previous = current.get("rnn")
+            if previous is not None and previous is not rnn:
+                previous.release()
+            current.clear()
+            current.update(key=(id(rnn), d), rnn=rnn, arrays=keras_arrays(rnn.stack.params[d], rnn.shape.cell))
+            nonfinite[rnn.path] = rnn.stack.nonfinite_count()
+        return current["arrays"][i]
+
+    from ...files.outputs import hdf5_file
+
+    dst_file = hdf5_file(out_path)  # a full disk is an OSError here, not a crash in libhdf5 (issue 23)
+    where = "the file's attributes"
+    try:
+        with open_model_file(doc.path) as src, dst_file as dst:
+            sroot = h5safe.child(src, "model_weights", doc.path, "group") if doc.kind == "model" else src
+            if include_model and doc.model_config is not None:
+                dst.attrs["keras_version"] = doc.keras_version or "2.x"
+                dst.attrs["backend"] = doc.backend or "tensorflow"
+                dst.attrs["model_config"] = json.dumps(
+                    converted_config(doc.model_config, zero_init=zero_init)).encode("utf-8")
+                if include_training and doc.training_config:
+                    dst.attrs["training_config"] = doc.training_config.encode("utf-8")
+                droot = dst.create_group("model_weights")
+            else:
+                droot = dst
+            h5safe.copy_attrs(sroot, droot, doc.path)
+            for lname in doc.layer_names:
+                where = f"layer {lname!r}"
+                sg = h5safe.child(sroot, lname, doc.path, "group")
+                dg = droot.create_group(lname)
+                h5safe.copy_attrs(sg, dg, doc.path)
+                for wname in weight_names_of(sg, doc.path):
+                    where = f"weight {lname}/{wname}"
+                    sds = h5safe.resolve(sg, wname, doc.path, "dataset")
+                    parent = os.path.dirname(wname)
+                    dparent = dg.require_group(parent) if parent else dg
+                    leaf = os.path.basename(wname)
+                    if sds.name in replaced:
+                        dparent.create_dataset(leaf, data=gru_array(sds.name))
+                    else:
+                        # rewritten, not H5Ocopy'd: guarded, checksums verified (issue 23)
+                        h5safe.copy_dataset(sds, dparent, leaf, doc.path)
+            if (h5safe.child_exists(sroot, "top_level_model_weights", doc.path)
+                    and "top_level_model_weights" not in doc.layer_names):
+                where = "top_level_model_weights"
+                h5safe.copy_group(h5safe.child(sroot, "top_level_model_weights", doc.path, "group"), droot,
+                                  doc.path)
+    except GruconvError as e:
+        if e.path is None:
+            raise type(e)(e.message, path=doc.path) from None
+        raise
+    except OSError as e:
+        import errno
+
+        if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EIO):  # the output's disk, not the input
+            raise OutputError(f"cannot write the converted file ({e.strerror})", path=out_path) from None
+        raise InputError(f"cannot copy {where[:200]} into the converted file ({first_line(e)})",
+                         path=doc.path) from None
+    except (RuntimeError, KeyError, ValueError, TypeError) as e:
+        raise InputError(f"cannot copy {where[:200]} into the converted file ({first_line(e)})",
+                         path=doc.path) from None
+    finally:
+        if current.get("rnn") is not None:
+            current["rnn"].release()
+    return nonfinite
+
+
+# --------------------------------------------------------------------------- registry verbs
+
+def architecture_of(config) -> Optional[dict]:
+    """``--config``: a dict as given, or a JSON file read through :mod:`gruconv.files.inputs` (size and
+    nesting bounded)."""
+    if config is None or isinstance(config, dict):
+        return config
+    from ...files.inputs import load_json
+
+    return load_json(Path(config), "an architecture JSON (--config)")
+
+
+def _kind(rnn: KerasRNN) -> str:
+    return rnn.cls if rnn.wrapper is None else f"{rnn.wrapper}({rnn.cls})"
+
+
+def _rnn_entry(rnn: KerasRNN, nonfinite: Optional[int] = None) -> dict:
+    """One CuDNNGRU / CuDNNLSTM in the inspect / convert schema (``gruconv.options``).
+
+    ``nonfinite`` None: count NaN/Inf by reading this layer's weights now (inspect), then let them go.
+    """
+    if nonfinite is None:
+        nonfinite = rnn.stack.nonfinite_count() if rnn._stack is not None else _nonfinite_on_disk(rnn)
+        rnn.release()
+    opts = {k: v for k, v in rnn.options.items() if v}
+    return {
+        "name": rnn.path, "cell": rnn.shape.cell, "kind": _kind(rnn), "shape": rnn.shape.to_dict(),
+        "params": params_size(rnn.shape), "nonfinite_weights": nonfinite,
+        "converts_to": describe_keras_layer(rnn.shape, opts, rnn.wrapper, rnn.merge_mode),
+        "options": opts, "merge_mode": rnn.merge_mode, "details": _cell_details(rnn),
+    }
+
+
+def _cell_details(rnn: KerasRNN) -> list:
+    """Per-cell notes for reports: an LSTM's single bias is cuDNN's two biases summed
+    (:func:`gruconv.model.keras_layout.to_keras_lstm`), exact but for the one rounding of the sum."""
+    notes = [f"class: {rnn.inferred}"] if rnn.inferred else []
+    if rnn.shape.cell != "lstm":
+        return notes
+    return notes + [f"bias: cuDNN's input and recurrent biases summed in float64, rounded once to {rnn.shape.dtype} "
+            "(LSTM has one bias; at most half an ulp per bias value)"]
+
+
+def inspect(doc: KerasH5Model) -> dict:
+    """The inspect document (one schema for every format: ``file``, ``format``, ``summary``, ``rnns``)."""
+    what = "Keras HDF5 model" if doc.kind == "model" else "Keras HDF5 weights (no architecture)"
+    ver = f"keras {doc.keras_version}" if doc.keras_version else "keras version unknown"
+    details = []
+    if not doc.rnns:
+        details.append("no CuDNNGRU or CuDNNLSTM layers: nothing to convert")
+    if doc.lambdas:
+        details.append(f"Lambda layers (refused by convert): {', '.join(doc.lambdas)}")
+    if doc.optimizer_weight_count:
+        details.append(f"optimizer state: {doc.optimizer_weight_count} tensors (dropped by convert)")
+    model_name = None
+    if isinstance(doc.model_config, dict) and isinstance(doc.model_config.get("config"), dict):
+        model_name = doc.model_config["config"].get("name")
+    return {
+        "file": str(doc.path), "format": FORMAT, "kind": doc.kind,
+        "summary": f"{what} ({ver}), {len(doc.layer_names)} top-level layer(s)",
+        "rnns": [_rnn_entry(r) for r in doc.rnns],
+        "details": details,
+        "keras_version": doc.keras_version, "backend": doc.backend, "model_name": model_name,
+        "layers": len(doc.layer_names),
+        "plain_gru_layers": doc.other_gru_layers, "lambda_layers": doc.lambdas,
+        "optimizer_weights": doc.optimizer_weight_count,
+        "training_config": doc.training_config is not None,
+    }
+
+
+def output_format(output: Path, opts: Options) -> str:
+    """The writer's name: ``--format``, else the one claiming the output's name
+    (:func:`gruconv.writers.output_format`)."""
+    fmt = writers.output_format(output, opts)
+    if fmt is None:
+        raise UsageError(f"cannot tell the output format from {output.name!r}: use a .keras or .h5 name, or --format",
+                         path=output)
+    return fmt
+
+
+def natural_output(path: Path, opts: Options) -> tuple:
+    """Batch mode: ``(format, many)`` of the output ``path`` converts to without ``--format``: a
+    weights-only file (and no ``--config``) to legacy ``.h5`` weights, anything else to a ``.keras``
+    model; never several files."""
+    if opts.config is not None:
+        return "keras", False
+    try:
+        with open_model_file(Path(path)) as f:
+            weights_only = "model_config" not in f.attrs and "layer_names" in f.attrs
+    except GruconvError:
+        weights_only = False  # the conversion itself reports what is wrong
+    return ("h5-weights" if weights_only else "keras"), False
+
+
+def output_name(path: Path, opts: Options, stem: str) -> str:
+    """Batch mode: the output file name for an input whose mirrored name without suffix is ``stem``
+    (:func:`gruconv.writers.output_name`)."""
+    fmt, many = natural_output(path, opts)
+    return writers.output_name(stem, opts.format or fmt, many=many)
+
+
+def extra_outputs(output: Path) -> list:
+    """Files a conversion writes beside ``output``: none."""
+    return []
+
+
+def input_files(path: Path) -> list:
+    """Every file a conversion of ``path`` reads (for output-vs-input checks)."""
+    return [Path(path)]
+
+
+def check_outputs(doc: KerasH5Model, output: Path, opts: Options) -> None:
+    """Refuse what this conversion cannot or must not write, before any work is done."""
+    from ...files.outputs import check_target
+
+    writer = writers.module(output_format(output, opts))
+    if _to_directory(writer, output):
+        return _check_directory(doc, writer, Path(output), opts)
+    if doc.lambdas and writer.SAVES_MODEL:
+        # Building a Keras model calls every layer on symbolic inputs: a Lambda's code would run.
+        raise UnsupportedError(
+            f"model has Lambda layer(s) {', '.join(doc.lambdas)} holding Python code; gruconv never runs it, "
+            "and a .keras model cannot be built without running it (--format h5-weights writes the "
+            "converted weights alone, no code)", path=doc.path)
+    if writer.NEEDS_ARCHITECTURE and doc.model_config is None and doc.rnns:
+        raise UsageError("a weights-only file needs --config ARCH.json (the model's to_json()) to become "
+                         "a .keras model; or write a .h5 weights file", path=doc.path)
+    check_target(output, force=opts.force)
+    from ...files.outputs import check_outputs as never_an_input
+
+    config = [Path(opts.config)] if opts.config is not None and not isinstance(opts.config, dict) else []
+    never_an_input([output], input_files(doc.path) + config)
+
+
+def _to_directory(writer, output) -> bool:
+    """A writer of one file per RNN (``write_graph_many``: onnx) given a directory, or a name no
+    writer claims (``--format onnx DIR``)."""
+    output = Path(output)
+    return hasattr(writer, "write_graph_many") and (output.is_dir() or writers.claimed_by(output) is None)
+
+
+def _check_directory(doc: KerasH5Model, writer, output: Path, opts: Options) -> list:
+    """A directory output: it is one (or can be made), empty unless ``--force``, and none of its
+    files is an input.  Returns the files the writer will write."""
+    from ...files.outputs import check_outputs as never_an_input
+
+    writer.refuse(doc)
+    if output.exists() and not output.is_dir():
+        raise OutputError("output exists and is not a directory", path=output)
+    parent = output.parent if str(output.parent) else Path(".")
+    if not output.exists() and not parent.is_dir():
+        raise OutputError(f"output directory {str(parent)!r} does not exist", path=output)
+    if output.is_dir() and any(output.iterdir()) and not opts.force:
+        raise OutputError("output directory is not empty; pass --force to write into it", path=output)
+    targets = writer.graph_targets(doc, output)
+    never_an_input(targets, input_files(doc.path))
+    return targets
+
+
+def _convert_to_directory(doc: KerasH5Model, writer, output: Path, opts: Options, result) -> None:
+    """One file per RNN in ``output`` (created if missing); all or nothing."""
+    import contextlib
+
+    _check_directory(doc, writer, output, opts)
+    created = not output.exists()
+    if created:
+        try:
+            output.mkdir()
+        except OSError as err:
+            raise OutputError(f"cannot create output directory ({err.strerror or err})", path=output) from None
+    written = []
+    try:
+        written = writer.write_graph_many(doc.document(), output, opts, result.warnings)
+    except BaseException:
+        for f in writer.graph_targets(doc, output):
+            with contextlib.suppress(OSError):
+                f.unlink()
+        if created:
+            with contextlib.suppress(OSError):
+                output.rmdir()
+        raise
+    for rnn, target in zip(doc.rnns, written):
+        result.rnns.append(dict(_rnn_entry(rnn), output=str(target), converts_to=writer.describe(rnn.shape)["target"]))
+    result.outputs.extend(str(t) for t in written)
+
+
+def to_keras(doc: KerasH5Model, opts: Optional[Options] = None):
+    """The converted Keras 3 model, in memory: the model ``convert`` saves, built the same way.
+
+    A legacy file with GRUs in place of CuDNNGRUs is written to a private
+    directory, Keras 3's own legacy loader builds the model (every other layer
+    is rebuilt by Keras itself), and the original initializers are put back.
+    Returns ``(model, nonfinite)``: NaN/Inf counts per CuDNNGRU, counted while
+    the weights were transformed (read once).
+    """
+    import tempfile
+
+    from ...keras3 import runtime as keras3
+
+    if doc.model_config is None:
+        raise UsageError("a weights-only file needs --config ARCH.json (the model's to_json()) to become "
+                         "a Keras model", path=doc.path)
+    with tempfile.TemporaryDirectory(prefix="gruconv-") as td:
+        legacy = Path(td) / "converted.h5"
+        try:
+            nonfinite = write(doc, legacy, include_model=True, include_training=False, zero_init=True)
+        except OutputError as e:  # the working copy, not the output: say where it was (issue 23)
+            if e.path is None or os.fspath(e.path) != os.fspath(legacy):
+                raise
+            why = e.message.rsplit(" (", 1)[-1].rstrip(")")
+            raise OutputError(f"cannot write a working copy in the temporary directory {tempfile.gettempdir()} "
+                              f"(TMPDIR): {why}", path=doc.path) from None
+        model = keras3.load_legacy(legacy, compile=False, source=doc.path)
+    keras3.restore_initializers(model, original_initializers(doc), source=doc.path)
+    return model, nonfinite
+
+
+def nothing_to_verify(doc: KerasH5Model) -> Optional[str]:
+    """``verify``'s note when the file holds nothing to check, else None."""
+    return None if doc.rnns else "nothing to convert: no CuDNNGRU or CuDNNLSTM layers"
+
+
+def verify_subjects(doc: KerasH5Model, converted, opts: Options):
+    """What ``verify`` checks: the whole converted model with this file's graph (its recurrent
+    layers are ``doc.rnns``).  Without ``converted``, the model ``convert`` would save, built by the
+    same code but not saved and re-loaded (a float16 ``.keras`` does not load on the torch backend:
+    Keras's Orthogonal initializer has no QR for Half); else what the writer its name claims loads
+    (:func:`gruconv.writers.load`), weights into the rebuilt architecture."""
+    if converted is not None and not Path(converted).exists():
+        raise InputError("converted model not found", path=converted)
+    runners = writers.stack_runners(Path(converted)) if converted is not None else None
+    if runners is not None:  # torch / onnx: every cuDNN RNN checked as a bare stack, run by the target
+        from ...model.target_gates import matching_runner
+
+        for rnn in doc.rnns:
+            runner = matching_runner(runners, rnn.stack, only=len(doc.rnns) == 1, path=Path(converted))
+            yield Subject(name=rnn.path, model=runner, stack=rnn.stack)
+        return
+    if doc.model_config is None:  # weights-only, no --config: verify checks each layer alone (issue 19)
+        yield Subject(name=str(doc.path), model=None, graph=doc)
+        return
+    if converted is None:
+        model, _ = to_keras(doc, opts)
+    else:
+        model = writers.load(Path(converted), lambda: to_keras(doc, opts)[0])
+    yield Subject(name=str(doc.path), model=model, graph=doc)
+
+
+def convert(doc: KerasH5Model, output: Path, opts: Optional[Options] = None) -> ConvertResult:
+    """Write ``doc`` converted: a ``.keras`` model, or a legacy-layout weights ``.h5``."""
+    from ...files.outputs import atomic_path
+
+    opts = opts or Options()
+    output = Path(output)
+    result = ConvertResult(input=str(doc.path), format=FORMAT)
+    if not doc.rnns:
+        result.nothing_to_convert = True
+        if not opts.force:
+            return result
+    check_outputs(doc, output, opts)
+    out_fmt = output_format(output, opts)
+    for rnn in doc.rnns:
+        if (rnn.config.get("config") or {}).get("bias_constraint"):
+            G = rnn.shape.gates
+            new = f"(2, {G}*units)" if rnn.shape.cell == "gru" else f"({G}*units,)"
+            result.warnings.append(
+                f"{rnn.path}: bias_constraint carried over, but {_TARGET_CLASS[rnn.shape.cell]}'s bias is {new} "
+                f"where {rnn.cls}'s was ({2 * G}*units,): an axis-based constraint (e.g. MaxNorm) acts "
+                "differently if you train further")
+    if doc.optimizer_weight_count:
+        result.warnings.append(
+            f"optimizer state ({doc.optimizer_weight_count} tensors) dropped: its slots follow the cuDNN layers' "
+            "weight layout; the converted model starts with a fresh optimizer")
+    writer = writers.module(out_fmt)
+    if _to_directory(writer, output):
+        _convert_to_directory(doc, writer, output, opts, result)
+        return result
+    with atomic_path(output, force=opts.force, suffix=writer.SUFFIX) as tmp:
+        nonfinite = writer.write_graph(doc.document(), tmp, opts, result.warnings, final=output)
+    for rnn in doc.rnns:
+        bad = nonfinite.get(rnn.path, 0)
+        result.rnns.append(_rnn_entry(rnn, bad))
+        if hasattr(writer, "describe"):  # a non-Keras target says what it made
+            result.rnns[-1]["converts_to"] = writer.describe(rnn.shape)["target"]
+        if bad:
+            result.warnings.append(f"{rnn.path}: {bad} NaN/Inf weight value(s) carried over unchanged")
+    result.outputs.append(str(output))
+    return result

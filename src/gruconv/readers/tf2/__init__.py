@@ -1,0 +1,367 @@
+"""TensorFlow 2 object-based checkpoints of tf.keras models (and SavedModel variables): ``tf2-checkpoint``.
+
+What it reads: ``model.save_weights("ckpt")`` (no ``.h5``), ``tf.train.Checkpoint(model=...).save``,
+and a SavedModel directory's ``variables/variables`` bundle, whenever the bundle holds
+``_CHECKPOINTABLE_OBJECT_GRAPH`` and object-style keys (``.../.ATTRIBUTES/VARIABLE_VALUE``; checked on
+``fixtures/tf2/ckpt_*`` and ``fixtures/tf2/saved_model``, written by TF 2.21 / tf_keras 2.21).  A
+TF1 name-based bundle (``rnn/multi_rnn_cell/...``, no object graph) is the ``tf1-checkpoint`` reader's,
+so this reader sits before it in :data:`gruconv.readers.READERS` and declines such bundles.
+
+How: the bundle is read with the pure-Python :mod:`gruconv.readers.tfbundle` reader (no TensorFlow), its
+Keras variables are laid out as a legacy Keras weights HDF5 file (:func:`gruconv.readers.tf2.objects.to_legacy_h5`)
+in a private staging directory, and that file is read by the Keras HDF5 reader
+(:mod:`gruconv.readers.keras_h5`).  So:
+
+* with ``--config`` (the model's tf.keras ``to_json()``): ``layer_with_weights-N`` maps to the config's
+  N-th layer that has weights (tf_keras ``engine/functional.py`` ``_trackable_children``), every shape is
+  checked against the architecture, and every writer can write the whole model (``.keras``,
+  ``.weights.h5``, legacy ``.h5``);
+* without it: cuDNN layers are found by the shapes of their weights (:mod:`gruconv.readers.keras_h5.by_shape`), each
+  under its object path; the converted stacks go to a legacy ``.h5`` weights file (the other layers'
+  weights have no architecture to be placed in, so a ``.keras`` model or Keras 3 ``.weights.h5`` —
+  both need the layers' names and order — is refused with a pointer to ``--config``).  ``verify`` then
+  checks each stack on its own (a Keras 3 model of that one layer against the cuDNN oracle).
+
+Messages name the checkpoint, never the staging file.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from ... import writers
+from ...model.canonical import Subject
+from ...errors import GruconvError, InputError, UsageError
+from ...options import ConvertResult, Options
+from .. import keras_h5
+
+FORMAT = "tf2-checkpoint"
+#: What this reader reads, for messages.
+DESCRIPTION = "a TensorFlow 2 object-based checkpoint"
+#: ``--config``: the tf.keras architecture the object graph is mapped to.  Nothing else: the TF1
+#: reader's ``--rnn``/``--prefer``/shape hints describe name-based cuDNN buffers, which this format has not.
+OPTIONS = frozenset({"config"})
+#: Its documents carry a Keras graph (the staged legacy weights file and, with --config, the model).
+GRAPH = True
+#: A checkpoint is named by its prefix: no name ending to strip.
+SUFFIXES = ()
+
+_SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")  # tensorflow/python/saved_model/constants.py
+
+
+# --------------------------------------------------------------------------- where the bundle is
+
+def saved_model_prefix(path) -> Optional[Path]:
+    """``DIR/variables/variables`` when ``path`` is a SavedModel directory, else None
+    (:func:`gruconv.readers.tfbundle.saved_model_variables`, which :func:`~gruconv.readers.tfbundle.resolve_prefix`
+    follows too, so the TF1 reader reads a SavedModel of name-based variables the same way)."""
+    from ..tfbundle import saved_model_variables
+
+    try:
+        return saved_model_variables(path) if Path(os.fspath(path)).is_dir() else None
+    except (OSError, ValueError):
+        return None
+
+
+def resolve(path) -> Path:
+    """The bundle prefix of ``path`` (:func:`gruconv.readers.tfbundle.resolve_prefix`: a directory, a prefix,
+    one of its files, a SavedModel directory)."""
+    from ..tfbundle import resolve_prefix
+
+    return resolve_prefix(path)
+
+
+def sniff(path) -> bool:
+    """True when ``path`` names a TensorBundle (directory, prefix, one of its files, a SavedModel)
+    whose index holds the object graph and object-style keys; no exceptions (anything unreadable is
+    left to the readers after this one to describe)."""
+    from .objects import is_object_checkpoint
+    from ..tfbundle import open_bundle
+
+    try:
+        p = Path(os.fspath(path))
+        if p.is_file():
+            with open(p, "rb") as f:
+                if f.read(8) == b"\x89HDF\r\n\x1a\n":
+                    return False
+        with open_bundle(resolve(p)) as b:
+            return is_object_checkpoint(b.keys())
+    except Exception:  # noqa: BLE001 - a sniff never raises: a damaged bundle is left to the TF1 reader to describe
+        return False
+
+
+def input_files(path) -> list:
+    """Every file a conversion of ``path`` reads: the bundle's files (and the SavedModel's graph file)."""
+    from ..tfbundle import checkpoint_files
+
+    p = Path(path)
+    sm = saved_model_prefix(p)
+    if sm is None:
+        return [Path(f) for f in checkpoint_files(p)]
+    return [p / n for n in _SAVED_MODEL_FILES if (p / n).is_file()] + [Path(f) for f in checkpoint_files(sm)]
+
+
+def input_prefix(path):
+    """Batch mode's "what is one input here": the bundle prefix (a SavedModel's is its
+    ``variables/variables``, so naming the directory or the bundle is one input, as for the TF1 reader)."""
+    return resolve(path)
+
+
+def extra_outputs(output) -> list:
+    """Files a conversion writes beside ``output``: none (non-Keras variables are not carried)."""
+    return []
+
+
+# --------------------------------------------------------------------------- the document
+
+@dataclass
+class TF2CheckpointDoc:
+    """A TF2 object checkpoint seen through its staged legacy weights file (:attr:`keras`)."""
+
+    path: Path                     # what the user named
+    prefix: Path                   # the bundle prefix
+    keras: keras_h5.KerasH5Model   # the staged legacy layout, read by the Keras HDF5 reader
+    objects: dict                  # staged "group/weight name" -> bundle key
+    config_given: bool
+    other_tensors: int = 0         # bundle entries that are not a converted layer's weight
+    saved_model: bool = False
+    _staging: object = field(default=None, repr=False)
+
+    @property
+    def rnns(self) -> list:
+        return self.keras.rnns
+
+    def document(self):
+        d = self.keras.document()
+        d.source = str(self.path)
+        d.reader = FORMAT
+        return d
+
+    def object_path(self, rnn) -> str:
+        """The checkpoint object path(s) an RNN's weights came from, e.g.
+        ``layer_with_weights-1/{forward_layer,backward_layer}``."""
+        owners = []
+        for direction in rnn.datasets:
+            for ds in direction.values():
+                key = self.objects.get(ds.lstrip("/"))
+                if key is not None:
+                    owner = key.rsplit("/", 3)[0]
+                    if owner not in owners:
+                        owners.append(owner)
+        if len(owners) == 2:
+            a, b = owners
+            common = os.path.commonprefix([a, b]).rsplit("/", 1)[0]
+            if common and a.startswith(common + "/") and b.startswith(common + "/"):
+                return f"{common}/{{{a[len(common) + 1:]},{b[len(common) + 1:]}}}"
+        return ", ".join(owners)
+
+
+def _fix(e: GruconvError, doc_or_staged, source: Path) -> GruconvError:
+    """``e`` naming ``source`` where it named the staging file (or nothing)."""
+    staged = getattr(doc_or_staged, "path", doc_or_staged)
+    if e.path is None or Path(e.path) == Path(staged):
+        msg = e.message.replace(str(staged), str(source))
+        return type(e)(msg, path=source)
+    return e
+
+
+def read(path, options: Optional[Options] = None, **kw) -> TF2CheckpointDoc:
+    """Open the bundle, stage its Keras variables as legacy weights HDF5, read that."""
+    from .objects import is_object_checkpoint, to_legacy_h5
+    from ..tfbundle import open_bundle
+
+    path = Path(path)
+    opts = Options.of(options, **kw)
+    config = keras_h5.architecture_of(opts.config)
+    if config is not None and not (isinstance(config, dict) and isinstance(config.get("class_name"), str)):
+        raise InputError("is not a Keras model architecture (no class_name): expected the model's to_json()",
+                         path=Path(opts.config) if not isinstance(opts.config, dict) else path)
+    prefix = resolve(path)
+    td = tempfile.mkdtemp(prefix="gruconv-tf2-")
+    staged = Path(td) / "weights.h5"
+    try:
+        with open_bundle(prefix) as bundle:
+            if not is_object_checkpoint(bundle.keys()):
+                raise InputError("holds no TF2 object graph (_CHECKPOINTABLE_OBJECT_GRAPH)", path=path)
+            try:
+                objects = to_legacy_h5(bundle, staged, config)
+            except GruconvError as e:
+                raise (type(e)(e.message, path=path) if e.path is None else e) from None
+            n_keys = len([k for k in bundle.keys() if k != "_CHECKPOINTABLE_OBJECT_GRAPH"])
+        try:
+            kdoc = keras_h5.read_with_config(staged, config)
+        except GruconvError as e:
+            raise _fix(e, staged, path) from None
+        except RecursionError:
+            raise InputError("the architecture (--config) is nested too deeply", path=path) from None
+    except BaseException:
+        shutil.rmtree(td, ignore_errors=True)
+        raise
+    doc = TF2CheckpointDoc(path=path, prefix=prefix, keras=kdoc, objects=objects,
+                           config_given=config is not None,
+                           other_tensors=n_keys - len(set(objects.values())),
+                           saved_model=saved_model_prefix(path) is not None)
+    doc._staging = weakref.finalize(doc, shutil.rmtree, td, True)
+    return doc
+
+
+# --------------------------------------------------------------------------- registry verbs
+
+def inspect(doc: TF2CheckpointDoc) -> dict:
+    """The one inspect schema; each RNN's details name the checkpoint object(s) its weights are at."""
+    try:
+        info = keras_h5.inspect(doc.keras)
+    except GruconvError as e:
+        raise _fix(e, doc.keras, doc.path) from None
+    for entry, rnn in zip(info["rnns"], doc.rnns):
+        entry["details"] = [f"object: {doc.object_path(rnn)}"] + list(entry["details"])
+    what = "SavedModel variables" if doc.saved_model else "TF2 object-based checkpoint"
+    arch = "architecture from --config" if doc.config_given else "no architecture (layers found by shape)"
+    info["file"] = str(doc.path)
+    info["format"] = FORMAT
+    info["kind"] = "model" if doc.config_given else "weights"
+    info["prefix"] = str(doc.prefix)
+    info["summary"] = f"{what}; {arch}; {len(doc.keras.layer_names)} layer group(s)"
+    info["other_tensors"] = doc.other_tensors
+    if doc.other_tensors:
+        info["details"].append(f"other tensors: {doc.other_tensors} (optimizer state, counters"
+                               + ("" if doc.config_given else ", non-recurrent layers")
+                               + "): not carried over")
+    if doc.rnns and not doc.config_given:
+        info["details"].append("without --config (the model's to_json()) only the converted layers' weights "
+                               "can be written (legacy .h5); --config gives the whole model")
+    return info
+
+
+def output_format(output: Path, opts: Options) -> str:
+    return keras_h5.output_format(Path(output), opts)
+
+
+def natural_output(path, opts: Options) -> tuple:
+    """Batch mode: a ``.keras`` model with ``--config``, else legacy ``.h5`` weights."""
+    return ("keras" if opts.config is not None else "h5-weights"), False
+
+
+def output_name(path, opts: Options, stem: str) -> str:
+    fmt, many = natural_output(path, opts)
+    return writers.output_name(stem, opts.format or fmt, many=many)
+
+
+def check_outputs(doc: TF2CheckpointDoc, output: Path, opts: Options) -> None:
+    """The Keras HDF5 reader's checks, said of the checkpoint; the output is never one of its files."""
+    from ...files.outputs import check_outputs as never_an_input
+
+    never_an_input([Path(output)], input_files(doc.path))
+    writer = writers.module(output_format(output, opts))
+    if writer.NEEDS_ARCHITECTURE and not doc.config_given and doc.rnns:
+        raise UsageError(f"a TF2 checkpoint without --config ARCH.json (the model's to_json()) has no layer names "
+                         f"or order for a {writer.SUFFIX} file; pass --config, or write a .h5 weights file",
+                         path=doc.path)
+    try:
+        keras_h5.check_outputs(doc.keras, output, opts)
+    except GruconvError as e:
+        raise _fix(e, doc.keras, doc.path) from None
+
+
+def convert(doc: TF2CheckpointDoc, output: Path, opts: Optional[Options] = None) -> ConvertResult:
+    opts = opts or Options()
+    output = Path(output)
+    if doc.rnns or opts.force:
+        check_outputs(doc, output, opts)
+    try:
+        result = keras_h5.convert(doc.keras, output, opts)
+    except GruconvError as e:
+        raise _fix(e, doc.keras, doc.path) from None
+    result.input = str(doc.path)
+    result.format = FORMAT
+    for entry, rnn in zip(result.rnns, doc.rnns):
+        entry["details"] = [f"object: {doc.object_path(rnn)}"] + list(entry.get("details") or [])
+    if doc.other_tensors and result.outputs:
+        result.warnings.append(f"{doc.other_tensors} other checkpoint tensor(s) (optimizer state, counters"
+                               + ("" if doc.config_given else ", non-recurrent layers")
+                               + ") not carried over")
+    return result
+
+
+def nothing_to_verify(doc: TF2CheckpointDoc) -> Optional[str]:
+    return keras_h5.nothing_to_verify(doc.keras)
+
+
+def verify_subjects(doc: TF2CheckpointDoc, converted, opts: Options):
+    """With ``--config``: the whole converted model (as the Keras HDF5 reader checks it).  Without:
+    each stack on its own, a Keras 3 model of that one layer (:func:`gruconv.keras3.runtime.build_stack_model`)
+    holding the converted weights -- from ``converted`` (the legacy ``.h5`` this reader writes: the
+    layer's group, arrays in its ``weight_names`` order) when given, else from the conversion itself --
+    checked against the cuDNN oracle on the checkpoint's own weights."""
+    if doc.config_given:
+        try:
+            yield from keras_h5.verify_subjects(doc.keras, converted, opts)
+        except GruconvError as e:
+            raise _fix(e, doc.keras, doc.path) from None
+        return
+    from ...keras3 import runtime as keras3
+
+    if converted is not None:
+        converted = Path(converted)
+        if not converted.is_file():
+            raise InputError("converted weights file not found", path=converted)
+        if writers.claimed_by(converted) not in (None, "h5-weights"):
+            raise UsageError("without --config a TF2 checkpoint converts to legacy .h5 weights only: verify "
+                             "that file, or pass --config ARCH.json to verify a model", path=converted)
+    for rnn in doc.rnns:
+        stack = rnn.stack
+        name = rnn.path
+        if converted is None:
+            model = keras3.build_stack_model(stack, name=_model_name(name))
+        else:
+            arrays = _converted_arrays(converted, rnn)
+            per = 3
+
+            def layer_weights(layer, direction, i, arrays=arrays):
+                return arrays[direction * per + i]
+
+            model = keras3.build_stack_model(stack, name=_model_name(name), layer_weights=layer_weights)
+        yield Subject(name=name, model=model, stack=stack)
+        rnn.release()
+
+
+def _model_name(name: str) -> str:
+    import re
+
+    return re.sub(r"[^A-Za-z0-9_]+", "_", name).strip("_") or "rnn"
+
+
+def _converted_arrays(converted: Path, rnn) -> list:
+    """The converted layer's arrays (forward then backward; kernel, recurrent_kernel, bias each) from the
+    legacy ``.h5`` this reader wrote: the group of the layer, datasets in ``weight_names`` order."""
+    import h5py
+    import numpy as np
+
+    from ...files import hdf5 as h5safe
+
+    group = rnn.top_layer
+    try:
+        with h5py.File(converted, "r") as f:
+            if group not in f:
+                raise InputError(f"has no group {group!r}: not the legacy .h5 this checkpoint converts to",
+                                 path=converted)
+            g = f[group]
+            names = [n.decode() if isinstance(n, bytes) else str(n) for n in g.attrs.get("weight_names", [])]
+            found = []
+            for direction in rnn.datasets:
+                for role in ("kernel", "recurrent_kernel", "bias"):
+                    src = direction[role].lstrip("/").split("/", 1)[1]
+                    if src not in names:
+                        raise InputError(f"group {group!r} has no weight {src!r}", path=converted)
+                    found.append(np.asarray(h5safe.resolve(g, src, converted, "dataset")[...]))
+            return found
+    except GruconvError:
+        raise
+    except (OSError, KeyError, ValueError) as e:
+        raise InputError(f"cannot read the converted weights ({e})", path=converted) from None

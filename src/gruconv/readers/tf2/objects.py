@@ -1,0 +1,289 @@
+"""TensorFlow 2 object-based checkpoints of Keras models, seen as legacy Keras weights.
+
+``model.save_weights("ckpt")`` (no ``.h5``) in TF 2.x and ``tf.train.Checkpoint(model=...)`` write a
+TensorBundle whose keys follow the object graph, not layer names (checked on
+``fixtures/tf2/ckpt_*``, written by tf_keras 2.21 and TF 2.21)::
+
+    _CHECKPOINTABLE_OBJECT_GRAPH
+    layer_with_weights-0/kernel/.ATTRIBUTES/VARIABLE_VALUE               (CuDNNGRU, on the layer)
+    layer_with_weights-1/forward_layer/bias/.ATTRIBUTES/VARIABLE_VALUE   (Bidirectional)
+    layer_with_weights-2/layer/kernel/.ATTRIBUTES/VARIABLE_VALUE         (TimeDistributed)
+    model/layer_with_weights-0/layer_with_weights-0/...                  (tf.train.Checkpoint, nested model)
+    optimizer/_variables/3/.ATTRIBUTES/VARIABLE_VALUE                    (slots: cuDNN shapes, no roles)
+
+``layer_with_weights-N`` is the N-th layer *that has weights* of its model, in ``model.layers`` order
+(tf_keras ``engine/functional.py`` / ``training.py``, ``_trackable_children``); plain ``GRU``/``LSTM``
+keep their variables on ``cell/``.  This module turns such a checkpoint into the legacy Keras HDF5
+weights layout (``layer_names``, per-layer ``weight_names``) that :mod:`gruconv.formats.keras_h5`
+reads: with an architecture (``--config``, the model's ``to_json()``) every layer gets its real name
+and weight order; without one, each top-level object becomes a group named after its object path and
+cuDNN layers are found by shape (:mod:`gruconv.readers.keras_h5.by_shape`).  Shapes are checked against the config
+for every weight; anything that does not map one-to-one is refused with the layer it concerns.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Optional
+
+from ..keras_h5.by_shape import classify
+from ...errors import GruconvError, InputError, UnsupportedError
+
+GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
+_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
+_LWW = re.compile(r"^layer_with_weights-(\d+)$")
+
+#: Weight order of the layer classes a tf.keras model's layers may have (what ``layer.weights``
+#: returns: trainable first, then non-trainable), keyed by class name.  ``None`` = no weights.
+#: Sources: tf_keras ``layers/core/dense.py``, ``core/embedding.py``, ``convolutional/base_conv.py``,
+#: ``normalization/batch_normalization.py``, ``layer_normalization.py``, ``rnn/*``.
+WEIGHT_ORDER = {
+    **{c: ("kernel", "bias") for c in ("Dense", "Conv1D", "Conv2D", "Conv3D", "Conv1DTranspose",
+                                         "Conv2DTranspose", "Conv3DTranspose")},
+    "Embedding": ("embeddings",),
+    "BatchNormalization": ("gamma", "beta", "moving_mean", "moving_variance"),
+    "LayerNormalization": ("gamma", "beta"),
+    **{c: ("kernel", "recurrent_kernel", "bias") for c in ("GRU", "LSTM", "SimpleRNN", "CuDNNGRU", "CuDNNLSTM")},
+    **{c: None for c in (
+        "InputLayer", "Dropout", "SpatialDropout1D", "SpatialDropout2D", "SpatialDropout3D", "GaussianNoise",
+        "GaussianDropout", "AlphaDropout", "ActivityRegularization", "Activation", "ReLU", "Softmax",
+        "LeakyReLU", "ELU", "ThresholdedReLU", "Flatten", "Reshape", "Permute", "RepeatVector", "Masking",
+        "Concatenate", "Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum", "Dot",
+        "MaxPooling1D", "MaxPooling2D", "MaxPooling3D", "AveragePooling1D", "AveragePooling2D",
+        "AveragePooling3D", "GlobalMaxPooling1D", "GlobalMaxPooling2D", "GlobalMaxPooling3D",
+        "GlobalAveragePooling1D", "GlobalAveragePooling2D", "GlobalAveragePooling3D", "Cropping1D",
+        "Cropping2D", "Cropping3D", "ZeroPadding1D", "ZeroPadding2D", "ZeroPadding3D", "UpSampling1D",
+        "UpSampling2D", "UpSampling3D", "Lambda")},
+}
+_MODELS = ("Sequential", "Functional", "Model")
+
+
+def is_object_checkpoint(keys) -> bool:
+    """True for a TF2 object-based checkpoint (TF1 name-based ones have no object graph)."""
+    keys = set(keys)
+    return GRAPH_KEY in keys and any(k.endswith(_SUFFIX) for k in keys)
+
+
+def variables(keys) -> dict:
+    """``{owner object path (tuple): {attribute: bundle key}}`` for every variable of the object graph.
+
+    Optimizer slot variables (``.../.OPTIMIZER_SLOT/...``) and non-variable entries are left out: they
+    are other tensors, copied as they are."""
+    out: dict = {}
+    for key in keys:
+        if not key.endswith(_SUFFIX) or "/.OPTIMIZER_SLOT/" in key:
+            continue
+        parts = key[: -len(_SUFFIX)].split("/")
+        if len(parts) < 2:
+            continue
+        out.setdefault(tuple(parts[:-1]), {})[parts[-1]] = key
+    return out
+
+
+def _model_roots(owners: dict) -> list:
+    """Object paths under which ``layer_with_weights-N`` children hang (the Keras models), outermost first."""
+    roots = set()
+    for path in owners:
+        for i, seg in enumerate(path):
+            if _LWW.match(seg):
+                roots.add(path[:i])
+                break
+    return sorted(roots, key=len)
+
+
+# --------------------------------------------------------------------------- with an architecture
+
+def _class(cfg) -> Optional[str]:
+    c = cfg.get("class_name") if isinstance(cfg, dict) else None
+    return c if isinstance(c, str) else None
+
+
+def _conf(cfg) -> dict:
+    c = cfg.get("config") if isinstance(cfg, dict) else None
+    return c if isinstance(c, dict) else {}
+
+
+def _layers(cfg) -> list:
+    c = cfg.get("config") if isinstance(cfg, dict) else None
+    if isinstance(c, list):
+        return c
+    layers = c.get("layers") if isinstance(c, dict) else None
+    return layers if isinstance(layers, list) else []
+
+
+def _lname(cfg) -> str:
+    return str(_conf(cfg).get("name") or (cfg.get("name") if isinstance(cfg, dict) else None) or "?")
+
+
+def _has_weights(cfg) -> bool:
+    cls = _class(cfg)
+    if cls in _MODELS or (_layers(cfg) and cls not in WEIGHT_ORDER):
+        return any(_has_weights(c) for c in _layers(cfg))
+    if cls in ("Bidirectional", "TimeDistributed"):
+        return _has_weights(_conf(cfg).get("layer"))
+    if cls not in WEIGHT_ORDER:
+        raise UnsupportedError(f"layer {_lname(cfg)!r} of class {cls}: gruconv does not know its weights, so "
+                               "it cannot map the checkpoint to this architecture; convert without --config "
+                               "for weights outputs")
+    return WEIGHT_ORDER[cls] is not None
+
+
+def _order(cfg, attrs: dict, where: str) -> list:
+    """The attribute names of one leaf layer, in its weight order, all present in ``attrs``."""
+    cls = _class(cfg)
+    conf = _conf(cfg)
+    order = [a for a in WEIGHT_ORDER[cls]
+             if not (a == "bias" and conf.get("use_bias") is False)
+             and not (a == "gamma" and conf.get("scale") is False)
+             and not (a == "beta" and conf.get("center") is False)]
+    if sorted(order) != sorted(attrs):
+        raise InputError(f"{where} ({cls}): the checkpoint holds {sorted(attrs)}, the architecture expects "
+                         f"{order}")
+    return order
+
+
+def _leaf_weights(owners: dict, path: tuple, cfg: dict, where: str) -> list:
+    """[(attribute, key)] of one leaf layer: on the layer itself, or on its ``cell`` (plain RNNs)."""
+    attrs = owners.get(path) or owners.get(path + ("cell",))
+    if not attrs:
+        raise InputError(f"{where}: the checkpoint has no variables at {'/'.join(path)}")
+    return [(a, attrs[a]) for a in _order(cfg, attrs, where)]
+
+
+def _model_weights(owners: dict, root: tuple, model_cfg: dict, where: str) -> list:
+    """``[(layer name, [(weight name, key)])]`` for every layer of one model config, in layer order.
+
+    Weight names are the ones tf_keras's legacy HDF5 writer gives (``layer/kernel:0``; a Bidirectional's
+    ``forward_<inner>/...``; a TimeDistributed's inner weights under the wrapper's name; a nested model's
+    layers flattened under its own group), so the Keras HDF5 reader and Keras's legacy loader take them
+    as if tf_keras had written the file."""
+    out = []
+    n = 0
+    for layer in _layers(model_cfg):
+        if not isinstance(layer, dict):
+            raise InputError(f"{where}: a layer entry is not an object")
+        name = _lname(layer)
+        if not _has_weights(layer):
+            out.append((name, []))
+            continue
+        obj = root + (f"layer_with_weights-{n}",)
+        n += 1
+        out.append((name, _layer_weights(owners, obj, layer, f"{where}/{name}" if where else name)))
+    extra = [p for p in owners if len(p) > len(root) and p[: len(root)] == root
+             and _LWW.match(p[len(root)]) and int(_LWW.match(p[len(root)]).group(1)) >= n]
+    if extra:
+        raise InputError(f"{where or 'model'}: the checkpoint has weights at {'/'.join(min(extra)[: len(root) + 1])}, "
+                         f"beyond the "
+                         f"{n} layer(s) with weights the architecture has")
+    return out
+
+
+def _layer_weights(owners: dict, obj: tuple, layer: dict, where: str) -> list:
+    cls = _class(layer)
+    name = _lname(layer)
+    if cls in _MODELS or (_layers(layer) and cls not in WEIGHT_ORDER):
+        flat = []
+        for _inner, ws in _model_weights(owners, obj, layer, where):
+            flat += ws
+        return flat
+    if cls == "Bidirectional":
+        conf = _conf(layer)
+        fw_cfg = conf.get("layer")
+        bw_cfg = conf.get("backward_layer") or fw_cfg
+        inner = _lname(fw_cfg)
+        ws = [(f"forward_{inner}/{a}:0", k) for a, k in
+              _leaf_weights(owners, obj + ("forward_layer",), fw_cfg, f"{where} (forward)")]
+        ws += [(f"backward_{inner}/{a}:0", k) for a, k in
+               _leaf_weights(owners, obj + ("backward_layer",), bw_cfg, f"{where} (backward)")]
+        return ws
+    if cls == "TimeDistributed":
+        return [(f"{name}/{a}:0", k) for a, k in
+                _leaf_weights(owners, obj + ("layer",), _conf(layer).get("layer"), where)]
+    return [(f"{name}/{a}:0", k) for a, k in _leaf_weights(owners, obj, layer, where)]
+
+
+# --------------------------------------------------------------------------- without an architecture
+
+def _generic_groups(owners: dict, shapes: dict) -> list:
+    """``[(group name, [(weight name, key)])]`` without an architecture: one group per top-level object
+    that holds a recurrent triple, named by its object path; Bidirectional halves keep TF's
+    ``forward_layer``/``backward_layer`` owner names.  Only recurrent triples are kept: the other
+    variables have no layer to be loaded into and stay "other tensors"."""
+    roots = _model_roots(owners)
+    groups: dict = {}
+    # forward before backward: the order tf_keras's Bidirectional lists its weights in
+    for path, attrs in sorted(owners.items(), key=lambda kv: tuple(s.replace("forward_", "0").replace(
+            "backward_", "1") for s in kv[0])):
+        if not all(r in attrs for r in ("kernel", "recurrent_kernel", "bias")):
+            continue
+        v = classify({r: shapes[attrs[r]] for r in ("kernel", "recurrent_kernel", "bias")})
+        if v.cls is None and v.cell is not None:
+            # looks recurrent but fits no layer: refused with the shape table's reason, never dropped
+            raise InputError(f"weights at {'/'.join(path)} look recurrent but fit no known layer: {v.reason}")
+        if not v.is_cudnn:
+            continue
+        root = next((r for r in reversed(roots) if path[: len(r)] == r and len(path) > len(r)), ())
+        top = path[: len(root) + 1]
+        owner = "/".join(path[len(top):]) or path[-1]
+        group = "/".join(top).replace("/", ".")
+        groups.setdefault(group, []).extend(
+            (f"{owner}/{r}:0", attrs[r]) for r in ("kernel", "recurrent_kernel", "bias"))
+    return sorted(groups.items())
+
+
+# --------------------------------------------------------------------------- writing the legacy layout
+
+def to_legacy_h5(bundle, target: Path, config: Optional[dict] = None) -> dict:
+    """Write ``bundle``'s Keras weights as a legacy weights-only HDF5 file at ``target`` (a private
+    staging path).  Returns ``{weight name in the file: bundle key}`` so callers can say where each
+    tensor came from.  Raises :class:`InputError`/:class:`UnsupportedError` naming the layer when the
+    checkpoint and ``config`` do not map one-to-one."""
+    owners = variables(bundle.keys())
+    shapes = {info.key: tuple(info.shape) for info in bundle}
+    if config is not None:
+        roots = _model_roots(owners)
+        if not roots:
+            raise InputError("the checkpoint holds no Keras model (no layer_with_weights-N objects)")
+        if len(roots) > 1 and len({len(r) for r in roots}) == len(roots) and roots[0] == ():
+            roots = roots[:1]
+        outer = [r for r in roots if not any(r[: len(o)] == o and r != o for o in roots)]
+        if len(outer) != 1:
+            raise InputError("the checkpoint holds several Keras models ("
+                             + ", ".join("/".join(r) or "(root)" for r in outer) + "); --config describes one")
+        groups = _model_weights(owners, outer[0], config, "")
+    else:
+        groups = _generic_groups(owners, shapes)
+    names = [g for g, _ in groups]
+    dup = next((g for i, g in enumerate(names) if g in names[:i]), None)
+    if dup is not None:
+        raise InputError(f"the architecture names layer {dup!r} twice: the checkpoint cannot be mapped to it")
+    mapping = {}
+    try:
+        _write_groups(bundle, target, groups, shapes, config is not None, mapping)
+    except GruconvError:
+        raise
+    except (OSError, RuntimeError, ValueError, KeyError, TypeError) as e:
+        # h5py refusing a name (a clash, an odd object name): one line, never a traceback
+        raise InputError(f"cannot lay the checkpoint out as Keras weights ({str(e).splitlines()[0] if str(e) else e})"
+                         ) from None
+    return mapping
+
+
+def _write_groups(bundle, target: Path, groups: list, shapes: dict, checked: bool, mapping: dict) -> None:
+    import h5py
+    import numpy as np
+
+    with h5py.File(target, "w") as f:
+        f.attrs["layer_names"] = np.array([g.encode() for g, _ in groups], dtype="S")
+        f.attrs["backend"] = b"tensorflow"
+        f.attrs["keras_version"] = b"tf2-checkpoint"
+        for gname, weights in groups:
+            g = f.create_group(gname)
+            g.attrs["weight_names"] = np.array([w.encode() for w, _ in weights], dtype="S")
+            for wname, key in weights:
+                info = bundle.info(key)
+                if checked and shapes[key] != tuple(info.shape):
+                    raise InputError(f"{key}: shape changed while reading")
+                g.create_dataset(wname, data=bundle.read(key))
+                mapping[f"{gname}/{wname}"] = key
