@@ -415,6 +415,32 @@ def test_verify_with_and_without_config_catches_a_planted_error(tmp_path):
     assert r.exit_code == 1 and "parity: FAIL" in r.output, r.output
 
 
+def test_a_checkpoint_converted_to_safetensors_verifies_and_a_planted_error_fails(tmp_path):
+    """Issue 28's bug: convert wrote the .safetensors (asking the writers) while verify refused the pair
+    with exit 2 (the reader's own old list), and ``convert --verify`` named the private staging path.
+    Now both check every stack as the torch target runs it; a 0.05 change of one weight fails (exit 1)."""
+    from safetensors.numpy import load_file, save_file
+
+    path = TF2 / "ckpt_seq"
+    run = CliRunner().invoke
+    r = run(cli, ["convert", str(path), str(tmp_path / "v.safetensors"), "--verify"])
+    assert r.exit_code == 0 and "parity: PASS" in r.output and ".gruconv-" not in r.output, r.output
+    api.convert(path, tmp_path / "m.safetensors")
+    r = run(cli, ["verify", str(path), str(tmp_path / "m.safetensors"), "--device", "cpu"])
+    assert r.exit_code == 0 and "parity: PASS" in r.output, r.output
+    tensors = load_file(tmp_path / "m.safetensors")
+    key = sorted(k for k in tensors if "weight_hh" in k)[0]
+    tensors[key] = tensors[key].copy()
+    tensors[key][0, 0] += 0.05
+    import safetensors
+
+    with safetensors.safe_open(tmp_path / "m.safetensors", "np") as f:
+        meta = f.metadata()  # the header's module arguments stay
+    save_file(tensors, tmp_path / "bad.safetensors", metadata=meta)
+    r = run(cli, ["verify", str(path), str(tmp_path / "bad.safetensors"), "--device", "cpu"])
+    assert r.exit_code == 1 and isinstance(r.exception, (SystemExit, type(None))) and "parity: FAIL" in r.output, r.output
+
+
 def test_batch_takes_checkpoint_and_savedmodel_directories_as_one_input_each(tmp_path, monkeypatch):
     """Batch: a checkpoint directory and a SavedModel directory are one input each (never descended
     into: the SavedModel's variables/ is not a second input), converted to legacy .h5 weights."""

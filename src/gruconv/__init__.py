@@ -5,4 +5,6 @@ The Python API mirrors the CLI: :func:`gruconv.api.inspect`,
 Importing this package imports neither TensorFlow nor Keras.
 """
 
-__version__ = "0.1.0"
+from ._version import __version__
+
+__all__ = ["__version__"]

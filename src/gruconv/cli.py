@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from . import __version__
+from ._version import __version__
 from .errors import GruconvError
 from .options import OUTPUT_FORMATS
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from .. import __version__
+from .._version import __version__
 from ..errors import InputError, ParityError
 
 

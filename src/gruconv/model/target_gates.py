@@ -1,5 +1,7 @@
 """Gate order and packing for the PyTorch and ONNX targets: every reorder for them happens here.
 
+(How ``verify`` drives such a target, :class:`gruconv.verify.runners.StackRunner`, is verify's and lives there.)
+
 Both targets store, per pseudo-layer (layer x direction), the gate blocks of one side stacked
 along the first axis, each block in cuDNN orientation (``(units, in)``, a matrix maps a column
 vector): PyTorch's ``weight_ih_l{k}`` is ``(G*H, in)``, ONNX's ``W`` is
@@ -60,91 +62,3 @@ def stacked_blocks(p: GateParams, target: str, cell: str, input_size: int, dtype
     bW = np.asarray(p.input_bias, dtype=dtype)[order].reshape(G * H)
     bR = np.asarray(p.recurrent_bias, dtype=dtype)[order].reshape(G * H)
     return W, R, bW, bR
-
-
-# --------------------------------------------------------------------------- verify's view of a target
-
-class _Input:
-    """A named model input, as ``verify`` reads them off a Keras model (``t.name``)."""
-
-    def __init__(self, name: str):
-        self.name = name
-
-
-def matching_runner(runners: dict, stack, *, only: bool, path):
-    """The runner of ``stack`` among ``runners`` (by its name; a file of one RNN serves the one stack
-    of an input that has one), checked to have the stack's shape: a converted file of another model
-    is one :class:`InputError`, never a torch/onnxruntime shape error."""
-    from ..errors import InputError
-
-    runner = runners.get(stack.name) or (None if stack.name else runners.get(f"{stack.shape.cell}_stack"))
-    if runner is None and only and len(runners) == 1:
-        runner = next(iter(runners.values()))
-    if runner is None:
-        raise InputError(f"holds no RNN named {stack.name!r} (it has {', '.join(map(repr, runners))})", path=path)
-    a, b = runner.shape, stack.shape
-    mine = (a.cell, a.input_size, a.units, a.num_layers, a.bidirectional)
-    theirs = (b.cell, b.input_size, b.units, b.num_layers, b.bidirectional)
-    if mine != theirs:
-        what = lambda t: f"{t[0].upper()} input {t[1]}, units {t[2]}, {t[3]} layer(s), {'bi' if t[4] else 'uni'}"  # noqa: E731
-        raise InputError(f"RNN {runner.name!r} is {what(mine)}; the original {stack.name!r} is {what(theirs)}: "
-                         "not a conversion of this input", path=path)
-    return runner
-
-
-class StackRunner:
-    """A converted stack of a non-Keras target, driven the way ``verify`` drives the ``.keras`` stack
-    model (:func:`gruconv.verify.stacks.verify_stack`), so that the per-stack checks and verdicts are
-    the same code for every target.
-
-    ``inputs``: ``x``, then (``state_inputs``) one ``initial_state_*`` per pseudo-layer state (h, and
-    c for an LSTM, pseudo-layer by pseudo-layer: cuDNN's order, as
-    :func:`gruconv.keras3.runtime.build_stack_model` names them), then (``mask_input``) ``mask``.
-    Calling it with those arrays (batch-major; ``mask`` right-padded booleans) returns
-    ``[y (batch, time, dirs*units), h_0 (, c_0), h_1 ...]``: the sequence, then every final state.
-
-    ``run(x_tm, h0, c0, lengths, math)`` is the target's own engine (torch, onnxruntime), time-major,
-    returning ``(y, hy, cy or None)`` as :func:`gruconv.verify.reference.oracle.run_stack` does; ``math`` is the GPU
-    math of the run ``verify`` is doing (:data:`gruconv.verify.CURRENT_RUN`; None: the CPU), and
-    ``engine(math)`` says in words what runs it (``self.engine``: the last run's).
-    """
-
-    def __init__(self, name: str, shape, run, *, state_inputs: bool = True, mask_input: bool = True,
-                 engine=None):
-        self.name, self.shape, self._run = name, shape, run
-        self._engine = engine or (lambda math: "")
-        self.engine = self._engine(None)
-        self.state_inputs, self.mask_input = state_inputs, mask_input
-        per = 2 if shape.cell == "lstm" else 1
-        names = ["x"]
-        if state_inputs:
-            names += [f"initial_state_{i}" for i in range(shape.num_pseudo_layers * per)]
-        if mask_input:
-            names.append("mask")
-        self.inputs = [_Input(n) for n in names]
-
-    def __call__(self, args):
-        args = list(args) if isinstance(args, (list, tuple)) else [args]
-        s = self.shape
-        lstm = s.cell == "lstm"
-        x = np.asarray(args.pop(0))
-        h0 = c0 = lengths = None
-        if self.state_inputs:
-            per = 2 if lstm else 1
-            states = [np.asarray(a) for a in args[:s.num_pseudo_layers * per]]
-            args = args[s.num_pseudo_layers * per:]
-            h0 = np.stack(states[0::per])
-            c0 = np.stack(states[1::per]) if lstm else None
-        if self.mask_input:
-            lengths = np.asarray(args.pop(0)).astype(bool).sum(axis=1)
-        from ..verify import CURRENT_RUN
-
-        _, math = CURRENT_RUN.get()  # None: CPU; "strict" / "default": the GPU run verify is doing
-        self.engine = self._engine(math)
-        y, hy, cy = self._run(np.ascontiguousarray(x.transpose(1, 0, 2)), h0, c0, lengths, math)
-        out = [np.ascontiguousarray(np.asarray(y).transpose(1, 0, 2))]
-        for i in range(s.num_pseudo_layers):
-            out.append(hy[i])
-            if lstm:
-                out.append(cy[i])
-        return out

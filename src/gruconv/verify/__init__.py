@@ -39,7 +39,6 @@ says (``nothing_to_verify``, ``verify_subjects``) on every device asked for.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import warnings
 from pathlib import Path
 from typing import Optional
@@ -50,6 +49,7 @@ from .. import readers
 from ..errors import ReferenceUnavailable, UsageError
 from ..options import Options
 from .engines import Engine, choose_reference
+from .run import CURRENT_RUN
 from .graph import check_user_inputs, verify_alone, verify_graph
 from .stacks import verify_stack
 from .verdicts import FLOAT16_TOLERANCE_FLOOR, Check, VerifyReport, compare
@@ -59,9 +59,6 @@ __all__ = ["verify", "Check", "VerifyReport", "compare", "FLOAT16_TOLERANCE_FLOO
 
 DEVICES = ("auto", "cpu", "gpu", "both")
 
-#: ``(device label, math)`` of the converted-side run in progress.  A target that runs its stacks
-#: itself (torch, onnx: :class:`gruconv.model.target_gates.StackRunner`) reads it to run on that device.
-CURRENT_RUN = contextvars.ContextVar("gruconv_verify_run", default=("cpu", None))
 
 #: Random-input size bound (batch x steps): a parity check needs a few steps, and an unbounded request
 #: would allocate before anything ran (``tests/test_hostile.py``, ``verify_steps_huge``).

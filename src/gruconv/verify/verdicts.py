@@ -198,7 +198,7 @@ class ReferenceVariants:
     ``engine.info["cudnn_algorithms"]``."""
 
     def __init__(self, engine, run):
-        from . import CURRENT_RUN
+        from .run import CURRENT_RUN
 
         self.engine, self.run = engine, run
         self.wanted = bool(engine.variants()) and CURRENT_RUN.get()[1] != "default"

@@ -30,7 +30,7 @@ Writers that write no Keras model (``torch``, ``onnx``) also have:
 
 ``runners(path) -> {rnn name: runner}``
     what it wrote, one runner per RNN driven like a ``.keras`` stack model
-    (:class:`gruconv.model.target_gates.StackRunner`): ``verify`` checks each RNN as a bare stack;
+    (:class:`gruconv.verify.runners.StackRunner`): ``verify`` checks each RNN as a bare stack;
 ``describe(shape) -> {"target", "note"}``
     what a stack of that shape becomes (``inspect``);
 ``WHOLE`` (optional, default False)

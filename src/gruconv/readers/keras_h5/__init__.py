@@ -1122,7 +1122,7 @@ def verify_subjects(doc: KerasH5Model, converted, opts: Options):
         raise InputError("converted model not found", path=converted)
     runners = writers.stack_runners(Path(converted)) if converted is not None else None
     if runners is not None:  # torch / onnx: every cuDNN RNN checked as a bare stack, run by the target
-        from ...model.target_gates import matching_runner
+        from ...verify.runners import matching_runner
 
         for rnn in doc.rnns:
             runner = matching_runner(runners, rnn.stack, only=len(doc.rnns) == 1, path=Path(converted))

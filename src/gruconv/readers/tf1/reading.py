@@ -46,8 +46,7 @@ from ...errors import GruconvError, InputError, UnsupportedError, UsageError
 from ...model.keras_layout import describe_keras_stack
 from ...options import Options
 from .. import tfbundle
-from . import cells as _cells
-from .cells import TF_CELLS, ShapeMismatch
+from .cells import TF_CELLS, ShapeMismatch, expected_blocks, to_params
 from .names import (DATA_RE, FLOATS, FORMAT, HDF5_MAGIC, TABLE_MAGIC, Group, find_groups, layer_kind,
                     natural_key, scope_of_buffer, style_text, under)
 
@@ -442,7 +441,7 @@ class _CrossCheck:
         """Compare one cell; return True if its matrices are bit-for-bit the buffer's.  ``release`` (the
         reader's) runs after each block: one block of a tensor and of the buffer are resident at a time."""
         identical = True
-        blocks = _cells.expected_blocks(self.spec, p, n_in, H, self.dtype)
+        blocks = expected_blocks(self.spec, p, n_in, H, self.dtype)
         for name, key in keys.items():
             theirs = t[name]
             for b, idx, mine in blocks[name]:
@@ -714,7 +713,7 @@ def _load_canonical(r: _Reader, entry: CheckpointStack, prefer: Optional[str], h
             t = {name: r.read(k) for name, k in keys.items()}
             op = None if check is None else entry.opaque_params[shape.pseudo_layer(layer, d)]
             identical = op is not None and check.cell(t, keys, op, n_in, H, r.release)
-            p, diff = _cells.to_params(g.spec, t, n_in, H, op if identical else None)
+            p, diff = to_params(g.spec, t, n_in, H, op if identical else None)
             if diff is not None:
                 b0, b1 = g.spec.tf13_names
                 warnings.append(f"{entry.scope}: layer {layer}: '{b0}' + '{b1}' differs from "

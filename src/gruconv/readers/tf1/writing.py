@@ -158,7 +158,7 @@ def verify_subjects(doc: CheckpointDoc, converted, opts: Options):
         if converted is None:
             model = built.pop(id(found))
         elif runners is not None:
-            from ...model.target_gates import matching_runner
+            from ...verify.runners import matching_runner
 
             model = matching_runner(runners, found.stack, only=len(doc.stacks) == 1 or bool(targets),
                                     path=converted)

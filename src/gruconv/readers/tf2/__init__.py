@@ -307,16 +307,28 @@ def verify_subjects(doc: TF2CheckpointDoc, converted, opts: Options):
         return
     from ...keras3 import runtime as keras3
 
+    runners = None
     if converted is not None:
         converted = Path(converted)
         if not converted.is_file():
             raise InputError("converted weights file not found", path=converted)
-        if writers.claimed_by(converted) not in (None, "h5-weights"):
-            raise UsageError("without --config a TF2 checkpoint converts to legacy .h5 weights only: verify "
-                             "that file, or pass --config ARCH.json to verify a model", path=converted)
+        # torch / onnx outputs run their stacks themselves, as for every other reader (issue 28: this
+        # reader's own list of what it writes said "legacy .h5 only" while convert asked the writers)
+        runners = writers.stack_runners(converted)
+        if runners is None and writers.claimed_by(converted) not in (None, "h5-weights"):
+            raise UsageError("without --config a TF2 checkpoint converts to legacy .h5 weights, .safetensors or "
+                             ".onnx: verify such a file, or pass --config ARCH.json to verify a model",
+                             path=converted)
     for rnn in doc.rnns:
         stack = rnn.stack
         name = rnn.path
+        if runners is not None:
+            from ...verify.runners import matching_runner
+
+            yield Subject(name=name, model=matching_runner(runners, stack, only=len(doc.rnns) == 1, path=converted),
+                          stack=stack)
+            rnn.release()
+            continue
         if converted is None:
             model = keras3.build_stack_model(stack, name=_model_name(name))
         else:
