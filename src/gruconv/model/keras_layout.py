@@ -190,6 +190,18 @@ def to_keras_lstm(p: GateParams, input_size: int | None = None) -> list:
 #: per cell: the Keras 3 layer's stored weights from one canonical pseudo-layer
 TO_KERAS = {"gru": to_keras_gru, "lstm": to_keras_lstm}
 
+#: Rows of the Keras 3 layer's bias: a ``reset_after=True`` GRU keeps cuDNN's input and recurrent biases
+#: apart, ``(2, 3*units)``; an LSTM has one bias, ``(4*units,)``, their sum (:func:`to_keras_gru`,
+#: :func:`to_keras_lstm`).  Readers and reports ask this table, never the cell's name.
+KERAS3_BIAS_ROWS = {"gru": 2, "lstm": 1}
+
+
+def keras3_bias_shape(cell: str, units) -> tuple:
+    """The Keras 3 bias shape of ``cell`` (``units`` may be a string such as ``"units"`` for messages)."""
+    G = len(KERAS_GATE_ORDER[cell])
+    width = G * units if isinstance(units, int) else f"{G}*{units}"
+    return (2, width) if KERAS3_BIAS_ROWS[cell] == 2 else (width,)
+
 
 def to_keras(p: GateParams, cell: str = "gru", input_size: int | None = None) -> list:
     """The Keras 3 ``GRU``/``LSTM`` weights of one pseudo-layer (:data:`TO_KERAS`)."""
@@ -232,9 +244,9 @@ def describe_keras_layer(shape, options: dict, wrapper=None, merge_mode=None) ->
     """The Keras 3 layer one converted Keras cuDNN layer becomes, as text for reports."""
     title = shape.cell_spec.title
     opts = "".join(f", {k}=True" for k, v in options.items() if v)
-    layer = (f"{title}(units={shape.units}, activation='tanh', recurrent_activation='sigmoid', "
-             f"reset_after=True{opts})" if shape.cell == "gru" else
-             f"{title}(units={shape.units}, activation='tanh', recurrent_activation='sigmoid'{opts})")
+    fixed = CUDNN_COMPATIBLE[shape.cell]  # the settings that make the layer cuDNN's function (above)
+    shown = "".join(f", {k}={fixed[k]!r}" for k in ("activation", "recurrent_activation", "reset_after") if k in fixed)
+    layer = f"{title}(units={shape.units}{shown}{opts})"
     if wrapper is None:
         return layer
     if wrapper == "Bidirectional":

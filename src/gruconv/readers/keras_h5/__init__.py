@@ -51,7 +51,8 @@ from ... import writers
 from ...model.canonical import CELLS, Document, RNNStack, StackShape, Subject
 from ...model.cudnn_layout import params_size
 from ...errors import GruconvError, InputError, OutputError, UnsupportedError, UsageError, first_line
-from ...model.keras_layout import CUDNN_COMPATIBLE, describe_keras_layer, from_cudnn
+from ...model.keras_layout import (CUDNN_COMPATIBLE, KERAS3_BIAS_ROWS, describe_keras_layer, from_cudnn,
+                                   keras3_bias_shape)
 from ...model.keras_layout import to_keras as keras_arrays  # this module's own to_keras is the registry verb
 from ...options import ConvertResult, Options
 
@@ -927,7 +928,7 @@ def _cell_details(rnn: KerasRNN) -> list:
     """Per-cell notes for reports: an LSTM's single bias is cuDNN's two biases summed
     (:func:`gruconv.model.keras_layout.to_keras_lstm`), exact but for the one rounding of the sum."""
     notes = [f"class: {rnn.inferred}"] if rnn.inferred else []
-    if rnn.shape.cell != "lstm":
+    if KERAS3_BIAS_ROWS[rnn.shape.cell] == 2:  # both biases kept: nothing summed
         return notes
     return notes + [f"bias: cuDNN's input and recurrent biases summed in float64, rounded once to {rnn.shape.dtype} "
             "(LSTM has one bias; at most half an ulp per bias value)"]
@@ -1154,7 +1155,7 @@ def convert(doc: KerasH5Model, output: Path, opts: Optional[Options] = None) -> 
     for rnn in doc.rnns:
         if (rnn.config.get("config") or {}).get("bias_constraint"):
             G = rnn.shape.gates
-            new = f"(2, {G}*units)" if rnn.shape.cell == "gru" else f"({G}*units,)"
+            new = "(" + ", ".join(map(str, keras3_bias_shape(rnn.shape.cell, "units"))) + ("," if KERAS3_BIAS_ROWS[rnn.shape.cell] == 1 else "") + ")"
             result.warnings.append(
                 f"{rnn.path}: bias_constraint carried over, but {_TARGET_CLASS[rnn.shape.cell]}'s bias is {new} "
                 f"where {rnn.cls}'s was ({2 * G}*units,): an axis-based constraint (e.g. MaxNorm) acts "

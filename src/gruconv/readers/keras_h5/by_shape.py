@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ...model.canonical import CELLS
+from ...model.keras_layout import keras3_bias_shape
 
 #: The cuDNN-only Keras classes and their cell (CELLS key).
 CUDNN_CLASS_OF_CELL = {"gru": "CuDNNGRU", "lstm": "CuDNNLSTM"}
@@ -73,14 +74,15 @@ def classify(shapes: dict) -> Verdict:
         return Verdict(None, cell, reason=f"kernel has shape {k}, expected (input_size, {G * H}) "
                                           f"to match recurrent_kernel {r}")
     I = k[0]
-    plain = {"gru": "GRU", "lstm": "LSTM"}[cell]
+    plain = CELLS[cell].title
+    keras3 = keras3_bias_shape(cell, H)  # (2, 3H) for a reset_after GRU; an LSTM's is its plain bias
     if b == (2 * G * H,):
         cls = CUDNN_CLASS_OF_CELL[cell]
         return Verdict(cls, cell, I, H, f"{cls}, inferred from bias shape {b} = {2 * G} x {H}")
     if b == (G * H,):
         return Verdict(plain, cell, I, H, f"{plain}, bias shape {b} = {G} x {H}")
-    if cell == "gru" and b == (2, G * H):
-        return Verdict(plain, cell, I, H, f"GRU(reset_after=True), bias shape {b}")
+    if len(keras3) == 2 and b == keras3:
+        return Verdict(plain, cell, I, H, f"{plain}(reset_after=True), bias shape {b}")
     return Verdict(None, cell, I, H, f"bias has shape {b}; a {CUDNN_CLASS_OF_CELL[cell]} of {H} units has "
                                      f"({2 * G * H},), a {plain} ({G * H},)"
-                                     + (f" or (2, {G * H})" if cell == "gru" else ""))
+                                     + (f" or {keras3}" if len(keras3) == 2 else ""))

@@ -28,7 +28,7 @@ from typing import Optional
 
 import numpy as np
 
-from ...model.canonical import RNNStack
+from ...model.canonical import CELLS, RNNStack
 from ...errors import OutputError, ReferenceUnavailable, UsageError
 from ...model.target_gates import stacked_blocks
 
@@ -39,6 +39,10 @@ IR_VERSION = 8
 #: Models over this size cannot be one protobuf message (2 GiB hard limit).
 MAX_MODEL_BYTES = 2**31 - 2**20
 OP = {"gru": "GRU", "lstm": "LSTM"}
+#: The operator attributes that make it compute cuDNN's cell (ONNX GRU: the reset gate after the
+#: recurrent product, ``linear_before_reset=1``; module docstring).  A cell missing here is a KeyError,
+#: never another cell's settings.
+OP_ATTRS = {"gru": {"linear_before_reset": 1}, "lstm": {}}
 
 
 def _onnx():
@@ -54,10 +58,12 @@ def describe(stack) -> dict:
     :class:`gruconv.model.canonical.StackShape`; for ``inspect``): one operator per layer."""
     s = getattr(stack, "shape", stack)
     direction = "bidirectional" if s.bidirectional else "forward"
-    attrs = f"hidden_size={s.units}, direction={direction}" + (", linear_before_reset=1" if s.cell == "gru" else "")
+    states = CELLS[s.cell].states
+    attrs = f"hidden_size={s.units}, direction={direction}" + "".join(
+        f", {k}={v}" for k, v in OP_ATTRS[s.cell].items())
     return {"ops": [f"{OP[s.cell]}({attrs})"] * s.num_layers, "opset": OPSET,
-            "inputs": ["x", "h0"] + (["c0"] if s.cell == "lstm" else []) + ["sequence_lens"],
-            "outputs": ["y", "h_n"] + (["c_n"] if s.cell == "lstm" else []),
+            "inputs": ["x"] + [f"{st}0" for st in states] + ["sequence_lens"],
+            "outputs": ["y"] + [f"{st}_n" for st in states],
             "note": "identity input matrices (skip input)" if s.input_mode == "skip" else ""}
 
 
@@ -67,7 +73,7 @@ def build(stack: RNNStack, *, initial_state: bool = False, mask_input: bool = Fa
     from onnx import TensorProto, helper, numpy_helper
 
     s = stack.shape
-    lstm = s.cell == "lstm"
+    states = CELLS[s.cell].states  # h (and c): ONNX's initial_h (initial_c) inputs, Y_h (Y_c) outputs
     H, D, G = s.units, s.num_directions, s.gates
     f32 = TensorProto.FLOAT
     nodes, inits = [], []
@@ -79,16 +85,14 @@ def build(stack: RNNStack, *, initial_state: bool = False, mask_input: bool = Fa
     inputs = [helper.make_tensor_value_info("x", f32, ["batch", "time", s.input_size])]
     state_shape = [s.num_pseudo_layers, "batch", H]
     if initial_state:
-        inputs.append(helper.make_tensor_value_info("h0", f32, state_shape))
-        if lstm:
-            inputs.append(helper.make_tensor_value_info("c0", f32, state_shape))
+        inputs += [helper.make_tensor_value_info(f"{st}0", f32, state_shape) for st in states]
     if mask_input:
         inputs.append(helper.make_tensor_value_info("sequence_lens", TensorProto.INT32, ["batch"]))
     nodes.append(helper.make_node("Transpose", ["x"], ["x_tm"], perm=[1, 0, 2], name="x_to_time_major"))
     if initial_state:
         const("axes0", np.array([0], np.int64))   # only where used: onnxruntime warns of unused initializers
     const("shape_tb_", np.array([0, 0, -1], np.int64))
-    layer_in, finals_h, finals_c = "x_tm", [], []
+    layer_in, finals = "x_tm", {st: [] for st in states}
     for k in range(s.num_layers):
         blocks = [stacked_blocks(stack.params[s.pseudo_layer(k, d)], "onnx", s.cell, s.layer_input_size(k),
                                  np.float32) for d in range(D)]
@@ -100,34 +104,28 @@ def build(stack: RNNStack, *, initial_state: bool = False, mask_input: bool = Fa
         if initial_state:
             const(f"h0_start_l{k}", np.array([k * D], np.int64))
             const(f"h0_end_l{k}", np.array([(k + 1) * D], np.int64))
-            for st in ("h0", "c0") if lstm else ("h0",):
-                nodes.append(helper.make_node("Slice", [st, f"h0_start_l{k}", f"h0_end_l{k}", "axes0"],
-                                              [f"{st}_l{k}"], name=f"{st}_slice_l{k}"))
-            op_in += [f"h0_l{k}"] + ([f"c0_l{k}"] if lstm else [])
-        elif lstm:
-            op_in += ["", ""]
+            for st in states:
+                nodes.append(helper.make_node("Slice", [f"{st}0", f"h0_start_l{k}", f"h0_end_l{k}", "axes0"],
+                                              [f"{st}0_l{k}"], name=f"{st}0_slice_l{k}"))
+            op_in += [f"{st}0_l{k}" for st in states]
         else:
-            op_in += [""]
+            op_in += [""] * len(states)
         while op_in and op_in[-1] == "":
             op_in.pop()
-        outs = [f"Y_l{k}", f"Yh_l{k}"] + ([f"Yc_l{k}"] if lstm else [])
-        attrs = {"hidden_size": H, "direction": "bidirectional" if D == 2 else "forward"}
-        if not lstm:
-            attrs["linear_before_reset"] = 1
+        outs = [f"Y_l{k}"] + [f"Y{st}_l{k}" for st in states]
+        attrs = {"hidden_size": H, "direction": "bidirectional" if D == 2 else "forward", **OP_ATTRS[s.cell]}
         nodes.append(helper.make_node(OP[s.cell], op_in, outs, name=f"{OP[s.cell].lower()}_l{k}", **attrs))
         nodes.append(helper.make_node("Transpose", [f"Y_l{k}"], [f"Yt_l{k}"], perm=[0, 2, 1, 3],
                                       name=f"y_dirs_last_l{k}"))
         nodes.append(helper.make_node("Reshape", [f"Yt_l{k}", "shape_tb_"], [f"y_l{k}"], name=f"y_concat_dirs_l{k}"))
         layer_in = f"y_l{k}"
-        finals_h.append(f"Yh_l{k}")
-        finals_c.append(f"Yc_l{k}")
+        for st in states:
+            finals[st].append(f"Y{st}_l{k}")
     nodes.append(helper.make_node("Transpose", [layer_in], ["y"], perm=[1, 0, 2], name="y_to_batch_major"))
-    nodes.append(helper.make_node("Concat", finals_h, ["h_n"], axis=0, name="h_n_concat"))
-    outputs = [helper.make_tensor_value_info("y", f32, ["batch", "time", D * H]),
-               helper.make_tensor_value_info("h_n", f32, state_shape)]
-    if lstm:
-        nodes.append(helper.make_node("Concat", finals_c, ["c_n"], axis=0, name="c_n_concat"))
-        outputs.append(helper.make_tensor_value_info("c_n", f32, state_shape))
+    outputs = [helper.make_tensor_value_info("y", f32, ["batch", "time", D * H])]
+    for st in states:
+        nodes.append(helper.make_node("Concat", finals[st], [f"{st}_n"], axis=0, name=f"{st}_n_concat"))
+        outputs.append(helper.make_tensor_value_info(f"{st}_n", f32, state_shape))
     graph = helper.make_graph(nodes, _graph_name(stack.name), inputs, outputs, initializer=inits,
                               doc_string=f"gruconv: {s.describe()}")
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="gruconv",
@@ -221,7 +219,7 @@ def read_model(path) -> tuple:
     except Exception as e:  # noqa: BLE001 - protobuf's DecodeError and onnx's ValidationError share no base
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         raise InputError(f"not a valid ONNX model ({first})", path=path) from None
-    ops = [n for n in model.graph.node if n.op_type in ("GRU", "LSTM")]
+    ops = [n for n in model.graph.node if n.op_type in OP.values()]
     x = next((i for i in model.graph.input if i.name == "x"), None)
     if not ops or x is None or len({n.op_type for n in ops}) != 1:
         raise InputError("not a gruconv stack model (needs input 'x' and GRU or LSTM operators of one kind)",
@@ -235,7 +233,7 @@ def read_model(path) -> tuple:
                          path=path)
     direction = dirs.pop()
     direction = direction.decode() if isinstance(direction, bytes) else direction
-    cell = "gru" if ops[0].op_type == "GRU" else "lstm"
+    cell = {op: c for c, op in OP.items()}[ops[0].op_type]  # read() took only OP's operators
     shape = StackShape(int(dims[2].dim_value), int(hidden.pop()), len(ops), direction == "bidirectional",
                        cell=cell)
     name = model.doc_string.rsplit(": ", 1)[0] if ": " in model.doc_string else model.graph.name
