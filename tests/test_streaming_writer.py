@@ -451,13 +451,13 @@ def test_streamed_convert_output_equals_keras_built(tmp_path):
 def test_fallback_to_keras_is_one_warning_line(tmp_path, monkeypatch):
     """A refusal of the streaming writer (planted here: see the slow test for a real class) with Keras
     installed: the Keras-built route writes the file, and one warning line says so."""
-    from gruconv.writers import keras_model
+    from gruconv.writers import keras_route
 
     def refuse(doc, target, **kw):
         raise UnsupportedError("layer 'm/x' (Planted): class Planted is outside the streaming writer's vocabulary")
 
     monkeypatch.setattr(keras_archive, "write_keras_h5_doc", refuse)
-    assert keras_model.keras_installed()
+    assert keras_route.keras_installed()
     out = tmp_path / "out.keras"
     result = api.convert(FIX / "keras" / "sequential.h5", out)
     notes = [w for w in result.warnings if w.startswith("streaming writer:")]
@@ -467,13 +467,13 @@ def test_fallback_to_keras_is_one_warning_line(tmp_path, monkeypatch):
 
 
 def test_refusal_without_keras_names_layer_and_class(tmp_path, monkeypatch):
-    from gruconv.writers import keras_model
+    from gruconv.writers import keras_route
 
     def refuse(doc, target, **kw):
         raise UnsupportedError("layer 'm/x' (Planted): class Planted is outside the streaming writer's vocabulary")
 
     monkeypatch.setattr(keras_archive, "write_keras_h5_doc", refuse)
-    monkeypatch.setattr(keras_model, "keras_installed", lambda: False)
+    monkeypatch.setattr(keras_route, "keras_installed", lambda: False)
     out = tmp_path / "out.keras"
     with pytest.raises(UnsupportedError, match="Planted") as e:
         api.convert(FIX / "keras" / "sequential.h5", out)

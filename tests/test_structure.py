@@ -202,16 +202,67 @@ def test_no_format_name_in(package):
     assert found == []
 
 
-def test_every_writer_offers_the_writer_verbs():
+def _writer_contract():
+    """(required constants, {required verb: parameter names}) read off :class:`gruconv.writers.Writer`."""
+    import inspect
+
     from gruconv import writers
 
+    consts = tuple(writers.Writer.__annotations__)
+    verbs = {n: [p for p in inspect.signature(f).parameters if p != "self"]
+             for n, f in vars(writers.Writer).items() if inspect.isfunction(f) and not n.startswith("_")}
+    return consts, verbs
+
+
+def _writer_breaches(w, consts, verbs, optional) -> list:
+    """How module ``w`` breaks the writer contract: a missing constant or verb, a verb whose parameters
+    differ from the Protocol's, or a public function that is neither a verb nor a declared optional one."""
+    import inspect
+
+    out = [f"no {c}" for c in consts if not hasattr(w, c)]
+    for v, params in verbs.items():
+        f = getattr(w, v, None)
+        if f is None:
+            out.append(f"no {v}()")
+        elif [p for p in inspect.signature(f).parameters] != params:
+            out.append(f"{v}{tuple(inspect.signature(f).parameters)} is not {v}{tuple(params)}")
+    public = {n for n, f in vars(w).items() if inspect.isfunction(f) and f.__module__ == w.__name__
+              and not n.startswith("_")}
+    out += [f"{n}() is neither a writer verb nor in writers.OPTIONAL" for n in sorted(public - set(verbs) - set(optional))]
+    return out
+
+
+def test_every_writer_satisfies_the_writer_protocol():
+    """The contract is written once (``writers.Writer``) and every registered writer module has it;
+    optional verbs are declared in ``writers.OPTIONAL`` (found with ``writers.hook``, not ``hasattr``)."""
+    from gruconv import writers
+
+    consts, verbs = _writer_contract()
+    assert {"FORMAT", "SUFFIX", "CLAIMS", "MANY"} <= set(consts) and {"write_stack", "write_graph", "load"} <= set(verbs)
     for name in writers.WRITERS:
         w = writers.module(name)
+        assert _writer_breaches(w, consts, verbs, writers.OPTIONAL) == [], name
         assert w.FORMAT == name
-        for attr in ("SUFFIX", "CLAIMS", "MANY", "options", "write_stack", "write_graph", "load"):
-            assert hasattr(w, attr), (name, attr)
         assert w.SUFFIX.endswith(w.CLAIMS) or any(w.SUFFIX.endswith(c) for c in w.CLAIMS)
         assert writers.claimed_by("x" + w.SUFFIX) == name
+
+
+def test_the_writer_protocol_check_finds_planted_breaches():
+    import types
+
+    from gruconv import writers
+
+    consts, verbs = _writer_contract()
+    w = types.ModuleType("planted_writer")
+    exec("FORMAT = SUFFIX = 'x'\nCLAIMS = ('x',)\nMANY = SAVES_MODEL = NEEDS_ARCHITECTURE = False\n"
+         "def options(graph): pass\ndef write_stack(document, entry, target, options, name): pass\n"
+         "def write_graph(document, target, options, *, final): pass\ndef sneaky(path): pass\n", vars(w))
+    assert _writer_breaches(w, consts, verbs, writers.OPTIONAL) == [
+        "write_graph('document', 'target', 'options', 'final') is not "
+        "write_graph('document', 'target', 'options', 'warnings', 'final')", "no load()",
+        "sneaky() is neither a writer verb nor in writers.OPTIONAL"]
+    with pytest.raises(KeyError):
+        writers.hook(w, "sneaky")
 
 
 def test_every_reader_offers_the_reader_verbs():

@@ -1,41 +1,9 @@
 """The registry of output formats: the one place that decides an output's format and its name.
 
 Readers (:mod:`gruconv.readers`) produce one document; writers consume it (pandoc's readers →
-AST → writers split).  Every writer is one module with the same attributes and verbs:
-
-``FORMAT``
-    its ``--format`` name (the key in :data:`WRITERS`);
-``SUFFIX``
-    the name ending it gives an output (batch naming, ``--out-dir``);
-``CLAIMS``
-    the name endings that select it when ``--format`` is not given (longest match wins, so
-    ``x.weights.h5`` is Keras 3 weights, ``x.h5`` legacy weights);
-``MANY``
-    True if it can write one file per stack into a directory (a checkpoint with several stacks);
-``SAVES_MODEL``, ``NEEDS_ARCHITECTURE``
-    whether it writes a whole model (a Keras graph's layers are rebuilt: a ``Lambda`` is refused),
-    and whether it needs the architecture at all (a weights-only Keras file then needs ``--config``);
-``options(doc) -> set``
-    the :class:`gruconv.options.Options` fields it reads for that document (a reader declares its
-    own in its ``OPTIONS``; :func:`gruconv.readers.check_options` refuses every other one given);
-``write_stack(document, entry, target, options, name)``
-    one bare RNN stack (a TF1 checkpoint's) written to ``target`` (a temporary path), reading one
-    layer at a time and calling ``document.drop()`` between them
-    (:class:`gruconv.model.canonical.Document`);
-``load(path, rebuild)``
-    what it wrote, as a Keras 3 model for ``verify`` (``rebuild()`` gives the converted
-    architecture, for weights-only formats).
-
-Writers that write no Keras model (``torch``, ``onnx``) also have:
-
-``runners(path) -> {rnn name: runner}``
-    what it wrote, one runner per RNN driven like a ``.keras`` stack model
-    (:class:`gruconv.verify.runners.StackRunner`): ``verify`` checks each RNN as a bare stack;
-``describe(shape) -> {"target", "note"}``
-    what a stack of that shape becomes (``inspect``);
-``WHOLE`` (optional, default False)
-    it writes the whole document into one file with ``write_document(document, [(entry, name)],
-    target, options, warnings)``: every stack and the other tensors (no ``rest.npz``).
+AST → writers split).  Every writer is one module offering :class:`Writer` (the contract, written
+once, checked by ``tests/test_structure.py``); the optional verbs a writer may add are
+:data:`OPTIONAL` and are found with :func:`hook`, never with ``hasattr``.
 
 Beside any of them, :mod:`gruconv.writers.rest_npz` writes the document's other tensors.
 
@@ -47,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Protocol
 
 from ..errors import UsageError
 
@@ -59,6 +27,67 @@ WRITERS = {
     "torch": "gruconv.writers.torch",
     "onnx": "gruconv.writers.onnx",
 }
+
+
+
+class Writer(Protocol):
+    """What every writer module offers (modules satisfy it structurally: their module-level names)."""
+
+    #: its ``--format`` name (the key in :data:`WRITERS`)
+    FORMAT: str
+    #: the name ending it gives an output (batch naming, ``--out-dir``)
+    SUFFIX: str
+    #: the name endings that select it without ``--format`` (longest wins: ``x.weights.h5`` is Keras 3
+    #: weights, ``x.h5`` legacy weights)
+    CLAIMS: tuple
+    #: True if it can write one file per stack into a directory (a checkpoint with several stacks)
+    MANY: bool
+    #: whether it writes a whole model (a Keras graph's layers are rebuilt: a ``Lambda`` is refused)
+    SAVES_MODEL: bool
+    #: whether it needs the architecture at all (a weights-only Keras file then needs ``--config``)
+    NEEDS_ARCHITECTURE: bool
+
+    def options(self, graph: bool) -> frozenset:
+        """The :class:`gruconv.options.Options` fields it reads for a document with (or without) a
+        Keras graph; :func:`gruconv.readers.refuse_unread` refuses every other one given."""
+
+    def write_stack(self, document, entry, target, options, name: str) -> None:
+        """One bare RNN stack (a TF1 checkpoint's) written to ``target`` (a temporary path), one layer
+        at a time, ``document.drop()`` between them (:class:`gruconv.model.canonical.Document`)."""
+
+    def write_graph(self, document, target, options, warnings: list, *, final) -> dict:
+        """A document with a Keras graph written to ``target``."""
+
+    def load(self, path, rebuild):
+        """What it wrote, as a Keras 3 model for ``verify`` (``rebuild()`` gives the converted
+        architecture, for weights-only formats)."""
+
+
+#: The optional verbs, by name, with what having one means.  A writer module defines any of them;
+#: :func:`hook` is the only way the rest of gruconv asks for one.
+OPTIONAL = {
+    "runners": "runners(path) -> {rnn name: StackRunner}: it writes no Keras model; verify runs each "
+               "RNN through the target's own engine (gruconv.verify.runners.StackRunner)",
+    "describe": "describe(shape) -> {'target', 'note'}: what a stack of that shape becomes (inspect)",
+    "gpu_status": "gpu_status() -> (usable, reason, {'strict': .., 'default': ..}): the GPU its runners use",
+    "write_document": "write_document(document, [(entry, name)], target, options, warnings): it writes the "
+                      "whole document (every stack and the other tensors) into one file (no rest.npz)",
+    "write_graph_many": "write_graph_many(document, directory, options, warnings) -> [paths]: a Keras "
+                        "graph's RNNs one file each into a directory",
+    "graph_targets": "graph_targets(graph, directory) -> [paths]: the files write_graph_many writes",
+    "refuse": "refuse(graph): the one-line refusal of a graph it cannot express",
+    "refuse_one_file": "refuse_one_file(graph): the refusal of a graph of several RNNs into one file",
+    "write_graph_with_keras": "write_graph_with_keras(...): write_graph built through Keras (fallback route)",
+    "write_stack_with_keras": "write_stack_with_keras(...): write_stack built through Keras (fallback route)",
+}
+
+
+def hook(writer, verb: str):
+    """``writer``'s optional ``verb`` (one of :data:`OPTIONAL`), or None when it has none."""
+    if verb not in OPTIONAL:
+        raise KeyError(f"{verb!r} is not an optional writer verb (gruconv.writers.OPTIONAL)")
+    return getattr(writer, verb, None)
+
 
 #: The writer of a document's other tensors, beside whichever writer wrote its stacks.
 REST = "gruconv.writers.rest_npz"
@@ -111,12 +140,12 @@ def stack_runners(path) -> Optional[dict]:
     if Path(path).is_dir():  # a directory of one file per stack: every file a runner-writer claims
         found: dict = {}
         for p in sorted(Path(path).iterdir()):
-            if p.is_file() and claimed_by(p) is not None and hasattr(module(claimed_by(p)), "runners"):
+            if p.is_file() and claimed_by(p) is not None and hook(module(claimed_by(p)), "runners"):
                 found.update(module(claimed_by(p)).runners(p))
         return found or None
     name = claimed_by(path)
     writer = module(name) if name is not None else None
-    if writer is None or not hasattr(writer, "runners"):
+    if writer is None or hook(writer, "runners") is None:
         return None
     return writer.runners(Path(path))
 
@@ -129,7 +158,7 @@ def gpu_probe(path):
     files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
     for p in files:
         name = claimed_by(p)
-        if name is not None and hasattr(module(name), "gpu_status"):
+        if name is not None and hook(module(name), "gpu_status"):
             return module(name).gpu_status
     return None
 
@@ -137,7 +166,7 @@ def gpu_probe(path):
 def targets(shape) -> dict:
     """``{format: {"target", "note"}}``: what each writer with ``describe`` makes of a stack of
     ``shape`` (a :class:`gruconv.model.canonical.StackShape`), for ``inspect``."""
-    return {name: module(name).describe(shape) for name in WRITERS if hasattr(module(name), "describe")}
+    return {name: module(name).describe(shape) for name in WRITERS if hook(module(name), "describe")}
 
 
 def suffixes() -> tuple:

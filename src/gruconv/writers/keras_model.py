@@ -44,26 +44,7 @@ def options(graph: bool) -> frozenset:
     return LOAD_OPTIONS if graph else LOAD_OPTIONS | INTERFACE_OPTIONS
 
 
-def keras_installed() -> bool:
-    """Keras 3 and one backend it can use are importable (found, not imported: the same backends
-    :func:`gruconv.keras3.runtime.pick_backend` picks from)."""
-    import importlib.util
-
-    def found(name: str) -> bool:
-        try:
-            return importlib.util.find_spec(name) is not None
-        except (ImportError, ValueError):  # a broken install counts as none
-            return False
-
-    return found("keras") and any(found(m) for m in ("tensorflow", "torch", "jax"))
-
-
-def fallback_note(reason: str) -> str:
-    """The one warning line of a fallback to the Keras-built route."""
-    return f"streaming writer: {reason}; written through Keras instead (built, saved and loaded back)"
-
-
-def graph_notes(graph, warnings: list) -> None:
+def _graph_notes(graph, warnings: list) -> None:
     """The notes either route gives for a Keras graph: float16 recurrent layers (their initializer) and
     mask-producing layers (read from the model config: :func:`gruconv.keras3.archive.mask_producers`)."""
     from ..keras3.runtime import LOW_PRECISION_NOTE
@@ -84,19 +65,16 @@ def write_graph(document, target, options, warnings: list, *, final) -> dict:
     """A Keras graph as a ``.keras`` model, streamed (:func:`gruconv.keras3.archive.write_keras_h5_doc`);
     the Keras-built route when the streaming writer refuses and Keras is installed.  Returns NaN/Inf
     counts per layer."""
-    from ..errors import UnsupportedError
     from ..keras3 import archive as keras_archive
+    from .keras_route import BUILD, streamed
 
     graph = document.graph
     notes, nonfinite = [], {}
-    try:
-        manifest = keras_archive.write_keras_h5_doc(graph, target, warnings=notes, nonfinite=nonfinite)
-    except UnsupportedError as e:
-        if graph.model_config is None or not keras_installed():
-            raise
-        warnings.append(fallback_note(e.message))
+    manifest = streamed(
+        graph, warnings, lambda: keras_archive.write_keras_h5_doc(graph, target, warnings=notes, nonfinite=nonfinite))
+    if manifest is BUILD:  # the Keras-built route (its warning line is written)
         return write_graph_with_keras(document, target, options, warnings, final=final)
-    graph_notes(graph, warnings)
+    _graph_notes(graph, warnings)
     warnings.extend(notes)
     if getattr(options, "check_load", False):
         keras_archive.check_load(target, manifest)
@@ -113,7 +91,7 @@ def write_graph_with_keras(document, target, options, warnings: list, *, final) 
 
     graph = document.graph
     model, nonfinite = graph.build_model()
-    graph_notes(graph, warnings)
+    _graph_notes(graph, warnings)
     if graph.training_config:
         warnings.extend(keras3.compile_from_training_config(model, graph.training_config))
     digests = keras3.save(model, target)

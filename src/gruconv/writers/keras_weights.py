@@ -13,7 +13,6 @@ from __future__ import annotations
 FORMAT = "keras-weights"
 SUFFIX = ".weights.h5"
 CLAIMS = (".weights.h5",)
-#: Writes a whole model (config and weights): a Keras graph's layers are rebuilt and saved with it.
 SAVES_MODEL = False
 #: Needs the architecture (a weights-only Keras file needs ``--config``) to write anything.
 NEEDS_ARCHITECTURE = True
@@ -28,19 +27,15 @@ def options(graph: bool) -> frozenset:
 def write_graph(document, target, options, warnings: list, *, final) -> dict:
     """A Keras graph's converted model's weights, streamed; Keras's ``save_weights`` outside the
     streaming writer's vocabulary when Keras is installed."""
-    from ..errors import UnsupportedError
     from ..keras3 import archive as keras_archive
-    from .keras_model import fallback_note, keras_installed
+    from .keras_route import BUILD, streamed
 
     graph = document.graph
     nonfinite, info = {}, {}
-    try:
-        manifest = keras_archive.write_keras_h5_doc(graph, target, weights_only=True, nonfinite=nonfinite,
-                                                    info=info)
-    except UnsupportedError as e:
-        if graph.model_config is None or not keras_installed():
-            raise
-        warnings.append(fallback_note(e.message))
+    manifest = streamed(
+        graph, warnings, lambda: keras_archive.write_keras_h5_doc(graph, target, weights_only=True,
+                                                                  nonfinite=nonfinite, info=info))
+    if manifest is BUILD:  # the Keras-built route (its warning line is written)
         return write_graph_with_keras(document, target, options, warnings, final=final)
     if getattr(options, "check_load", False):
         keras_archive.check_load(target, manifest, config=info["config"])

@@ -18,9 +18,8 @@ import numpy as np
 FORMAT = "h5-weights"
 SUFFIX = ".h5"
 CLAIMS = (".h5", ".hdf5")
-#: Writes a whole model (config and weights): a Keras graph's layers are rebuilt and saved with it.
 SAVES_MODEL = False
-#: Needs the architecture (a weights-only Keras file needs ``--config``) to write anything.
+#: Writes the layers' weights under their own names: no architecture needed, none rebuilt.
 NEEDS_ARCHITECTURE = False
 MANY = False
 
@@ -42,7 +41,7 @@ def write_graph(document, target, options, warnings: list, *, final) -> dict:
     return graph.write_legacy(target, include_model=False)
 
 
-def layer_weight_names(stack, lname: str) -> list:
+def _layer_weight_names(stack, lname: str) -> list:
     """The ``weight_names`` tf_keras's ``save_weights`` gives layer ``lname`` of the stack: a
     ``GRU``/``LSTM`` or its ``Bidirectional`` wrapper (forward weights, then backward)."""
     cell = stack.shape.cell
@@ -72,7 +71,7 @@ def write_stack(document, entry, target, options, name: str) -> None:
         for layer in range(s.num_layers):
             lname = layer_names[layer + 1]
             g = f.create_group(lname)
-            wnames = layer_weight_names(stack, lname)
+            wnames = _layer_weight_names(stack, lname)
             g.attrs["weight_names"] = np.array([w.encode("utf-8") for w in wnames])
             for d in range(s.num_directions):
                 arrays = keras_arrays(stack.params[s.pseudo_layer(layer, d)], s.cell, s.layer_input_size(layer))

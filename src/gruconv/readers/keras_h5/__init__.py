@@ -1029,7 +1029,7 @@ def _to_directory(writer, output) -> bool:
     """A writer of one file per RNN (``write_graph_many``: onnx) given a directory, or a name no
     writer claims (``--format onnx DIR``)."""
     output = Path(output)
-    return hasattr(writer, "write_graph_many") and (output.is_dir() or writers.claimed_by(output) is None)
+    return writers.hook(writer, "write_graph_many") is not None and (output.is_dir() or writers.claimed_by(output) is None)
 
 
 def _check_directory(doc: KerasH5Model, writer, output: Path, opts: Options) -> list:
@@ -1173,7 +1173,7 @@ def convert(doc: KerasH5Model, output: Path, opts: Optional[Options] = None) -> 
     for rnn in doc.rnns:
         bad = nonfinite.get(rnn.path, 0)
         result.rnns.append(_rnn_entry(rnn, bad))
-        if hasattr(writer, "describe"):  # a non-Keras target says what it made
+        if writers.hook(writer, "describe"):  # a non-Keras target says what it made
             result.rnns[-1]["converts_to"] = writer.describe(rnn.shape)["target"]
         if bad:
             result.warnings.append(f"{rnn.path}: {bad} NaN/Inf weight value(s) carried over unchanged")

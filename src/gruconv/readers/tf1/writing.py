@@ -74,7 +74,7 @@ def _targets(doc: CheckpointDoc, output: Path, opts: Options) -> tuple:
     as_dir = fmt is None
     if fmt is not None and output.is_dir():
         raise OutputError(f"--format {fmt} writes one file: OUTPUT is a directory", path=output)
-    whole = not as_dir and getattr(writers.module(fmt), "WHOLE", False)
+    whole = not as_dir and writers.hook(writers.module(fmt), "write_document") is not None
     if not as_dir and len(doc.stacks) > 1 and not whole:
         scopes = ", ".join(repr(e.scope) for e in doc.stacks)
         raise UsageError(f"the checkpoint holds {len(doc.stacks)} {cells_text(doc.stacks)} stacks ({scopes}): "
@@ -262,7 +262,7 @@ def convert(doc: CheckpointDoc, output: Path, opts: Optional[Options] = None) ->
             r.release()
             result.outputs.append(str(target))
             result.rnns.append(dict(rnn_entry(e), output=str(target)))
-            if hasattr(writer, "describe"):  # a non-Keras target says what it made
+            if writers.hook(writer, "describe"):  # a non-Keras target says what it made
                 result.rnns[-1]["converts_to"] = writer.describe(e.shape)["target"]
         if doc.other_keys:
             rest_npz.write(document, rest_target, True if as_dir else force, result.warnings)

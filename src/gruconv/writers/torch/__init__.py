@@ -30,11 +30,9 @@ CLAIMS = (".safetensors",)
 SAVES_MODEL = False
 #: Needs no architecture: a weights-only Keras file converts as it is.
 NEEDS_ARCHITECTURE = False
-#: One file for any number of stacks (see :data:`WHOLE`), never a directory.
+#: One file for any number of stacks (:func:`write_document`: every stack and the other tensors, so
+#: the checkpoint reader writes no ``rest.npz``), never a directory.
 MANY = False
-#: Writes the whole document into one file: every stack and the other tensors
-#: (:func:`write_document`; the checkpoint reader then writes no ``rest.npz``).
-WHOLE = True
 
 
 def options(graph: bool) -> frozenset:
