@@ -116,6 +116,39 @@ CHECK_KEYS = {"name", "max_abs", "max_rel", "tolerance", "passed", "reference_er
               "by_algorithm"}
 
 
+@pytest.mark.parametrize("name", ["keras/sequential.h5", "keras_lstm/mixed.h5"])
+def test_verify_without_converted_checks_what_convert_writes(name, monkeypatch, tmp_path):
+    """Issue 28: ``verify in.h5`` builds the model from the streamed writer's own config and weights
+    (``writers.keras_route.built``), so a fault in the streamed writer alone -- planted here: its array
+    stream adds 1e-3 to the first converted kernel -- fails it, as it fails ``verify in.h5 out.keras``.
+    (It used to check the Keras-built route, which this plant does not touch.)"""
+    from gruconv.keras3 import archive
+
+    real = archive.legacy_h5_arrays
+
+    def planted(doc, tops, nonfinite=None):
+        first = True
+        for group, index, arr in real(doc, tops, nonfinite):
+            if first and isinstance(arr, archive.Pieces):  # a converted kernel, written gate block by block
+                pieces = arr.pieces
+
+                def shifted(pieces=pieces):
+                    for where, block in pieces():
+                        yield where, block + np.asarray(1e-3, block.dtype)
+                arr, first = archive.Pieces(arr.shape, arr.dtype, shifted), False
+            yield group, index, arr
+
+    path = FIXTURES / name
+    assert verify(path, reference="oracle", device="cpu").passed
+    monkeypatch.setattr(archive, "legacy_h5_arrays", planted)
+    api.convert(path, tmp_path / "out.keras")
+    with_file = verify(path, tmp_path / "out.keras", reference="oracle", device="cpu")
+    in_memory = verify(path, reference="oracle", device="cpu")
+    assert not with_file.passed and not in_memory.passed
+    assert [c.name for c in with_file.checks] == [c.name for c in in_memory.checks]
+    assert [c.max_abs for c in with_file.checks] == [c.max_abs for c in in_memory.checks]
+
+
 def test_json_report_schema(tmp_path):
     out = tmp_path / "r.json"
     res = CliRunner().invoke(main, ["verify", str(KERAS / "bidir_concat.h5"), "--reference", "oracle",

@@ -141,6 +141,34 @@ def load_weights(model, path: Path) -> None:
         raise InputError(f"cannot load converted weights ({first_line(e, 200)})", path=path) from None
 
 
+#: The initializer every layer gets in :func:`from_config` (Keras 3's serialized form).
+_ZEROS = {"module": "keras.initializers", "class_name": "Zeros", "config": {}, "registered_name": None}
+
+
+def _zero_initializers(obj):
+    if isinstance(obj, dict):
+        return {k: (_ZEROS if k.endswith("_initializer") and isinstance(v, (dict, str)) else _zero_initializers(v))
+                for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_zero_initializers(v) for v in obj]
+    return obj
+
+
+def from_config(config: dict):
+    """The Keras 3 model of a ``config.json`` dict (the streamed writer's, :mod:`gruconv.keras3.config`),
+    built with every initializer set to ``Zeros``: the caller loads the converted weights right after, so
+    building draws no random weights -- which on a float16 model is an op some backends lack (torch:
+    ``"geqrf_cpu" not implemented for 'Half'`` from Orthogonal; JAX: ``Unsupported dtype float16``).
+    Safe mode stays on; a config Keras refuses is one :class:`InputError`."""
+    k = keras()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return k.saving.deserialize_keras_object(_zero_initializers(config), safe_mode=True)
+    except Exception as e:  # noqa: BLE001 - any Keras failure means a config Keras 3 cannot build
+        raise InputError(f"Keras 3 cannot build the converted model ({first_line(e, 200)})") from None
+
+
 def to_numpy(t):
     import numpy as np
 

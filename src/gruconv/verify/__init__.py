@@ -104,8 +104,8 @@ def verify(input, converted=None, options: Optional[Options] = None, *, toleranc
            **kw) -> VerifyReport:
     """Run the original parameters through the reference and the converted model on the CPU; compare.
 
-    Without ``converted``, the model is built in memory by the format's
-    ``to_keras`` — the same code ``convert`` saves from.  Never raises for a
+    Without ``converted``, the model ``convert`` would write, built in memory (a Keras graph: from the
+    streamed writer's own config and weights, :func:`gruconv.writers.keras_route.built`).  Never raises for a
     parity failure: the report says; the CLI decides.
     """
     from ..keras3 import runtime as keras3

@@ -43,3 +43,26 @@ def streamed(graph, warnings: list, write):
             raise
         warnings.append(fallback_note(e.message))
         return BUILD
+
+
+def built(graph):
+    """The converted model of a Keras graph in memory, for ``verify`` without a converted file: the
+    streamed writer's own config and weights (a ``.weights.h5`` in a private directory, loaded into
+    :func:`gruconv.keras3.runtime.from_config` of the config it wrote), so ``verify in.h5`` checks what
+    ``convert in.h5 out.keras`` writes (issue 28: it checked the Keras-built route while convert wrote
+    the streamed one).  Where the streaming writer refuses the graph, the Keras-built route, as
+    ``convert`` does.  Returns ``(model, {layer: NaN/Inf count})``."""
+    import tempfile
+    from pathlib import Path
+
+    from ..keras3 import archive, runtime
+
+    with tempfile.TemporaryDirectory(prefix="gruconv-") as td:
+        target, info, nonfinite = Path(td) / "converted.weights.h5", {}, {}
+        wrote = streamed(graph, [], lambda: archive.write_keras_h5_doc(graph, target, weights_only=True,
+                                                                       nonfinite=nonfinite, info=info))
+        if wrote is BUILD:
+            return graph.build_model()
+        model = runtime.from_config(info["config"])
+        runtime.load_weights(model, target)
+        return model, nonfinite
