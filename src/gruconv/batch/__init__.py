@@ -27,15 +27,17 @@
 4. **Convert** with :func:`gruconv.api.convert`, in-process for ``jobs=1``, else in a pool of
    worker processes, forked where that is safe and spawned otherwise (:func:`.work.start_method`; each
    is reused, and imports Keras once when the run needs it). A :class:`GruconvError`
-   fails one input; any other exception is a bug, recorded as ``internal error`` with its
-   traceback in the JSON report. A failed input leaves no output (what it created or replaced is
+   fails one input (``failed``); any other exception is a bug, recorded as ``internal-error``
+   (its error text starting ``internal error:``) with its traceback in the JSON report and as a
+   JUnit ``<error>``; so is a worker process that died. A failed input leaves no output (what it created or replaced is
    removed, with the directories made for it). Without ``keep_going`` the first failure stops
    the run (pending work is cancelled); the reports still cover what ran.
 5. **Report**: one line per input through ``print_fn`` (stderr by default; a progress line on a
    terminal; names with control characters escaped), a summary table (stdout), and optionally a
    JSON report and a JUnit XML file (both written atomically).
 
-Exit code (:attr:`Summary.exit_code`): ``InputError.exit_code`` (3) if any input failed or no input
+Exit code (:attr:`Summary.exit_code`), the most serious outcome first: ``InternalError.exit_code`` (4)
+if any input hit an internal error, else ``InputError.exit_code`` (3) if any input failed or no input
 of any shard could be converted at all (nothing found, or every directory skipped: one line names the
 roots, and the JSON and JUnit reports say so; a CI job that converts nothing never looks green), else
 ``ParityError.exit_code`` (1) if any failed verification, else 0 (converted, skipped, nothing to
