@@ -140,3 +140,25 @@ def test_real_process_exit_code_and_stderr(debug, tmp_path):
         assert p.stderr.startswith("Traceback (most recent call last):")
         assert p.stderr.splitlines()[-1] == DEBUG_LINE
     assert p.stdout == "" and list(out.parent.iterdir()) == []
+
+
+def test_entry_main_catches_a_bug_outside_the_command(monkeypatch, capsys):
+    """:func:`gruconv.entry.main` is the last net: a bug that escapes Click (here: importing the CLI
+    fails) is still the one line and exit 4."""
+    from gruconv import entry
+
+    monkeypatch.delenv(InternalError.DEBUG_ENV, raising=False)
+    monkeypatch.setattr(sys, "argv", ["gruconv", "inspect", str(MODEL)])
+    monkeypatch.setitem(sys.modules, "gruconv.cli", None)   # "import gruconv.cli" raises ImportError
+    import signal
+
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with pytest.raises(SystemExit) as ex:
+            entry.main()
+    finally:
+        for s, h in saved.items():   # entry.main installs gruconv's handlers for the process
+            signal.signal(s, h)
+    assert ex.value.code == 4
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("gruconv: internal error: ModuleNotFoundError: import of gruconv.cli")
