@@ -13,6 +13,31 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
 
 
+def assert_parity_failure(result) -> None:
+    """Exit 1 because verification found the numbers differ, never because something crashed.
+
+    Click's ``CliRunner`` reports an exception that escaped the command as ``exit_code == 1`` (with
+    ``result.exception`` that exception), the same code as a parity failure; a real process that
+    dies of an uncaught exception exits 1 too.  So exit 1 alone proves nothing: the exit must be
+    gruconv's own (``sys.exit``, i.e. a ``SystemExit``, or a process's return code), with no
+    traceback and the parity line on stderr (``parity FAIL`` from single mode, ``outside tolerance``
+    from a batch record).  Takes a ``click.testing.Result`` or a ``subprocess.CompletedProcess``."""
+    import re
+    import subprocess
+
+    if isinstance(result, subprocess.CompletedProcess):
+        code, err, out = result.returncode, result.stderr, result.stdout
+        err = err.decode("utf-8", "replace") if isinstance(err, bytes) else err
+        out = out.decode("utf-8", "replace") if isinstance(out, bytes) else out
+    else:
+        assert result.exception is None or isinstance(result.exception, SystemExit), \
+            f"an exception escaped the command: {result.exception!r}"
+        code, err, out = result.exit_code, result.stderr, result.stdout
+    assert code == 1, f"exit {code}, expected 1 (parity failure): {err[-2000:]}"
+    assert "Traceback" not in err and "Traceback" not in (out or ""), err[-2000:]
+    assert re.search(r"parity FAIL|outside tolerance", err), f"no parity-failure line on stderr: {err[-2000:]}"
+
+
 def golden_dir() -> Path:
     """The real-cuDNN golden files: ``fixtures/cudnn-golden`` (a byte-identical copy of
     ``shared/cudnn-golden``, so a clone or an sdist runs its tests alone; ``test_oracle.py`` checks

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import FIXTURES
+from conftest import FIXTURES, assert_parity_failure
 from gruconv import __version__, batch
 from gruconv.cli import main
 from gruconv.errors import OutputError, UsageError
@@ -523,7 +523,7 @@ def test_parity_failure_exit_1_and_pass_exit_0(tree):
     # every bound at 0 (tolerance, rtol, floor multiple: issue 19's rule) forces a parity failure
     res = cli("models/a/sequential.h5", "--out-dir", "out", "--jobs", "1", "--verify", "--tolerance", "0",
               "--rtol", "0", "--floor-k", "0", "--report", "r.json", "--junit", "r.xml")
-    assert res.exit_code == 1
+    assert_parity_failure(res)
     rep = json.loads(Path("r.json").read_text())
     r = rep["inputs"][0]
     assert r["status"] == "parity-failed" and r["exit_code"] == 1 and r["verification"]["passed"] is False

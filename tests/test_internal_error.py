@@ -162,3 +162,26 @@ def test_entry_main_catches_a_bug_outside_the_command(monkeypatch, capsys):
     assert ex.value.code == 4
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("gruconv: internal error: ModuleNotFoundError: import of gruconv.cli")
+
+
+def test_assert_parity_failure_rejects_a_crash_that_exits_1():
+    """The helper every exit-1 test uses: a command that crashes also "exits 1" under CliRunner and in
+    a real process; the helper must tell that from a parity failure."""
+    import click
+
+    from conftest import assert_parity_failure
+
+    @click.command()
+    def crashes():
+        raise ZeroDivisionError("not a parity failure")
+
+    res = CliRunner().invoke(crashes, [])
+    assert res.exit_code == 1
+    with pytest.raises(AssertionError, match="an exception escaped"):
+        assert_parity_failure(res)
+    p = subprocess.run([sys.executable, "-c", "1/0"], capture_output=True, text=True)
+    assert p.returncode == 1
+    with pytest.raises(AssertionError):
+        assert_parity_failure(p)
+    ok = subprocess.CompletedProcess([], 1, "", "gruconv: error: parity FAIL, 1 of 2 checks\n")
+    assert_parity_failure(ok)
