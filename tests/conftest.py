@@ -13,6 +13,34 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
 
 
+# --------------------------------------------------------------------------- process-wide state
+
+def environ_changes(before: dict) -> list:
+    """The names of the environment variables that differ from ``before`` (added, removed, changed)."""
+    return sorted(k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """Collecting a test module must not change ``os.environ``: one that did (``scripts/
+    measure_verdicts.py``'s ``CUDA_VISIBLE_DEVICES=""``, executed when ``test_sensitivity.py`` was
+    collected) changed it for every test of the process, and hid the GPU from a whole ``pytest -m
+    gpu`` run (issue 31).  Such a module is a collection error naming the variables (values are not
+    shown); set them in a fixture with ``monkeypatch.setenv`` or in a script's ``__main__`` path.
+    Works under xdist too (each worker's collection error fails the run); proven on a planted module
+    by ``tests/test_process_state.py``."""
+    before = dict(os.environ)
+    outcome = yield
+    changed = environ_changes(before)
+    if changed:
+        rep = outcome.get_result()
+        if rep.outcome != "failed":
+            rep.outcome = "failed"
+            rep.longrepr = (f"collecting {collector.nodeid or collector.name} changed os.environ: "
+                            f"{', '.join(changed)} (tests set variables with monkeypatch.setenv in a fixture; "
+                            "nothing is set at import)")
+
+
 def assert_parity_failure(result) -> None:
     """Exit 1 because verification found the numbers differ, never because something crashed.
 
