@@ -354,8 +354,11 @@ def verify(input, converted, tolerance, rtol, floor_k, reference, allow_tf32, de
     from .errors import ParityError
     from .verify import verify as _verify
 
-    if json_path is not None:
+    if json_path is not None:   # refused before the verification runs, not after
+        from .files.outputs import check_target
+
         api.check_not_inputs([json_path], input, converted, config, inputs)
+        check_target(json_path, force=True)
     rep = _verify(input, converted, tolerance=tolerance, rtol=rtol, floor_k=floor_k, reference=reference,
                   allow_tf32=allow_tf32, batch=batch, steps=steps, seed=seed, inputs=inputs, device=device, config=config, hints=_hints(kw),
                   prefer=prefer, rnn=rnn)

@@ -136,9 +136,14 @@ def convert_many(paths, out_dir, *, jobs: Optional[int] = None, keep_going: bool
         raise OutputError(f"--out-dir: {why}", path=out_dir)
     try:
         if os.path.lexists(out_dir) and not out_dir.is_dir():
-            raise UsageError(f"--out-dir {str(out_dir)!r} exists and is not a directory")
+            raise OutputError("--out-dir exists and is not a directory", path=out_dir)
     except OSError as e:
         raise OutputError(f"cannot use the output directory ({e.strerror or e})", path=out_dir) from None
+    from ..files.outputs import check_creatable
+
+    for flag, path in (("--report", report), ("--junit", junit)):
+        if path is not None:   # written at the end: refused now, before anything is converted
+            check_creatable(Path(path), what=flag)
 
     # Every whole-run refusal comes before anything is written: --out-dir is created only once the
     # plan stands and something is to be converted.
