@@ -44,8 +44,11 @@ test-all: setup
 test-slow: setup
 	$(call timed,$(PYTEST) -m 'slow and not gpu' $(ARGS),make test-slow)
 
+# The whole GPU tier (-m gpu) in one pytest process per Keras backend, torch then JAX (GPU_BACKENDS):
+# scripts/test_gpu.sh, which scripts/gpu_session.sh runs on the device machine too.
+GPU_BACKENDS ?= torch jax
 test-gpu: setup
-	$(PY) -m pytest -q -m gpu $(ARGS)
+	PY=$(PY) bash scripts/test_gpu.sh $(GPU_BACKENDS) -- $(ARGS)
 
 bench: setup
 	$(PY) bench/run.py

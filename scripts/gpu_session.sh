@@ -3,7 +3,12 @@
 # torch and the JAX backend, the CLI's own GPU report, the GPU forward benchmark.  Results land in $OUT
 # (device tool) or ./gpu-out; copy them into docs/gpu-verification.md with the date and versions.
 # Needs the wheels in .whl (keras, namex, optree, google-crc32c: the device README says how to fetch them).
-# Usage: scripts/gpu_session.sh [torch|more|jax|all]  (one device call each fits the 10-minute limit)
+# Usage: scripts/gpu_session.sh [all|tier|torch|more|jax|trained]
+#   all (default): `make test-gpu` whole -- every test marked gpu, in ONE pytest process on the torch
+#          backend, then one on JAX (scripts/test_gpu.sh, the Makefile's recipe; KERAS_BACKEND is set
+#          for each, so no TensorFlow is needed) -- then the CLI's own GPU report;
+#   tier:  the same tier on one backend (BACKEND=torch by default, BACKEND=jax), for a device call
+#          limited to 10 minutes; the stages below are smaller parts of it:
 #   torch: the cuDNN runner, verify and the Keras GPU path on the torch backend;
 #   more:  the eligibility probe (static verdicts vs kernels taken), the PyTorch/ONNX targets on CUDA, the
 #          trained fixtures (issue 19) against cuDNN on the strict GPU path;
@@ -19,8 +24,20 @@ export GRUCONV_GOLDEN_DIR=$PWD/fixtures/cudnn-golden
 {
   date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   python3 -c "import torch, jax, keras, numpy; print('torch', torch.__version__, 'jax', jax.__version__, 'keras', keras.__version__, 'numpy', numpy.__version__)"
-  python3 -m gruconv.cudnn_rnn fixtures/cudnn-golden fixtures/cudnn-golden-lstm 2>&1 | tail -25
+  python3 -m gruconv.verify.reference.cudnn_rnn fixtures/cudnn-golden fixtures/cudnn-golden-lstm 2>&1 | tail -25
 } 2>&1 | tee "$OUT/env.txt"
+if [ "$STAGE" = all ] || [ "$STAGE" = tier ]; then
+  [ "$STAGE" = all ] && backends="torch jax" || backends=${BACKEND:-torch}
+  PY=python3 bash scripts/test_gpu.sh $backends 2>&1 | tee "$OUT/pytest-gpu-tier.txt" | \
+    grep -E "passed|failed|FAILED|ERROR|Error|make test-gpu" | tail -60
+  rc=${PIPESTATUS[0]}
+  if [ "$STAGE" = all ]; then
+    for f in fixtures/keras/bidir_concat.h5 fixtures/keras_lstm/mixed.h5 fixtures/tf1/layer_80x256; do
+      python3 -m gruconv verify "$f" --reference cudnn --device both --steps 50 --batch 4; echo "exit=$?"
+    done 2>&1 | tee "$OUT/verify-cli.txt" | tail -30
+  fi
+  exit $rc
+fi
 if [ "$STAGE" = trained ]; then
   B=${BACKEND:-torch}
   KERAS_BACKEND=$B XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 560 python3 -m pytest -q -m gpu -p no:cacheprovider -rs -s \

@@ -31,11 +31,17 @@ import time
 import warnings
 from pathlib import Path
 
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
-
 import numpy as np
+
+
+def cpu_environment() -> None:
+    """The measurement's environment (TensorFlow backend, CPU only, quiet), set when run as a script,
+    before Keras is imported.  Never at import: ``tests/test_sensitivity.py`` imports this module,
+    and a ``CUDA_VISIBLE_DEVICES=""`` set during collection hid the GPU from every test of a
+    ``pytest -m gpu`` run (issue 31)."""
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
 
 class _VerifyInternals:
@@ -310,4 +316,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    cpu_environment()
     sys.exit(main())

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import FIXTURES
+from conftest import FIXTURES, assert_parity_failure
 from gruconv import __version__, batch
 from gruconv.cli import main
 from gruconv.errors import OutputError, UsageError
@@ -174,7 +174,8 @@ def test_mixed_directory_python_api(tree):
     assert s.exit_code == 0
     assert {r.input: (r.status, r.outputs) for r in s.records} == EXPECTED
     assert [r.input for r in s.records] == sorted(EXPECTED)
-    assert s.counts == {"ok": 4, "nothing-to-convert": 1, "skipped": 0, "parity-failed": 0, "failed": 0}
+    assert s.counts == {"ok": 4, "nothing-to-convert": 1, "skipped": 0, "parity-failed": 0, "failed": 0,
+                        "internal-error": 0}
     assert s.not_run == []
     seq = next(r for r in s.records if r.input == "models/a/sequential.h5")
     assert [st.get("name", st.get("path")) for st in seq.stacks] == ["cu_dnngru", "cu_dnngru_1"]
@@ -522,7 +523,7 @@ def test_parity_failure_exit_1_and_pass_exit_0(tree):
     # every bound at 0 (tolerance, rtol, floor multiple: issue 19's rule) forces a parity failure
     res = cli("models/a/sequential.h5", "--out-dir", "out", "--jobs", "1", "--verify", "--tolerance", "0",
               "--rtol", "0", "--floor-k", "0", "--report", "r.json", "--junit", "r.xml")
-    assert res.exit_code == 1
+    assert_parity_failure(res)
     rep = json.loads(Path("r.json").read_text())
     r = rep["inputs"][0]
     assert r["status"] == "parity-failed" and r["exit_code"] == 1 and r["verification"]["passed"] is False
@@ -543,25 +544,52 @@ def test_any_failure_beats_parity_failure(tree):
 
 
 def test_internal_error_is_recorded_with_traceback(tree, monkeypatch):
+    """A bug in one input's conversion (a planted ZeroDivisionError) is an ``internal-error`` record,
+    distinct from an input's ``failed``: exit code 4 on the record and for the whole run (above the
+    other input's exit 3), a JUnit <error> (not a <failure>), the traceback in the JSON report only,
+    and nothing left of its output."""
     from gruconv import api
 
     real = api.convert
 
     def boom(input, output, **kw):
         if "sequential" in str(input):
+            Path(output).write_bytes(b"half")   # what a bug may leave: the batch must remove it
             raise ZeroDivisionError("boom")
         return real(input, output, **kw)
 
     monkeypatch.setattr(api, "convert", boom)
-    res = cli(tree, "--out-dir", "out", "--jobs", "1", "--keep-going", "--report", "r.json")
-    assert res.exit_code == 3
+    broken(tree / "c" / "zz_truncated.h5")
+    res = cli(tree, "--out-dir", "out", "--jobs", "1", "--keep-going", "--report", "r.json", "--junit", "r.xml")
+    assert res.exit_code == 4 and isinstance(res.exception, SystemExit)
     rep = json.loads(Path("r.json").read_text())
+    assert rep["exit_code"] == 4
+    assert rep["summary"]["internal-error"] == 1 and rep["summary"]["failed"] == 1
     r = next(r for r in rep["inputs"] if r["input"] == "models/a/sequential.h5")
-    assert r["status"] == "failed" and r["error"] == "internal error: ZeroDivisionError: boom"
+    assert r["status"] == "internal-error" and r["exit_code"] == 4
+    assert r["error"] == "internal error: ZeroDivisionError: boom"
     assert "Traceback (most recent call last)" in r["traceback"] and "boom" in r["traceback"]
+    bad = next(r for r in rep["inputs"] if r["input"].endswith("zz_truncated.h5"))
+    assert bad["status"] == "failed" and bad["exit_code"] == 3 and "internal error" not in bad["error"]
+    assert not Path("out/a/sequential.keras").exists()
     assert "FAILED models/a/sequential.h5: internal error: ZeroDivisionError: boom" in res.stderr
     assert "Traceback" not in res.output
     assert all("traceback" not in x for x in rep["inputs"] if x is not r)
+    root = check_junit(Path("r.xml"))
+    assert root.get("errors") == "1" and root.get("failures") == "1"
+    case = next(c for c in root.findall("testcase") if c.get("name") == "models/a/sequential.h5")
+    assert case.find("failure") is None and case.find("error").get("type") == "InternalError"
+
+
+def test_internal_error_stops_the_run_without_keep_going(tree, monkeypatch):
+    from gruconv import api
+
+    def boom(input, output, **kw):
+        raise RuntimeError("planted")
+
+    monkeypatch.setattr(api, "convert", boom)
+    s = batch.convert_many([tree], "out", jobs=1, echo=False)
+    assert [r.status for r in s.records] == ["internal-error"] and s.not_run and s.exit_code == 4
 
 
 def test_existing_outputs_are_refused_without_force(tree):
@@ -611,7 +639,8 @@ def test_json_report_fields(with_broken):
     assert rep["gruconv_version"] == __version__ and rep["jobs"] == 1 and rep["shard"] is None
     assert datetime.fromisoformat(rep["started"]).tzinfo is not None
     assert isinstance(rep["duration_s"], float) and rep["duration_s"] > 0
-    assert rep["summary"] == {"ok": 2, "nothing-to-convert": 1, "skipped": 0, "parity-failed": 0, "failed": 1}
+    assert rep["summary"] == {"ok": 2, "nothing-to-convert": 1, "skipped": 0, "parity-failed": 0, "failed": 1,
+                              "internal-error": 0}
     assert rep["summary"] == s.counts and rep["exit_code"] == s.exit_code == 3
     for r in rep["inputs"]:
         assert set(r) == RECORD_KEYS

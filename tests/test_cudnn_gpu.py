@@ -2,9 +2,12 @@
 the float64 oracle (LSTM) and the layout module (cudnnGetRNNWeightParams, GRU and LSTM).
 
 Every test here needs an NVIDIA GPU and libcudnn: they are marked ``gpu``
-(deselected by default; run ``pytest -m gpu``) and skip with the reason
-``available()`` gives wherever cuDNN cannot run.  Also runnable as
-``python3 tests/test_cudnn_gpu.py``.
+(deselected by default; run ``pytest -m gpu``) and fail with the reason
+``available()`` gives wherever cuDNN cannot run (a GPU run that skipped them
+would look green with the GPU hidden, issue 31).  ``available()`` is asked by a
+fixture, never at import: collecting this file (in every process, ``-m 'not gpu'``
+included) must not load libcudart/libcudnn or call ``cudaGetDeviceCount``.  Also
+runnable as ``python3 tests/test_cudnn_gpu.py``.
 """
 
 from __future__ import annotations
@@ -24,12 +27,15 @@ from gruconv.verify.reference.cudnn_rnn import run, weight_regions, weight_space
 from gruconv.verify.reference.oracle import run_stack
 from gruconv.errors import GruconvError, InputError
 
-AVAILABLE, REASON = available()
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("cudnn")]
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not AVAILABLE, reason=f"real cuDNN unavailable: {REASON}"),
-]
+
+@pytest.fixture(scope="module")
+def cudnn() -> str:
+    """What :func:`available` says, once per module run; a test here cannot run without it."""
+    ok, reason = available()
+    assert ok, f"pytest -m gpu needs real cuDNN: {reason}"
+    return reason
 
 STRICT_TOL = 1e-6   # strict fp32 (CUDNN_FMA_MATH) against the golden strict run
 F64_TOL = 1e-12     # float64 against the golden float64 run
@@ -62,9 +68,9 @@ def is_large(g) -> bool:
     return g["config"]["H"] >= 64
 
 
-def test_library_info():
+def test_library_info(cudnn):
     info = library_info()
-    print(f"\n{REASON}\n{info}")
+    print(f"\n{cudnn}\n{info}")
     for key in ("gpu", "cudnn_version", "cuda_runtime_version", "driver_version", "libcudnn", "libcudart"):
         assert key in info and info[key], key
     assert info["cudnn_version"] >= 8000

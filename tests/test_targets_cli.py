@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from conftest import assert_parity_failure
 from gruconv.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -185,7 +186,7 @@ def test_planted_gate_swap_fails_verify(case, ext, tmp_path):
     (_swap_torch_gates if ext == ".safetensors" else _swap_onnx_gates)(good, bad)
     assert run("verify", FIX / case, good).exit_code == 0
     r = run("verify", FIX / case, bad)
-    assert r.exit_code == 1, r.output
+    assert_parity_failure(r)
     assert "parity: FAIL" in r.output
 
 
@@ -199,7 +200,8 @@ def test_convert_verify_flag_places_nothing_on_failure(tmp_path, monkeypatch):
     monkeypatch.setitem(target_gates.TARGET_GATE_NAMES["torch"], "gru", ("update", "reset", "candidate"))
     bad = tmp_path / "bad.safetensors"
     r = run("convert", FIX / "tf1/layer_uni", bad, "--verify")
-    assert r.exit_code == 1 and not bad.exists()
+    assert_parity_failure(r)
+    assert not bad.exists()
     assert [p.name for p in tmp_path.iterdir()] == ["ok.safetensors"]
 
 

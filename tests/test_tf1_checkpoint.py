@@ -525,8 +525,12 @@ def test_inspect_imports_no_framework():
 
 @pytest.fixture(scope="module")
 def tf():
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    return pytest.importorskip("tensorflow")
+    """TensorFlow, quiet while it starts; the environment is restored after the module (no test
+    leaves process-wide state behind for the tests after it)."""
+    with pytest.MonkeyPatch.context() as mp:
+        if "TF_CPP_MIN_LOG_LEVEL" not in os.environ:
+            mp.setenv("TF_CPP_MIN_LOG_LEVEL", "3")
+        yield pytest.importorskip("tensorflow")
 
 
 def _save(tf, prefix: Path, tensors: dict) -> Path:

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from conftest import FIXTURES
+from conftest import FIXTURES, assert_parity_failure
 from gruconv import api
 from gruconv.cli import main as cli
 
@@ -412,7 +412,8 @@ def test_verify_with_and_without_config_catches_a_planted_error(tmp_path):
         a[0, 0] += 0.05
         ds[...] = a
     r = run(cli, ["verify", str(path), str(tmp_path / "w.h5"), "--device", "cpu"])
-    assert r.exit_code == 1 and "parity: FAIL" in r.output, r.output
+    assert_parity_failure(r)
+    assert "parity: FAIL" in r.output, r.output
 
 
 def test_a_checkpoint_converted_to_safetensors_verifies_and_a_planted_error_fails(tmp_path):

@@ -35,11 +35,14 @@ from bundle_proto import _fb, _fv, _mask, _vint
 
 @pytest.fixture(scope="module")
 def tf():
-    """TensorFlow, imported lazily so a broken install fails here, clearly."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    import tensorflow
+    """TensorFlow, imported lazily so a broken install fails here, clearly; quiet while it starts,
+    the environment restored after the module."""
+    with pytest.MonkeyPatch.context() as mp:
+        if "TF_CPP_MIN_LOG_LEVEL" not in os.environ:
+            mp.setenv("TF_CPP_MIN_LOG_LEVEL", "3")
+        import tensorflow
 
-    return tensorflow
+        yield tensorflow
 
 
 def _tf_dtypes(tf):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from conftest import FIXTURES, planted_error_copy
+from conftest import FIXTURES, assert_parity_failure, planted_error_copy
 from gruconv import report
 from gruconv.cli import main
 from gruconv.verify import Check, VerifyReport
@@ -105,7 +105,7 @@ def test_a_parity_failure_says_so_on_stderr_once(tmp_path):
     bad = planted_error_copy(src, tmp_path)
     res = CliRunner().invoke(main, ["verify", str(src), str(bad), "--reference", "oracle",
                                     "--device", "cpu"])
-    assert res.exit_code == 1
+    assert_parity_failure(res)
     assert "parity: FAIL" in res.output
     assert res.output.count("gruconv: error:") == 1 and "parity FAIL, " in res.output
 
@@ -219,7 +219,8 @@ def test_long_sequences_pass_where_the_fixed_tolerance_alone_fails(tmp_path):
     assert over and all(c["bound"] in ("rtol", "floor") for c in over), data["checks"]
     # with only the absolute tolerance (rtol and the floor multiple at 0) the same conversion fails
     res, data = _verify_json([TRAINED / "lstm2.tf1", "--steps", "400", "--rtol", "0", "--floor-k", "0"], tmp_path)
-    assert res.exit_code == 1 and not data["passed"]
+    assert_parity_failure(res)
+    assert not data["passed"]
     assert {c["bound"] for c in data["checks"] if not c["passed"]} == {"none"}
 
 
@@ -228,7 +229,7 @@ def _assert_planted_fails(family, form, plant, tmp_path):
     conv = _converted(src, tmp_path)
     bad, cell = _plant_in(conv, plant, tmp_path)
     res, data = _verify_json([src, bad], tmp_path)
-    assert res.exit_code == 1, res.output
+    assert_parity_failure(res)
     assert res.output.count("gruconv: error:") == 1 and "parity FAIL" in res.output
     failed = [c for c in data["checks"] if not c["passed"]]
     assert failed and all(c["bound"] == "none" for c in failed)
@@ -414,4 +415,5 @@ def test_gpu_every_planted_error_fails_on_the_strict_gpu_rows_too(family, form, 
     print(f"PLANTED {family} {form} {plant}: " + ", ".join(
         f"{c['device']} {c['name'][-24:]} {c['max_abs']:.2e} ({c.get('reference_algorithm')})"
         for c in data["checks"] if not c["passed"]))
-    assert res.exit_code == 1 and failed >= {"cpu", "gpu strict"}, res.output
+    assert_parity_failure(res)
+    assert failed >= {"cpu", "gpu strict"}, res.output

@@ -1,9 +1,10 @@
 """The ``gruconv`` command: parse options, call :mod:`gruconv.api`, print, map errors to exit codes.
 
 Exit codes come from the error classes (:mod:`gruconv.errors`: 1 parity,
-2 usage, 3 input/output) and are turned into one stderr line in one place,
-:class:`_Group`.  No logic lives here; no TensorFlow/Keras is imported at
-module level.
+2 usage, 3 input/output, 4 internal error: any exception that is not a
+:class:`~gruconv.errors.GruconvError`) and are turned into one stderr line in
+one place, :class:`_Group`.  No logic lives here; no TensorFlow/Keras is
+imported at module level.
 """
 
 from __future__ import annotations
@@ -19,11 +20,48 @@ from .errors import GruconvError
 from .options import OUTPUT_FORMATS
 
 
+#: Where ``--debug`` is noted (``ctx.meta`` is shared by a context and the subcommand's).
+_DEBUG_KEY = "gruconv.debug"
+
+
+def _note_debug(ctx, _param, value):
+    if value:
+        ctx.meta[_DEBUG_KEY] = True
+
+
+_DEBUG_HELP = "On an internal error (exit 4) also print the traceback (or set GRUCONV_DEBUG=1)."
+
+
+def _debug_option() -> click.Option:
+    return click.Option(["--debug"], is_flag=True, expose_value=False, callback=_note_debug, help=_DEBUG_HELP)
+
+
+def _internal_error(e: BaseException, debug: bool) -> None:
+    """A bug (an exception that is not a :class:`GruconvError`): one line, the traceback first with
+    ``debug``; the caller exits :attr:`gruconv.errors.InternalError.exit_code`."""
+    from .errors import InternalError
+
+    if debug or InternalError.debug_from_env():
+        import traceback
+
+        click.echo("".join(traceback.format_exception(e)).rstrip("\n"), err=True)
+        debug = True
+    click.echo(InternalError.line(e, debug=debug), err=True)
+
+
 class _Group(click.Group):
-    """Turns every :class:`GruconvError` into one line on stderr and its exit code; SIGTERM/SIGINT
-    into cleanup and ``128 + signal`` (:mod:`gruconv.signals`)."""
+    """Turns every :class:`GruconvError` into one line on stderr and its exit code; any other
+    exception into the internal-error line and exit 4; SIGTERM/SIGINT into cleanup and
+    ``128 + signal`` (:mod:`gruconv.signals`).  ``--debug`` is accepted before the subcommand
+    (``gruconv --debug convert ...``) and after it (added to every subcommand here)."""
+
+    def add_command(self, cmd, name=None):
+        if not any(p.name == "debug" for p in cmd.params):
+            cmd.params.append(_debug_option())
+        super().add_command(cmd, name)
 
     def main(self, *args, **kwargs):
+        from .errors import InternalError
         from .signals import Interrupted, install, restore
 
         previous = install()
@@ -32,6 +70,9 @@ class _Group(click.Group):
         except Interrupted as e:  # a signal outside invoke (option parsing, Click's own exit path)
             click.echo(f"gruconv: error: {e}; stopped, temporary files removed (an output is only ever in place complete)", err=True)
             sys.exit(e.exit_code)
+        except Exception as e:  # a bug outside invoke (Click's parsing and callbacks): still one line, exit 4
+            _internal_error(e, False)
+            sys.exit(InternalError.exit_code)
         finally:
             restore(previous)
 
@@ -51,16 +92,21 @@ class _Group(click.Group):
         except Interrupted as e:
             click.echo(f"gruconv: error: {e}; stopped, temporary files removed (an output is only ever in place complete)", err=True)
             ctx.exit(e.exit_code)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise  # Click's own exits (ctx.exit above included) keep their codes
         except Exception as e:
             # The handler's Interrupted, raised inside a C extension's callback, can surface as another
             # exception (h5py: "SystemError: <cyfunction FastRLock.__exit__> returned a result with an
             # exception set"), or be turned into a GruconvError by an except clause: a signal was
-            # received, so it is reported as the interruption it is (issue 23).
+            # received, so it is reported as the interruption it is (issue 23).  Otherwise it is a bug:
+            # one line and exit 4, never Python's traceback and exit 1 (the parity-failure code).
+            from .errors import InternalError
             from .signals import received
 
             signo = received()
             if signo is None:
-                raise
+                _internal_error(e, bool(ctx.meta.get(_DEBUG_KEY)))
+                ctx.exit(InternalError.exit_code)
             intr = Interrupted(signo)
             click.echo(f"gruconv: error: {intr}; stopped, temporary files removed (an output is only ever in place complete)", err=True)
             ctx.exit(intr.exit_code)
@@ -113,8 +159,12 @@ def _warn(messages) -> None:
         click.echo(f"gruconv: warning: {m}", err=True)
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+             epilog="Exit codes: 0 ok, 1 parity failure (verification found outputs outside the tolerance), "
+                    "2 usage, 3 input or output problem, 4 internal error (a bug; --debug shows the traceback), "
+                    "128+N stopped by signal N.")
 @click.version_option(__version__, prog_name="gruconv")
+@click.option("--debug", is_flag=True, expose_value=False, callback=_note_debug, help=_DEBUG_HELP)
 def main():
     """Convert cuDNN-only RNN models (GRU, LSTM) into portable Keras 3 models, and prove the numbers match.
 
@@ -189,7 +239,7 @@ def inspect(path, as_json, config, rnn, prefer, **kw):
 @click.option("--out-dir", type=click.Path(path_type=Path, readable=False),
               help="Batch mode: convert every input (files, directories, globs) into DIR, mirroring paths.")
 @click.option("--jobs", type=click.IntRange(1), help="Batch: worker processes (default: CPU count).")
-@click.option("--keep-going", is_flag=True, help="Batch: convert the rest after a failure (exit 3 at the end).")
+@click.option("--keep-going", is_flag=True, help="Batch: convert the rest after a failure (exit 3 at the end, 4 if an input hit an internal error).")
 @click.option("--skip-existing", is_flag=True, help="Batch: skip inputs whose output is newer than the input.")
 @click.option("--shard", metavar="K/N", help="Batch: convert only the K-th of N deterministic parts (1-based).")
 @click.option("--report", "report_path", type=click.Path(path_type=Path, readable=False), help="Batch: write a JSON report.")
@@ -304,8 +354,11 @@ def verify(input, converted, tolerance, rtol, floor_k, reference, allow_tf32, de
     from .errors import ParityError
     from .verify import verify as _verify
 
-    if json_path is not None:
+    if json_path is not None:   # refused before the verification runs, not after
+        from .files.outputs import check_target
+
         api.check_not_inputs([json_path], input, converted, config, inputs)
+        check_target(json_path, force=True)
     rep = _verify(input, converted, tolerance=tolerance, rtol=rtol, floor_k=floor_k, reference=reference,
                   allow_tf32=allow_tf32, batch=batch, steps=steps, seed=seed, inputs=inputs, device=device, config=config, hints=_hints(kw),
                   prefer=prefer, rnn=rnn)

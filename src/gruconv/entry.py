@@ -21,6 +21,8 @@ def main() -> None:
     except Interrupted as e:
         sys.stderr.write(f"gruconv: error: {e} while starting; nothing was written\n")
         sys.exit(e.exit_code)
+    except Exception as e:  # a broken install or a bug at import: the internal-error line, exit 4
+        _internal_error(e)
     try:
         try:
             command(prog_name="gruconv")
@@ -29,6 +31,23 @@ def main() -> None:
     except Interrupted as e:  # arrived after the command ended, before the signals were held
         sys.stderr.write(f"gruconv: error: {e}\n")
         sys.exit(e.exit_code)
+    except Exception as e:  # the command maps its own errors (gruconv.cli._Group); this is the last net
+        _internal_error(e)
+
+
+def _internal_error(e: BaseException) -> None:
+    """What :class:`gruconv.cli._Group` does for a bug, for one that escaped it (or Click was never
+    reached): one line, the traceback too with ``--debug`` anywhere in the arguments or
+    ``GRUCONV_DEBUG=1``, exit 4 (:class:`gruconv.errors.InternalError`)."""
+    from .errors import InternalError
+
+    debug = "--debug" in sys.argv[1:] or InternalError.debug_from_env()
+    if debug:
+        import traceback
+
+        sys.stderr.write("".join(traceback.format_exception(e)))
+    sys.stderr.write(InternalError.line(e, debug=debug) + "\n")
+    sys.exit(InternalError.exit_code)
 
 
 def _hold_signals() -> None:

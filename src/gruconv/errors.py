@@ -15,7 +15,16 @@ UnsupportedError      3      readable input gruconv deliberately refuses
 OutputError           3      the output cannot be written (exists, no
                              directory, read-only)
 ReferenceUnavailable  3      the requested reference (cuDNN) cannot run here
+InternalError         4      any other exception: a bug in gruconv (one line;
+                             ``--debug`` or ``GRUCONV_DEBUG=1`` adds the
+                             traceback).  Batch mode records it per input as
+                             ``internal-error``.
 ====================  =====  =============================================
+
+Signals are not errors: SIGTERM/SIGINT exit ``128 + signal`` (:mod:`gruconv.signals`), and Click's
+own exits (``--help``, ``--version``) keep their codes.  Why 4 for a bug: Python's own exit for an
+uncaught exception is 1, the parity-failure code, so a CI job read a gruconv bug as "numbers differ"
+(STRUCTURE-REVIEW section 6, measured with a planted ``RuntimeError``).
 
 Messages say what was found, what was expected, and where (file and tensor
 path), so the CLI can print them as one line.
@@ -70,6 +79,36 @@ class ParityError(GruconvError):
 
 class ReferenceUnavailable(GruconvError):
     """The requested numerical reference (e.g. real cuDNN) cannot run on this machine."""
+
+
+class InternalError(Exception):
+    """Not a :class:`GruconvError` on purpose: what every *other* exception is reported as.
+
+    Never raised for a user's problem; the CLI (:class:`gruconv.cli._Group`, :func:`gruconv.entry.main`)
+    and batch mode (:mod:`gruconv.batch.work`) turn any exception that is not a :class:`GruconvError`
+    into :meth:`line` and this exit code."""
+
+    exit_code = 4
+    #: The environment variable that asks for the traceback, like the ``--debug`` option.
+    DEBUG_ENV = "GRUCONV_DEBUG"
+
+    @staticmethod
+    def describe(e: BaseException) -> str:
+        """``<Type>: <first line of its message>`` (the type alone when it has no message), one line."""
+        text = str(e).strip()
+        name = type(e).__name__
+        return f"{name}: {display(first_line(e, 300))}" if text else name
+
+    @classmethod
+    def line(cls, e: BaseException, *, debug: bool = False) -> str:
+        """The one stderr line for a bug (without ``gruconv: ``'s trailing newline)."""
+        how = "see the traceback above" if debug else "rerun with --debug for the traceback"
+        return f"gruconv: internal error: {cls.describe(e)}; {how}, and please report it"
+
+    @classmethod
+    def debug_from_env(cls) -> bool:
+        """``GRUCONV_DEBUG`` set to anything but empty, ``0``, ``false`` or ``no``."""
+        return os.environ.get(cls.DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
 
 # --------------------------------------------------------------------------- one-line text

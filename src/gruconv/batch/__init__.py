@@ -27,15 +27,17 @@
 4. **Convert** with :func:`gruconv.api.convert`, in-process for ``jobs=1``, else in a pool of
    worker processes, forked where that is safe and spawned otherwise (:func:`.work.start_method`; each
    is reused, and imports Keras once when the run needs it). A :class:`GruconvError`
-   fails one input; any other exception is a bug, recorded as ``internal error`` with its
-   traceback in the JSON report. A failed input leaves no output (what it created or replaced is
+   fails one input (``failed``); any other exception is a bug, recorded as ``internal-error``
+   (its error text starting ``internal error:``) with its traceback in the JSON report and as a
+   JUnit ``<error>``; so is a worker process that died. A failed input leaves no output (what it created or replaced is
    removed, with the directories made for it). Without ``keep_going`` the first failure stops
    the run (pending work is cancelled); the reports still cover what ran.
 5. **Report**: one line per input through ``print_fn`` (stderr by default; a progress line on a
    terminal; names with control characters escaped), a summary table (stdout), and optionally a
    JSON report and a JUnit XML file (both written atomically).
 
-Exit code (:attr:`Summary.exit_code`): ``InputError.exit_code`` (3) if any input failed or no input
+Exit code (:attr:`Summary.exit_code`), the most serious outcome first: ``InternalError.exit_code`` (4)
+if any input hit an internal error, else ``InputError.exit_code`` (3) if any input failed or no input
 of any shard could be converted at all (nothing found, or every directory skipped: one line names the
 roots, and the JSON and JUnit reports say so; a CI job that converts nothing never looks green), else
 ``ParityError.exit_code`` (1) if any failed verification, else 0 (converted, skipped, nothing to
@@ -134,9 +136,14 @@ def convert_many(paths, out_dir, *, jobs: Optional[int] = None, keep_going: bool
         raise OutputError(f"--out-dir: {why}", path=out_dir)
     try:
         if os.path.lexists(out_dir) and not out_dir.is_dir():
-            raise UsageError(f"--out-dir {str(out_dir)!r} exists and is not a directory")
+            raise OutputError("--out-dir exists and is not a directory", path=out_dir)
     except OSError as e:
         raise OutputError(f"cannot use the output directory ({e.strerror or e})", path=out_dir) from None
+    from ..files.outputs import check_creatable
+
+    for flag, path in (("--report", report), ("--junit", junit)):
+        if path is not None:   # written at the end: refused now, before anything is converted
+            check_creatable(Path(path), what=flag)
 
     # Every whole-run refusal comes before anything is written: --out-dir is created only once the
     # plan stands and something is to be converted.

@@ -12,10 +12,15 @@ from pathlib import Path
 from typing import Optional
 
 from .._version import __version__
-from ..errors import InputError, ParityError
+from ..errors import InputError, InternalError, ParityError
 
 
-STATUSES = ("ok", "nothing-to-convert", "skipped", "parity-failed", "failed")
+#: ``failed``: a :class:`~gruconv.errors.GruconvError` (the input, an output, an option: exit 3);
+#: ``internal-error``: any other exception, a bug in gruconv (exit 4, the traceback in the JSON report);
+#: a worker process that died is one too (killed or out of memory: nothing gruconv reported).
+STATUSES = ("ok", "nothing-to-convert", "skipped", "parity-failed", "failed", "internal-error")
+#: The statuses of an input that did not convert (its outputs are removed; without --keep-going the run stops).
+FAILED = ("failed", "parity-failed", "internal-error")
 #: The reason of a ``--skip-existing`` skip.
 UP_TO_DATE = "output is up to date (recorded as converted, unchanged since)"
 
@@ -77,9 +82,13 @@ class Summary:
 
     @property
     def exit_code(self) -> int:
-        """``InputError.exit_code`` if any input failed (whatever its own error was: the README's
-        "3 an input failed"), else ``ParityError.exit_code`` for a parity failure, else 0; and 3 when
-        nothing convertible was found at all (:attr:`nothing_found`)."""
+        """The most serious outcome wins: ``InternalError.exit_code`` (4) if any input hit a bug (a
+        bug must never hide behind the other inputs' failures); else ``InputError.exit_code`` (3) if
+        any input failed (whatever its own error was: the README's "3 an input failed") or nothing
+        convertible was found at all (:attr:`nothing_found`); else ``ParityError.exit_code`` (1) for a
+        parity failure; else 0."""
+        if any(r.status == "internal-error" for r in self.records):
+            return InternalError.exit_code
         if self.nothing_found is not None or any(r.status == "failed" for r in self.records):
             return InputError.exit_code
         if any(r.status == "parity-failed" for r in self.records):
@@ -115,7 +124,7 @@ class Console:
         line = _line(rec)
         if self.tty:
             self._clear()
-            if rec.status in ("failed", "parity-failed"):
+            if rec.status in FAILED:
                 self.say(line, err=True)
             progress = f"[{self.done}/{self.total}] {rec.status}  {_display(rec.input)}"
             cols = _columns()
@@ -205,14 +214,16 @@ def _xml_text(s) -> str:
 
 
 def junit_xml(summary: Summary) -> bytes:
-    """One ``<testsuite name="gruconv">``, one ``<testcase>`` per input that ran (or was skipped)."""
+    """One ``<testsuite name="gruconv">``, one ``<testcase>`` per input that ran (or was skipped).
+    An input that failed or failed verification is a ``<failure>``; an internal error (a bug) is an
+    ``<error>``, JUnit's element for "the test itself broke", counted in the suite's ``errors``."""
     import xml.etree.ElementTree as ET
 
     c = summary.counts
     failures = c["failed"] + c["parity-failed"] + (summary.nothing_found is not None)
     suite = ET.Element("testsuite", {
         "name": "gruconv", "tests": str(len(summary.records) + (summary.nothing_found is not None)),
-        "failures": str(failures), "errors": "0",
+        "failures": str(failures), "errors": str(c["internal-error"]),
         "skipped": str(c["skipped"]), "time": f"{summary.duration_s:.3f}", "timestamp": summary.started,
         "hostname": _xml_text(socket.gethostname() or "localhost"),
     })
@@ -223,8 +234,8 @@ def junit_xml(summary: Summary) -> bytes:
     for r in summary.records:
         case = ET.SubElement(suite, "testcase", {"classname": "gruconv.convert", "name": _xml_text(r.input),
                                                  "time": f"{r.seconds:.3f}"})
-        if r.status in ("failed", "parity-failed"):
-            fail = ET.SubElement(case, "failure", {"message": _xml_text(_short_error(r)),
+        if r.status in FAILED:
+            fail = ET.SubElement(case, "error" if r.status == "internal-error" else "failure", {"message": _xml_text(_short_error(r)),
                                                    "type": _xml_text(r.error_type or r.status)})
             fail.text = _xml_text(r.error or "") + ("\n\n" + _xml_text(r.traceback) if r.traceback else "")
         elif r.status == "skipped":

@@ -9,8 +9,8 @@ import time
 import traceback
 from typing import Optional
 
-from ..errors import GruconvError, OutputError, ParityError
-from .records import Console, Record
+from ..errors import GruconvError, InternalError, OutputError, ParityError
+from .records import FAILED, Console, Record
 from .state import State, input_mtime, output_files
 from .plan import Job, fail_record, options_record, snapshot, undo
 
@@ -104,8 +104,9 @@ def _convert_one(input: str, output: str, options: dict) -> dict:
         out.update(status="parity-failed" if isinstance(e, ParityError) else "failed", exit_code=e.exit_code,
                    error=str(e), error_type=type(e).__name__)
     except Exception as e:  # noqa: BLE001 - a bug: record it, keep the batch alive
-        out.update(status="failed", exit_code=GruconvError.exit_code, error=f"internal error: {type(e).__name__}: {e}",
-                   error_type="InternalError", traceback=traceback.format_exc())
+        out.update(status="internal-error", exit_code=InternalError.exit_code,
+                   error=f"internal error: {InternalError.describe(e)}", error_type="InternalError",
+                   traceback=traceback.format_exc())
     if _stop_signo is not None and _is_worker():
         os._exit(128 + _stop_signo)  # the job ended in an error record because it was interrupted
     out["seconds"] = time.perf_counter() - t0
@@ -170,7 +171,7 @@ def _settle(job: Job, state: Optional[State]) -> None:
     """After a job: a failure leaves no output (files it created or replaced are removed, and the
     directories made for it); the record of successful conversions is updated either way."""
     rec = job.record
-    if rec.status in ("failed", "parity-failed"):
+    if rec.status in FAILED:
         removed = undo(job.outs, job.snap)
         if removed and rec.status == "parity-failed":
             rec.warnings.append(f"output removed because verification failed: {', '.join(removed)}")
@@ -241,7 +242,7 @@ def run_plan(plan: list[Job], jobs: int, keep_going: bool, options: dict, consol
             _settle(job, state)
         done.append(job)
         console.record(job.record)
-        return job.record.status in ("failed", "parity-failed")
+        return job.record.status in FAILED
 
     todo = [j for j in runnable if j.todo]
     workers = min(jobs, len(todo))
@@ -388,7 +389,7 @@ def _run(runnable: list, todo: list, workers: int, keep_going: bool, options: di
             except cf.CancelledError:
                 continue
             except Exception as e:  # noqa: BLE001 - a worker died (BrokenProcessPool) or the result broke
-                job.record.status, job.record.exit_code = "failed", GruconvError.exit_code
+                job.record.status, job.record.exit_code = "internal-error", InternalError.exit_code
                 job.record.error = (f"internal error: worker process failed: {type(e).__name__}: {e}"
                                     + (" (a worker died: out of memory, killed, or a spawned worker could not "
                                        "import the calling script's __main__)"

@@ -56,7 +56,8 @@ def check_target(out: Path, *, force: bool) -> None:
     out = Path(out)
     parent = out.parent if str(out.parent) else Path(".")
     if not parent.is_dir():
-        raise OutputError(f"output directory '{display(parent)}' does not exist", path=out)
+        why = "is not a directory" if os.path.lexists(parent) else "does not exist"
+        raise OutputError(f"output directory '{display(parent)}' {why}", path=out)
     if out.is_dir():
         raise OutputError("output path is a directory", path=out)
     if os.path.islink(out) and not out.exists() and not force:
@@ -75,6 +76,35 @@ def check_target(out: Path, *, force: bool) -> None:
         raise OutputError("output exists; pass --force to overwrite it", path=out)
     if not os.access(parent, os.W_OK):
         raise OutputError(f"output directory '{display(parent)}' is not writable", path=out)
+
+
+def check_creatable(out: Path, *, what: str = "output") -> None:
+    """Refuse, before any work, a file that will be written at the end of the run with its missing
+    directories made then (a batch ``--report`` / ``--junit``): the nearest existing ancestor must be
+    a writable directory, and ``out`` must not be a directory or anything but a regular file.  So a
+    run never converts everything and then fails on its report (``--report afile/r.json`` under a
+    regular file ``afile`` was a traceback after the conversions, issue 31).  Paths the OS refuses
+    outright (a name too long, a symlink loop) are the same one-line :class:`OutputError`."""
+    from .inputs import display
+
+    out = Path(out)
+    label = f"{what}: " if what != "output" else ""
+    try:
+        parent = out.parent if str(out.parent) else Path(".")
+        while not os.path.lexists(parent) and parent != parent.parent:
+            parent = parent.parent
+        if not parent.is_dir():
+            raise OutputError(f"{label}'{display(parent)}' is not a directory", path=out)
+        if out.is_dir():
+            raise OutputError(f"{label}output path is a directory", path=out)
+        if os.path.lexists(out) and out.exists() and not out.is_file():
+            from .inputs import file_kind
+
+            raise OutputError(f"{label}output exists and is {file_kind(os.stat(out))}, not a regular file", path=out)
+        if not os.access(parent, os.W_OK):
+            raise OutputError(f"{label}directory '{display(parent)}' is not writable", path=out)
+    except OSError as e:
+        raise OutputError(f"{label}cannot use this path ({e.strerror or e})", path=out) from None
 
 
 def _umask() -> int:
