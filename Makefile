@@ -47,7 +47,9 @@ test-slow: setup
 # The whole GPU tier (-m gpu) in one pytest process per Keras backend, torch then JAX (GPU_BACKENDS):
 # scripts/test_gpu.sh, which scripts/gpu_session.sh runs on the device machine too.
 GPU_BACKENDS ?= torch jax
-test-gpu: setup
+# On a machine whose Python already has the packages (the GPU machine: no registry, no TensorFlow), name it:
+# `make test-gpu PY=python3` skips the venv (setup) and runs the same recipe.
+test-gpu: $(if $(filter command line,$(origin PY)),,setup)
 	PY=$(PY) bash scripts/test_gpu.sh $(GPU_BACKENDS) -- $(ARGS)
 
 bench: setup
