@@ -421,6 +421,9 @@ def row_blocks(ds, path, block_bytes: int = ROW_BLOCK_BYTES):
     else:
         row = max(1, ds.size // ds.shape[0]) * ds.dtype.itemsize
         step = max(1, block_bytes // row)
+        if ds.chunks:  # whole chunk rows per read: a filtered (gzip) chunk is then decompressed once
+            c = ds.chunks[0]
+            step = max(c, step - step % c)
         spans = [slice(a, a + step) for a in range(0, ds.shape[0], step)]
     for span in spans:
         try:

@@ -166,7 +166,7 @@ def _write_block(dsid, where, block) -> None:
     """``ds[where] = block``, low level for the ``(slice(None), slice(a, b))`` blocks :class:`Pieces` yield."""
     h5py = _h5()
     cols = where[1] if isinstance(where, tuple) and len(where) == 2 else None
-    if (block.ndim != 2 or where[0] != slice(None) or not isinstance(cols, slice) or cols.step not in (None, 1)
+    if (block.ndim != 2 or cols is None or where[0] != slice(None) or not isinstance(cols, slice) or cols.step not in (None, 1)
             or cols.start is None or block.shape[0] != dsid.shape[0]):
         h5py.Dataset(dsid)[where] = block
         return
@@ -647,9 +647,40 @@ def legacy_h5_arrays(doc, tops: list, nonfinite: Optional[dict] = None) -> Itera
                     value = current[1][i]
                     current[1][i] = None
                 else:  # checked: no external storage, no virtual dataset, native byte order
-                    value = h5safe.read_dataset(ds, doc.path)
+                    value = copied(ds, doc.path)
                 yield slot.group, slot.index, value
                 del value
+
+
+#: A copied weight (any layer's but a cuDNN one's, which :func:`cudnn_direction` streams gate by gate)
+#: of more bytes than this is read and written in leading-axis row blocks
+#: (:func:`gruconv.files.hdf5.row_blocks`, about ``ROW_BLOCK_BYTES`` each) instead of whole (issue 30:
+#: a legacy file whose largest tensor is a 1.2 GB ``Dense`` kernel converted at 2.3 GB peak RSS, the
+#: tensor read whole and then written).  Below it, one read is as cheap and keeps the in-memory digest.
+STREAM_COPY_BYTES = 32 << 20
+
+
+def copied(ds, path):
+    """A non-cuDNN weight of the input as the streamed writer copies it: the array itself when small,
+    else :class:`Pieces` of whole leading-axis rows in the machine's byte order, so peak memory does not
+    grow with the largest tensor.  The dataset is checked first (:func:`gruconv.files.hdf5.check_dataset`:
+    declared size, storage, dtype) either way."""
+    import numpy as np
+
+    from ..files import hdf5 as h5safe
+
+    h5safe.check_dataset(ds, path)
+    if ds.ndim == 0 or ds.size * ds.dtype.itemsize <= STREAM_COPY_BYTES:
+        return h5safe.read_dataset(ds, path)
+    dtype = np.dtype(ds.dtype).newbyteorder("=")
+
+    def rows():
+        start = 0
+        for block in h5safe.row_blocks(ds, path, h5safe.ROW_BLOCK_BYTES):
+            yield slice(start, start + block.shape[0]), h5safe.native(block)
+            start += block.shape[0]
+
+    return Pieces(ds.shape, dtype, rows)
 
 
 def _refuse_top_level_weights(root, path) -> None:
