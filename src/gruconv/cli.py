@@ -281,10 +281,12 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
 @click.option("--inputs", type=click.Path(path_type=Path, readable=False), help="An .npz of input arrays (model input order).")
 @click.option("--json", "json_path", type=click.Path(path_type=Path, readable=False), help="Also write the report as JSON.")
+@click.option("--html", "html_path", type=click.Path(path_type=Path, readable=False),
+              help="Also write the report as one self-contained HTML page (per check its error at each time step).")
 @click.option("--config", type=click.Path(path_type=Path, readable=False), help="Architecture JSON for a weights-only file.")
 @hint_options
 def verify(input, converted, tolerance, rtol, floor_k, reference, allow_tf32, device, batch, steps, seed, inputs,
-           json_path, config, rnn, prefer, **kw):
+           json_path, html_path, config, rnn, prefer, **kw):
     """Check that CONVERTED (or INPUT converted in memory) computes what INPUT computed.
 
     Runs the ORIGINAL parameters through the reference (real cuDNN on a GPU,
@@ -304,8 +306,8 @@ def verify(input, converted, tolerance, rtol, floor_k, reference, allow_tf32, de
     from .errors import ParityError
     from .verify import verify as _verify
 
-    if json_path is not None:
-        api.check_not_inputs([json_path], input, converted, config, inputs)
+    if json_path is not None or html_path is not None:
+        api.check_not_inputs([p for p in (json_path, html_path) if p is not None], input, converted, config, inputs)
     rep = _verify(input, converted, tolerance=tolerance, rtol=rtol, floor_k=floor_k, reference=reference,
                   allow_tf32=allow_tf32, batch=batch, steps=steps, seed=seed, inputs=inputs, device=device, config=config, hints=_hints(kw),
                   prefer=prefer, rnn=rnn)
@@ -315,6 +317,12 @@ def verify(input, converted, tolerance, rtol, floor_k, reference, allow_tf32, de
 
         with atomic_path(json_path, force=True) as tmp:
             tmp.write_text(json.dumps(data, indent=2))
+    if html_path is not None:
+        from .files.outputs import atomic_path
+        from .report_html import verify_page
+
+        with atomic_path(html_path, force=True) as tmp:
+            tmp.write_text(verify_page(data), encoding="utf-8")
     click.echo(report.verify_text(data))
     if not rep.passed:
         click.echo(f"gruconv: error: {report.parity_line(data)}", err=True)
