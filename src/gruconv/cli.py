@@ -194,6 +194,8 @@ def inspect(path, as_json, config, rnn, prefer, **kw):
 @click.option("--shard", metavar="K/N", help="Batch: convert only the K-th of N deterministic parts (1-based).")
 @click.option("--report", "report_path", type=click.Path(path_type=Path, readable=False), help="Batch: write a JSON report.")
 @click.option("--junit", type=click.Path(path_type=Path, readable=False), help="Batch: write a JUnit XML report.")
+@click.option("--html", "html_dir", type=click.Path(path_type=Path, readable=False),
+              help="Batch: write one HTML page per input (its --verify report) and DIR/index.html.")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT; also write a model with nothing to convert.")
 @click.option("--format", "fmt", type=click.Choice(list(OUTPUT_FORMATS)),
               help="Output format (default from OUTPUT's name: .keras model; .weights.h5 Keras 3 weights; "
@@ -214,7 +216,7 @@ def inspect(path, as_json, config, rnn, prefer, **kw):
 @click.option("--floor-k", type=click.FloatRange(0), default=None,
               help="--verify: multiple of the float32 sensitivity floor (see `gruconv verify`).")
 @hint_options
-def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path, junit, force, fmt, config,
+def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path, junit, html_dir, force, fmt, config,
             initial_state, return_state, mask_input, check_load, verify, tolerance, rtol, floor_k, rnn, prefer,
             **kw):
     """Convert INPUT (Keras CuDNNGRU/CuDNNLSTM HDF5 or TF1 cudnn_rnn checkpoint) into OUTPUT.
@@ -243,12 +245,13 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
         from . import batch
 
         summary = batch.convert_many(list(paths), out_dir, jobs=jobs, keep_going=keep_going,
-                                     skip_existing=skip_existing, shard=shard, report=report_path, junit=junit,
+                                     skip_existing=skip_existing, shard=shard, report=report_path, junit=junit, html=html_dir,
                                      verify=verify, tolerance=tolerance, rtol=rtol, floor_k=floor_k,
                                      print_fn=click.echo, **options.to_json())
         sys.exit(summary.exit_code)
     batch_only = [n for n, v in (("--jobs", jobs), ("--keep-going", keep_going), ("--skip-existing", skip_existing),
-                                 ("--shard", shard), ("--report", report_path), ("--junit", junit)) if v]
+                                 ("--shard", shard), ("--report", report_path), ("--junit", junit),
+                                 ("--html", html_dir)) if v]
     if batch_only:
         raise UsageError(f"{', '.join(batch_only)} only apply with --out-dir")
     if len(paths) != 2:
