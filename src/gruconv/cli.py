@@ -257,7 +257,10 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
     if len(paths) != 2:
         raise UsageError(f"expected INPUT OUTPUT (or INPUT... --out-dir DIR), got {len(paths)} path(s)")
     input, output = paths
-    result = api.convert(input, output, options, verify=verify, tolerance=tolerance, rtol=rtol, floor_k=floor_k)
+    from .progress import on_terminal
+
+    with on_terminal():   # "convert: layer 3/6 ..." on a terminal's stderr, nothing otherwise
+        result = api.convert(input, output, options, verify=verify, tolerance=tolerance, rtol=rtol, floor_k=floor_k)
     _warn(result.warnings)
     click.echo(report.convert_text(result))
     if result.verification is not None and not result.verification["passed"]:
@@ -311,9 +314,12 @@ def verify(input, converted, tolerance, rtol, floor_k, reference, allow_tf32, de
 
     if json_path is not None or html_path is not None:
         api.check_not_inputs([p for p in (json_path, html_path) if p is not None], input, converted, config, inputs)
-    rep = _verify(input, converted, tolerance=tolerance, rtol=rtol, floor_k=floor_k, reference=reference,
-                  allow_tf32=allow_tf32, batch=batch, steps=steps, seed=seed, inputs=inputs, device=device, config=config, hints=_hints(kw),
-                  prefer=prefer, rnn=rnn)
+    from .progress import on_terminal
+
+    with on_terminal():   # "verify: layer 3/6 ..." on a terminal's stderr, nothing otherwise
+        rep = _verify(input, converted, tolerance=tolerance, rtol=rtol, floor_k=floor_k, reference=reference,
+                      allow_tf32=allow_tf32, batch=batch, steps=steps, seed=seed, inputs=inputs, device=device,
+                      config=config, hints=_hints(kw), prefer=prefer, rnn=rnn)
     data = rep.to_json()
     if json_path is not None:
         from .files.outputs import atomic_path
