@@ -136,7 +136,8 @@ def error_svg(c: dict) -> str:
     last = (n - 1) * stride
     ticks = sorted({0, (n - 1) // 4, (n - 1) // 2, 3 * (n - 1) // 4, n - 1}) if n > 1 else []
     for i in ticks:
-        parts.append(f'<text x="{x(i):.1f}" y="{_MT + ph + 14}" text-anchor="middle">{i * stride}</text>')
+        anchor = "start" if i == 0 else "end" if i == n - 1 else "middle"
+        parts.append(f'<text x="{x(i):.1f}" y="{_MT + ph + 14}" text-anchor="{anchor}">{i * stride}</text>')
     parts.append(f'<text x="{_ML + pw / 2:.1f}" y="{_H - 3}" text-anchor="middle">'
                  f'{"time step" if n > 1 else "final value (no time axis)"}</text>')
     label_ys: list = []
