@@ -121,7 +121,7 @@ def test_planted_error_page_shows_the_failing_check(tmp_path):
     for sec, c in zip(page.checks, rep["checks"]):
         assert sec["points"] == steps_of(c) and ("PASS" if c["passed"] else "FAIL") in sec["title"]
     text = " ".join(page.text)
-    assert "outside every bound" in text and "FAIL" in text
+    assert "over every bound" in text and "FAIL" in text   # the failing check's reason
 
 
 def test_model_strings_are_escaped(tmp_path):

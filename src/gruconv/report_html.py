@@ -24,6 +24,7 @@ import re
 from typing import Optional
 
 from . import __version__
+from .report import bound_text, kernels_text
 
 #: The plot's size in CSS pixels, and its margins (left for the decade labels, bottom for steps)
 _W, _H, _ML, _MR, _MT, _MB = 720, 200, 52, 150, 10, 34
@@ -169,22 +170,11 @@ def error_svg(c: dict) -> str:
 
 # --------------------------------------------------------------------------- one model's page
 
-def _bound_text(c: dict) -> str:
-    bound = c.get("bound")
-    limits = c.get("limits") or {}
-    if bound is None:
-        return f"tolerance {c['tolerance']:.1e}"
-    if bound == "none":
-        return "none (outside every bound)"
-    label = {"tolerance": "tolerance", "rtol": "rtol x max|ref|", "floor": "k x floor"}.get(bound, bound)
-    return f"{label} {_num(limits.get(bound, c.get('tolerance')), '.1e')}"
-
-
 def _check_section(c: dict) -> str:
     counts = c.get("counts", True)
     rows = [("device", c.get("device", "cpu")), ("max abs", _num(c.get("max_abs"))),
             ("max rel", _num(c.get("max_rel"))), ("ref vs float64", _num(c.get("reference_error"))),
-            ("floor", _num(c.get("floor"))), ("decided by", _bound_text(c)),
+            ("floor", _num(c.get("floor"))), ("decided by", bound_text(c)),
             ("shape", "x".join(str(d) for d in c.get("shape") or []))]
     extra = []
     if c.get("reference_algorithm"):
@@ -200,12 +190,6 @@ def _check_section(c: dict) -> str:
     reason = f'<p class="reason">{esc(c["reason"])}</p>' if c.get("reason") and not c.get("passed") else ""
     return (f'<div class="check"><h3>{_verdict_span(c.get("passed"), counts)} {esc(c.get("name", "?"))}</h3>'
             f"{reason}{error_svg(c)}<table>{table}</table></div>")
-
-
-def _kernels(d: dict) -> str:
-    k = d.get("kernels") or {}
-    return ", ".join(f"{op}: " + ", ".join(f"{n} {how}" for how, n in hows.items()) for op, hows in k.items()) \
-        or "no recurrent call recorded"
 
 
 def verify_body(rep: dict) -> str:
@@ -237,7 +221,7 @@ def verify_body(rep: dict) -> str:
         out.append("<h2>Devices</h2><table><tr><th>device</th><th>math</th><th>ran</th><th>why</th><th>kernels</th></tr>")
         out.extend(f"<tr><td>{esc(d.get('device'))}</td><td>{esc(d.get('math', ''))}</td>"
                    f"<td>{'yes' if d.get('ran') else 'no'}</td><td>{esc(d.get('reason', ''))}</td>"
-                   f"<td class=\"mono\">{esc(_kernels(d)) if d.get('ran') else '-'}</td></tr>" for d in devices)
+                   f"<td class=\"mono\">{esc(kernels_text(d)) if d.get('ran') else '-'}</td></tr>" for d in devices)
         out.append("</table>")
     if checks:
         out.append("<h2>Checks</h2>")
