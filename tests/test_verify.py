@@ -113,7 +113,7 @@ REPORT_KEYS = {"input", "converted", "reference", "reference_reason", "tolerance
                "rtol", "floor_k", "floor_seconds"}
 CHECK_KEYS = {"name", "max_abs", "max_rel", "tolerance", "passed", "reference_error", "shape", "nonfinite",
               "device", "counts", "reason", "bound", "floor", "magnitude", "limits", "reference_algorithm",
-              "by_algorithm"}
+              "by_algorithm", "per_step", "per_step_stride"}
 
 
 @pytest.mark.parametrize("name", ["keras/sequential.h5", "keras_lstm/mixed.h5"])

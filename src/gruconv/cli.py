@@ -244,6 +244,8 @@ def inspect(path, as_json, config, rnn, prefer, **kw):
 @click.option("--shard", metavar="K/N", help="Batch: convert only the K-th of N deterministic parts (1-based).")
 @click.option("--report", "report_path", type=click.Path(path_type=Path, readable=False), help="Batch: write a JSON report.")
 @click.option("--junit", type=click.Path(path_type=Path, readable=False), help="Batch: write a JUnit XML report.")
+@click.option("--html", "html_dir", type=click.Path(path_type=Path, readable=False),
+              help="Batch: write one HTML page per input (its --verify report) and DIR/index.html.")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT; also write a model with nothing to convert.")
 @click.option("--format", "fmt", type=click.Choice(list(OUTPUT_FORMATS)),
               help="Output format (default from OUTPUT's name: .keras model; .weights.h5 Keras 3 weights; "
@@ -264,7 +266,7 @@ def inspect(path, as_json, config, rnn, prefer, **kw):
 @click.option("--floor-k", type=click.FloatRange(0), default=None,
               help="--verify: multiple of the float32 sensitivity floor (see `gruconv verify`).")
 @hint_options
-def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path, junit, force, fmt, config,
+def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path, junit, html_dir, force, fmt, config,
             initial_state, return_state, mask_input, check_load, verify, tolerance, rtol, floor_k, rnn, prefer,
             **kw):
     """Convert INPUT (Keras CuDNNGRU/CuDNNLSTM HDF5 or TF1 cudnn_rnn checkpoint) into OUTPUT.
@@ -293,18 +295,22 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
         from . import batch
 
         summary = batch.convert_many(list(paths), out_dir, jobs=jobs, keep_going=keep_going,
-                                     skip_existing=skip_existing, shard=shard, report=report_path, junit=junit,
+                                     skip_existing=skip_existing, shard=shard, report=report_path, junit=junit, html=html_dir,
                                      verify=verify, tolerance=tolerance, rtol=rtol, floor_k=floor_k,
                                      print_fn=click.echo, **options.to_json())
         sys.exit(summary.exit_code)
     batch_only = [n for n, v in (("--jobs", jobs), ("--keep-going", keep_going), ("--skip-existing", skip_existing),
-                                 ("--shard", shard), ("--report", report_path), ("--junit", junit)) if v]
+                                 ("--shard", shard), ("--report", report_path), ("--junit", junit),
+                                 ("--html", html_dir)) if v]
     if batch_only:
         raise UsageError(f"{', '.join(batch_only)} only apply with --out-dir")
     if len(paths) != 2:
         raise UsageError(f"expected INPUT OUTPUT (or INPUT... --out-dir DIR), got {len(paths)} path(s)")
     input, output = paths
-    result = api.convert(input, output, options, verify=verify, tolerance=tolerance, rtol=rtol, floor_k=floor_k)
+    from .progress import on_terminal
+
+    with on_terminal():   # "convert: layer 3/6 ..." on a terminal's stderr, nothing otherwise
+        result = api.convert(input, output, options, verify=verify, tolerance=tolerance, rtol=rtol, floor_k=floor_k)
     _warn(result.warnings)
     click.echo(report.convert_text(result))
     if result.verification is not None and not result.verification["passed"]:
@@ -331,10 +337,12 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
 @click.option("--inputs", type=click.Path(path_type=Path, readable=False), help="An .npz of input arrays (model input order).")
 @click.option("--json", "json_path", type=click.Path(path_type=Path, readable=False), help="Also write the report as JSON.")
+@click.option("--html", "html_path", type=click.Path(path_type=Path, readable=False),
+              help="Also write the report as one self-contained HTML page (per check its error at each time step).")
 @click.option("--config", type=click.Path(path_type=Path, readable=False), help="Architecture JSON for a weights-only file.")
 @hint_options
 def verify(input, converted, tolerance, rtol, floor_k, reference, allow_tf32, device, batch, steps, seed, inputs,
-           json_path, config, rnn, prefer, **kw):
+           json_path, html_path, config, rnn, prefer, **kw):
     """Check that CONVERTED (or INPUT converted in memory) computes what INPUT computed.
 
     Runs the ORIGINAL parameters through the reference (real cuDNN on a GPU,
@@ -354,20 +362,31 @@ def verify(input, converted, tolerance, rtol, floor_k, reference, allow_tf32, de
     from .errors import ParityError
     from .verify import verify as _verify
 
-    if json_path is not None:   # refused before the verification runs, not after
+    if json_path is not None or html_path is not None:   # refused before the verification runs, not after
         from .files.outputs import check_target
 
-        api.check_not_inputs([json_path], input, converted, config, inputs)
-        check_target(json_path, force=True)
-    rep = _verify(input, converted, tolerance=tolerance, rtol=rtol, floor_k=floor_k, reference=reference,
-                  allow_tf32=allow_tf32, batch=batch, steps=steps, seed=seed, inputs=inputs, device=device, config=config, hints=_hints(kw),
-                  prefer=prefer, rnn=rnn)
+        given = [p for p in (json_path, html_path) if p is not None]
+        api.check_not_inputs(given, input, converted, config, inputs)
+        for p in given:
+            check_target(p, force=True)
+    from .progress import on_terminal
+
+    with on_terminal():   # "verify: layer 3/6 ..." on a terminal's stderr, nothing otherwise
+        rep = _verify(input, converted, tolerance=tolerance, rtol=rtol, floor_k=floor_k, reference=reference,
+                      allow_tf32=allow_tf32, batch=batch, steps=steps, seed=seed, inputs=inputs, device=device,
+                      config=config, hints=_hints(kw), prefer=prefer, rnn=rnn)
     data = rep.to_json()
     if json_path is not None:
         from .files.outputs import atomic_path
 
         with atomic_path(json_path, force=True) as tmp:
             tmp.write_text(json.dumps(data, indent=2))
+    if html_path is not None:
+        from .files.outputs import atomic_path
+        from .report_html import verify_page
+
+        with atomic_path(html_path, force=True) as tmp:
+            tmp.write_text(verify_page(data), encoding="utf-8")
     click.echo(report.verify_text(data))
     if not rep.passed:
         click.echo(f"gruconv: error: {report.parity_line(data)}", err=True)

@@ -49,7 +49,7 @@ def convert_text(result) -> str:
     return "\n".join(lines)
 
 
-def _bound_text(c: dict) -> str:
+def bound_text(c: dict) -> str:
     """The bound that decided a row and its value: ``tol 1e-05``, ``rtol 7.7e-05``, ``8xfloor 2.1e-06``;
     ``none`` for a failure (its reason line says by how much)."""
     bound = c.get("bound")
@@ -60,6 +60,12 @@ def _bound_text(c: dict) -> str:
         return "none"
     label = {"tolerance": "tol", "rtol": "rtol", "floor": "k*floor"}[bound]
     return f"{label} {limits.get(bound, c['tolerance']):.1e}"
+
+
+def kernels_text(d: dict) -> str:
+    """A device run's recurrent kernels (``gru: 2 cudnn, lstm: 1 fallback``), for the text and HTML reports."""
+    return ", ".join(f"{op}: " + ", ".join(f"{n} {how}" for how, n in hows.items())
+                     for op, hows in (d.get("kernels") or {}).items()) or "no recurrent call recorded"
 
 
 def verify_text(rep: dict) -> str:
@@ -92,15 +98,13 @@ def verify_text(rep: dict) -> str:
         if not c.get("counts", True):
             verdict = "(info) " + ("within" if c["passed"] else "over")
         row = (f"  {name:<40} {c['max_abs']:>9.2e} {c['max_rel']:>9.2e} {ref_s:>10} {floor_s:>9}  "
-               f"{_bound_text(c):<16} {verdict}")
+               f"{bound_text(c):<16} {verdict}")
         if show_device:
             row = f"  {c.get('device', 'cpu'):<12}" + row[1:]
         lines.append(row)
     for d in rep.get("devices", []):
         if d.get("ran"):
-            kern = ", ".join(f"{op}: " + ", ".join(f"{n} {how}" for how, n in hows.items())
-                             for op, hows in (d.get("kernels") or {}).items()) or "no recurrent call recorded"
-            lines.append(f"{d['device']}: {d.get('math', '')}; {d.get('reason', '')}; kernels: {kern}")
+            lines.append(f"{d['device']}: {d.get('math', '')}; {d.get('reason', '')}; kernels: {kernels_text(d)}")
     lines += _algorithm_notes(rep)
     for n in rep.get("notes", []):
         lines.append(f"note: {n}")

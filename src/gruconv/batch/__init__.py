@@ -91,11 +91,12 @@ def _dirs_to_sync(done: list) -> set:
 
 def convert_many(paths, out_dir, *, jobs: Optional[int] = None, keep_going: bool = False,
                  skip_existing: bool = False, shard=None, report=None, junit=None, echo: bool = True,
-                 print_fn=None, **options) -> Summary:
+                 print_fn=None, html=None, **options) -> Summary:
     """Convert every model in ``paths`` into ``out_dir``; see the module docstring.
 
     ``options`` are :func:`gruconv.api.convert`'s (``force``, ``format``, ``config``, ``verify``,
     ``tolerance``, ``hints``, ``rnn``, ``prefer``, ...). ``echo=False`` silences the console.
+    ``html``: a directory for one HTML page per input and an ``index.html`` (:func:`.records.write_html`).
     ``print_fn(text, err=False, nl=True)`` prints the console (per-input lines and progress with
     ``err=True``, the summary table with ``err=False``); ``click.echo`` fits, and the default
     writes to ``sys.stderr`` / ``sys.stdout``.
@@ -153,6 +154,8 @@ def convert_many(paths, out_dir, *, jobs: Optional[int] = None, keep_going: bool
     state = State(out_dir)
     plan = make_plan(items, out_dir, options, skip_existing, state, collisions(all_items, out_dir, options))
     check_no_input_is_written(plan, all_items, [report, junit], (config_file,))
+    if html is not None:
+        check_no_input_is_written(plan, all_items, [Path(html) / "index.html"], (config_file,))
     if any(job.todo for job in plan):
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
@@ -181,7 +184,7 @@ def convert_many(paths, out_dir, *, jobs: Optional[int] = None, keep_going: bool
         summary.duration_s = time.perf_counter() - t0
         if summary.nothing_found is None and shard_t is None:
             summary.nothing_found = nothing_converted(summary.records, roots)
-        write_reports(summary, report, junit)
+        write_reports(summary, report, junit, html)
     if echo:
         if summary.nothing_found is not None:
             say(f"gruconv: error: {summary.nothing_found}", err=True)

@@ -213,10 +213,14 @@ def _xml_text(s) -> str:
     return _XML_BAD.sub(lambda m: f"\\x{ord(m.group()):02x}", s)
 
 
-def junit_xml(summary: Summary) -> bytes:
+def junit_xml(summary: Summary, pages: Optional[dict] = None) -> bytes:
     """One ``<testsuite name="gruconv">``, one ``<testcase>`` per input that ran (or was skipped).
     An input that failed or failed verification is a ``<failure>``; an internal error (a bug) is an
-    ``<error>``, JUnit's element for "the test itself broke", counted in the suite's ``errors``."""
+    ``<error>``, JUnit's element for "the test itself broke", counted in the suite's ``errors``.
+
+    ``pages``: {input: path of its HTML page} (``--html``), linked from its testcase as a
+    ``<property name="html">`` and a ``html report:`` line of ``system-out`` (JUnit has no link
+    element; CI viewers show both)."""
     import xml.etree.ElementTree as ET
 
     c = summary.counts
@@ -242,6 +246,10 @@ def junit_xml(summary: Summary) -> bytes:
             ET.SubElement(case, "skipped", {"message": _xml_text(r.reason or UP_TO_DATE)})
         out_lines = [f"status: {r.status}"] + [f"output: {o}" for o in r.outputs] + \
                     [f"warning: {w}" for w in r.warnings]
+        page = (pages or {}).get(r.input)
+        if page is not None:
+            ET.SubElement(ET.SubElement(case, "properties"), "property", {"name": "html", "value": _xml_text(page)})
+            out_lines.append(f"html report: {page}")
         ET.SubElement(case, "system-out").text = _xml_text("\n".join(out_lines))
     if summary.nothing_found is not None:   # a run that converted nothing is a failing suite, never green
         case = ET.SubElement(suite, "testcase", {"classname": "gruconv.discover", "name": "inputs", "time": "0.000"})
@@ -260,11 +268,32 @@ def write_atomic(path: Path, data: bytes) -> None:
         tmp.write_bytes(data)
 
 
-def write_reports(summary: Summary, report=None, junit=None) -> None:
+def write_reports(summary: Summary, report=None, junit=None, html=None) -> None:
+    """The JSON report, the HTML pages (:func:`write_html`) and the JUnit file, which links them."""
     if report is not None:
         write_atomic(Path(report), (json.dumps(summary.to_json(), indent=2) + "\n").encode("utf-8"))
+    pages = write_html(summary, Path(html)) if html is not None else None
     if junit is not None:
-        write_atomic(Path(junit), junit_xml(summary))
+        if pages is not None:   # linked relative to the JUnit file, as CI artifacts keep them together
+            base = os.path.dirname(os.path.abspath(junit))
+            pages = {i: os.path.relpath(os.path.abspath(p), base) for i, p in pages.items()}
+        write_atomic(Path(junit), junit_xml(summary, pages))
+
+
+def write_html(summary: Summary, html_dir: Path) -> dict:
+    """``--html DIR``: one page per input that ran or was skipped (its verify report, or its status:
+    :mod:`gruconv.report_html`) and ``DIR/index.html`` listing every one with its verdict; returns
+    {input: page path}.  Page names come from :func:`gruconv.report_html.page_name` (stable across
+    runs and shards)."""
+    from ..report_html import index_page, page_name, record_page
+
+    records = [r.to_json() for r in summary.records]
+    names = {r["input"]: page_name(r["input"]) for r in records}
+    for r in records:
+        write_atomic(html_dir / names[r["input"]], record_page(r).encode("utf-8"))
+    title = "gruconv batch" + (f", shard {summary.shard}" if summary.shard else "")
+    write_atomic(html_dir / "index.html", index_page(records, names, title=title).encode("utf-8"))
+    return {i: str(html_dir / n) for i, n in names.items()}
 
 
 def print_console(text: str, err: bool = False, nl: bool = True) -> None:

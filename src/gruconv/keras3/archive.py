@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from ..errors import InputError, OutputError, UnsupportedError
+from ..progress import step
 from . import config as keras3_config
 
 CONFIG_NAME, METADATA_NAME, WEIGHTS_NAME = "config.json", "metadata.json", "model.weights.h5"
@@ -624,7 +625,8 @@ def legacy_h5_arrays(doc, tops: list, nonfinite: Optional[dict] = None) -> Itera
         sroot = h5safe.child(src, "model_weights", doc.path, "group") if doc.kind == "model" else src
         _refuse_top_level_weights(sroot, doc.path)
         names = set(doc.layer_names)
-        for top in tops:
+        for n, top in enumerate(tops, 1):
+            step("convert", n, len(tops), top.name)
             order = top.legacy_order
             if not order:
                 continue

@@ -99,6 +99,9 @@ def keras():
 
             tf.config.list_physical_devices()  # CUDA probing logs happen here, silenced
     logging.getLogger("absl").setLevel(logging.ERROR)
+    for name in ("tensorflow", "jax._src.xla_bridge"):  # Python-level start-up warnings ("no GPU/TPU
+        if logging.getLogger(name).level == logging.NOTSET:  # found"); a level the user set is kept
+            logging.getLogger(name).setLevel(logging.ERROR)
     try:
         _k.utils.disable_interactive_logging()
     except AttributeError:
@@ -179,10 +182,14 @@ def load_legacy(h5_path: Path, *, compile: bool, source=None):
     """Build a Keras 3 model from a (converted) legacy HDF5 file, never executing model code.
 
     ``source``: the user's input file, named in the error (the legacy file is a temporary).
+    File descriptor 2 is silenced (:func:`_quiet_fd2`): on the JAX and torch backends Keras's legacy
+    loader imports TensorFlow itself when installed (``keras/src/legacy/saving/json_utils.py``,
+    ``tf.available``), and TensorFlow's C++ start-up writes "Could not find cuda drivers" there on a
+    machine without a GPU before any log level applies (seen with Keras 3.15, TF 2.21).
     """
     k = keras()
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _quiet_fd2():
             warnings.simplefilter("ignore")
             return k.saving.load_model(str(h5_path), compile=compile, safe_mode=True)
     except Exception as e:  # Keras raises ValueError/TypeError/KeyError for unknown configs

@@ -48,6 +48,7 @@ import numpy as np
 from .. import readers
 from ..errors import ReferenceUnavailable, UsageError
 from ..options import Options
+from ..progress import step
 from .engines import Engine, choose_reference
 from .run import CURRENT_RUN
 from .graph import check_user_inputs, verify_alone, verify_graph
@@ -196,7 +197,9 @@ def _run_checks(module, doc, converted, opts, engine, report, rng, tolerance, us
         report.notes.append(note)
         report.nothing_to_convert = True
         return True
-    for subject in module.verify_subjects(doc, converted, opts):
+    for n, subject in enumerate(module.verify_subjects(doc, converted, opts), 1):
+        if subject.graph is None:  # a bare stack (the graph checks report their layers themselves)
+            step("verify", n, None, subject.name)
         if subject.graph is not None and subject.model is None:  # weights-only: each layer alone
             verify_alone(subject.graph, converted, engine, report, rng, tolerance, user_inputs)
             continue

@@ -94,6 +94,7 @@ def choose_reference(reference: str) -> tuple:
         return "oracle", "requested"
     if reference == "cudnn":
         return "cudnn", "requested"
+    cudnn_lib = None
     try:
         from .reference import cudnn_lib
 
@@ -102,5 +103,7 @@ def choose_reference(reference: str) -> tuple:
         ok, reason = False, str(e)
     if ok:
         return "cudnn", f"auto: {reason}"
+    if cudnn_lib is not None and reason.startswith(cudnn_lib.NO_GPU):  # no GPU at all: said so, not the CUDA error it causes
+        return "oracle", f"auto: {reason.split(';')[0]}; reference is the float64 oracle"
     short = reason.split(";")[0].split(": ")[-1][:80]
     return "oracle", f"auto: no usable GPU/cuDNN here: {short}; float64 oracle instead"

@@ -14,6 +14,7 @@ import numpy as np
 from ..model.canonical import RNNStack, StackShape
 from ..model.cudnn_layout import unpack
 from ..errors import UsageError
+from ..progress import step
 from ..keras3 import runtime as keras3
 from ..keras3.runtime import to_numpy
 from ..model.keras_layout import cudnn_opaque, to_cudnn
@@ -196,7 +197,8 @@ def verify_graph(doc, model, engine, report, rng, tolerance, user_inputs):
     from ..keras3.runtime import layer_call, mask_producers
 
     masks = _masks_reaching(keras, model, doc, feed) if mask_producers(model) else {}
-    for rnn in doc.rnns:
+    for n, rnn in enumerate(doc.rnns, 1):
+        step("verify", n, len(doc.rnns), rnn.path)
         bad = rnn.stack.nonfinite_count()
         if bad:
             report.notes.append(f"{rnn.path}: {bad} NaN/Inf weight value(s) in the original; NaN outputs "
@@ -366,7 +368,8 @@ def verify_alone(doc, converted, engine, report, rng, tolerance, user_inputs):
                          "each layer is checked alone, fed random inputs of its own width)", path=report.input)
     report.notes.append("weights-only file: each cuDNN layer checked alone (no architecture: built as Keras 3 "
                         "GRU/LSTM returning its sequence and final states, fed random inputs of its own width)")
-    for rnn in doc.rnns:
+    for n, rnn in enumerate(doc.rnns, 1):
+        step("verify", n, len(doc.rnns), rnn.path)
         s = rnn.stack.shape
         bad = rnn.stack.nonfinite_count()
         if bad:

@@ -20,6 +20,34 @@ from .floor import DEFAULT_K, DEFAULT_RTOL, decide, floors
 
 FLOAT16_TOLERANCE_FLOOR = 4e-3  # float16 rounding of a tanh output in [-1, 1] is ~5e-4 per step
 
+#: Most points a check's per-step curve keeps (a 1e6-step verify would otherwise put 1e6 floats in
+#: the JSON report; 4096 is more than an SVG plot's pixels across)
+PER_STEP_POINTS = 4096
+
+
+def per_step_errors(diff: np.ndarray) -> tuple:
+    """``(errors, stride)``: max |diff| per time step of a compared output, over batch and features.
+
+    The outputs compared here are batch-major (a sequence is ``(batch, time, features)``: Keras's
+    layout, and :mod:`.stacks` transposes the reference's time-major runs to it), so the time axis
+    is axis 1 of a 3-D or higher output; a final state or last output (2-D) has none and is one
+    point.  Values keep 3 significant digits (a log-scale plot needs no more); NaN (one side NaN)
+    is shown as inf, as :func:`compare` counts it.  Above :data:`PER_STEP_POINTS` steps each point
+    is the max over ``stride`` consecutive steps."""
+    if diff.size == 0:
+        return [], 1
+    if diff.ndim < 3:
+        steps = np.array([np.max(diff)])
+    else:
+        steps = np.max(np.moveaxis(diff, 1, 0).reshape(diff.shape[1], -1), axis=1)
+    stride = 1
+    if steps.size > PER_STEP_POINTS:
+        stride = -(-steps.size // PER_STEP_POINTS)
+        pad = (-steps.size) % stride
+        steps = np.max(np.pad(steps, (0, pad)).reshape(-1, stride), axis=1)
+    steps = np.where(np.isnan(steps), np.inf, steps)
+    return [float(f"{v:.3g}") for v in steps.tolist()], stride
+
 
 @dataclass
 class Check:
@@ -53,6 +81,13 @@ class Check:
     reference_algorithm: Optional[str] = None
     #: max |diff| against each cuDNN algorithm's run: {"standard": d, "persist_static": d, ...}
     by_algorithm: dict = field(default_factory=dict)
+    #: max |diff| per time step over batch and features (:func:`per_step_errors`): the curve of the
+    #: HTML report (:mod:`gruconv.report_html`), where rounding that grows with the sequence reads
+    #: differently from a wrong gate (wrong from step 0); one point for an output without a time axis
+    per_step: list = field(default_factory=list)
+    #: steps per point of ``per_step`` (1 up to :data:`PER_STEP_POINTS` steps; above, each point is
+    #: the max over ``per_step_stride`` consecutive steps)
+    per_step_stride: int = 1
 
 
 @dataclass
@@ -116,8 +151,10 @@ def compare(name: str, got, ref, ref64, tolerance: float, dtype: str, floor: Opt
         r64 = np.asarray(ref64, dtype=np.float64)
         ref_err = float(np.nanmax(np.abs(ref - r64))) if r64.size else 0.0
     d = decide(max_abs, scale, floor, tolerance=tol, rtol=rtol, k=k, nonfinite=nonfinite)
+    per_step, stride = per_step_errors(diff)
     return Check(name, max_abs, max_rel, tol, d.passed, ref_err, tuple(got.shape), nonfinite, reason=d.reason,
-                 bound=d.bound, floor=None if floor is None else float(floor), magnitude=scale, limits=d.limits)
+                 bound=d.bound, floor=None if floor is None else float(floor), magnitude=scale, limits=d.limits,
+                 per_step=per_step, per_step_stride=stride)
 
 
 def floor_cache(engine) -> dict:

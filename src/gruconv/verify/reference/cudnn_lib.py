@@ -66,6 +66,14 @@ ENV_PRELOAD = "GRUCONV_CUDNN_PRELOAD"
 # cuda_runtime_api.h
 _CUDA_MEMCPY_H2D, _CUDA_MEMCPY_D2H = 1, 2
 _CUDA_DEV_ATTR_CC_MAJOR, _CUDA_DEV_ATTR_CC_MINOR = 75, 76
+#: ``cudaGetDeviceCount`` statuses (``cudaError_t``) that can mean "no GPU here" rather than a broken
+#: install: cudaErrorNoDevice (no device, or none visible: ``CUDA_VISIBLE_DEVICES=""``) always;
+#: cudaErrorInsufficientDriver only where the machine has no NVIDIA device node (:func:`no_gpu_device`:
+#: no driver at all), since with a GPU it means a driver older than the runtime, a real problem.
+_CUDA_ERROR_NO_DEVICE, _CUDA_ERROR_INSUFFICIENT_DRIVER = 100, 35
+#: The start of :func:`available`'s reason when there is no GPU to use at all (read by
+#: ``gruconv.verify.engines.choose_reference`` to say so instead of the CUDA error)
+NO_GPU = "no GPU"
 
 #: cuDNN statuses that mean "cuDNN cannot run here" (9.x: NOT_INITIALIZED,
 #: SUBLIBRARY_VERSION_MISMATCH, LICENSE_ERROR, SUBLIBRARY_LOADING_FAILED; 8.x: NOT_INITIALIZED).
@@ -306,7 +314,7 @@ class Libraries:
 
     # -- loading -------------------------------------------------------------
     def load_cudart(self) -> None:
-        tried, seen = [], set()
+        tried, seen, statuses = [], set(), []
         for source, path in _cudart_candidates():
             try:
                 lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
@@ -323,6 +331,7 @@ class Libraries:
                 continue
             count = ctypes.c_int(0)
             status = lib.cudaGetDeviceCount(ctypes.byref(count))
+            statuses.append(status if count.value > 0 or status != 0 else _CUDA_ERROR_NO_DEVICE)
             if status != 0:
                 text = lib.cudaGetErrorString(status)
                 tried.append(f"{path}: cudaGetDeviceCount failed ({status}: "
@@ -333,11 +342,15 @@ class Libraries:
                 continue
             self.cudart, self.cudart_source, self.cudart_path = lib, source, real
             return
+        absent = no_gpu_device()
+        no_gpu = (f"{NO_GPU}: no NVIDIA GPU device on this machine (no /dev/nvidia*); " if absent else
+                  f"{NO_GPU}: the CUDA runtime sees no device (cudaErrorNoDevice); "
+                  if statuses and all(st == _CUDA_ERROR_NO_DEVICE for st in statuses) else "")
         if not tried:
             raise ReferenceUnavailable(
-                "no CUDA runtime library (libcudart.so) found: install the nvidia-cuda-runtime wheel, "
+                f"{no_gpu}no CUDA runtime library (libcudart.so) found: install the nvidia-cuda-runtime wheel, "
                 f"or set {ENV_LIBCUDART} to its full path")
-        raise ReferenceUnavailable("no usable CUDA runtime/GPU: " + "; ".join(tried))
+        raise ReferenceUnavailable(f"{no_gpu}no usable CUDA runtime/GPU: " + "; ".join(tried))
 
     def _preload(self, path: str) -> bool:
         try:
@@ -595,6 +608,13 @@ def load() -> Libraries:
 
 
 # ------------------------------------------------------------------ public API
+def no_gpu_device() -> bool:
+    """True on a Linux machine without an NVIDIA GPU device node: the driver makes ``/dev/nvidia0``,
+    ``/dev/nvidia1``, ... per GPU (and WSL2 its ``/dev/dxg``).  There, ``cudaGetDeviceCount``'s
+    cudaErrorInsufficientDriver (35) means "no driver, no GPU", not an old driver."""
+    return sys.platform == "linux" and not glob.glob("/dev/nvidia[0-9]*") and not os.path.exists("/dev/dxg")
+
+
 def available() -> tuple:
     """``(True, "NVIDIA H200, cuDNN 9.19.0, CUDA runtime 13.0")`` or ``(False, reason)``; never raises."""
     try:
