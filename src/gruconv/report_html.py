@@ -23,7 +23,7 @@ import math
 import re
 from typing import Optional
 
-from . import __version__
+from ._version import __version__
 from .report import bound_text, kernels_text
 
 #: The plot's size in CSS pixels, and its margins (left for the decade labels, bottom for steps)

@@ -277,3 +277,6 @@ class Subject:
     stack: Optional[RNNStack] = None
     opaque: Optional[np.ndarray] = None
     graph: object = None
+    #: a Keras graph without a converted file: ``verify`` builds the model ``convert`` would write
+    #: (:func:`gruconv.writers.keras_route.built`), so the reader builds nothing
+    in_memory: bool = False

@@ -200,6 +200,10 @@ def _run_checks(module, doc, converted, opts, engine, report, rng, tolerance, us
     for n, subject in enumerate(module.verify_subjects(doc, converted, opts), 1):
         if subject.graph is None:  # a bare stack (the graph checks report their layers themselves)
             step("verify", n, None, subject.name)
+        if subject.in_memory:  # no converted file: the model convert would write, built here
+            from ..writers.keras_route import built
+
+            subject.model, _ = built(subject.graph)
         if subject.graph is not None and subject.model is None:  # weights-only: each layer alone
             verify_alone(subject.graph, converted, engine, report, rng, tolerance, user_inputs)
             continue

@@ -1132,13 +1132,10 @@ def verify_subjects(doc: KerasH5Model, converted, opts: Options):
     if doc.model_config is None:  # weights-only, no --config: verify checks each layer alone (issue 19)
         yield Subject(name=str(doc.path), model=None, graph=doc)
         return
-    if converted is None:  # what convert writes: the streamed config and weights (writers.keras_route.built)
-        from ...writers.keras_route import built
-
-        model, _ = built(doc)
-    else:
-        model = writers.load(Path(converted), lambda: to_keras(doc, opts)[0])
-    yield Subject(name=str(doc.path), model=model, graph=doc)
+    if converted is None:  # verify builds what convert writes (writers.keras_route.built)
+        yield Subject(name=str(doc.path), model=None, graph=doc, in_memory=True)
+        return
+    yield Subject(name=str(doc.path), model=writers.load(Path(converted), lambda: to_keras(doc, opts)[0]), graph=doc)
 
 
 def convert(doc: KerasH5Model, output: Path, opts: Optional[Options] = None) -> ConvertResult:
