@@ -844,6 +844,7 @@ def write_keras_h5_doc(doc, target, *, weights_only: bool = False, warnings: Opt
     try:
         config = keras3_config.model_config(keras_h5.converted_config(doc.model_config))
         groups, tops = keras3_config.saveable_plan(config)
+        custom_slots(doc, config, groups, tops)
         if info is not None:
             info["config"] = config
         arrays = legacy_h5_arrays(doc, tops, nonfinite)
@@ -866,6 +867,58 @@ def write_keras_h5_doc(doc, target, *, weights_only: bool = False, warnings: Opt
         if e.path is None:
             raise UnsupportedError(e.message, path=doc.path) from None
         raise
+
+
+def custom_slots(doc, config: dict, groups: list, tops: list) -> None:
+    """Give each custom layer of ``config`` (:func:`gruconv.keras3.config.custom_layers`) its variables:
+    as many as the file stores for it, in the stored order, ``<its object path>/vars/0..n`` (Keras 3
+    ``Layer.save_own_variables`` writes ``trainable + non_trainable`` variables in creation order, and
+    tf_keras's legacy writer stored ``layer.weights``, the same concatenation: so the i-th stored weight is
+    ``vars/i`` when the user's Keras 3 class creates its weights in the order the original did).  Shapes
+    and dtypes are the stored ones.  Every such variable counts as trainable (a legacy file does not say;
+    it only matters for a compiled model's optimizer slots).
+
+    A custom layer below the top level (inside a nested model or a wrapper) that holds weights is refused
+    (:class:`UnsupportedError`): its weights sit in its top-level layer's group under names the file
+    alone cannot pair with Keras 3's object paths."""
+    from ..files import hdf5 as h5safe
+    from ..readers import keras_h5
+
+    names = [n for ns in keras3_config.custom_layers(config).values() for n in ns]
+    if not names:
+        return
+    by_name = {t.name: t for t in tops}
+    counts = {}
+    with keras_h5.open_model_file(doc.path) as src:
+        root = h5safe.child(src, "model_weights", doc.path, "group") if doc.kind == "model" else src
+        for name in names:
+            if name in by_name and name in doc.layer_names:
+                group = h5safe.child(root, name, doc.path, "group")
+                counts[name] = len(keras_h5.weight_names_of(group, doc.path))
+    for name in names:
+        top = by_name.get(name)
+        if top is None:
+            if _holds_weights_below(doc, name):
+                raise UnsupportedError(f"custom layer {name!r} sits inside a nested model or wrapper and holds "
+                                       "weights: the streaming writer carries custom layers over at the top "
+                                       "level only")
+            continue
+        group = next(g for g, n in groups if n == name and re.fullmatch(r"layers/[^/]+/vars", g))
+        top.slots = [keras3_config.Slot(group, i, True, f"custom weight {i}") for i in range(counts.get(name, 0))]
+
+
+def _holds_weights_below(doc, name: str) -> bool:
+    """Whether any stored weight name has ``name`` as an owner (``outer/<name>/w:0``)."""
+    from ..files import hdf5 as h5safe
+    from ..readers import keras_h5
+
+    with keras_h5.open_model_file(doc.path) as src:
+        root = h5safe.child(src, "model_weights", doc.path, "group") if doc.kind == "model" else src
+        for layer in doc.layer_names:
+            group = h5safe.child(root, layer, doc.path, "group")
+            if any(name in w.split("/")[:-1] for w in keras_h5.weight_names_of(group, doc.path)):
+                return True
+    return False
 
 
 def _doc_bytes(doc) -> Optional[int]:
