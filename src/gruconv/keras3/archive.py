@@ -1125,12 +1125,37 @@ def mask_producers(config: dict) -> list:
     return out
 
 
+# --------------------------------------------------------------------------- reading back
+
+def read_weights(path, names: list) -> list:
+    """The arrays stored at ``names`` (``layers/lstm/cell/vars/0``, ...) in a Keras 3 weights file: a
+    ``.keras`` archive's ``model.weights.h5`` (the zip checked first by
+    :func:`gruconv.eligibility.read_keras_zip`: bounded directory, Keras's own member names) or a plain
+    ``.weights.h5``, every dataset through :mod:`gruconv.files.hdf5`'s guards.  For ``verify`` of an
+    output whose custom layers Keras cannot rebuild (issue 29): its recurrent weights, read as written."""
+    from ..eligibility import read_keras_zip
+    from ..files import hdf5 as h5safe
+
+    h5py = _h5()
+    path = Path(path)
+    if zipfile.is_zipfile(path):
+        read_keras_zip(path)
+        try:
+            with zipfile.ZipFile(path) as zf, zf.open(WEIGHTS_NAME) as fh, h5py.File(fh, "r") as f:
+                return [h5safe.read_dataset(h5safe.resolve(f, n, path, "dataset"), path) for n in names]
+        except (KeyError, OSError, ValueError, zipfile.BadZipFile) as e:
+            raise InputError(f"cannot read the converted weights ({str(e).splitlines()[0][:200]})",
+                             path=path) from None
+    with h5safe.open_hdf5(path, "a Keras 3 weights file") as f:
+        return [h5safe.read_dataset(h5safe.resolve(f, n, path, "dataset"), path) for n in names]
+
+
 # --------------------------------------------------------------------------- --check-load
 
 OPTIMIZER_GROUP = "optimizer/vars"
 
 
-def check_load(path, manifest: list, *, config: Optional[dict] = None) -> None:
+def check_load(path, manifest: list, *, config: Optional[dict] = None, custom_objects: Optional[dict] = None) -> None:
     """``convert --check-load``: what a user of the file will do, done once.  A ``.keras`` archive is
     opened with plain ``keras.saving.load_model(path)`` (default arguments: compiled, safe mode); a
     ``.weights.h5`` file (``config`` given: the generated Keras 3 model config) is loaded with
@@ -1139,7 +1164,10 @@ def check_load(path, manifest: list, *, config: Optional[dict] = None) -> None:
     ``keras/src/saving/saving_lib.py`` ``_save_state``) and every dataset compared by shape, dtype and
     SHA-256 with the manifest recorded while streaming; a compiled model's optimizer variables are
     compared in order with the manifest's ``optimizer/vars``.  Raises :class:`UnsupportedError`
-    (one line) at the first difference: the caller writes nothing then."""
+    (one line) at the first difference: the caller writes nothing then.
+
+    ``custom_objects``: the user's classes for the custom layers the file carries (issue 29), passed to
+    ``load_model`` / ``model_from_json`` as a user would pass them (safe mode stays on)."""
     import warnings
 
     import h5py
@@ -1152,9 +1180,9 @@ def check_load(path, manifest: list, *, config: Optional[dict] = None) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             if config is None:
-                loaded = k.saving.load_model(str(path))
+                loaded = k.saving.load_model(str(path), custom_objects=custom_objects or None)
             else:
-                loaded = k.models.model_from_json(json.dumps(config))
+                loaded = k.models.model_from_json(json.dumps(config), custom_objects=custom_objects or None)
                 loaded.load_weights(str(path))
     except Exception as e:  # noqa: BLE001 - the file is not what we promise: refuse it
         from ..errors import first_line

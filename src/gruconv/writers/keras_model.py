@@ -36,7 +36,7 @@ MANY = True          # a checkpoint with several stacks: one .keras per stack in
 #: Options a bare stack's model reads (its inputs and outputs); see :func:`options`.
 INTERFACE_OPTIONS = frozenset({"initial_state", "return_state", "mask_input"})
 #: Options every output of this writer reads.
-LOAD_OPTIONS = frozenset({"check_load"})
+LOAD_OPTIONS = frozenset({"check_load", "custom_objects"})
 
 
 def options(graph: bool) -> frozenset:
@@ -88,9 +88,9 @@ def write_graph(document, target, options, warnings: list, *, final) -> dict:
     from ..keras3 import archive as keras_archive
 
     graph = document.graph
-    notes, nonfinite = [], {}
+    notes, nonfinite, info = [], {}, {}
     try:
-        manifest = keras_archive.write_keras_h5_doc(graph, target, warnings=notes, nonfinite=nonfinite)
+        manifest = keras_archive.write_keras_h5_doc(graph, target, warnings=notes, nonfinite=nonfinite, info=info)
     except UnsupportedError as e:
         if graph.model_config is None or not keras_installed():
             raise
@@ -98,9 +98,42 @@ def write_graph(document, target, options, warnings: list, *, final) -> dict:
         return write_graph_with_keras(document, target, options, warnings, final=final)
     graph_notes(graph, warnings)
     warnings.extend(notes)
-    if getattr(options, "check_load", False):
-        keras_archive.check_load(target, manifest)
+    custom = custom_notes(info["config"], warnings)
+    objects = load_custom(options, custom, warnings) if getattr(options, "check_load", False) else None
+    if objects is not None:
+        keras_archive.check_load(target, manifest, custom_objects=objects)
     return nonfinite
+
+
+def custom_notes(config: dict, warnings: list) -> dict:
+    """One warning per custom layer class carried over (:func:`gruconv.keras3.config.custom_layers`),
+    saying what the user must supply to load the output; returns ``{class_name: [layer names]}``."""
+    from ..keras3.config import custom_layers
+
+    found = custom_layers(config)
+    for cls, names in found.items():
+        warnings.append(
+            f"custom layer class {cls} ({', '.join(str(n) for n in names)}) carried over as it is: config "
+            f"unchanged, its stored weights in their order; load with keras.saving.load_model(path, "
+            f"custom_objects={{\"{cls}\": <your Keras 3 class>}}) (gruconv never runs code from a model file)")
+    return found
+
+
+def load_custom(options, custom: dict, warnings: list):
+    """``--check-load`` of an output with custom layers: the classes of ``--custom-objects``
+    (:func:`gruconv.keras3.runtime.custom_objects_from`), or, without it, None and a warning that Keras was
+    not asked to load the output (it cannot rebuild a class it was not given)."""
+    if not custom:
+        return {}
+    path = getattr(options, "custom_objects", None)
+    if path is None:
+        warnings.append(f"--check-load: the output was not loaded with Keras (custom layer class(es) "
+                        f"{', '.join(custom)} need --custom-objects FILE.py); the archive's own self-check "
+                        "passed (members, config, every weight's shape, dtype and digest)")
+        return None
+    from ..keras3 import runtime as keras3
+
+    return keras3.custom_objects_from(path, custom)
 
 
 def write_graph_with_keras(document, target, options, warnings: list, *, final) -> dict:

@@ -22,7 +22,7 @@ MANY = False
 
 def options(graph: bool) -> frozenset:
     """Weights carry no model interface; ``--check-load`` loads them into the converted architecture."""
-    return frozenset({"check_load"})
+    return frozenset({"check_load", "custom_objects"})
 
 
 def write_graph(document, target, options, warnings: list, *, final) -> dict:
@@ -30,7 +30,7 @@ def write_graph(document, target, options, warnings: list, *, final) -> dict:
     streaming writer's vocabulary when Keras is installed."""
     from ..errors import UnsupportedError
     from ..keras3 import archive as keras_archive
-    from .keras_model import fallback_note, keras_installed
+    from .keras_model import custom_notes, fallback_note, keras_installed, load_custom
 
     graph = document.graph
     nonfinite, info = {}, {}
@@ -42,8 +42,10 @@ def write_graph(document, target, options, warnings: list, *, final) -> dict:
             raise
         warnings.append(fallback_note(e.message))
         return write_graph_with_keras(document, target, options, warnings, final=final)
-    if getattr(options, "check_load", False):
-        keras_archive.check_load(target, manifest, config=info["config"])
+    custom = custom_notes(info["config"], warnings)
+    objects = load_custom(options, custom, warnings) if getattr(options, "check_load", False) else None
+    if objects is not None:
+        keras_archive.check_load(target, manifest, config=info["config"], custom_objects=objects)
     return nonfinite
 
 

@@ -1112,6 +1112,20 @@ def nothing_to_verify(doc: KerasH5Model) -> Optional[str]:
     return None if doc.rnns else "nothing to convert: no CuDNNGRU or CuDNNLSTM layers"
 
 
+def custom_classes(doc: KerasH5Model) -> dict:
+    """``{class name: [layer path, ...]}`` of the model's custom layers: classes that are neither Keras 3's
+    nor tf_keras's own (:func:`gruconv.keras3.builtins.is_custom`), read from the config (issue 29)."""
+    from ...keras3.builtins import bare_name, is_custom
+
+    found: dict = {}
+    if isinstance(doc.model_config, dict):
+        for layer, rpath, _top, _wrapper in walk_layers(doc.model_config):
+            cls = _class_name(layer)
+            if is_custom(cls):
+                found.setdefault(bare_name(cls), []).append(rpath)
+    return found
+
+
 def verify_subjects(doc: KerasH5Model, converted, opts: Options):
     """What ``verify`` checks: the whole converted model with this file's graph (its recurrent
     layers are ``doc.rnns``).  Without ``converted``, the model ``convert`` would save, built by the
@@ -1131,10 +1145,18 @@ def verify_subjects(doc: KerasH5Model, converted, opts: Options):
     if doc.model_config is None:  # weights-only, no --config: verify checks each layer alone (issue 19)
         yield Subject(name=str(doc.path), model=None, graph=doc)
         return
-    if converted is None:
-        model, _ = to_keras(doc, opts)
-    else:
-        model = writers.load(Path(converted), lambda: to_keras(doc, opts)[0])
+    custom = custom_classes(doc)
+    if custom and opts.custom_objects is None:  # Keras cannot rebuild it: each layer alone (issue 29)
+        yield Subject(name=str(doc.path), model=None, graph=doc)
+        return
+    from ...keras3 import runtime as keras3
+
+    objects = keras3.custom_objects_from(opts.custom_objects, custom) if custom else None
+    with keras3.custom_scope(objects):
+        if converted is None:
+            model, _ = to_keras(doc, opts)
+        else:
+            model = writers.load(Path(converted), lambda: to_keras(doc, opts)[0])
     yield Subject(name=str(doc.path), model=model, graph=doc)
 
 
