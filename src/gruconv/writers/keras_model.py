@@ -105,17 +105,20 @@ def write_graph(document, target, options, warnings: list, *, final) -> dict:
     return nonfinite
 
 
-def custom_notes(config: dict, warnings: list) -> dict:
+def custom_notes(config: dict, warnings: list, *, weights_only: bool = False) -> dict:
     """One warning per custom layer class carried over (:func:`gruconv.keras3.config.custom_layers`),
     saying what the user must supply to load the output; returns ``{class_name: [layer names]}``."""
     from ..keras3.config import custom_layers
 
     found = custom_layers(config)
     for cls, names in found.items():
-        warnings.append(
-            f"custom layer class {cls} ({', '.join(str(n) for n in names)}) carried over as it is: config "
-            f"unchanged, its stored weights in their order; load with keras.saving.load_model(path, "
-            f"custom_objects={{\"{cls}\": <your Keras 3 class>}}) (gruconv never runs code from a model file)")
+        objects = f'custom_objects={{"{cls}": <your Keras 3 class>}}'
+        how = (f"load into the converted architecture built with your class (keras.models.model_from_json(config, "
+               f"{objects}), then model.load_weights(path))" if weights_only
+               else f"load with keras.saving.load_model(path, {objects})")
+        warnings.append(f"custom layer class {cls} ({', '.join(str(n) for n in names)}) carried over as it is: "
+                        f"config unchanged, its stored weights in their order; {how} (gruconv never runs code "
+                        "from a model file)")
     return found
 
 

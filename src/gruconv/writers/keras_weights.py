@@ -42,7 +42,7 @@ def write_graph(document, target, options, warnings: list, *, final) -> dict:
             raise
         warnings.append(fallback_note(e.message))
         return write_graph_with_keras(document, target, options, warnings, final=final)
-    custom = custom_notes(info["config"], warnings)
+    custom = custom_notes(info["config"], warnings, weights_only=True)
     objects = load_custom(options, custom, warnings) if getattr(options, "check_load", False) else None
     if objects is not None:
         keras_archive.check_load(target, manifest, config=info["config"], custom_objects=objects)

@@ -1008,12 +1008,15 @@ def check_outputs(doc: KerasH5Model, output: Path, opts: Options) -> None:
     writer = writers.module(output_format(output, opts))
     if _to_directory(writer, output):
         return _check_directory(doc, writer, Path(output), opts)
-    if doc.lambdas and writer.SAVES_MODEL:
+    if doc.lambdas and (writer.SAVES_MODEL or writer.NEEDS_ARCHITECTURE):
         # Building a Keras model calls every layer on symbolic inputs: a Lambda's code would run.
+        # Unlike a custom layer class (carried over: the user supplies the class), a Lambda's code is in
+        # the file itself (marshalled bytecode), and nothing the user could pass would stand for it.
         raise UnsupportedError(
             f"model has Lambda layer(s) {', '.join(doc.lambdas)} holding Python code; gruconv never runs it, "
-            "and a .keras model cannot be built without running it (--format h5-weights writes the "
-            "converted weights alone, no code)", path=doc.path)
+            "and a .keras model cannot be built without running it (the code is stored in the model file, "
+            "unlike a custom layer's class, so --custom-objects cannot stand in for it); write the converted "
+            "weights alone, no code: gruconv convert IN.h5 OUT.h5 (--format h5-weights)", path=doc.path)
     if writer.NEEDS_ARCHITECTURE and doc.model_config is None and doc.rnns:
         raise UsageError("a weights-only file needs --config ARCH.json (the model's to_json()) to become "
                          "a .keras model; or write a .h5 weights file", path=doc.path)
