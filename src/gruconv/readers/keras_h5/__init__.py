@@ -942,6 +942,10 @@ def inspect(doc: KerasH5Model) -> dict:
         details.append("no CuDNNGRU or CuDNNLSTM layers: nothing to convert")
     if doc.lambdas:
         details.append(f"Lambda layers (refused by convert): {', '.join(doc.lambdas)}")
+    custom = _custom_layer_entries(doc)
+    for c in custom:
+        weights = ", ".join(f"{w['name']} {tuple(w['shape'])} {w['dtype']}" for w in c["weights"]) or "no weights"
+        details.append(f"custom layer {c['path']} ({c['class']}): {weights}; {c['convert']}")
     if doc.optimizer_weight_count:
         details.append(f"optimizer state: {doc.optimizer_weight_count} tensors (dropped by convert)")
     model_name = None
@@ -954,7 +958,7 @@ def inspect(doc: KerasH5Model) -> dict:
         "details": details,
         "keras_version": doc.keras_version, "backend": doc.backend, "model_name": model_name,
         "layers": len(doc.layer_names),
-        "plain_gru_layers": doc.other_gru_layers, "lambda_layers": doc.lambdas,
+        "plain_gru_layers": doc.other_gru_layers, "lambda_layers": doc.lambdas, "custom_layers": custom,
         "optimizer_weights": doc.optimizer_weight_count,
         "training_config": doc.training_config is not None,
     }
@@ -1127,6 +1131,39 @@ def custom_classes(doc: KerasH5Model) -> dict:
             if is_custom(cls):
                 found.setdefault(bare_name(cls), []).append(rpath)
     return found
+
+
+def _custom_layer_entries(doc: KerasH5Model) -> list:
+    """Per custom layer (:func:`custom_classes`): its path, class, stored weights (name, shape, dtype, read
+    from dataset headers only) and what ``convert`` does with it, for ``inspect``."""
+    entries = []
+    custom = custom_classes(doc)
+    if not custom:
+        return entries
+    with open_model_file(doc.path) as f:
+        root = h5safe.child(f, "model_weights", doc.path, "group") if doc.kind == "model" else f
+        for cls, paths in custom.items():
+            for rpath in paths:
+                parts = rpath.split("/")
+                weights = []
+                if parts[0] in doc.layer_names:
+                    group = h5safe.child(root, parts[0], doc.path, "group")
+                    for wname in weight_names_of(group, doc.path):
+                        owners, _role = _owner_and_role(wname)
+                        if len(parts) == 1 or parts[-1] in owners:
+                            ds = h5safe.resolve(group, wname, doc.path, "dataset")
+                            weights.append({"name": wname, "shape": list(ds.shape or ()),
+                                            "dtype": str(ds.dtype.newbyteorder("="))})
+                if len(parts) > 1 and weights:
+                    what = ("not carried over into .keras / .weights.h5 (a custom layer with weights inside a "
+                            "nested model or wrapper); the .h5 weights output copies its weights as they are")
+                else:
+                    what = (f"convert carries it over into .keras / .weights.h5 as it is (config unchanged, "
+                            f"{len(weights)} weight(s) in stored order) and warns that loading needs "
+                            f'custom_objects={{"{cls}": <your Keras 3 class>}}; the .h5 weights output copies '
+                            "them as they are")
+                entries.append({"path": rpath, "class": cls, "weights": weights, "convert": what})
+    return entries
 
 
 def verify_subjects(doc: KerasH5Model, converted, opts: Options):
