@@ -66,6 +66,7 @@ def test_builtin_tables_are_keras_own():
     assert is_custom("AttentionWeightedAverage") and is_custom("Custom>Dense")
     assert not is_custom("Dense") and not is_custom("CuDNNGRU") and not is_custom("Lambda")
     assert not is_custom("TFOpLambda") and not is_custom("ThresholdedReLU")
+    assert not is_custom("my layer") and not is_custom("Pkg>") and not is_custom("")  # no Python class
 
 
 @pytest.mark.slow

@@ -63,7 +63,9 @@ def is_custom(class_name) -> bool:
     """True for a layer class that is neither Keras 3's nor tf_keras's own: a user's class."""
     if not isinstance(class_name, str) or not class_name:
         return False
-    if ">" in class_name:  # registered with register_keras_serializable: a user's class by definition
-        return bool(bare_name(class_name))
     name = bare_name(class_name)
-    return bool(name) and name not in KERAS3_LAYERS and name not in LEGACY_LAYERS
+    if not name.isidentifier():  # no Python class has that name: not a class a user could supply
+        return False
+    if ">" in class_name:  # registered with register_keras_serializable: a user's class by definition
+        return True
+    return name not in KERAS3_LAYERS and name not in LEGACY_LAYERS
