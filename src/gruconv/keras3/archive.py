@@ -1127,6 +1127,20 @@ def mask_producers(config: dict) -> list:
 
 # --------------------------------------------------------------------------- reading back
 
+def is_keras3_weights(path) -> bool:
+    """Whether ``path`` holds Keras 3's weights layout (a ``.keras`` zip, or an HDF5 file of ``<path>/vars``
+    groups) rather than the legacy one (``layer_names`` attribute)."""
+    from ..files import hdf5 as h5safe
+
+    path = Path(path)
+    if zipfile.is_zipfile(path):
+        return True
+    if not h5safe.is_hdf5(path):
+        return False
+    with h5safe.open_hdf5(path, "a weights file") as f:
+        return h5safe.read_attr(f, "layer_names") is None and ("layers" in f or "vars" in f)
+
+
 def read_weights(path, names: list) -> list:
     """The arrays stored at ``names`` (``layers/lstm/cell/vars/0``, ...) in a Keras 3 weights file: a
     ``.keras`` archive's ``model.weights.h5`` (the zip checked first by

@@ -51,6 +51,7 @@ from ..errors import ReferenceUnavailable, UsageError
 from ..options import Options
 from .engines import Engine, choose_reference
 from .graph import check_user_inputs, verify_alone, verify_graph
+from .partial import verify_partial
 from .stacks import verify_stack
 from .verdicts import FLOAT16_TOLERANCE_FLOOR, Check, VerifyReport, compare
 
@@ -201,7 +202,9 @@ def _run_checks(module, doc, converted, opts, engine, report, rng, tolerance, us
         return True
     for subject in module.verify_subjects(doc, converted, opts):
         if subject.graph is not None and subject.model is None:  # weights-only: each layer alone
-            verify_alone(subject.graph, converted, engine, report, rng, tolerance, user_inputs)
+            # (a model with an architecture Keras cannot rebuild here, custom layers: each layer alone too)
+            alone = verify_partial if getattr(subject.graph, "model_config", None) is not None else verify_alone
+            alone(subject.graph, converted, engine, report, rng, tolerance, user_inputs)
             continue
         if subject.graph is not None:
             if user_inputs:

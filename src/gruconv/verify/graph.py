@@ -362,10 +362,6 @@ def verify_alone(doc, converted, engine, report, rng, tolerance, user_inputs):
     uniform(-1, 1) inputs of its own width, every output (sequence(s) and each final state, an LSTM's
     ``c`` included) compared against the reference run with the original weights."""
     keras = keras3.keras()
-    if getattr(doc, "model_config", None) is not None:  # a model Keras cannot rebuild (custom layers)
-        from .partial import verify_partial
-
-        return verify_partial(doc, converted, engine, report, rng, tolerance, user_inputs)
     if user_inputs:
         raise UsageError("--inputs needs --config ARCH.json for a weights-only file (without the architecture "
                          "each layer is checked alone, fed random inputs of its own width)", path=report.input)

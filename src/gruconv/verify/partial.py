@@ -88,11 +88,11 @@ def _top_level(rnn) -> bool:
 def _keras3_plan(doc, converted) -> Optional[dict]:
     """``{top-level layer: [dataset path, ...]}`` when ``converted`` is a Keras 3 file (``.keras`` or
     ``.weights.h5``), in the layer's Keras 3 weights order; None for a legacy-layout ``.h5`` or no file."""
-    from .. import writers
     from ..keras3 import config as keras3_config
+    from ..keras3.archive import is_keras3_weights
     from ..readers.keras_h5 import converted_config
 
-    if converted is None or writers.claimed_by(Path(converted)) not in ("keras", "keras-weights"):
+    if converted is None or Path(converted).is_dir() or not is_keras3_weights(converted):
         return None
     config = keras3_config.model_config(converted_config(doc.model_config))
     _groups, tops = keras3_config.saveable_plan(config)
@@ -103,14 +103,15 @@ def _top_layers(model_config: dict) -> list:
     """``[(name, class, config, source name or None)]`` per top-level layer of a legacy model config: the
     source is the one layer feeding it (a Functional layer's only inbound tensor, a Sequential's previous
     layer); None for a model input or a layer with several inputs (``"*"``)."""
-    from ..readers.keras_h5 import _class_name, _conf, _layers_of, _name
+    from ..readers.keras_h5 import walk_layers
 
     out, prev = [], None
-    sequential = _class_name(model_config) == "Sequential"
-    for layer in _layers_of(model_config):
-        if not isinstance(layer, dict):
+    sequential = model_config.get("class_name") == "Sequential"
+    for layer, name, top, _wrapper in walk_layers(model_config):
+        if name != top:  # inside a nested model or a wrapper
             continue
-        name, cls = _name(layer), _class_name(layer)
+        cls = layer.get("class_name")
+        conf = layer.get("config") if isinstance(layer.get("config"), dict) else {}
         if sequential:
             source = prev
         else:
@@ -120,7 +121,7 @@ def _top_layers(model_config: dict) -> list:
                 source = refs[0][0] if refs and len(refs) == 1 else ("*" if refs else None)
             except (TypeError, IndexError, KeyError):
                 source = "*"
-        out.append((name, cls, _conf(layer), source))
+        out.append((name, cls, conf, source))
         prev = None if cls == "InputLayer" else name
     return out
 
