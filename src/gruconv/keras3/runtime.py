@@ -9,7 +9,8 @@ so a Keras behaviour change is a change to this module alone.
 A ``.keras`` file is a zip of ``config.json``, ``metadata.json`` and
 ``model.weights.h5`` (``keras/src/saving/saving_lib.py``); gruconv lets Keras
 3 write it, so the file is exactly what ``keras.saving.load_model`` expects
-on every backend, with no custom objects.
+on every backend, with no custom objects (unless the model carries a user's
+custom layer, issue 29: then with the classes the user supplies).
 
 Two routes in:
 

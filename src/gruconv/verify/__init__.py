@@ -24,7 +24,8 @@ the absolute tolerance, or ``rtol`` of the reference's magnitude, or ``k``
 times the measured float32 sensitivity floor (:mod:`gruconv.verify.floor`),
 so a trained model's amplified rounding is not mistaken for a conversion
 bug; each row says which bound decided.  Weights-only files without
-``--config`` are checked layer by layer (:func:`.graph.verify_alone`).
+``--config`` are checked layer by layer (:func:`.graph.verify_alone`), and so are models
+whose custom layers Keras cannot rebuild without ``--custom-objects`` (:mod:`.partial`).
 
 Checks: per converted recurrent layer (fed exactly the activations that reach
 it in the converted model; every output compared: sequence/last output and

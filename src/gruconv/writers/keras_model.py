@@ -11,6 +11,11 @@ what Keras itself saves (config after load, every weight bit for bit) on every f
 ``--check-load`` (implied by ``--verify``) adds what the Keras-built route did on every run: plain
 ``keras.saving.load_model`` of the output, weights compared by digest (:func:`keras_archive.check_load`).
 
+A user's custom layer (a class neither Keras 3's nor tf_keras's own: :mod:`gruconv.keras3.builtins`) is
+carried over as Keras 3 serializes a custom object, its stored weights in order (issue 29); one warning per
+class names the ``custom_objects`` a load needs, and ``--check-load`` loads with the classes of
+``--custom-objects FILE.py`` (without it, says it did not load).
+
 A layer, argument or training config outside the streaming writer's vocabulary raises
 :class:`~gruconv.errors.UnsupportedError` before anything is written; then, if Keras and a backend are
 installed, the Keras-built route (:func:`write_graph_with_keras`: build, save, load back) writes the file
