@@ -230,6 +230,16 @@ def test_custom_objects_file_runs_only_when_named(tmp_path):
     assert marker.exists()
 
 
+def test_custom_objects_not_imported_for_a_model_without_custom_layers(tmp_path):
+    marker = tmp_path / "MARKER"
+    classes = tmp_path / "mine.py"
+    classes.write_text(f"open({str(marker)!r}, 'w').close()\n")
+    res = run("convert", FIXTURES / "keras" / "sequential.h5", tmp_path / "s.keras", "--check-load",
+              "--custom-objects", classes)
+    assert res.exit_code == 0 and "the model has no custom layers; the file was not imported" in res.output
+    assert not marker.exists()
+
+
 def test_custom_objects_refused_where_nothing_reads_it(tmp_path):
     res = run("convert", BIDIR, tmp_path / "o.h5", "--custom-objects", CLASSES)
     assert res.exit_code == 2 and "--custom-objects does not apply" in res.output

@@ -887,6 +887,9 @@ def custom_slots(doc, config: dict, groups: list, tops: list) -> None:
     names = [n for ns in keras3_config.custom_layers(config).values() for n in ns]
     if not names:
         return
+    odd = [n for n in names if not isinstance(n, str)]
+    if odd or len(set(names)) != len(names):
+        raise UnsupportedError(f"custom layer name {(odd or names)[0]!r:.60} is not a unique layer name")
     by_name = {t.name: t for t in tops}
     counts = {}
     with keras_h5.open_model_file(doc.path) as src:
@@ -903,7 +906,9 @@ def custom_slots(doc, config: dict, groups: list, tops: list) -> None:
                                        "weights: the streaming writer carries custom layers over at the top "
                                        "level only")
             continue
-        group = next(g for g, n in groups if n == name and re.fullmatch(r"layers/[^/]+/vars", g))
+        group = next((g for g, n in groups if n == name and re.fullmatch(r"layers/[^/]+/vars", g)), None)
+        if group is None or top.slots:
+            raise UnsupportedError(f"custom layer {name!r}: no object path of its own among the model's layers")
         top.slots = [keras3_config.Slot(group, i, True, f"custom weight {i}") for i in range(counts.get(name, 0))]
 
 

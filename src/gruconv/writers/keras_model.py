@@ -131,9 +131,11 @@ def load_custom(options, custom: dict, warnings: list):
     """``--check-load`` of an output with custom layers: the classes of ``--custom-objects``
     (:func:`gruconv.keras3.runtime.custom_objects_from`), or, without it, None and a warning that Keras was
     not asked to load the output (it cannot rebuild a class it was not given)."""
-    if not custom:
-        return {}
     path = getattr(options, "custom_objects", None)
+    if not custom:
+        if path is not None:
+            warnings.append(f"--custom-objects {path}: the model has no custom layers; the file was not imported")
+        return {}
     if path is None:
         warnings.append(f"--check-load: the output was not loaded with Keras (custom layer class(es) "
                         f"{', '.join(custom)} need --custom-objects FILE.py); the archive's own self-check "
