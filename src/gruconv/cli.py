@@ -260,6 +260,9 @@ def inspect(path, as_json, config, rnn, prefer, **kw):
 @click.option("--check-load", is_flag=True,
               help="Load the .keras / .weights.h5 output with Keras (plain load_model) and compare every weight "
                    "by digest before placing it (needs Keras and a backend; implied by --verify).")
+@click.option("--custom-objects", type=click.Path(path_type=Path, readable=False), metavar="FILE.py",
+              help="Your Python file defining the Keras 3 classes of the model's custom layers: --check-load / "
+                   "--verify load the output with them (imported only when given).")
 @click.option("--verify", is_flag=True, help="Check numerical parity after converting (see `gruconv verify`).")
 @click.option("--tolerance", type=float, default=1e-5, show_default=True, help="Parity tolerance for --verify.")
 @click.option("--rtol", type=click.FloatRange(0), default=None, help="--verify: relative bound (see `gruconv verify`).")
@@ -267,8 +270,8 @@ def inspect(path, as_json, config, rnn, prefer, **kw):
               help="--verify: multiple of the float32 sensitivity floor (see `gruconv verify`).")
 @hint_options
 def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path, junit, html_dir, force, fmt, config,
-            initial_state, return_state, mask_input, check_load, verify, tolerance, rtol, floor_k, rnn, prefer,
-            **kw):
+            initial_state, return_state, mask_input, check_load, custom_objects, verify, tolerance, rtol, floor_k, rnn,
+            prefer, **kw):
     """Convert INPUT (Keras CuDNNGRU/CuDNNLSTM HDF5 or TF1 cudnn_rnn checkpoint) into OUTPUT.
 
     Usage: gruconv convert INPUT OUTPUT, or gruconv convert INPUT... --out-dir DIR.
@@ -290,7 +293,7 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
 
     options = Options(force=force, format=fmt, config=config, hints=_hints(kw), rnn=rnn, prefer=prefer,
                       initial_state=initial_state, return_state=return_state, mask_input=mask_input,
-                      check_load=check_load)
+                      check_load=check_load, custom_objects=custom_objects)
     if out_dir is not None:
         from . import batch
 
@@ -340,9 +343,12 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
 @click.option("--html", "html_path", type=click.Path(path_type=Path, readable=False),
               help="Also write the report as one self-contained HTML page (per check its error at each time step).")
 @click.option("--config", type=click.Path(path_type=Path, readable=False), help="Architecture JSON for a weights-only file.")
+@click.option("--custom-objects", type=click.Path(path_type=Path, readable=False), metavar="FILE.py",
+              help="Your Python file defining the Keras 3 classes of the model's custom layers (imported only "
+                   "when given); without it such a model's cuDNN layers are checked one by one.")
 @hint_options
 def verify(input, converted, tolerance, rtol, floor_k, reference, allow_tf32, device, batch, steps, seed, inputs,
-           json_path, html_path, config, rnn, prefer, **kw):
+           json_path, html_path, config, custom_objects, rnn, prefer, **kw):
     """Check that CONVERTED (or INPUT converted in memory) computes what INPUT computed.
 
     Runs the ORIGINAL parameters through the reference (real cuDNN on a GPU,
@@ -366,7 +372,7 @@ def verify(input, converted, tolerance, rtol, floor_k, reference, allow_tf32, de
         from .files.outputs import check_target
 
         given = [p for p in (json_path, html_path) if p is not None]
-        api.check_not_inputs(given, input, converted, config, inputs)
+        api.check_not_inputs(given, input, converted, config, inputs, custom_objects)
         for p in given:
             check_target(p, force=True)
     from .progress import on_terminal
@@ -374,7 +380,7 @@ def verify(input, converted, tolerance, rtol, floor_k, reference, allow_tf32, de
     with on_terminal():   # "verify: layer 3/6 ..." on a terminal's stderr, nothing otherwise
         rep = _verify(input, converted, tolerance=tolerance, rtol=rtol, floor_k=floor_k, reference=reference,
                       allow_tf32=allow_tf32, batch=batch, steps=steps, seed=seed, inputs=inputs, device=device,
-                      config=config, hints=_hints(kw), prefer=prefer, rnn=rnn)
+                      config=config, hints=_hints(kw), prefer=prefer, rnn=rnn, custom_objects=custom_objects)
     data = rep.to_json()
     if json_path is not None:
         from .files.outputs import atomic_path

@@ -36,6 +36,7 @@ class Options:
     return_state: bool = False              # TF1: final-state outputs
     mask_input: bool = False                # TF1: a (batch, time) mask input
     check_load: bool = False                # .keras / .weights.h5: load the output with Keras, digests compared
+    custom_objects: Optional[str] = None    # a user's .py file of Keras 3 classes for custom layers (issue 29)
 
     def __post_init__(self) -> None:
         if self.format is not None and self.format not in OUTPUT_FORMATS:
@@ -60,6 +61,8 @@ class Options:
         out = asdict(self)
         if out["config"] is not None and not isinstance(out["config"], dict):
             out["config"] = str(out["config"])
+        if out["custom_objects"] is not None:
+            out["custom_objects"] = str(out["custom_objects"])
         return out
 
 

@@ -877,6 +877,7 @@ def write_keras_h5_doc(doc, target, *, weights_only: bool = False, warnings: Opt
     try:
         config = keras3_config.model_config(keras_h5.converted_config(doc.model_config))
         groups, tops = keras3_config.saveable_plan(config)
+        custom_slots(doc, config, groups, tops)
         if info is not None:
             info["config"] = config
         arrays = legacy_h5_arrays(doc, tops, nonfinite)
@@ -899,6 +900,63 @@ def write_keras_h5_doc(doc, target, *, weights_only: bool = False, warnings: Opt
         if e.path is None:
             raise UnsupportedError(e.message, path=doc.path) from None
         raise
+
+
+def custom_slots(doc, config: dict, groups: list, tops: list) -> None:
+    """Give each custom layer of ``config`` (:func:`gruconv.keras3.config.custom_layers`) its variables:
+    as many as the file stores for it, in the stored order, ``<its object path>/vars/0..n`` (Keras 3
+    ``Layer.save_own_variables`` writes ``trainable + non_trainable`` variables in creation order, and
+    tf_keras's legacy writer stored ``layer.weights``, the same concatenation: so the i-th stored weight is
+    ``vars/i`` when the user's Keras 3 class creates its weights in the order the original did).  Shapes
+    and dtypes are the stored ones.  Every such variable counts as trainable (a legacy file does not say;
+    it only matters for a compiled model's optimizer slots).
+
+    A custom layer below the top level (inside a nested model or a wrapper) that holds weights is refused
+    (:class:`UnsupportedError`): its weights sit in its top-level layer's group under names the file
+    alone cannot pair with Keras 3's object paths."""
+    from ..files import hdf5 as h5safe
+    from ..readers import keras_h5
+
+    names = [n for ns in keras3_config.custom_layers(config).values() for n in ns]
+    if not names:
+        return
+    odd = [n for n in names if not isinstance(n, str)]
+    if odd or len(set(names)) != len(names):
+        raise UnsupportedError(f"custom layer name {(odd or names)[0]!r:.60} is not a unique layer name")
+    by_name = {t.name: t for t in tops}
+    counts = {}
+    with keras_h5.open_model_file(doc.path) as src:
+        root = h5safe.child(src, "model_weights", doc.path, "group") if doc.kind == "model" else src
+        for name in names:
+            if name in by_name and name in doc.layer_names:
+                group = h5safe.child(root, name, doc.path, "group")
+                counts[name] = len(keras_h5.weight_names_of(group, doc.path))
+    for name in names:
+        top = by_name.get(name)
+        if top is None:
+            if _holds_weights_below(doc, name):
+                raise UnsupportedError(f"custom layer {name!r} sits inside a nested model or wrapper and holds "
+                                       "weights: the streaming writer carries custom layers over at the top "
+                                       "level only")
+            continue
+        group = next((g for g, n in groups if n == name and re.fullmatch(r"layers/[^/]+/vars", g)), None)
+        if group is None or top.slots:
+            raise UnsupportedError(f"custom layer {name!r}: no object path of its own among the model's layers")
+        top.slots = [keras3_config.Slot(group, i, True, f"custom weight {i}") for i in range(counts.get(name, 0))]
+
+
+def _holds_weights_below(doc, name: str) -> bool:
+    """Whether any stored weight name has ``name`` as an owner (``outer/<name>/w:0``)."""
+    from ..files import hdf5 as h5safe
+    from ..readers import keras_h5
+
+    with keras_h5.open_model_file(doc.path) as src:
+        root = h5safe.child(src, "model_weights", doc.path, "group") if doc.kind == "model" else src
+        for layer in doc.layer_names:
+            group = h5safe.child(root, layer, doc.path, "group")
+            if any(name in w.split("/")[:-1] for w in keras_h5.weight_names_of(group, doc.path)):
+                return True
+    return False
 
 
 def _doc_bytes(doc) -> Optional[int]:
@@ -1105,12 +1163,51 @@ def mask_producers(config: dict) -> list:
     return out
 
 
+# --------------------------------------------------------------------------- reading back
+
+def is_keras3_weights(path) -> bool:
+    """Whether ``path`` holds Keras 3's weights layout (a ``.keras`` zip, or an HDF5 file of ``<path>/vars``
+    groups) rather than the legacy one (``layer_names`` attribute)."""
+    from ..files import hdf5 as h5safe
+
+    path = Path(path)
+    if zipfile.is_zipfile(path):
+        return True
+    if not h5safe.is_hdf5(path):
+        return False
+    with h5safe.open_hdf5(path, "a weights file") as f:
+        return h5safe.read_attr(f, "layer_names") is None and ("layers" in f or "vars" in f)
+
+
+def read_weights(path, names: list) -> list:
+    """The arrays stored at ``names`` (``layers/lstm/cell/vars/0``, ...) in a Keras 3 weights file: a
+    ``.keras`` archive's ``model.weights.h5`` (the zip checked first by
+    :func:`gruconv.eligibility.read_keras_zip`: bounded directory, Keras's own member names) or a plain
+    ``.weights.h5``, every dataset through :mod:`gruconv.files.hdf5`'s guards.  For ``verify`` of an
+    output whose custom layers Keras cannot rebuild (issue 29): its recurrent weights, read as written."""
+    from ..eligibility import read_keras_zip
+    from ..files import hdf5 as h5safe
+
+    h5py = _h5()
+    path = Path(path)
+    if zipfile.is_zipfile(path):
+        read_keras_zip(path)
+        try:
+            with zipfile.ZipFile(path) as zf, zf.open(WEIGHTS_NAME) as fh, h5py.File(fh, "r") as f:
+                return [h5safe.read_dataset(h5safe.resolve(f, n, path, "dataset"), path) for n in names]
+        except (KeyError, OSError, ValueError, zipfile.BadZipFile) as e:
+            raise InputError(f"cannot read the converted weights ({str(e).splitlines()[0][:200]})",
+                             path=path) from None
+    with h5safe.open_hdf5(path, "a Keras 3 weights file") as f:
+        return [h5safe.read_dataset(h5safe.resolve(f, n, path, "dataset"), path) for n in names]
+
+
 # --------------------------------------------------------------------------- --check-load
 
 OPTIMIZER_GROUP = "optimizer/vars"
 
 
-def check_load(path, manifest: list, *, config: Optional[dict] = None) -> None:
+def check_load(path, manifest: list, *, config: Optional[dict] = None, custom_objects: Optional[dict] = None) -> None:
     """``convert --check-load``: what a user of the file will do, done once.  A ``.keras`` archive is
     opened with plain ``keras.saving.load_model(path)`` (default arguments: compiled, safe mode); a
     ``.weights.h5`` file (``config`` given: the generated Keras 3 model config) is loaded with
@@ -1119,7 +1216,10 @@ def check_load(path, manifest: list, *, config: Optional[dict] = None) -> None:
     ``keras/src/saving/saving_lib.py`` ``_save_state``) and every dataset compared by shape, dtype and
     SHA-256 with the manifest recorded while streaming; a compiled model's optimizer variables are
     compared in order with the manifest's ``optimizer/vars``.  Raises :class:`UnsupportedError`
-    (one line) at the first difference: the caller writes nothing then."""
+    (one line) at the first difference: the caller writes nothing then.
+
+    ``custom_objects``: the user's classes for the custom layers the file carries (issue 29), passed to
+    ``load_model`` / ``model_from_json`` as a user would pass them (safe mode stays on)."""
     import warnings
 
     import h5py
@@ -1132,9 +1232,9 @@ def check_load(path, manifest: list, *, config: Optional[dict] = None) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             if config is None:
-                loaded = k.saving.load_model(str(path))
+                loaded = k.saving.load_model(str(path), custom_objects=custom_objects or None)
             else:
-                loaded = k.models.model_from_json(json.dumps(config))
+                loaded = k.models.model_from_json(json.dumps(config), custom_objects=custom_objects or None)
                 loaded.load_weights(str(path))
     except Exception as e:  # noqa: BLE001 - the file is not what we promise: refuse it
         from ..errors import first_line

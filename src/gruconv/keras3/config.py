@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..errors import UnsupportedError
+from .builtins import bare_name, is_custom
 from .defaults import DEFAULTS
 from .portable import portable_config
 
@@ -175,6 +176,8 @@ def layer_config(legacy: dict, path: str = "", *, in_functional: bool = False) -
         out = _wrapper(legacy, cls, path)
     elif cls in _LAYERS:
         out = _plain(legacy, cls, path)
+    elif is_custom(legacy.get("class_name")):
+        out = custom_layer(legacy, path)
     else:
         raise UnsupportedError(f"{_where(path, cls)}: class {cls} is outside the streaming writer's vocabulary "
                                f"(it writes {', '.join(VOCABULARY)})")
@@ -182,6 +185,46 @@ def layer_config(legacy: dict, path: str = "", *, in_functional: bool = False) -
         out["name"] = name
         out["inbound_nodes"] = _nodes(legacy.get("inbound_nodes"), _where(path, cls))
     return out
+
+
+def custom_layer(legacy: dict, path: str) -> dict:
+    """A user's custom layer (:func:`gruconv.keras3.builtins.is_custom`) as Keras 3 serializes an object
+    of an unregistered class defined outside Keras (``keras/src/saving/serialization_lib.py``
+    ``serialize_keras_object``: ``module`` the class's module, ``None`` for one defined in ``__main__``
+    (``record_object_after_serialization``); ``registered_name`` ``get_registered_name(cls)``, the bare
+    class name for an unregistered class), its ``config`` carried over unchanged.
+
+    How it loads: ``deserialize_keras_object`` -> ``_retrieve_class_or_fn`` looks ``registered_name`` up
+    in ``custom_objects`` first, so ``load_model(path, custom_objects={"<class_name>": cls})`` resolves
+    it; with ``module`` None nothing is ever imported by name (a ``Package>`` prefix the legacy name had
+    is dropped for the same reason: the lookup key is the name the warning tells the user to pass).
+    Without the class Keras refuses the file ("Could not locate class"), safe mode or not."""
+    cls = bare_name(legacy.get("class_name"))
+    conf = legacy.get("config")
+    if not isinstance(conf, dict):
+        raise UnsupportedError(f"{_where(path, cls)}: custom layer without a config object")
+    return {"module": None, "class_name": cls, "config": copy.deepcopy(conf), "registered_name": cls}
+
+
+def custom_layers(config: dict) -> dict:
+    """``{class_name: [layer name, ...]}`` of the custom layers in a Keras 3 config this module generated
+    (:func:`custom_layer` writes them, and only them, with ``module`` None)."""
+    found: dict = {}
+
+    def visit(obj):
+        if isinstance(obj, dict):
+            if obj.get("module", "") is None and isinstance(obj.get("class_name"), str) \
+                    and isinstance(obj.get("config"), dict):
+                found.setdefault(obj["class_name"], []).append(obj["config"].get("name"))
+                return
+            for v in obj.values():
+                visit(v)
+        elif isinstance(obj, list):
+            for v in obj:
+                visit(v)
+
+    visit(config)
+    return found
 
 
 def _plain(legacy: dict, cls: str, path: str) -> dict:

@@ -9,7 +9,8 @@ so a Keras behaviour change is a change to this module alone.
 A ``.keras`` file is a zip of ``config.json``, ``metadata.json`` and
 ``model.weights.h5`` (``keras/src/saving/saving_lib.py``); gruconv lets Keras
 3 write it, so the file is exactly what ``keras.saving.load_model`` expects
-on every backend, with no custom objects.
+on every backend, with no custom objects (unless the model carries a user's
+custom layer, issue 29: then with the classes the user supplies).
 
 Two routes in:
 
@@ -126,15 +127,74 @@ def cpu():
         return contextlib.nullcontext()
 
 
-def load(path: Path, *, compile: bool = True):
-    """``keras.saving.load_model(path)`` as a user calls it (safe mode); failures are one-line errors."""
+def load(path: Path, *, compile: bool = True, custom_objects: Optional[dict] = None):
+    """``keras.saving.load_model(path)`` as a user calls it (safe mode, the user's ``custom_objects`` if
+    any); failures are one-line errors."""
     k = keras()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return k.saving.load_model(str(path), compile=compile, safe_mode=True)
+            return k.saving.load_model(str(path), compile=compile, safe_mode=True, custom_objects=custom_objects)
     except Exception as e:  # noqa: BLE001 - any Keras failure means an unreadable model
         raise InputError(f"cannot load converted model ({first_line(e, 200)})", path=path) from None
+
+
+#: ``--custom-objects`` files imported in this process: {resolved path: module} (``verify`` after a
+#: ``convert --check-load`` asks again; a user's module runs once).
+_CUSTOM_MODULES: dict = {}
+
+
+def custom_objects_from(path, needed) -> dict:
+    """``{class name: class}`` for every name in ``needed`` (the custom layer classes an output carries),
+    taken from the user's Python file ``path`` (``--custom-objects``, issue 29).
+
+    The one place gruconv runs code it did not ship, and only because the user named the file: it is
+    imported as a module of its own (``importlib.util.spec_from_file_location``), after Keras (its classes
+    subclass ``keras.layers.Layer``), never found or guessed, never from a model file.  Refused in one line
+    when the path is not a readable ``.py`` file (:class:`UsageError`, exit 2), when importing it fails in
+    any way (:class:`InputError`, exit 3: the user's code, its first line quoted) or when it lacks a class
+    the output needs (:class:`InputError`, naming them)."""
+    import importlib.util
+
+    from ..errors import UsageError
+
+    path = Path(path)
+    if path.suffix != ".py" or not path.is_file():
+        raise UsageError("--custom-objects takes a Python file (.py) defining your Keras 3 classes", path=path)
+    key = str(path.resolve())
+    module = _CUSTOM_MODULES.get(key)
+    if module is None:
+        keras()
+        name = f"gruconv_custom_objects_{len(_CUSTOM_MODULES)}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise UsageError("--custom-objects: not importable as a Python module", path=path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses and pickling in the user's code look their module up
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                spec.loader.exec_module(module)
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - the user's code: any failure is theirs
+            sys.modules.pop(name, None)
+            raise InputError(f"--custom-objects: the file does not import ({type(e).__name__}: "
+                             f"{first_line(e, 200)})", path=path) from None
+        _CUSTOM_MODULES[key] = module
+    found = {n: getattr(module, n) for n in needed if isinstance(getattr(module, n, None), type)}
+    missing = [n for n in needed if n not in found]
+    if missing:
+        raise InputError(f"--custom-objects defines no class {', '.join(missing)} (the converted model's "
+                         f"custom layer{'s' if len(missing) > 1 else ''})", path=path)
+    return found
+
+
+def custom_scope(objects: Optional[dict]):
+    """``keras.saving.custom_object_scope(objects)``: every load inside it resolves the user's classes by
+    name as ``load_model(custom_objects=...)`` does (``serialization_lib.deserialize_keras_object`` merges
+    the scope's dict into ``custom_objects``); a plain context when there are none."""
+    if not objects:
+        return contextlib.nullcontext()
+    return keras().saving.custom_object_scope(objects)
 
 
 def load_weights(model, path: Path) -> None:

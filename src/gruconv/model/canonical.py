@@ -280,3 +280,5 @@ class Subject:
     #: a Keras graph without a converted file: ``verify`` builds the model ``convert`` would write
     #: (:func:`gruconv.writers.keras_route.built`), so the reader builds nothing
     in_memory: bool = False
+    #: the user's Keras 3 classes of the model's custom layers (``--custom-objects``), for that build
+    custom_objects: Optional[dict] = None

@@ -24,7 +24,8 @@ the absolute tolerance, or ``rtol`` of the reference's magnitude, or ``k``
 times the measured float32 sensitivity floor (:mod:`gruconv.verify.floor`),
 so a trained model's amplified rounding is not mistaken for a conversion
 bug; each row says which bound decided.  Weights-only files without
-``--config`` are checked layer by layer (:func:`.graph.verify_alone`).
+``--config`` are checked layer by layer (:func:`.graph.verify_alone`), and so are models
+whose custom layers Keras cannot rebuild without ``--custom-objects`` (:mod:`.partial`).
 
 Checks: per converted recurrent layer (fed exactly the activations that reach
 it in the converted model; every output compared: sequence/last output and
@@ -52,6 +53,7 @@ from ..progress import step
 from .engines import Engine, choose_reference
 from .run import CURRENT_RUN
 from .graph import check_user_inputs, verify_alone, verify_graph
+from .partial import verify_partial
 from .stacks import verify_stack
 from .verdicts import FLOAT16_TOLERANCE_FLOOR, Check, VerifyReport, compare
 
@@ -203,9 +205,12 @@ def _run_checks(module, doc, converted, opts, engine, report, rng, tolerance, us
         if subject.in_memory:  # no converted file: the model convert would write, built here
             from ..writers.keras_route import built
 
-            subject.model, _ = built(subject.graph)
+            with keras3.custom_scope(subject.custom_objects):
+                subject.model, _ = built(subject.graph)
         if subject.graph is not None and subject.model is None:  # weights-only: each layer alone
-            verify_alone(subject.graph, converted, engine, report, rng, tolerance, user_inputs)
+            # (a model with an architecture Keras cannot rebuild here, custom layers: each layer alone too)
+            alone = verify_partial if getattr(subject.graph, "model_config", None) is not None else verify_alone
+            alone(subject.graph, converted, engine, report, rng, tolerance, user_inputs)
             continue
         if subject.graph is not None:
             if user_inputs:

@@ -326,13 +326,14 @@ def _converted_weights(converted, rnn) -> list:
         return [read_dataset(resolve(group, n, converted, "dataset"), converted) for n in names]
 
 
-def alone_layer(keras, rnn, converted=None):
+def alone_layer(keras, rnn, converted=None, arrays=None):
     """The converted layer of a weights-only file's cuDNN layer, built ALONE (no architecture is
     known): Keras 3 ``GRU(reset_after=True)`` / ``LSTM`` with cuDNN's activations
     (:data:`gruconv.model.keras_layout.CUDNN_COMPATIBLE_GRU`), ``return_sequences`` and ``return_state``,
     wrapped in ``Bidirectional(merge_mode=None)`` for a bidirectional one so each direction is
     compared apart.  Weights: what ``convert`` writes (:func:`gruconv.model.keras_layout.to_keras`) or, with
-    ``converted``, the arrays read from that file.  Returns ``(layer, reference view)``; measured on
+    ``converted``, the arrays read from that file, or ``arrays`` themselves (read by the caller from a
+    Keras 3 weights file: :mod:`gruconv.verify.partial`).  Returns ``(layer, reference view)``; measured on
     the trained fixtures before wiring (``docs/verdicts.md``, "weights-only")."""
     from ..model.keras_layout import to_keras
 
@@ -344,12 +345,12 @@ def alone_layer(keras, rnn, converted=None):
     bidir = rnn.wrapper == "Bidirectional"
     layer = keras.layers.Bidirectional(make(), merge_mode=None) if bidir else make()
     layer.build((None, None, s.input_size))
-    if converted is None:
+    if converted is None and arrays is None:
         subs = [layer.forward_layer, layer.backward_layer] if bidir else [layer]
         for sub, p in zip(subs, rnn.stack.params):
             sub.set_weights(to_keras(p, s.cell, s.input_size))
     else:
-        arrays = _converted_weights(converted, rnn)
+        arrays = _converted_weights(converted, rnn) if arrays is None else arrays
         want = [tuple(w.shape) for w in layer.weights]
         if [tuple(a.shape) for a in arrays] != want:
             raise UsageError(f"the converted file's weights of {rnn.path.split('/')[0]!r} have shapes "
@@ -377,17 +378,26 @@ def verify_alone(doc, converted, engine, report, rng, tolerance, user_inputs):
                                 "at the same places on both sides count as equal")
         layer, view = alone_layer(keras, rnn, converted)
         x = rng.uniform(-1, 1, (report.batch, report.steps, s.input_size)).astype(s.dtype)
-        got = layer(x)
-        got = [to_numpy(g) for g in (got if isinstance(got, (list, tuple)) else [got])]
-        x64 = x.astype(np.float64)
-        ref, ref64 = _reference_rnn(view, x64, engine)
-        alts = ReferenceVariants(engine, lambda e: _reference_rnn(view, x64, e)[0])
-        fl = measure_floors(report, lambda e: _reference_rnn(view, x64, e)[0], ref64, key=("alone", rnn.path, x64),
-                            cache=floor_cache(engine))
-        for i, (name, g, r, r64, f) in enumerate(zip(_output_names(view), got, ref, ref64, fl)):
-            report.checks.append(judge(report, f"{rnn.path}: {name}", g, r, r64, tolerance, s.dtype, f,
-                                       alts.at(i)))
-        if len(got) != len(ref):
-            report.checks.append(Check(f"{rnn.path}: output count", float("inf"), float("inf"), tolerance,
-                                       False, None, (len(got), len(ref)), bound="none",
-                                       reason=f"{len(got)} outputs where the reference has {len(ref)}"))
+        check_alone(rnn, layer, view, x, engine, report, tolerance)
+
+
+def check_alone(rnn, layer, view, x, engine, report, tolerance) -> list:
+    """One cuDNN layer built alone (:func:`alone_layer`) run on ``x`` and judged against the reference
+    run of the original weights on the same ``x``: every output (sequence(s), each final state).  Returns
+    the converted layer's outputs."""
+    s = rnn.stack.shape
+    got = layer(x)
+    got = [to_numpy(g) for g in (got if isinstance(got, (list, tuple)) else [got])]
+    x64 = x.astype(np.float64)
+    ref, ref64 = _reference_rnn(view, x64, engine)
+    alts = ReferenceVariants(engine, lambda e: _reference_rnn(view, x64, e)[0])
+    fl = measure_floors(report, lambda e: _reference_rnn(view, x64, e)[0], ref64, key=("alone", rnn.path, x64),
+                        cache=floor_cache(engine))
+    for i, (name, g, r, r64, f) in enumerate(zip(_output_names(view), got, ref, ref64, fl)):
+        report.checks.append(judge(report, f"{rnn.path}: {name}", g, r, r64, tolerance, s.dtype, f,
+                                   alts.at(i)))
+    if len(got) != len(ref):
+        report.checks.append(Check(f"{rnn.path}: output count", float("inf"), float("inf"), tolerance,
+                                   False, None, (len(got), len(ref)), bound="none",
+                                   reason=f"{len(got)} outputs where the reference has {len(ref)}"))
+    return got

@@ -11,6 +11,11 @@ what Keras itself saves (config after load, every weight bit for bit) on every f
 ``--check-load`` (implied by ``--verify``) adds what the Keras-built route did on every run: plain
 ``keras.saving.load_model`` of the output, weights compared by digest (:func:`keras_archive.check_load`).
 
+A user's custom layer (a class neither Keras 3's nor tf_keras's own: :mod:`gruconv.keras3.builtins`) is
+carried over as Keras 3 serializes a custom object, its stored weights in order (issue 29); one warning per
+class names the ``custom_objects`` a load needs, and ``--check-load`` loads with the classes of
+``--custom-objects FILE.py`` (without it, says it did not load).
+
 A layer, argument or training config outside the streaming writer's vocabulary raises
 :class:`~gruconv.errors.UnsupportedError` before anything is written; then, if Keras and a backend are
 installed, the Keras-built route (:func:`write_graph_with_keras`: build, save, load back) writes the file
@@ -36,7 +41,7 @@ MANY = True          # a checkpoint with several stacks: one .keras per stack in
 #: Options a bare stack's model reads (its inputs and outputs); see :func:`options`.
 INTERFACE_OPTIONS = frozenset({"initial_state", "return_state", "mask_input"})
 #: Options every output of this writer reads.
-LOAD_OPTIONS = frozenset({"check_load"})
+LOAD_OPTIONS = frozenset({"check_load", "custom_objects"})
 
 
 def options(graph: bool) -> frozenset:
@@ -66,18 +71,20 @@ def write_graph(document, target, options, warnings: list, *, final) -> dict:
     the Keras-built route when the streaming writer refuses and Keras is installed.  Returns NaN/Inf
     counts per layer."""
     from ..keras3 import archive as keras_archive
-    from .keras_route import BUILD, streamed
+    from .keras_route import BUILD, custom_notes, load_custom, streamed
 
     graph = document.graph
-    notes, nonfinite = [], {}
-    manifest = streamed(
-        graph, warnings, lambda: keras_archive.write_keras_h5_doc(graph, target, warnings=notes, nonfinite=nonfinite))
+    notes, nonfinite, info = [], {}, {}
+    manifest = streamed(graph, warnings, lambda: keras_archive.write_keras_h5_doc(graph, target, warnings=notes,
+                                                                                  nonfinite=nonfinite, info=info))
     if manifest is BUILD:  # the Keras-built route (its warning line is written)
         return write_graph_with_keras(document, target, options, warnings, final=final)
     _graph_notes(graph, warnings)
     warnings.extend(notes)
-    if getattr(options, "check_load", False):
-        keras_archive.check_load(target, manifest)
+    custom = custom_notes(info["config"], warnings)
+    objects = load_custom(options, custom, warnings) if getattr(options, "check_load", False) else None
+    if objects is not None:
+        keras_archive.check_load(target, manifest, custom_objects=objects)
     return nonfinite
 
 

@@ -1,5 +1,6 @@
 """The one switch between the two routes of the Keras writers (``keras``, ``keras-weights``): the streamed
-writer (:mod:`gruconv.keras3.archive`, no Keras imported) first; the Keras-built route when the streaming
+writer (:mod:`gruconv.keras3.archive`, no Keras imported) first, with the notes both give for custom layer
+classes; the Keras-built route when the streaming
 writer refuses a graph and Keras 3 with a backend is installed, announced in one warning line.  Not a
 writer itself (it is not in :data:`gruconv.writers.WRITERS`)."""
 
@@ -66,3 +67,39 @@ def built(graph):
         model = runtime.from_config(info["config"])
         runtime.load_weights(model, target)
         return model, nonfinite
+
+
+def custom_notes(config: dict, warnings: list, *, weights_only: bool = False) -> dict:
+    """One warning per custom layer class carried over (:func:`gruconv.keras3.config.custom_layers`),
+    saying what the user must supply to load the output; returns ``{class_name: [layer names]}``."""
+    from ..keras3.config import custom_layers
+
+    found = custom_layers(config)
+    for cls, names in found.items():
+        objects = f'custom_objects={{"{cls}": <your Keras 3 class>}}'
+        how = (f"load into the converted architecture built with your class (keras.models.model_from_json(config, "
+               f"{objects}), then model.load_weights(path))" if weights_only
+               else f"load with keras.saving.load_model(path, {objects})")
+        warnings.append(f"custom layer class {cls} ({', '.join(str(n) for n in names)}) carried over as it is: "
+                        f"config unchanged, its stored weights in their order; {how} (gruconv never runs code "
+                        "from a model file)")
+    return found
+
+
+def load_custom(options, custom: dict, warnings: list):
+    """``--check-load`` of an output with custom layers: the classes of ``--custom-objects``
+    (:func:`gruconv.keras3.runtime.custom_objects_from`), or, without it, None and a warning that Keras was
+    not asked to load the output (it cannot rebuild a class it was not given)."""
+    path = getattr(options, "custom_objects", None)
+    if not custom:
+        if path is not None:
+            warnings.append(f"--custom-objects {path}: the model has no custom layers; the file was not imported")
+        return {}
+    if path is None:
+        warnings.append(f"--check-load: the output was not loaded with Keras (custom layer class(es) "
+                        f"{', '.join(custom)} need --custom-objects FILE.py); the archive's own self-check "
+                        "passed (members, config, every weight's shape, dtype and digest)")
+        return None
+    from ..keras3 import runtime as keras3
+
+    return keras3.custom_objects_from(path, custom)

@@ -21,14 +21,14 @@ MANY = False
 
 def options(graph: bool) -> frozenset:
     """Weights carry no model interface; ``--check-load`` loads them into the converted architecture."""
-    return frozenset({"check_load"})
+    return frozenset({"check_load", "custom_objects"})
 
 
 def write_graph(document, target, options, warnings: list, *, final) -> dict:
     """A Keras graph's converted model's weights, streamed; Keras's ``save_weights`` outside the
     streaming writer's vocabulary when Keras is installed."""
     from ..keras3 import archive as keras_archive
-    from .keras_route import BUILD, streamed
+    from .keras_route import BUILD, custom_notes, load_custom, streamed
 
     graph = document.graph
     nonfinite, info = {}, {}
@@ -37,8 +37,10 @@ def write_graph(document, target, options, warnings: list, *, final) -> dict:
                                                                   nonfinite=nonfinite, info=info))
     if manifest is BUILD:  # the Keras-built route (its warning line is written)
         return write_graph_with_keras(document, target, options, warnings, final=final)
-    if getattr(options, "check_load", False):
-        keras_archive.check_load(target, manifest, config=info["config"])
+    custom = custom_notes(info["config"], warnings, weights_only=True)
+    objects = load_custom(options, custom, warnings) if getattr(options, "check_load", False) else None
+    if objects is not None:
+        keras_archive.check_load(target, manifest, config=info["config"], custom_objects=objects)
     return nonfinite
 
 

@@ -943,6 +943,10 @@ def inspect(doc: KerasH5Model) -> dict:
         details.append("no CuDNNGRU or CuDNNLSTM layers: nothing to convert")
     if doc.lambdas:
         details.append(f"Lambda layers (refused by convert): {', '.join(doc.lambdas)}")
+    custom = _custom_layer_entries(doc)
+    for c in custom:
+        weights = ", ".join(f"{w['name']} {tuple(w['shape'])} {w['dtype']}" for w in c["weights"]) or "no weights"
+        details.append(f"custom layer {c['path']} ({c['class']}): {weights}; {c['convert']}")
     if doc.optimizer_weight_count:
         details.append(f"optimizer state: {doc.optimizer_weight_count} tensors (dropped by convert)")
     model_name = None
@@ -955,7 +959,7 @@ def inspect(doc: KerasH5Model) -> dict:
         "details": details,
         "keras_version": doc.keras_version, "backend": doc.backend, "model_name": model_name,
         "layers": len(doc.layer_names),
-        "plain_gru_layers": doc.other_gru_layers, "lambda_layers": doc.lambdas,
+        "plain_gru_layers": doc.other_gru_layers, "lambda_layers": doc.lambdas, "custom_layers": custom,
         "optimizer_weights": doc.optimizer_weight_count,
         "training_config": doc.training_config is not None,
     }
@@ -1009,12 +1013,15 @@ def check_outputs(doc: KerasH5Model, output: Path, opts: Options) -> None:
     writer = writers.module(output_format(output, opts))
     if _to_directory(writer, output):
         return _check_directory(doc, writer, Path(output), opts)
-    if doc.lambdas and writer.SAVES_MODEL:
+    if doc.lambdas and (writer.SAVES_MODEL or writer.NEEDS_ARCHITECTURE):
         # Building a Keras model calls every layer on symbolic inputs: a Lambda's code would run.
+        # Unlike a custom layer class (carried over: the user supplies the class), a Lambda's code is in
+        # the file itself (marshalled bytecode), and nothing the user could pass would stand for it.
         raise UnsupportedError(
             f"model has Lambda layer(s) {', '.join(doc.lambdas)} holding Python code; gruconv never runs it, "
-            "and a .keras model cannot be built without running it (--format h5-weights writes the "
-            "converted weights alone, no code)", path=doc.path)
+            "and a .keras model cannot be built without running it (the code is stored in the model file, "
+            "unlike a custom layer's class, so --custom-objects cannot stand in for it); write the converted "
+            "weights alone, no code: gruconv convert IN.h5 OUT.h5 (--format h5-weights)", path=doc.path)
     if writer.NEEDS_ARCHITECTURE and doc.model_config is None and doc.rnns:
         raise UsageError("a weights-only file needs --config ARCH.json (the model's to_json()) to become "
                          "a .keras model; or write a .h5 weights file", path=doc.path)
@@ -1113,6 +1120,53 @@ def nothing_to_verify(doc: KerasH5Model) -> Optional[str]:
     return None if doc.rnns else "nothing to convert: no CuDNNGRU or CuDNNLSTM layers"
 
 
+def custom_classes(doc: KerasH5Model) -> dict:
+    """``{class name: [layer path, ...]}`` of the model's custom layers: classes that are neither Keras 3's
+    nor tf_keras's own (:func:`gruconv.keras3.builtins.is_custom`), read from the config (issue 29)."""
+    from ...keras3.builtins import bare_name, is_custom
+
+    found: dict = {}
+    if isinstance(doc.model_config, dict):
+        for layer, rpath, _top, _wrapper in walk_layers(doc.model_config):
+            cls = _class_name(layer)
+            if is_custom(cls):
+                found.setdefault(bare_name(cls), []).append(rpath)
+    return found
+
+
+def _custom_layer_entries(doc: KerasH5Model) -> list:
+    """Per custom layer (:func:`custom_classes`): its path, class, stored weights (name, shape, dtype, read
+    from dataset headers only) and what ``convert`` does with it, for ``inspect``."""
+    entries = []
+    custom = custom_classes(doc)
+    if not custom:
+        return entries
+    with open_model_file(doc.path) as f:
+        root = h5safe.child(f, "model_weights", doc.path, "group") if doc.kind == "model" else f
+        for cls, paths in custom.items():
+            for rpath in paths:
+                parts = rpath.split("/")
+                weights = []
+                if parts[0] in doc.layer_names:
+                    group = h5safe.child(root, parts[0], doc.path, "group")
+                    for wname in weight_names_of(group, doc.path):
+                        owners, _role = _owner_and_role(wname)
+                        if len(parts) == 1 or parts[-1] in owners:
+                            ds = h5safe.resolve(group, wname, doc.path, "dataset")
+                            weights.append({"name": wname, "shape": list(ds.shape or ()),
+                                            "dtype": str(ds.dtype.newbyteorder("="))})
+                if len(parts) > 1 and weights:
+                    what = ("not carried over into .keras / .weights.h5 (a custom layer with weights inside a "
+                            "nested model or wrapper); the .h5 weights output copies its weights as they are")
+                else:
+                    what = (f"convert carries it over into .keras / .weights.h5 as it is (config unchanged, "
+                            f"{len(weights)} weight(s) in stored order) and warns that loading needs "
+                            f'custom_objects={{"{cls}": <your Keras 3 class>}}; the .h5 weights output copies '
+                            "them as they are")
+                entries.append({"path": rpath, "class": cls, "weights": weights, "convert": what})
+    return entries
+
+
 def verify_subjects(doc: KerasH5Model, converted, opts: Options):
     """What ``verify`` checks: the whole converted model with this file's graph (its recurrent
     layers are ``doc.rnns``).  Without ``converted``, the model ``convert`` would save, built by the
@@ -1132,10 +1186,19 @@ def verify_subjects(doc: KerasH5Model, converted, opts: Options):
     if doc.model_config is None:  # weights-only, no --config: verify checks each layer alone (issue 19)
         yield Subject(name=str(doc.path), model=None, graph=doc)
         return
-    if converted is None:  # verify builds what convert writes (writers.keras_route.built)
-        yield Subject(name=str(doc.path), model=None, graph=doc, in_memory=True)
+    custom = custom_classes(doc)
+    if custom and opts.custom_objects is None:  # Keras cannot rebuild it: each layer alone (issue 29)
+        yield Subject(name=str(doc.path), model=None, graph=doc)
         return
-    yield Subject(name=str(doc.path), model=writers.load(Path(converted), lambda: to_keras(doc, opts)[0]), graph=doc)
+    from ...keras3 import runtime as keras3
+
+    objects = keras3.custom_objects_from(opts.custom_objects, custom) if custom else None
+    if converted is None:  # verify builds what convert writes (writers.keras_route.built)
+        yield Subject(name=str(doc.path), model=None, graph=doc, in_memory=True, custom_objects=objects)
+        return
+    with keras3.custom_scope(objects):
+        model = writers.load(Path(converted), lambda: to_keras(doc, opts)[0])
+    yield Subject(name=str(doc.path), model=model, graph=doc)
 
 
 def convert(doc: KerasH5Model, output: Path, opts: Optional[Options] = None) -> ConvertResult:
