@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..model.canonical import CELLS
+
 from ..errors import UsageError
 from ..keras3.runtime import to_numpy
 from .verdicts import ReferenceVariants, floor_cache, judge, measure_floors
@@ -33,15 +35,15 @@ def verify_stack(stack, opaque, model, engine, report, rng, tolerance, user_inpu
     else:
         x = rng.uniform(-1, 1, (B, T, s.input_size)).astype(s.dtype)
     h0 = rng.uniform(-0.5, 0.5, (s.num_pseudo_layers, B, s.units)).astype(s.dtype)
-    lstm = s.cell == "lstm"  # LSTM: initial states h, c per pseudo-layer; final states likewise
-    c0 = rng.uniform(-0.5, 0.5, (s.num_pseudo_layers, B, s.units)).astype(s.dtype) if lstm else None
+    states = CELLS[s.cell].states  # ("h",) or ("h", "c"): initial and final states per pseudo-layer
+    c0 = rng.uniform(-0.5, 0.5, (s.num_pseudo_layers, B, s.units)).astype(s.dtype) if "c" in states else None
     names = [t.name.split(":")[0] for t in model.inputs]
     has_state = any(n.startswith("initial_state") for n in names)
     lengths = None
     args = [x]
     if has_state:
         for i in range(s.num_pseudo_layers):
-            args += [h0[i], c0[i]] if lstm else [h0[i]]
+            args += [{"h": h0, "c": c0}[st][i] for st in states]
     if "mask" in names:  # a --mask-input model: exercise variable lengths (right-padded), one sequence full
         lengths = rng.integers(1, T + 1, B)
         lengths[0] = T
@@ -65,7 +67,7 @@ def verify_stack(stack, opaque, model, engine, report, rng, tolerance, user_inpu
                 y_ = np.where(valid, y_, 0)
             out = [y_]
             for i in range(s.num_pseudo_layers):
-                out += [h_[i], c_[i]] if lstm else [h_[i]]
+                out += [{"h": h_, "c": c_}[st][i] for st in states]
             return out
 
         return pack(yy, hh, cc), pack(yy64, hh64, cc64)
@@ -79,12 +81,11 @@ def verify_stack(stack, opaque, model, engine, report, rng, tolerance, user_inpu
         got = np.where(valid, got, 0)
     report.checks.append(judge(report, f"{stack.name}: output sequence", got, ref[0], ref64[0], tolerance, s.dtype,
                                fl[0], alts.at(0)))
-    per = 2 if lstm else 1
     for j, o in enumerate(outs[1:]):
-        i, k = divmod(j, per)
+        i, k = divmod(j, len(states))
         layer, d = divmod(i, s.num_directions)
         name = f"{stack.name}: final state l{layer} {'bw' if d else 'fw'}"
-        if lstm:
-            name += " c" if k else " h"
+        if len(states) > 1:
+            name += f" {states[k]}"
         report.checks.append(judge(report, name, o, ref[1 + j], ref64[1 + j], tolerance, s.dtype, fl[1 + j],
                                    alts.at(1 + j)))
