@@ -40,6 +40,7 @@ from typing import Optional
 from ..errors import UnsupportedError
 from .defaults import DEFAULTS
 from .portable import portable_config
+from . import validate
 
 KERAS_VERSION = DEFAULTS["keras_version"]
 _LAYERS = DEFAULTS["layers"]
@@ -300,6 +301,7 @@ def model_config(converted_legacy: dict, *, qr_free_low_precision: bool = True) 
     if cls not in ("Sequential", "Functional"):
         raise UnsupportedError(f"top-level {cls}: only Sequential and Functional models are written")
     doc = layer_config(converted_legacy)
+    validate.check_model(doc)  # a value Keras 3 would refuse on load: exit 3 before anything is written
     return portable_config(doc, qr_free_low_precision=qr_free_low_precision)
 
 
