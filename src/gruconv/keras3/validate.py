@@ -62,6 +62,8 @@ def _range_text(rule: dict) -> str:
 
 
 def _int_ok(rule: dict, v) -> bool:
+    if isinstance(v, bool) and rule.get("bool_ok") is False:  # Embedding.__init__, SeedGenerator refuse bools
+        return False
     return isinstance(v, int) and _bounds(rule, v)
 
 
@@ -93,7 +95,7 @@ def _ints_ok(rule: dict, v) -> bool:
 
 def _shape_ok(rule: dict, v) -> bool:
     # keras/src/backend/common/variables.py standardize_shape: None, or an int (not str/float) >= 0
-    if not isinstance(v, (list, tuple)):
+    if not isinstance(v, (list, tuple)) and not (rule.get("iterable_ok") and isinstance(v, (str, dict))):
         return False
     for i, d in enumerate(v):
         if d is None:
@@ -105,13 +107,13 @@ def _shape_ok(rule: dict, v) -> bool:
     return True
 
 
-def _identifier(kind: str, v, rank) -> Optional[str]:
+def _identifier(kind: str, v, rank, names=None) -> Optional[str]:
     """None when ``v`` is an identifier of ``kind`` (initializer/regularizer/constraint) Keras 3 resolves."""
     table = TABLE[kind + "s"]
     if v is None:
         return None if TABLE["identifier_none_ok"][kind] else "not None"
     if isinstance(v, str):
-        if v not in TABLE["identifier_names"][kind]:
+        if v not in (names if names is not None else TABLE["identifier_names"][kind]):
             return f"{kind} {v!r} is not one Keras 3 knows"
         need = TABLE["initializer_ranks"].get(TABLE["identifier_classes"][kind].get(v)) if kind == "initializer" else None
         if need and rank is not None and rank not in need:
@@ -128,6 +130,9 @@ def _identifier(kind: str, v, rank) -> Optional[str]:
     cfg = v.get("config")
     if not isinstance(cfg, dict):
         return f"{kind} {cls} without a config"
+    missing = [k for k in TABLE["identifier_required"].get(cls, []) if k not in cfg]
+    if missing:  # from_config reads them (Constant: config["value"])
+        return f"{kind} {cls} without {', '.join(missing)}"
     for arg, value in cfg.items():
         rule = table[cls].get(arg)
         if rule is None:
@@ -187,13 +192,29 @@ def problem(rule: dict, v, rank: Optional[int] = None, cfg: Optional[dict] = Non
         return None if isinstance(v, str) and v in TABLE["activations"] else \
             "must name an activation Keras 3 knows"
     if kind in ("initializer", "regularizer", "constraint"):
-        why = _identifier(kind, v, rule.get("var_rank"))
+        why = _identifier(kind, v, rule.get("var_rank"), rule.get("names"))
         return None if why is None else f"must be a {kind} Keras 3 knows ({why})"
     if kind == "axis":  # checked at build against the input rank (cited per entry in the table)
-        if not isinstance(v, int):
-            return "must be an integer"
-        if rank is not None and not (-rank <= v < rank):
-            return f"must be an axis of the layer's rank-{rank} input (in [{-rank}, {rank - 1}])"
+        if rule.get("coerce") and not isinstance(v, (list, dict)) and v is not None:
+            try:  # BatchNormalization.__init__: self.axis = int(axis)
+                v = int(v)
+            except (ValueError, TypeError, OverflowError):
+                return "must be an integer"
+        if isinstance(v, (list, tuple)) and (rule.get("list_ok") or (rule.get("pair_ok") and len(v) == 2)):
+            for x in v:
+                why = problem({**rule, "list_ok": False, "pair_ok": False}, x, rank, cfg)
+                if why:
+                    return why
+            return None
+        if not isinstance(v, int) or (isinstance(v, bool) and rule.get("bool_ok") is False):
+            return "must be an integer" + (" or a list of integers" if rule.get("list_ok") else "")
+        if rank is None:
+            return None
+        lo, hi = (2 - rank, rank - 1) if rule.get("prelu") else (-rank, rank - 1)
+        if rule.get("no_batch") and v in (0, -rank):
+            return "must not be the batch axis"
+        if not lo <= v <= hi:
+            return f"must be an axis of the layer's rank-{rank} input (in [{lo}, {hi}])"
         return None
     if kind == "int_list":  # a list / tuple of ints with a per-entry minimum (Reshape, Permute, ...)
         ok = isinstance(v, (list, tuple)) and all(isinstance(x, int) and _bounds(rule, x) for x in v)
