@@ -100,7 +100,7 @@ ARGS = {
     # keras/src/layers/reshaping/reshape.py: checked against the input's size only (see INPUT_SIZED)
     ("Reshape", "target_shape"): {"kind": "any"},
     # keras/src/layers/merging/dot.py Dot.build: an axis, or a pair, inside the inputs' rank
-    ("Dot", "axes"): {"kind": "axis", "pair_ok": True},
+    ("Dot", "axes"): {"kind": "axis", "pair_ok": True, "wrap": True},
     # keras/src/layers/normalization/layer_normalization.py LayerNormalization.build: int or list of
     # ints inside the rank; the batch axis has no size
     ("LayerNormalization", "axis"): {"kind": "axis", "list_ok": True, "no_batch": True, "bool_ok": True},
@@ -128,7 +128,8 @@ ARGS = {
     ("GRU", "use_cudnn"): {"kind": "enum", "values": ["auto", True, False]},
     ("LSTM", "use_cudnn"): {"kind": "enum", "values": ["auto", True, False]},
 }
-ANY_NUMBER = {"kind": "number", "nonfinite_ok": True, "nan_ok": True}
+# (a one-element list broadcasts to the weight's shape in the backend op)
+ANY_NUMBER = {"kind": "number", "nonfinite_ok": True, "nan_ok": True, "singleton_ok": True}
 INIT_ARGS = {
     # keras/src/initializers/random_initializers.py, constant_initializers.py: the numbers reach
     # backend ops when the initializer fills a weight at build time (a string fails there)
@@ -138,15 +139,17 @@ INIT_ARGS = {
     "Orthogonal": {"gain": ANY_NUMBER}, "Identity": {"gain": ANY_NUMBER},
     # keras/src/initializers/random_initializers.py VarianceScaling.__init__: scale > 0, mode and
     # distribution from fixed lists
-    "VarianceScaling": {"scale": {"kind": "number", "min": 0, "min_open": True, "nonfinite_ok": True},
+    # (`if scale <= 0.0` lets NaN through; `distribution = distribution.lower()`)
+    "VarianceScaling": {"scale": {"kind": "number", "min": 0, "min_open": True, "nonfinite_ok": True, "nan_ok": True},
                         "mode": {"kind": "enum", "values": ["fan_in", "fan_out", "fan_avg"]},
-                        "distribution": {"kind": "enum", "values": ["normal", "truncated_normal",
-                                                                    "untruncated_normal", "uniform"]}},
+                        "distribution": {"kind": "str_enum", "values": ["normal", "truncated_normal",
+                                                                        "untruncated_normal", "uniform"]}},
 }
 REG_ARGS = {
-    # keras/src/regularizers/regularizers.py validate_float_arg: a finite number >= 0
-    "L1": {"l1": {"kind": "number", "min": 0}}, "L2": {"l2": {"kind": "number", "min": 0}},
-    "L1L2": {"l1": {"kind": "number", "min": 0}, "l2": {"kind": "number", "min": 0}},
+    # keras/src/regularizers/regularizers.py validate_float_arg: a finite number >= 0 (None: the default)
+    "L1": {"l1": {"kind": "number", "min": 0, "nullable": True}},
+    "L2": {"l2": {"kind": "number", "min": 0, "nullable": True}},
+    "L1L2": {"l1": {"kind": "number", "min": 0, "nullable": True}, "l2": {"kind": "number", "min": 0, "nullable": True}},
     "OrthogonalRegularizer": {"factor": {"kind": "number", "min": 0},
                               "mode": {"kind": "enum", "values": ["rows", "columns"]}},
 }
@@ -330,7 +333,11 @@ def build() -> dict:
             if r["kind"] == "initializer" and a[:-len("_initializer")] in ranks:
                 r["var_rank"] = ranks[a[:-len("_initializer")]]
             if r["kind"] in ("initializer", "regularizer", "constraint"):  # the names this weight takes
+                if keras_verdict("layers", cls, a, "bogus") and keras_verdict("layers", cls, a, 7):
+                    rules[a] = {"kind": "any"}  # never read on load (SimpleRNN's activity_regularizer)
+                    continue
                 r["names"] = [n for n in all_names[r["kind"]] if keras_verdict("layers", cls, a, n)]
+                r["none_ok"] = keras_verdict("layers", cls, a, None)  # LSTM's bias_initializer: not None
         layers[cls] = rules
     sections = {}
     for section, classes, extra in (("initializers", INITIALIZERS, INIT_ARGS), ("regularizers", REGULARIZERS, REG_ARGS),

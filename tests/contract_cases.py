@@ -17,7 +17,15 @@ import h5py
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "fixtures"
-CORPUS = sorted(p for d in ("keras_user", "keras", "keras_lstm") for p in (FIX / d).glob("*.h5"))
+
+
+def _has_config(path: Path) -> bool:
+    with h5py.File(path, "r") as f:
+        return "model_config" in f.attrs
+
+
+#: Every whole-model legacy HDF5 file of the three corpora (weights-only files hold no config).
+CORPUS = sorted(p for d in ("keras_user", "keras", "keras_lstm") for p in (FIX / d).glob("*.h5") if _has_config(p))
 
 
 def read_config(path: Path) -> dict:

@@ -107,11 +107,12 @@ def _shape_ok(rule: dict, v) -> bool:
     return True
 
 
-def _identifier(kind: str, v, rank, names=None) -> Optional[str]:
+def _identifier(kind: str, v, rank, names=None, none_ok=None) -> Optional[str]:
     """None when ``v`` is an identifier of ``kind`` (initializer/regularizer/constraint) Keras 3 resolves."""
     table = TABLE[kind + "s"]
     if v is None:
-        return None if TABLE["identifier_none_ok"][kind] else "not None"
+        ok = TABLE["identifier_none_ok"][kind] if none_ok is None else none_ok
+        return None if ok else "not None"
     if isinstance(v, str):
         if v not in (names if names is not None else TABLE["identifier_names"][kind]):
             return f"{kind} {v!r} is not one Keras 3 knows"
@@ -161,6 +162,8 @@ def problem(rule: dict, v, rank: Optional[int] = None, cfg: Optional[dict] = Non
             return f"must divide {rule['divides']}={other}"
         return None
     if kind == "number":
+        if rule.get("singleton_ok") and isinstance(v, list) and len(v) == 1:
+            v = v[0]
         if not _num(v):
             ok = False
         elif isinstance(v, float) and math.isnan(v):
@@ -192,7 +195,7 @@ def problem(rule: dict, v, rank: Optional[int] = None, cfg: Optional[dict] = Non
         return None if isinstance(v, str) and v in TABLE["activations"] else \
             "must name an activation Keras 3 knows"
     if kind in ("initializer", "regularizer", "constraint"):
-        why = _identifier(kind, v, rule.get("var_rank"), rule.get("names"))
+        why = _identifier(kind, v, rule.get("var_rank"), rule.get("names"), rule.get("none_ok"))
         return None if why is None else f"must be a {kind} Keras 3 knows ({why})"
     if kind == "axis":  # checked at build against the input rank (cited per entry in the table)
         if rule.get("coerce") and not isinstance(v, (list, dict)) and v is not None:
@@ -202,13 +205,15 @@ def problem(rule: dict, v, rank: Optional[int] = None, cfg: Optional[dict] = Non
                 return "must be an integer"
         if isinstance(v, (list, tuple)) and (rule.get("list_ok") or (rule.get("pair_ok") and len(v) == 2)):
             for x in v:
-                why = problem({**rule, "list_ok": False, "pair_ok": False}, x, rank, cfg)
+                why = problem({**rule, "list_ok": False, "pair_ok": False, "nullable": False}, x, rank, cfg)
                 if why:
                     return why
             return None
         if not isinstance(v, int) or (isinstance(v, bool) and rule.get("bool_ok") is False):
             return "must be an integer" + (" or a list of integers" if rule.get("list_ok") else "")
         if rank is None:
+            return None
+        if rule.get("wrap") and v < 0:  # keras/src/layers/merging/dot.py: a negative axis is taken modulo the rank
             return None
         lo, hi = (2 - rank, rank - 1) if rule.get("prelu") else (-rank, rank - 1)
         if rule.get("no_batch") and v in (0, -rank):
@@ -219,7 +224,7 @@ def problem(rule: dict, v, rank: Optional[int] = None, cfg: Optional[dict] = Non
     if kind == "int_list":  # a list / tuple of ints with a per-entry minimum (Reshape, Permute, ...)
         ok = isinstance(v, (list, tuple)) and all(isinstance(x, int) and _bounds(rule, x) for x in v)
         if ok and rule.get("permutation"):
-            ok = sorted(v) == list(range(1, len(v) + 1))
+            ok = bool(v) and sorted(v) == list(range(1, len(v) + 1)) and (rank is None or len(v) == rank - 1)
         return None if ok else f"must be a list of integers{_range_text(rule)}"
     raise AssertionError(f"validation table: unknown rule kind {kind!r}")  # a generator bug
 
