@@ -381,7 +381,7 @@ def build() -> dict:
     return {"keras_version": keras.__version__, "layers": layers, **sections, "dtypes": policies,
             "activations": acts, "activation_none_ok": True, "identifier_names": ident,
             "identifier_classes": classes, "identifier_none_ok": none_ok, "identifier_required": required, "initializer_ranks": init_ranks,
-            "rank": RANK}
+            "rank": RANK, "input_ndim": input_ndims()}
 
 
 def _deserializes(obj: dict, drop: str) -> bool:
@@ -392,6 +392,33 @@ def _deserializes(obj: dict, drop: str) -> bool:
         return True
     except Exception:  # noqa: BLE001
         return False
+
+
+def input_ndims() -> dict:
+    """Per class, the input ranks its constructor's ``input_spec`` admits (``keras/src/layers/input_spec.py``
+    assert_input_compatibility: ``ndim``, ``min_ndim``, ``max_ndim``), where it holds one spec."""
+    out = {}
+    for cls in list(LAYERS) + list(WRAPPERS):
+        if cls in ("InputLayer", "Permute"):  # Permute's ndim is len(dims) + 1: the dims rule checks it
+            continue
+        spec = base_object("layers", cls).input_spec  # unbuilt: build() records the rank it met, not a rule
+        if spec is None or isinstance(spec, (list, tuple)):
+            continue
+        found = {k: getattr(spec, k) for k in ("ndim", "min_ndim", "max_ndim") if getattr(spec, k, None) is not None}
+        if found:
+            out[cls] = found
+    return out
+
+
+def rank_verdict(cls: str, rank: int) -> bool:
+    """Whether Keras builds ``cls`` (probe arguments) on a symbolic float input of ``rank``."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            base_object("layers", cls)(keras.Input(shape=(4,) * (rank - 1)))
+    except Exception:  # noqa: BLE001
+        return False
+    return True
 
 
 def _fills(cls: str, shape) -> bool:

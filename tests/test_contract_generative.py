@@ -42,7 +42,7 @@ from gruconv.cli import main
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import contract_cases as cases  # noqa: E402
 
-QUICK_CASES = int(os.environ.get("GRUCONV_GENERATIVE_CASES", "6"))
+QUICK_CASES = int(os.environ.get("GRUCONV_GENERATIVE_CASES", "4"))
 LONG_CASES = int(os.environ.get("GRUCONV_GENERATIVE_LONG_CASES", "60"))
 HERE = Path(__file__).resolve().parent
 NAN, INF = float("nan"), float("inf")

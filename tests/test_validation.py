@@ -144,3 +144,20 @@ def test_valid_value_passes_both_routes(tmp_path, monkeypatch, fx, cls, arg, val
         r = CliRunner().invoke(main, ["convert", str(mutated), str(out)])
         verdicts.append((r.exit_code, out.exists() and cases.load_verdict(out) is None))
     assert verdicts[0] == verdicts[1] == (0, True), verdicts
+
+
+@pytest.mark.parametrize("cls", sorted(TABLE["input_ndim"]))
+def test_input_rank_rule_agrees_with_keras(gen, cls):
+    """The input ranks each class takes (its constructor's ``input_spec``): the table's verdict and
+    Keras's build agree for ranks 1 to 4."""
+    from gruconv.errors import InputError
+    from gruconv.keras3 import validate
+
+    obj = gen.base_config("layers", cls)
+    for rank in (1, 2, 3, 4):
+        try:
+            validate.check_layer(obj, "", rank)
+            ours = True
+        except InputError:
+            ours = False
+        assert ours == gen.rank_verdict(cls, rank), f"{cls} on a rank-{rank} input"

@@ -195,7 +195,7 @@ def _plain(legacy: dict, cls: str, path: str) -> dict:
         shape = given.get("batch_input_shape", given.get("batch_shape"))
         if shape is None:
             raise UnsupportedError(f"{where}: no batch_input_shape")
-        cfg["batch_shape"] = list(shape)
+        cfg["batch_shape"] = list(shape) if isinstance(shape, (list, tuple)) else shape  # else: validate.py refuses
         cfg["name"] = given.get("name")
         extra = {k: v for k, v in given.items() if k not in ("batch_input_shape", "batch_shape")}
     else:
@@ -276,7 +276,7 @@ def _model(legacy: dict, cls: str, path: str) -> dict:
             l.pop("name", None)
         cfg = {"name": given.get("name"), "trainable": given.get("trainable", True),
                "dtype": _policy(given.get("dtype")), "layers": layers,
-               "build_input_shape": list(layers[0]["config"]["batch_shape"])}
+               "build_input_shape": copy.deepcopy(layers[0]["config"]["batch_shape"])}
         out = {"module": "keras", "class_name": "Sequential", "config": cfg, "registered_name": None}
         if nested:  # a built, uncompiled inner model serializes an empty compile config
             out["compile_config"] = {}
