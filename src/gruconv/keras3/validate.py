@@ -279,14 +279,11 @@ def check_layer(obj: dict, path: Optional[str] = "", rank: Optional[int] = None)
             check_layer(cfg.get(key), where, rank)
     elif cls == "TimeDistributed":
         check_layer(cfg.get("layer"), where, None if rank is None else rank - 1)
-    spec = TABLE["input_ndim"].get(cls)
-    if spec and rank is not None and not (spec.get("ndim", rank) == rank and spec.get("min_ndim", rank) <= rank
-                                          <= spec.get("max_ndim", rank)):
-        want = spec.get("ndim") or f"at least {spec.get('min_ndim')}" if "max_ndim" not in spec else \
-            f"{spec.get('min_ndim', 0)} to {spec['max_ndim']}"
+    ranks = (TABLE["input_ndim"].get(cls) or {}).get("ranks")
+    if ranks is not None and rank is not None and min(rank, 5) not in ranks:
         shown = where if len(where) <= 120 else where[:57] + "..." + where[-60:]
-        raise InputError(f"layer {shown!r} ({cls}): its input has rank {rank}, Keras 3's {cls} takes rank {want} "
-                         "(keras.saving.load_model would refuse it)")
+        raise InputError(f"layer {shown!r} ({cls}): its input has rank {rank}, Keras 3's {cls} takes rank "
+                         f"{' or '.join(map(str, ranks)) or 'none'} (keras.saving.load_model would refuse it)")
     for arg, value in cfg.items():
         rule = rules.get(arg)
         if rule is None:
