@@ -274,18 +274,21 @@ def battery(rule: dict, default, section: str = "layers") -> list:
     return values
 
 
-def compare(table=None, classes=None, section="layers") -> list:
+def compare(table=None, classes=None, section="layers", args=None) -> list:
     """Every (class, argument, value) on which the table and Keras disagree, as text lines."""
     from gruconv.keras3 import validate
     from gruconv.keras3.validation_table import TABLE
 
     table = table or TABLE
     bad = []
+    only = args
     for cls, args in table[section].items():
         if classes is not None and cls not in classes:
             continue
         cfg = base_config(section, cls)["config"]
         for arg, rule in args.items():
+            if only is not None and arg not in only:
+                continue
             committed = TABLE[section].get(cls, {}).get(arg)  # its names too: a table under test may lack some
             values = battery(rule, cfg.get(arg), section) + \
                 (battery(committed, cfg.get(arg), section) if committed and committed != rule else [])
