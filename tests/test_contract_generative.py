@@ -112,6 +112,9 @@ def check_mutation(case, keep: list = None) -> None:
         note(f"exit {code}: {output.strip()[-400:]}")
         assert escaped is None, f"exception escaped the CLI: {escaped!r}"
         assert code in (0, 3), f"exit {code} (expected 0 or 3): {output}"
+        if code == 0 and "nothing to convert" in output:  # no CuDNN layer (fixtures/keras/plain_gru.h5)
+            assert not out.exists()
+            return
         if code == 0:
             why = cases.load_verdict(out)
             assert why is None, f"exit 0 but keras.saving.load_model refuses the output: {why}"
