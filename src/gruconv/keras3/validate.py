@@ -123,7 +123,7 @@ def _identifier(kind: str, v, rank, names=None, none_ok=None) -> Optional[str]:
     if not isinstance(v, dict):
         return f"a {kind} name or config"
     cls = v.get("class_name")
-    if cls not in table:
+    if not isinstance(cls, str) or cls not in table:
         return f"{kind} class {cls!r} is not one Keras 3 knows"
     need = TABLE["initializer_ranks"].get(cls) if kind == "initializer" else None
     if need and rank is not None and rank not in need:  # Identity: 2-D only; Orthogonal: 2-D and up
@@ -266,6 +266,8 @@ def check_layer(obj: dict, path: Optional[str] = "", rank: Optional[int] = None)
     if not isinstance(obj, dict):
         return None
     cls = obj.get("class_name")
+    if not isinstance(cls, str):
+        return None
     cfg = obj.get("config") if isinstance(obj.get("config"), dict) else {}
     name = cfg.get("name") if isinstance(cfg.get("name"), str) else str(cls).lower()
     where = f"{path}/{name}" if path else name
