@@ -121,7 +121,7 @@ def _identifier(kind: str, v, rank, names=None, none_ok=None) -> Optional[str]:
             return f"{v} cannot fill a rank-{rank} weight"
         return None
     if not isinstance(v, dict):
-        return f"a {kind} name or config"
+        return f"not a {kind} name or config"
     cls = v.get("class_name")
     if not isinstance(cls, str) or cls not in table:
         return f"{kind} class {cls!r} is not one Keras 3 knows"
@@ -196,7 +196,7 @@ def problem(rule: dict, v, rank: Optional[int] = None, cfg: Optional[dict] = Non
             "must name an activation Keras 3 knows"
     if kind in ("initializer", "regularizer", "constraint"):
         why = _identifier(kind, v, rule.get("var_rank"), rule.get("names"), rule.get("none_ok"))
-        return None if why is None else f"must be a {kind} Keras 3 knows ({why})"
+        return None if why is None else f"must be {'an' if kind[0] in 'aeiou' else 'a'} {kind} Keras 3 knows ({why})"
     if kind == "axis":  # checked at build against the input rank (cited per entry in the table)
         if rule.get("coerce") and not isinstance(v, (list, dict)) and v is not None:
             try:  # BatchNormalization.__init__: self.axis = int(axis)
