@@ -121,7 +121,7 @@ def _identifier(kind: str, v, rank, names=None, none_ok=None) -> Optional[str]:
             return f"{v} cannot fill a rank-{rank} weight"
         return None
     if not isinstance(v, dict):
-        return f"not a {kind} name or config"
+        return "neither a name nor a config"
     cls = v.get("class_name")
     if not isinstance(cls, str) or cls not in table:
         return f"{kind} class {cls!r} is not one Keras 3 knows"
