@@ -46,43 +46,46 @@ def entry(obj, drop=("name",)):
     return {"module": s["module"], "config": cfg}
 
 
-out = {"keras_version": keras.__version__, "layers": {}, "initializers": {}, "regularizers": {},
-       "constraints": {}}
-for cls, args in LAYERS.items():
-    e = entry(getattr(L, cls)(**args))
-    for k in args:  # required: no default
-        if cls != "InputLayer":
-            e["config"].pop(k, None)
-    e["required"] = sorted(args)
-    out["layers"][cls] = e
-for cls in INITIALIZERS:
-    out["initializers"][cls] = entry(getattr(keras.initializers, cls)(), drop=())
-for cls in REGULARIZERS:
-    out["regularizers"][cls] = entry(getattr(keras.regularizers, cls)(), drop=())
-for cls in CONSTRAINTS:
-    out["constraints"][cls] = entry(getattr(keras.constraints, cls)(), drop=())
-OPTIMIZERS = ["Adam", "AdamW", "Adamax", "Nadam", "RMSprop", "SGD", "Adagrad", "Adadelta", "Ftrl", "Lion"]
-out["optimizers"] = {cls: entry(getattr(keras.optimizers, cls)(), drop=()) for cls in OPTIMIZERS}
-# Names keras.losses.get / keras.metrics.get resolve (a string a legacy training config may hold).
-CANDIDATES = sorted({n for m in (keras.losses, keras.metrics) for n in dir(m) if n.islower() and not n.startswith("_")}
-                    | {"mse", "mae", "mape", "msle", "kld", "acc", "accuracy", "crossentropy", "ce", "bce"})
+def main():
+    out = {"keras_version": keras.__version__, "layers": {}, "initializers": {}, "regularizers": {},
+           "constraints": {}}
+    for cls, args in LAYERS.items():
+        e = entry(getattr(L, cls)(**args))
+        for k in args:  # required: no default
+            if cls != "InputLayer":
+                e["config"].pop(k, None)
+        e["required"] = sorted(args)
+        out["layers"][cls] = e
+    for cls in INITIALIZERS:
+        out["initializers"][cls] = entry(getattr(keras.initializers, cls)(), drop=())
+    for cls in REGULARIZERS:
+        out["regularizers"][cls] = entry(getattr(keras.regularizers, cls)(), drop=())
+    for cls in CONSTRAINTS:
+        out["constraints"][cls] = entry(getattr(keras.constraints, cls)(), drop=())
+    OPTIMIZERS = ["Adam", "AdamW", "Adamax", "Nadam", "RMSprop", "SGD", "Adagrad", "Adadelta", "Ftrl", "Lion"]
+    out["optimizers"] = {cls: entry(getattr(keras.optimizers, cls)(), drop=()) for cls in OPTIMIZERS}
+    # Names keras.losses.get / keras.metrics.get resolve (a string a legacy training config may hold).
+    CANDIDATES = sorted({n for m in (keras.losses, keras.metrics) for n in dir(m) if n.islower() and not n.startswith("_")}
+                        | {"mse", "mae", "mape", "msle", "kld", "acc", "accuracy", "crossentropy", "ce", "bce"})
+
+    def resolves(getter, name):
+        try:
+            return getter(name) is not None
+        except Exception:  # noqa: BLE001
+            return False
+
+    out["loss_names"] = [n for n in CANDIDATES if resolves(keras.losses.get, n)]
+    out["metric_names"] = [n for n in CANDIDATES if resolves(keras.metrics.get, n)]
+    json.loads(json.dumps(out))  # plain JSON values only
+    target = os.path.join(os.path.dirname(__file__), "..", "src", "gruconv", "keras3", "defaults.py")
+    with open(target, "w") as f:
+        f.write('"""Keras 3 constructor defaults, as ``get_config()`` reports them (generated: do not edit).\n\n'
+                f'Written by ``scripts/make_keras3_defaults.py`` from Keras {keras.__version__}; read by\n'
+                '``gruconv.keras3.config`` to write full Keras 3 configs without importing Keras.\n"""\n\n'
+                "null, true, false = None, True, False\n\n")
+        f.write("DEFAULTS = " + pprint.pformat(out, width=110, sort_dicts=False) + "\n")
+    print("wrote", target, file=sys.stderr)
 
 
-def resolves(getter, name):
-    try:
-        return getter(name) is not None
-    except Exception:  # noqa: BLE001
-        return False
-
-
-out["loss_names"] = [n for n in CANDIDATES if resolves(keras.losses.get, n)]
-out["metric_names"] = [n for n in CANDIDATES if resolves(keras.metrics.get, n)]
-json.loads(json.dumps(out))  # plain JSON values only
-target = os.path.join(os.path.dirname(__file__), "..", "src", "gruconv", "keras3", "defaults.py")
-with open(target, "w") as f:
-    f.write('"""Keras 3 constructor defaults, as ``get_config()`` reports them (generated: do not edit).\n\n'
-            f'Written by ``scripts/make_keras3_defaults.py`` from Keras {keras.__version__}; read by\n'
-            '``gruconv.keras3.config`` to write full Keras 3 configs without importing Keras.\n"""\n\n'
-            "null, true, false = None, True, False\n\n")
-    f.write("DEFAULTS = " + pprint.pformat(out, width=110, sort_dicts=False) + "\n")
-print("wrote", target, file=sys.stderr)
+if __name__ == "__main__":
+    main()

@@ -896,9 +896,9 @@ def write_keras_h5_doc(doc, target, *, weights_only: bool = False, warnings: Opt
             arrays = with_optimizer(arrays, tops, compiled)
             hint = None if hint is None else hint * 4  # the model + at most three optimizer slots a weight
         return write_keras(target, config, groups, arrays, size_hint=hint)
-    except UnsupportedError as e:
+    except (UnsupportedError, InputError) as e:  # InputError: a value Keras 3 refuses (keras3/validate.py)
         if e.path is None:
-            raise UnsupportedError(e.message, path=doc.path) from None
+            raise type(e)(e.message, path=doc.path) from None
         raise
 
 

@@ -41,6 +41,7 @@ from ..errors import UnsupportedError
 from .builtins import bare_name, is_custom
 from .defaults import DEFAULTS
 from .portable import portable_config
+from . import validate
 
 KERAS_VERSION = DEFAULTS["keras_version"]
 _LAYERS = DEFAULTS["layers"]
@@ -237,7 +238,7 @@ def _plain(legacy: dict, cls: str, path: str) -> dict:
         shape = given.get("batch_input_shape", given.get("batch_shape"))
         if shape is None:
             raise UnsupportedError(f"{where}: no batch_input_shape")
-        cfg["batch_shape"] = list(shape)
+        cfg["batch_shape"] = list(shape) if isinstance(shape, (list, tuple)) else shape  # else: validate.py refuses
         cfg["name"] = given.get("name")
         extra = {k: v for k, v in given.items() if k not in ("batch_input_shape", "batch_shape")}
     else:
@@ -318,7 +319,7 @@ def _model(legacy: dict, cls: str, path: str) -> dict:
             l.pop("name", None)
         cfg = {"name": given.get("name"), "trainable": given.get("trainable", True),
                "dtype": _policy(given.get("dtype")), "layers": layers,
-               "build_input_shape": list(layers[0]["config"]["batch_shape"])}
+               "build_input_shape": copy.deepcopy(layers[0]["config"]["batch_shape"])}
         out = {"module": "keras", "class_name": "Sequential", "config": cfg, "registered_name": None}
         if nested:  # a built, uncompiled inner model serializes an empty compile config
             out["compile_config"] = {}
@@ -343,6 +344,7 @@ def model_config(converted_legacy: dict, *, qr_free_low_precision: bool = True) 
     if cls not in ("Sequential", "Functional"):
         raise UnsupportedError(f"top-level {cls}: only Sequential and Functional models are written")
     doc = layer_config(converted_legacy)
+    validate.check_model(doc)  # a value Keras 3 would refuse on load: exit 3 before anything is written
     return portable_config(doc, qr_free_low_precision=qr_free_low_precision)
 
 

@@ -1,0 +1,165 @@
+"""The streamed writer's validation table (``gruconv.keras3.validation_table``) against Keras 3 itself.
+
+For every class and argument in the table, the values of ``scripts/make_keras3_validation.py``'s
+battery (the default, wrong types, out of range, NaN/Infinity, unknown names, zero/negative sizes,
+wrong nesting, every enumeration member and its upper-case twin) are judged twice: by the table
+(:func:`gruconv.keras3.validate.problem`) and by Keras (the object deserialized from its config in
+safe mode and built on a symbolic input, as ``load_model`` does).  Any disagreement fails, listed.
+A planted table bug is shown caught.  The default tier compares five classes of issue 31's measured
+cases; the slow tier every class.
+
+Issue 31's measured cases go through the CLI on both routes: the streamed writer and the Keras-built
+fallback (forced) each exit 3 with one line and leave nothing; valid values pass both.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gruconv.cli import main
+from gruconv.keras3.validation_table import TABLE
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import contract_cases as cases  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+#: The classes of issue 31's cases (default tier); the slow tier compares every class.
+QUICK = ["Dropout", "Bidirectional", "InputLayer", "Concatenate", "MaxPooling1D"]
+
+
+@pytest.fixture(scope="module")
+def gen():
+    """The generator module (imports Keras): its probe, battery and comparison."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        return importlib.import_module("make_keras3_validation")
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+
+
+@pytest.mark.parametrize("cls", QUICK)
+def test_table_agrees_with_keras_quick(gen, cls):
+    assert gen.compare(classes=[cls]) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("section,cls", [(s, c) for s in ("layers", "initializers", "regularizers", "constraints")
+                                         for c in TABLE[s] if not (s == "layers" and c in QUICK)])
+def test_table_agrees_with_keras(gen, section, cls):
+    assert gen.compare(classes=[cls], section=section) == []
+
+
+@pytest.mark.slow
+def test_table_is_what_the_generator_writes(gen):
+    """The committed table is the generator's output for the installed Keras (not hand-edited)."""
+    assert gen.build() == TABLE
+
+
+@pytest.mark.parametrize("cls,arg,mutate,caught", [
+    ("Dense", "units", lambda r: r.update(min=0), "Dense.units = 0: table accepts, Keras refuses"),
+    ("Dropout", "rate", lambda r: r.update(max=3), "Dropout.rate = 2.5: table accepts, Keras refuses"),
+    ("Bidirectional", "merge_mode", lambda r: r["values"].remove("ave"),
+     "Bidirectional.merge_mode = 'ave': table refuses, Keras accepts"),
+])
+def test_planted_table_bug_is_caught(gen, cls, arg, mutate, caught):
+    table = copy.deepcopy(TABLE)
+    mutate(table["layers"][cls][arg])
+    bad = gen.compare(table=table, classes=[cls], args=[arg])
+    assert any(line.endswith(caught) or caught in line for line in bad), bad
+
+
+def _case(tmp_path, i):
+    fx, cls, arg, value = cases.USER_CASES[i]
+    src = cases.FIX / fx
+    return cases.write_config(src, tmp_path / f"case{i}.h5", cases.set_value(cases.read_config(src), cls, arg, value))
+
+
+@pytest.mark.parametrize("i", range(len(cases.USER_CASES)))
+def test_measured_case_refused_by_streamed_writer(tmp_path, i):
+    """Issue 31: each measured value is refused before anything is written, one line naming layer,
+    argument and value; no Keras is imported for it (no fallback)."""
+    fx, cls, arg, value = cases.USER_CASES[i]
+    src = _case(tmp_path, i)
+    out = tmp_path / "out.keras"
+    r = CliRunner().invoke(main, ["convert", str(src), str(out)])
+    assert r.exit_code == 3 and r.exception is None or isinstance(r.exception, SystemExit), r.output
+    line = r.output.strip()
+    assert "\n" not in line and line.startswith("gruconv: error:")
+    shown_arg = "batch_shape" if arg == "batch_input_shape" else arg  # Keras 3's name for it
+    assert f"({cls}): {shown_arg} must " in line and "streaming writer" not in line, line
+    assert str(value if not isinstance(value, list) else value[-1]) in line, line
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == [src.name]
+
+
+def _forced_fallback(monkeypatch):
+    """The Keras-built route, as ``writers/keras_model.write_graph`` takes it when the streamed
+    writer raises UnsupportedError (a layer or training config outside its vocabulary)."""
+    from gruconv.errors import UnsupportedError
+    from gruconv.keras3 import archive
+
+    def refuse(*a, **k):
+        raise UnsupportedError("forced for the test")
+
+    monkeypatch.setattr(archive, "write_keras_h5_doc", refuse)
+
+
+FALLBACK = [1, 2, pytest.param(6, marks=pytest.mark.slow), pytest.param(9, marks=pytest.mark.slow),
+            pytest.param(10, marks=pytest.mark.slow)]  # Dense units, Dropout rate; Embedding input_dim, dtype, activation
+
+
+@pytest.mark.parametrize("i", FALLBACK)
+def test_fallback_route_refuses_the_same(tmp_path, monkeypatch, i):
+    """The Keras-built route judges a value the streamed writer refuses the same way: exit 3, one
+    line, nothing written (Keras's own refusal, not a traceback or an internal error)."""
+    src = _case(tmp_path, i)
+    _forced_fallback(monkeypatch)
+    out = tmp_path / "out.keras"
+    r = CliRunner().invoke(main, ["convert", str(src), str(out)])
+    assert r.exit_code == 3 and (r.exception is None or isinstance(r.exception, SystemExit)), r.output
+    err = [l for l in r.output.strip().splitlines() if l.startswith("gruconv: error:")]
+    assert len(err) == 1 and "Traceback" not in r.output, r.output
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("fx,cls,arg,value", [
+    ("keras_user/conv1d_gru.h5", "Conv1D", "padding", "SAME"),
+    ("keras_user/batchnorm_dropout.h5", "Dropout", "rate", 0.0),
+    ("keras_user/text_classifier.h5", "Dense", "activation", "gelu"),
+])
+def test_valid_value_passes_both_routes(tmp_path, monkeypatch, fx, cls, arg, value):
+    """A changed but valid value: both routes write a file plain ``load_model`` opens."""
+    src = cases.FIX / fx
+    cfg = cases.set_value(cases.read_config(src), cls, arg, value)
+    mutated = cases.write_config(src, tmp_path / "in.h5", cfg)
+    verdicts = []
+    for route in ("streamed", "fallback"):
+        if route == "fallback":
+            _forced_fallback(monkeypatch)
+        out = tmp_path / f"{route}.keras"
+        r = CliRunner().invoke(main, ["convert", str(mutated), str(out)])
+        verdicts.append((r.exit_code, out.exists() and cases.load_verdict(out) is None))
+    assert verdicts[0] == verdicts[1] == (0, True), verdicts
+
+
+@pytest.mark.parametrize("cls", [c if c in ("GRU", "Conv1D", "Dense") else pytest.param(c, marks=pytest.mark.slow)
+                                 for c in sorted(TABLE["input_ndim"])])
+def test_input_rank_rule_agrees_with_keras(gen, cls):
+    """The input ranks each class takes (its constructor's ``input_spec``): the table's verdict and
+    Keras's build agree for ranks 1 to 4."""
+    from gruconv.errors import InputError
+    from gruconv.keras3 import validate
+
+    obj = gen.base_config("layers", cls)
+    for rank in (1, 2, 3, 4):
+        try:
+            validate.check_layer(obj, "", rank)
+            ours = True
+        except InputError:
+            ours = False
+        assert ours == gen.rank_verdict(cls, rank), f"{cls} on a rank-{rank} input"
