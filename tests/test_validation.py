@@ -163,3 +163,34 @@ def test_input_rank_rule_agrees_with_keras(gen, cls):
         except InputError:
             ours = False
         assert ours == gen.rank_verdict(cls, rank), f"{cls} on a rank-{rank} input"
+
+
+@pytest.mark.parametrize("layer_cls, arg, value", [("Embedding", "input_dim", 50000), ("Embedding", "output_dim", 3),
+                                                   ("Dense", "units", 7), ("Conv1D", "filters", 9),
+                                                   ("Conv1D", "kernel_size", [4])])
+def test_a_config_that_no_longer_fits_its_stored_weights_is_refused(tmp_path, layer_cls, arg, value):
+    """The generative test's open counterexample (docs/testing.md): a value Keras accepts, but one the
+    stored weights of that layer no longer fit (``Embedding input_dim: 50000`` over a stored (1000, 16)
+    table) converted with exit 0 into a file ``load_model`` refuses.  The shapes a config fixes are
+    checked against the stored weights first: exit 3, one line, nothing written."""
+    import json
+    import shutil
+
+    import h5py
+
+    src = next(p for p in sorted((cases.FIX / "keras_user").glob("*.h5"))
+               if f'"class_name": "{layer_cls}"' in h5py.File(p, "r").attrs.get("model_config", ""))
+    path = tmp_path / src.name
+    shutil.copy(src, path)
+    with h5py.File(path, "r+") as f:
+        cfg = json.loads(f.attrs["model_config"])
+        layers = cfg["config"]["layers"] if isinstance(cfg["config"], dict) else cfg["config"]
+        layer = next(l for l in layers if l["class_name"] == layer_cls)
+        layer["config"][arg] = value
+        f.attrs["model_config"] = json.dumps(cfg)
+    out = tmp_path / "out.keras"
+    r = CliRunner().invoke(main, ["convert", str(path), str(out)])
+    assert r.exit_code == 3 and not isinstance(r.exception, (AssertionError, TypeError)), r.output
+    # refused here, or (a size the next cuDNN layer reads) by the writer's features check before it
+    assert ("has shape" in r.output or "should be" in r.output) and r.output.count("\n") == 1, r.output
+    assert not out.exists() and not list(tmp_path.glob(".*tmp*"))

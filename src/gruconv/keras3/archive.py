@@ -641,6 +641,11 @@ def legacy_h5_arrays(doc, tops: list, nonfinite: Optional[dict] = None) -> Itera
             current = None
             for slot, wname in zip(order, wnames):
                 ds = h5safe.resolve(group, wname, doc.path, "dataset")
+                if not keras3_config.fits(slot.shape, ds.shape):
+                    want = "(" + ", ".join("?" if e is None else str(e) for e in slot.shape) + ")"
+                    raise InputError(f"layer {top.name!r}: the stored {wname} has shape {tuple(ds.shape)}, its config "
+                                     f"makes {slot.role} {want}: keras.saving.load_model would refuse the output",
+                                     path=doc.path)
                 if ds.name in replaced:
                     rnn, d, i = replaced[ds.name]
                     if current is None or current[0] != (id(rnn), d):

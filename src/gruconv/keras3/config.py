@@ -448,6 +448,9 @@ class Slot:
     index: int
     trainable: bool
     role: str
+    #: the shape the layer's config alone fixes (``None`` entries: set by the layer's input), checked
+    #: against the stored weight before it is written (:func:`fits`); None: not known here
+    shape: Optional[tuple] = None
 
 
 @dataclass
@@ -471,24 +474,44 @@ def _snake(name: str) -> str:
     return re.sub("([a-z])([A-Z])", r"\1_\2", name).lower()
 
 
+def _int(v):
+    """An int config value (a one-element list such as Conv1D's ``kernel_size: [3]`` included), else None."""
+    if isinstance(v, (list, tuple)) and len(v) == 1:
+        v = v[0]
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
 def _own_vars(cls: str, cfg: dict) -> list:
-    """(role, trainable) of a layer's own variables, in creation order (Keras 3 ``build``)."""
+    """(role, trainable, shape) of a layer's own variables, in creation order (Keras 3 ``build``).  The
+    shape holds what the config alone decides (``Dense.build``: kernel ``(input_dim, units)``;
+    ``Conv1D``: ``(kernel_size, input_channels / groups, filters)``; ``Embedding``:
+    ``(input_dim, output_dim)``), None where the layer's input decides: a stored weight that does not
+    fit is a file ``load_model`` would refuse (issue 31's generative test: ``Embedding input_dim``
+    changed in the config, the stored table not)."""
     if cls == "Dense" or cls == "Conv1D":
-        return [("kernel", True)] + ([("bias", True)] if cfg.get("use_bias", True) else [])
+        out = _int(cfg.get("units" if cls == "Dense" else "filters"))
+        kernel = (None, out) if cls == "Dense" else (_int(cfg.get("kernel_size")), None, out)
+        return [("kernel", True, kernel)] + ([("bias", True, (out,))] if cfg.get("use_bias", True) else [])
     if cls == "Embedding":
-        return [("embeddings", True)]
+        return [("embeddings", True, (_int(cfg.get("input_dim")), _int(cfg.get("output_dim"))))]
     if cls == "BatchNormalization":
-        return ([("gamma", True)] if cfg.get("scale", True) else []) + \
-               ([("beta", True)] if cfg.get("center", True) else []) + \
-               [("moving_mean", False), ("moving_variance", False)]
+        return ([("gamma", True, None)] if cfg.get("scale", True) else []) + \
+               ([("beta", True, None)] if cfg.get("center", True) else []) + \
+               [("moving_mean", False, None), ("moving_variance", False, None)]
     if cls == "LayerNormalization":
-        return ([("gamma", True)] if cfg.get("scale", True) else []) + \
-               ([("beta", True)] if cfg.get("center", True) else [])
+        return ([("gamma", True, None)] if cfg.get("scale", True) else []) + \
+               ([("beta", True, None)] if cfg.get("center", True) else [])
     if cls == "PReLU":
-        return [("alpha", True)]
+        return [("alpha", True, None)]
     if cls in _RNN:
         return []
     return []
+
+
+def fits(expected: Optional[tuple], shape: tuple) -> bool:
+    """``shape`` has ``expected``'s rank and every entry it fixes (None: any)."""
+    return expected is None or (len(expected) == len(shape)
+                                and all(e is None or e == n for e, n in zip(expected, shape)))
 
 
 def saveable_plan(config: dict):
@@ -502,8 +525,8 @@ def saveable_plan(config: dict):
         trainable = trainable and cfg.get("trainable", True)
         groups.append((f"{path}/vars" if path else "vars", cfg.get("name")))
         own = _own_vars(cls, cfg)
-        for i, (role, tr) in enumerate(own):
-            slots.append(Slot(f"{path}/vars", i, trainable and tr, role))
+        for i, (role, tr, shape) in enumerate(own):
+            slots.append(Slot(f"{path}/vars", i, trainable and tr, role, shape))
         if cls in _RNN:
             cell = f"{path}/cell"
             groups.append((f"{cell}/vars", _RNN[cls]))
