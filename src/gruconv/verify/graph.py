@@ -335,13 +335,8 @@ def alone_layer(keras, rnn, converted=None):
     from ..model.keras_layout import to_keras
 
     s = rnn.stack.shape
-    kw = dict(return_sequences=True, return_state=True, activation="tanh", recurrent_activation="sigmoid",
-              dtype=s.dtype)
-    make = (lambda: keras.layers.GRU(s.units, reset_after=True, **kw)) if s.cell == "gru" else \
-        (lambda: keras.layers.LSTM(s.units, **kw))
     bidir = rnn.wrapper == "Bidirectional"
-    layer = keras.layers.Bidirectional(make(), merge_mode=None) if bidir else make()
-    layer.build((None, None, s.input_size))
+    layer = _alone_shell(keras, s, bidir)
     if converted is None:
         subs = [layer.forward_layer, layer.backward_layer] if bidir else [layer]
         for sub, p in zip(subs, rnn.stack.params):
@@ -354,6 +349,42 @@ def alone_layer(keras, rnn, converted=None):
                              f"{[tuple(a.shape) for a in arrays]}, the converted layer takes {want}", path=converted)
         layer.set_weights(arrays)
     return layer, _AloneView(rnn.stack, rnn.path, "Bidirectional" if bidir else None)
+
+
+#: Built layers of :func:`_alone_shell` by architecture, reused within a process (a batch worker verifies
+#: many files of few architectures; building a layer costs ~10x its forward pass on a small model,
+#: ``docs/benchmarks.md``).  Every use assigns all of the layer's weights, so nothing of an earlier
+#: model survives.  Only layers below :data:`_SHELL_CACHE_PARAMS` are kept, at most :data:`_SHELL_CACHE_SIZE`.
+_SHELLS: dict = {}
+_SHELL_CACHE_PARAMS = 4_000_000
+_SHELL_CACHE_SIZE = 32
+
+
+def _alone_shell(keras, s: StackShape, bidir: bool):
+    """The built Keras 3 layer of a cuDNN layer checked alone, its weights still to be assigned.
+
+    Built with zeros initializers: Keras's default ``Orthogonal`` recurrent initializer needs a QR
+    in the layer's dtype, which JAX (``Unsupported dtype float16``) and torch (``"geqrf_cpu" not
+    implemented for 'Half'``) lack for float16, so a float16 weights-only file (DeepZip's
+    ``*_16bit.hdf5``, ``fixtures/float16_weights``) could not be verified there; every weight is
+    assigned afterwards, so the initializers decide nothing (and a QR costs seconds at 1024 units)."""
+    from . import CURRENT_RUN  # the device run in progress: a layer's variables live on its device
+
+    key = (keras.backend.backend(), CURRENT_RUN.get(), s.cell, s.units, s.input_size, s.dtype, bidir)
+    layer = _SHELLS.get(key)
+    if layer is not None:
+        return layer
+    kw = dict(return_sequences=True, return_state=True, activation="tanh", recurrent_activation="sigmoid",
+              dtype=s.dtype, kernel_initializer="zeros", recurrent_initializer="zeros", bias_initializer="zeros")
+    make = (lambda: keras.layers.GRU(s.units, reset_after=True, **kw)) if s.cell == "gru" else \
+        (lambda: keras.layers.LSTM(s.units, unit_forget_bias=False, **kw))
+    layer = keras.layers.Bidirectional(make(), merge_mode=None) if bidir else make()
+    layer.build((None, None, s.input_size))
+    if sum(int(np.prod(w.shape)) for w in layer.weights) <= _SHELL_CACHE_PARAMS:
+        if len(_SHELLS) >= _SHELL_CACHE_SIZE:
+            _SHELLS.pop(next(iter(_SHELLS)))
+        _SHELLS[key] = layer
+    return layer
 
 
 def verify_alone(doc, converted, engine, report, rng, tolerance, user_inputs):
