@@ -40,7 +40,7 @@ for name, argv in json.loads(sys.argv[1]):
     res = CliRunner().invoke(main, ["verify", *argv, "--reference", "oracle"])
     lines = [l for l in res.output.splitlines() if l.strip()]
     out[name] = {"exit": res.exit_code, "exception": None if res.exception is None or isinstance(res.exception, SystemExit)
-                 else f"{type(res.exception).__name__}: {res.exception}", "last": lines[-1] if lines else "",
+                 else f"{type(res.exception).__name__}: {res.exception}", "parity": next((l for l in lines if l.startswith("parity: ")), ""),
                  "fail_rows": [l for l in lines if l.rstrip().endswith("FAIL")]}
 print(json.dumps(out))
 '''
@@ -101,7 +101,7 @@ def test_verify_runs_on_every_backend(backend, runs):
     cases, out = runs
     wrong = [(name, out[backend][name]) for name, _, want in cases
              if out[backend][name]["exception"] is not None or out[backend][name]["exit"] != want
-             or not out[backend][name]["last"].startswith("parity: PASS" if want == 0 else "parity: FAIL")]
+             or not out[backend][name]["parity"].startswith("parity: PASS" if want == 0 else "parity: FAIL")]
     assert not wrong, (backend, wrong)
 
 
