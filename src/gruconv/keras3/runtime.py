@@ -171,7 +171,7 @@ def load(path: Path, *, compile: bool = True):
 #: Models of :func:`load` by (backend, device scope, compile, sha256 of ``config.json``); at most
 #: :data:`_MODEL_CACHE_SIZE`, each with at most :data:`_MODEL_CACHE_BYTES` of weights.
 _MODELS: dict = {}
-_MODEL_CACHE_SIZE = 8
+_MODEL_CACHE_SIZE = 4
 _MODEL_CACHE_BYTES = 16 << 20
 
 

@@ -378,8 +378,8 @@ def alone_layer(keras, rnn, converted=None):
 #: ``docs/benchmarks.md``).  Every use assigns all of the layer's weights, so nothing of an earlier
 #: model survives.  Only layers below :data:`_SHELL_CACHE_PARAMS` are kept, at most :data:`_SHELL_CACHE_SIZE`.
 _SHELLS: dict = {}
-_SHELL_CACHE_PARAMS = 4_000_000
-_SHELL_CACHE_SIZE = 32
+_SHELL_CACHE_PARAMS = 1_000_000
+_SHELL_CACHE_SIZE = 16
 
 
 def _alone_shell(keras, s: StackShape, bidir: bool):
