@@ -39,8 +39,10 @@ out = {"backend": keras.backend.backend()}
 for name, argv in json.loads(sys.argv[1]):
     res = CliRunner().invoke(main, ["verify", *argv, "--reference", "oracle"])
     lines = [l for l in res.output.splitlines() if l.strip()]
-    out[name] = {"exit": res.exit_code, "exception": None if res.exception is None or isinstance(res.exception, SystemExit)
-                 else f"{type(res.exception).__name__}: {res.exception}", "parity": next((l for l in lines if l.startswith("parity: ")), ""),
+    exc = res.exception
+    out[name] = {"exit": res.exit_code,
+                 "exception": None if exc is None or isinstance(exc, SystemExit) else f"{type(exc).__name__}: {exc}",
+                 "parity": next((l for l in lines if l.startswith("parity: ")), ""),
                  "fail_rows": [l for l in lines if l.rstrip().endswith("FAIL")]}
 print(json.dumps(out))
 '''
