@@ -151,6 +151,9 @@ def _reference_rnn(rnn, x_bt: np.ndarray, engine: Engine, initial_state=None) ->
 #: (47 M weights copied three times per run on the bench's large model, ``docs/benchmarks.md``).  Two:
 #: a Bidirectional layer alternates its directions; the entries hold ``params`` so the id stays theirs.
 _BUFFERS: list = []
+#: Larger buffers are packed again per run: holding two directions of the bench's large model raised its
+#: verify's peak RSS by 50-70 MiB (``bench/compare.py``, issue 30) for ~5% of its time.
+_BUFFER_CACHE_BYTES = 8 << 20
 
 
 def _original_buffer(rnn, params) -> tuple:
@@ -165,8 +168,9 @@ def _original_buffer(rnn, params) -> tuple:
     shape = StackShape(s.input_size, s.units, 1, False, "linear", s.dtype, s.cell)
     buf = cudnn_opaque(*to_cudnn(params, s.cell), s.cell)
     uni = RNNStack(rnn.path, shape, unpack(buf, shape))
-    _BUFFERS.append((params, rnn.path, buf, uni))
-    del _BUFFERS[:-2]
+    if buf.nbytes <= _BUFFER_CACHE_BYTES:
+        _BUFFERS.append((params, rnn.path, buf, uni))
+        del _BUFFERS[:-2]
     return buf, uni
 
 
