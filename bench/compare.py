@@ -53,6 +53,8 @@ def main(argv=None) -> int:
                     help="baseline commit or branch (default: where this branch left main, git merge-base HEAD main)")
     ap.add_argument("--reps", type=int, default=3, help="repetitions of every command on each side")
     ap.add_argument("--models", type=int, default=100, help="small models in the batch")
+    ap.add_argument("--verify-only", action="store_true",
+                    help="only the verify cases (bench/run.py's verify section: issue 30)")
     args = ap.parse_args(argv)
     t_start = time.perf_counter()
 
@@ -71,14 +73,15 @@ def main(argv=None) -> int:
     load_start = os.getloadavg()
     log(f"baseline {args.base} = {commit[:12]} ({base_src}); head {head}{' (uncommitted changes)' if dirty else ''}")
     big = R.large_inputs(R.OUT, False, log)
-    root, items, _, _ = R.batch_inputs(R.OUT, args.models)
+    root, items = (None, []) if args.verify_only else R.batch_inputs(R.OUT, args.models)[:2]
     d = R.OUT / "compare-out"
     shutil.rmtree(d, ignore_errors=True)
     d.mkdir()
     g = R.gruconv_cmd()
     small = R.REPO / "fixtures" / "keras" / "sequential.h5"
     sides = {"base": base_src, "head": R.SRC}
-    commands = {
+    verify = R.verify_commands(big, R.OUT, R.VERIFY_COPIES)
+    commands = {} if args.verify_only else {
         "convert big.h5": lambda o: g + ["convert", str(big["h5"]), str(o / "h5.keras")],
         "convert big_ckpt": lambda o: g + ["convert", str(big["ckpt"]), str(o / "ckpt.keras")],
         f"batch of {len(items)}, --jobs 2": lambda o: g + ["convert", str(root), "--out-dir", str(o / "batch"),
@@ -89,12 +92,14 @@ def main(argv=None) -> int:
         "inspect big.h5": lambda o: g + ["inspect", str(big["h5"])],
         "inspect big_ckpt": lambda o: g + ["inspect", str(big["ckpt"])],
     }
+    commands.update(verify)
     # warm-up (untimed): bytecode of both trees (bench/run.py's child_env lets them write it), inputs into the page cache
     for side, src in sides.items():
         o = d / f"warm-{side}"
         o.mkdir()
-        for name in ("convert one small model", "inspect big.h5", "inspect big_ckpt"):
-            R.run_once(commands[name](o), src=src)
+        for name in ("convert one small model", "inspect big.h5", "inspect big_ckpt", "verify one small model"):
+            if name in commands:
+                R.run_once(commands[name](o), src=src)
         R.run_once(g + ["convert", str(small), "--out-dir", str(o / "warm-batch"), "--jobs", "2"], src=src)
         shutil.rmtree(o, ignore_errors=True)
     runs = {name: {side: [] for side in sides} for name in commands}
@@ -109,6 +114,8 @@ def main(argv=None) -> int:
                 runs[name][side].append(r)
                 log(f"  [{i + 1}/{args.reps}] {name} ({side}): {r['wall_s']:.2f} s"
                     + (f", {r['rss_mib']:.0f} MiB" if r["rss_mib"] else "") + (f"  FAILED: {r['error']}" if "error" in r else ""))
+        if args.verify_only:
+            continue
         o = d / "manual"
         shutil.rmtree(o, ignore_errors=True)
         o.mkdir()
@@ -124,7 +131,7 @@ def main(argv=None) -> int:
         "reps": args.reps, "n_models": len(items),
         "series": {name: {side: R.series(f"{name} ({side})", rs) for side, rs in by.items()}
                    for name, by in runs.items()},
-        "manual": R.series("manual", manual),
+        "manual": R.series("manual", manual) if manual else {"error": "not run (--verify-only)"},
         "total_s": time.perf_counter() - t_start,
     }
     COMPARE.write_text(json.dumps(out, indent=1, default=str))
@@ -172,6 +179,15 @@ def render_section(c: dict) -> list:
                              f"{by['head']['wall_s'] / m['wall_s']:.2f}× the manual route")
         if parts:
             w("Ratios from this loop: " + "; ".join(parts) + ".")
+    vone = c["series"].get("convert --verify one small model", {})
+    for name, by in c["series"].items():
+        if name.startswith("convert --verify batch of") and all(
+                "error" not in by.get(s, {"error": 1}) and "error" not in vone.get(s, {"error": 1}) for s in ("base", "head")):
+            nv = int(name.split("batch of ")[1].split(",")[0])
+            rates = [nv / max(1e-9, by[s]["wall_s"] - vone[s]["wall_s"]) for s in ("base", "head")]
+            w("")
+            w(f"`convert --verify --jobs 2` over {nv} copies of `fixtures/keras/sequential.h5`, models/s after start-up "
+              f"(models ÷ (batch wall − one small `convert --verify`'s wall)): base {rates[0]:.1f}, head {rates[1]:.1f}.")
     n = c["n_models"]
     single = c["series"].get("convert one small model", {})
     for jobs in (2, 1):

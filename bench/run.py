@@ -20,6 +20,8 @@ Sections (see docs/benchmarks.md for what each one means):
    extrapolated).
 3. inspect latency -- ``gruconv inspect`` of the large files (whole process, and
    the in-process ``gruconv.api.inspect`` call) vs ``tf.train.list_variables``.
+4. verify (issue 30) -- ``gruconv verify`` of the large model and of one small
+   model, and ``convert --verify --jobs 2`` over 60 copies of a small model.
 
 A section whose tool is missing or fails is reported as "not measured: <reason>"
 instead of stopping the run.
@@ -65,6 +67,11 @@ T_BATCH_RATE = 150.0          # >= 150 models/s after start-up, --jobs 2
 T_SINGLE_S = 0.5              # one `gruconv convert` of a small model <= 0.5 s, whole process
 T_CHECK_LOAD = 1.2            # convert --check-load - convert <= 1.2 x a plain load_model of the output
 T_INSPECT_S = 0.3             # gruconv inspect <= 0.3 s
+# Targets (issue 30: verify at CI scale).
+T_VERIFY_BATCH_RATE = 20.0    # convert --verify --jobs 2: >= 20 models/s after start-up
+T_VERIFY_LARGE_S = 10.0       # gruconv verify big.h5 on the CPU <= 10 s
+T_VERIFY_LARGE_RSS = 3.0      # its peak RSS above `import keras` <= 3 x parameter bytes
+VERIFY_COPIES = 60            # copies of fixtures/keras/sequential.h5 in the verify batch (issue 30's case)
 
 # Fixtures that convert without hints/config (the others need --num-units etc. or --config,
 # or hold nothing to convert); the batch set is built from these.
@@ -566,6 +573,103 @@ def section_batch(out: Path, n_models: int, reps: int, n_single: int, log) -> di
     return res
 
 
+def verify_inputs(out: Path, n: int) -> Path:
+    """``n`` copies of ``fixtures/keras/sequential.h5`` (issue 30's measurement: one architecture, as a CI
+    job verifying many conversions of one model family sees)."""
+    root = out / f"verify-batch-{n}"
+    src = REPO / "fixtures" / "keras" / "sequential.h5"
+    if not root.is_dir() or len(list(root.glob("*.h5"))) != n:
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
+        for i in range(n):
+            shutil.copyfile(src, root / f"m{i:03d}.h5")
+    return root
+
+
+def verify_commands(big: dict, out: Path, n: int) -> dict:
+    """name -> (make(out_dir) -> command): the verify cases, shared by :func:`section_verify` and
+    ``bench/compare.py``."""
+    g = gruconv_cmd()
+    small = REPO / "fixtures" / "keras" / "sequential.h5"
+    root = verify_inputs(out, n)
+    return {
+        "verify big.h5": lambda o: g + ["verify", str(big["h5"]), "--reference", "oracle", "--device", "cpu"],
+        "verify one small model": lambda o: g + ["verify", str(small), "--reference", "oracle"],
+        "convert --verify one small model": lambda o: g + ["convert", str(small), str(o / "small.keras"), "--verify"],
+        f"convert --verify batch of {n}, --jobs 2": lambda o: g + ["convert", str(root), "--out-dir",
+                                                                  str(o / "vbatch"), "--verify", "--jobs", "2"],
+    }
+
+
+def section_verify(out: Path, big: dict, reps: int, log) -> dict:
+    """Issue 30: ``gruconv verify`` of the large model (time, peak RSS) and of one small model, and
+    ``convert --verify --jobs 2`` over :data:`VERIFY_COPIES` small models, interleaved with ``import keras``
+    (the RSS baseline: verify runs the converted model in Keras, whose import alone is 3.5x the large
+    model's parameter bytes here)."""
+    d = out / "verify-out"
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(parents=True)
+    cmds = verify_commands(big, out, VERIFY_COPIES)
+
+    def fresh(o):
+        return lambda: (shutil.rmtree(o, ignore_errors=True), o.mkdir())
+
+    variants = {name: (make(d / "o"), {"before": fresh(d / "o")}) for name, make in cmds.items()}
+    variants["import keras"] = ([sys.executable, "-c", "import keras"], {})
+    log(f"verify: large, one small, batch of {VERIFY_COPIES} with --verify, interleaved")
+    res = interleaved(variants, reps, log)
+    shutil.rmtree(d, ignore_errors=True)
+    return {"series": res, "n": VERIFY_COPIES, "param_bytes": 4 * make_large.param_count()}
+
+
+def render_verify(v: Optional[dict], verdicts: list) -> list:
+    """The "Verify" section of docs/benchmarks.md, and its verdict rows (appended to ``verdicts``)."""
+    L = []
+    w = L.append
+    mib = 1024 * 1024
+    if not v:
+        verdicts.append((f"verify: >= {T_VERIFY_BATCH_RATE:.0f} models/s after start-up, --jobs 2",
+                         "not measured: section did not run", None))
+        return L
+    S, n, pb = v["series"], v["n"], v["param_bytes"]
+    big, base = S.get("verify big.h5", {}), S.get("import keras", {})
+    batch, one = S.get(f"convert --verify batch of {n}, --jobs 2", {}), S.get("convert --verify one small model", {})
+    if "error" in big:
+        verdicts.append((f"verify big.h5 <= {T_VERIFY_LARGE_S:.0f} s", f"not measured: {big['error']}", None))
+    else:
+        verdicts.append((f"verify big.h5 on the CPU <= {T_VERIFY_LARGE_S:.0f} s",
+                         f"**{big['wall_s']:.2f} s** = {big['wall_s'] / T_VERIFY_LARGE_S:.2f}x the goal",
+                         big["wall_s"] <= T_VERIFY_LARGE_S))
+        if big.get("rss_mib") and base.get("rss_mib"):
+            r = (big["rss_mib"] - base["rss_mib"]) * mib / pb
+            verdicts.append((f"verify big.h5: peak RSS above `import keras` <= {T_VERIFY_LARGE_RSS:.0f} x parameter bytes",
+                             f"{big['rss_mib']:.0f} - {base['rss_mib']:.0f} MiB vs {pb / mib:.0f} MiB = **{r:.2f}x** "
+                             f"(whole process {big['rss_mib'] * mib / pb:.2f}x)", r <= T_VERIFY_LARGE_RSS))
+    rate = None
+    if "error" not in batch and "error" not in one and batch.get("wall_s", 0) > one.get("wall_s", 0):
+        rate = n / (batch["wall_s"] - one["wall_s"])
+    verdicts.append((f"convert --verify: >= {T_VERIFY_BATCH_RATE:.0f} models/s after start-up, --jobs 2",
+                     f"not measured: {batch.get('error') or one.get('error')}" if rate is None else
+                     f"**{rate:.1f} models/s** = {rate / T_VERIFY_BATCH_RATE:.2f}x the goal",
+                     None if rate is None else rate >= T_VERIFY_BATCH_RATE))
+    w("## Verify")
+    w("")
+    w(f"`gruconv verify` of the large model (float64 oracle, CPU) and of `fixtures/keras/sequential.h5`, and "
+      f"`gruconv convert DIR --out-dir OUT --verify --jobs 2` over {n} copies of that file (issue 30), "
+      "interleaved with `python -c 'import keras'`, the RSS baseline of anything that runs a Keras model. "
+      "Models/s after start-up: models ÷ (batch wall − one `convert --verify` of one small model).")
+    w("")
+    w("| Command | Median wall (s) | Runs (s) | Peak RSS (MiB) |")
+    w("|---|---:|---|---:|")
+    for name, s in S.items():
+        if "error" in s:
+            w(f"| {name} | not measured: {s['error'][:80]} | | |")
+        else:
+            w(f"| {name} | {s['wall_s']:.2f} | {_runs(s)} | {_f(s.get('rss_mib'), 0)} |")
+    w("")
+    return L
+
+
 def section_inspect(out: Path, big: dict, reps: int, log) -> dict:
     g = gruconv_cmd()
     py = sys.executable
@@ -626,11 +730,12 @@ def _row_or_missing(s, cells_fn):
     return cells_fn(s), None
 
 
-def render(facts, load, large, batch, insp, total_s, quick, n_models, reps) -> tuple:
+def render(facts, load, large, batch, insp, total_s, quick, n_models, reps, verify=None) -> tuple:
     L = []
     w = L.append
     mib = 1024 * 1024
     verdicts = []  # (target, measured, ok)
+    verify_lines = render_verify(verify, verdicts)
 
     # ---- large
     S = large["series"] if large else {}
@@ -940,6 +1045,7 @@ def render(facts, load, large, batch, insp, total_s, quick, n_models, reps) -> t
         except (ImportError, OSError, ValueError, KeyError, TypeError) as e:
             w(f"(bench-out/compare.json could not be rendered: {type(e).__name__}: {e})")
             w("")
+    L.extend(verify_lines)
     w("## Reproduce")
     w("")
     w("```")
@@ -962,13 +1068,14 @@ def main(argv=None) -> int:
     ap.add_argument("--regen", action="store_true", help="rebuild the large inputs even if cached")
     ap.add_argument("--render-only", action="store_true",
                     help="measure nothing: rewrite docs/benchmarks.md from bench-out/results.json")
-    ap.add_argument("--only", choices=["large", "batch", "inspect"], action="append",
+    ap.add_argument("--only", choices=["large", "batch", "inspect", "verify"], action="append",
                     help="run only these sections (repeatable); the doc then goes into bench-out/")
     args = ap.parse_args(argv)
     if args.render_only:
         raw = json.loads((OUT / "results.json").read_text())  # the last full run's
         doc, verdicts = render(raw["facts"], raw["load"], raw["large"], raw["batch"], raw["inspect"],
-                               raw["total_s"], raw.get("quick", False), raw.get("n_models", 100), raw.get("reps", 3))
+                               raw["total_s"], raw.get("quick", False), raw.get("n_models", 100), raw.get("reps", 3),
+                               raw.get("verify"))
         target = OUT / "benchmarks-quick.md" if raw.get("partial") else DOC
         target.write_text(doc, encoding="utf-8")
         print(f"wrote {target.relative_to(REPO)} from bench-out/results.json")
@@ -984,7 +1091,7 @@ def main(argv=None) -> int:
     reps_fast = 1 if args.quick else 5
     n_models = 20 if args.quick else 100
     n_single = 5 if args.quick else 20
-    sections = set(args.only or ["large", "batch", "inspect"])
+    sections = set(args.only or ["large", "batch", "inspect", "verify"])
     facts = machine_facts()
     log(f"machine: {facts['cpu']}, {facts['cores']} cores, load {load_start}")
 
@@ -1002,7 +1109,7 @@ def main(argv=None) -> int:
                               "--jobs", "2"], before=rm(warm_dir))
     rm(warm_dir)()
 
-    large = batch = insp = None
+    large = batch = insp = ver = None
     if "large" in sections:
         large = section_large(OUT, big, reps, reps_fast, log)
         large["generated"] = big["generated"]
@@ -1011,17 +1118,19 @@ def main(argv=None) -> int:
         batch = section_batch(OUT, n_models, reps, n_single, log)
     if "inspect" in sections:
         insp = section_inspect(OUT, big, 1 if args.quick else 5, log)
+    if "verify" in sections:
+        ver = section_verify(OUT, big, reps, log)
     load_end = os.getloadavg()
     total = time.perf_counter() - t_start
     load = {"start": load_start, "end": load_end}
-    doc, verdicts = render(facts, load, large, batch, insp, total, args.quick, n_models, reps)
+    doc, verdicts = render(facts, load, large, batch, insp, total, args.quick, n_models, reps, ver)
     partial = args.quick or args.only
     target = OUT / "benchmarks-quick.md" if partial else DOC
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(target.name + ".tmp")
     tmp.write_text(doc, encoding="utf-8")
     os.replace(tmp, target)
-    raw = {"facts": facts, "load": load, "large": large, "batch": batch, "inspect": insp, "total_s": total,
+    raw = {"facts": facts, "load": load, "large": large, "batch": batch, "inspect": insp, "verify": ver, "total_s": total,
            "quick": args.quick, "n_models": n_models, "reps": reps, "partial": bool(partial)}
     results = OUT / ("results-quick.json" if partial else "results.json")
     results.write_text(json.dumps(raw, indent=1, default=str))

@@ -25,6 +25,7 @@ Two routes in:
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import importlib.util
 import logging
 import os
@@ -113,6 +114,21 @@ def keras():
 _keras = keras
 
 
+#: The device scope (:func:`cpu`, :func:`on_gpu`) in force: part of :func:`load`'s cache key, since a
+#: model's variables live on the device it was built under.
+_SCOPE = contextvars.ContextVar("gruconv_keras_scope", default=None)
+
+
+@contextlib.contextmanager
+def _scoped(label: str, context):
+    token = _SCOPE.set(label)
+    try:
+        with context:
+            yield
+    finally:
+        _SCOPE.reset(token)
+
+
 def cpu():
     """A context that places the converted side on the CPU whatever the backend's default device.
 
@@ -122,21 +138,62 @@ def cpu():
     """
     k = keras()
     try:
-        return k.device("cpu" if k.backend.backend() == "torch" else "cpu:0")
+        return _scoped("cpu", k.device("cpu" if k.backend.backend() == "torch" else "cpu:0"))
     except Exception:  # noqa: BLE001 - older Keras without keras.device
-        return contextlib.nullcontext()
+        return _scoped("cpu", contextlib.nullcontext())
 
 
 def load(path: Path, *, compile: bool = True, custom_objects: Optional[dict] = None):
     """``keras.saving.load_model(path)`` as a user calls it (safe mode, the user's ``custom_objects`` if
-    any); failures are one-line errors."""
+    any); failures are one-line errors.
+
+    A ``.keras`` file whose ``config.json`` is byte-identical to one loaded before in this process
+    (same backend, device scope and ``compile``; no ``custom_objects``) gets that model back with this
+    file's weights (``model.load_weights``: every weight assigned from the file, by the same saving
+    code): ``verify`` in a batch worker loads many converted files of few architectures, and rebuilding
+    one cost about a third of a small model's verify (``docs/benchmarks.md``, issue 30).  Not cached:
+    models with ``stateful`` layers (their states would carry over), models with the user's classes,
+    and files whose weights exceed :data:`_MODEL_CACHE_BYTES`."""
     k = keras()
+    key, cacheable = _model_cache_key(path, compile) if not custom_objects else (None, False)
+    cached = _MODELS.get(key) if key is not None else None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return k.saving.load_model(str(path), compile=compile, safe_mode=True, custom_objects=custom_objects)
+            if cached is not None:
+                cached.load_weights(str(path))
+                return cached
+            model = k.saving.load_model(str(path), compile=compile, safe_mode=True, custom_objects=custom_objects)
     except Exception as e:  # noqa: BLE001 - any Keras failure means an unreadable model
         raise InputError(f"cannot load converted model ({first_line(e, 200)})", path=path) from None
+    if cacheable:
+        if len(_MODELS) >= _MODEL_CACHE_SIZE:
+            _MODELS.pop(next(iter(_MODELS)))
+        _MODELS[key] = model
+    return model
+
+
+#: Models of :func:`load` by (backend, device scope, compile, sha256 of ``config.json``); at most
+#: :data:`_MODEL_CACHE_SIZE`, each with at most :data:`_MODEL_CACHE_BYTES` of weights.
+_MODELS: dict = {}
+_MODEL_CACHE_SIZE = 4
+_MODEL_CACHE_BYTES = 16 << 20
+
+
+def _model_cache_key(path, compile: bool) -> tuple:
+    """``(key, cacheable)`` of a ``.keras`` file for :func:`load`'s cache; ``(None, False)`` for anything
+    else (the file is then loaded as before, and Keras's own error reported)."""
+    import hashlib
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            config = z.read("config.json")
+            weights = z.getinfo("model.weights.h5").file_size
+    except (OSError, KeyError, zipfile.BadZipFile, ValueError):
+        return None, False
+    key = (keras().backend.backend(), _SCOPE.get(), bool(compile), hashlib.sha256(config).hexdigest())
+    return key, weights <= _MODEL_CACHE_BYTES and re.search(rb'"stateful"\s*:\s*true', config) is None
 
 
 #: ``--custom-objects`` files imported in this process: {resolved path: module} (``verify`` after a
@@ -840,10 +897,12 @@ def on_gpu(math: str):
             tf.config.experimental.enable_tensor_float_32_execution(False)
         undo.append(lambda: tf.config.experimental.enable_tensor_float_32_execution(saved_t))
         device = "gpu:0"
+    token = _SCOPE.set(f"gpu {math}")
     try:
         with k.device(device):
             yield
     finally:
+        _SCOPE.reset(token)
         for f in undo:
             f()
 

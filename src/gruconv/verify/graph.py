@@ -111,9 +111,7 @@ def _reference_rnn(rnn, x_bt: np.ndarray, engine: Engine, initial_state=None) ->
         # The buffer the ORIGINAL layer gave cuDNN: stored arrays (to_cudnn, the exact inverse of the
         # reader) packed as CuDNNGRU/CuDNNLSTM packs them (cudnn_opaque), read back by the golden-tested layout.
         xi = x[:, ::-1] if reverse_input else x
-        shape = StackShape(s.input_size, s.units, 1, False, "linear", s.dtype, s.cell)
-        buf = cudnn_opaque(*to_cudnn(params, s.cell), s.cell)
-        uni = RNNStack(rnn.path, shape, unpack(buf, shape))
+        buf, uni = _original_buffer(rnn, params)
         given = init[d * per_dir:(d + 1) * per_dir]
         h0 = given[0][None] if given else None
         c0 = given[1][None] if len(given) > 1 else None
@@ -147,6 +145,34 @@ def _reference_rnn(rnn, x_bt: np.ndarray, engine: Engine, initial_state=None) ->
     ref64 = outputs([r[1] for r in runs])
     fold = lambda a: a.reshape(lead + a.shape[1:])  # noqa: E731
     return [fold(a) for a in ref], [fold(a) for a in ref64]
+
+
+#: The last two directions' buffers of :func:`_original_buffer`: a check group runs the same direction(s)
+#: once for the reference and once per floor seed (and cuDNN algorithm), each run packing the buffer again
+#: (47 M weights copied three times per run on the bench's large model, ``docs/benchmarks.md``).  Two:
+#: a Bidirectional layer alternates its directions; the entries hold ``params`` so the id stays theirs.
+_BUFFERS: list = []
+#: Larger buffers are packed again per run: holding two directions of the bench's large model raised its
+#: verify's peak RSS by 50-70 MiB (``bench/compare.py``, issue 30) for ~5% of its time.
+_BUFFER_CACHE_BYTES = 8 << 20
+
+
+def _original_buffer(rnn, params) -> tuple:
+    """``(buffer, unidirectional stack read back from it)`` of one direction's original parameters:
+    :func:`gruconv.model.keras_layout.to_cudnn` then ``cudnn_opaque`` (the buffer the original layer
+    gave cuDNN) and ``unpack`` (the golden-tested layout), computed once per direction and reused by
+    the next runs of the same check group (same arrays: the same buffer)."""
+    s = rnn.stack.shape
+    for held, name, buf, uni in _BUFFERS:
+        if held is params and name == rnn.path:
+            return buf, uni
+    shape = StackShape(s.input_size, s.units, 1, False, "linear", s.dtype, s.cell)
+    buf = cudnn_opaque(*to_cudnn(params, s.cell), s.cell)
+    uni = RNNStack(rnn.path, shape, unpack(buf, shape))
+    if buf.nbytes <= _BUFFER_CACHE_BYTES:
+        _BUFFERS.append((params, rnn.path, buf, uni))
+        del _BUFFERS[:-2]
+    return buf, uni
 
 
 def _compute_dtype(rnn) -> str:
@@ -338,13 +364,8 @@ def alone_layer(keras, rnn, converted=None, arrays=None):
     from ..model.keras_layout import to_keras
 
     s = rnn.stack.shape
-    kw = dict(return_sequences=True, return_state=True, activation="tanh", recurrent_activation="sigmoid",
-              dtype=s.dtype)
-    make = (lambda: keras.layers.GRU(s.units, reset_after=True, **kw)) if s.cell == "gru" else \
-        (lambda: keras.layers.LSTM(s.units, **kw))
     bidir = rnn.wrapper == "Bidirectional"
-    layer = keras.layers.Bidirectional(make(), merge_mode=None) if bidir else make()
-    layer.build((None, None, s.input_size))
+    layer = _alone_shell(keras, s, bidir)
     if converted is None and arrays is None:
         subs = [layer.forward_layer, layer.backward_layer] if bidir else [layer]
         for sub, p in zip(subs, rnn.stack.params):
@@ -357,6 +378,46 @@ def alone_layer(keras, rnn, converted=None, arrays=None):
                              f"{[tuple(a.shape) for a in arrays]}, the converted layer takes {want}", path=converted)
         layer.set_weights(arrays)
     return layer, _AloneView(rnn.stack, rnn.path, "Bidirectional" if bidir else None)
+
+
+#: Built layers of :func:`_alone_shell` by architecture, reused within a process (a batch worker verifies
+#: many files of few architectures; building a layer costs ~10x its forward pass on a small model,
+#: ``docs/benchmarks.md``).  Every use assigns all of the layer's weights, so nothing of an earlier
+#: model survives.  Only layers below :data:`_SHELL_CACHE_PARAMS` are kept, at most :data:`_SHELL_CACHE_SIZE`.
+_SHELLS: dict = {}
+_SHELL_CACHE_PARAMS = 1_000_000
+_SHELL_CACHE_SIZE = 16
+
+
+def _alone_shell(keras, s: StackShape, bidir: bool):
+    """The built Keras 3 layer of a cuDNN layer checked alone, its weights still to be assigned.
+
+    Built with zeros initializers: Keras's default ``Orthogonal`` recurrent initializer needs a QR
+    in the layer's dtype, which JAX (``Unsupported dtype float16``) and torch (``"geqrf_cpu" not
+    implemented for 'Half'``) lack for float16, so a float16 weights-only file (DeepZip's
+    ``*_16bit.hdf5``, ``fixtures/float16_weights``) could not be verified there; every weight is
+    assigned afterwards, so the initializers decide nothing (and a QR costs seconds at 1024 units)."""
+    from ..model.canonical import CELLS
+    from ..model.keras_layout import CUDNN_COMPATIBLE
+    from .run import CURRENT_RUN  # the device run in progress: a layer's variables live on its device
+
+    key = (keras.backend.backend(), CURRENT_RUN.get(), s.cell, s.units, s.input_size, s.dtype, bidir)
+    layer = _SHELLS.get(key)
+    if layer is not None:
+        return layer
+    kw = dict(CUDNN_COMPATIBLE[s.cell], return_sequences=True, return_state=True, dtype=s.dtype,
+              kernel_initializer="zeros", recurrent_initializer="zeros", bias_initializer="zeros")
+    cls = getattr(keras.layers, CELLS[s.cell].title)  # GRU / LSTM: the cell table's name is Keras's class
+
+    def make():
+        return cls(s.units, **kw)
+    layer = keras.layers.Bidirectional(make(), merge_mode=None) if bidir else make()
+    layer.build((None, None, s.input_size))
+    if sum(int(np.prod(w.shape)) for w in layer.weights) <= _SHELL_CACHE_PARAMS:
+        if len(_SHELLS) >= _SHELL_CACHE_SIZE:
+            _SHELLS.pop(next(iter(_SHELLS)))
+        _SHELLS[key] = layer
+    return layer
 
 
 def verify_alone(doc, converted, engine, report, rng, tolerance, user_inputs):

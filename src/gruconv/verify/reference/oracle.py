@@ -51,23 +51,29 @@ def _direction(step_fn, p, x: np.ndarray, h: np.ndarray, c, lengths: np.ndarray,
                dt=np.float64) -> tuple:
     """Run one pseudo-layer over time-major ``x`` (T, B, in) in ``dt``; return (y (T, B, H), h_final, c_final).
 
-    The recurrent product of every gate is one matmul with the gates' matrices transposed into one
-    contiguous ``(H, G*H)`` array: NumPy's float32 ``h @ R.T`` on a transposed view ran 6.7x slower
-    (66.8 ms vs 10.0 ms a step for 3 x 1024 units, batch 4, this 2-core machine), which made the
-    sensitivity floors of a large model cost most of ``verify``."""
+    The recurrent product of every gate is one matmul ``(R2 @ h.T).T`` with the gates' matrices as
+    stored, ``R2 = R.reshape(G*H, H)`` (contiguous, no copy): NumPy's float32 ``h @ R.T`` on a
+    transposed view ran 6.7x slower (66.8 ms vs 10.0 ms a step for 3 x 1024 units, batch 4, this
+    2-core machine), and transposing into a contiguous ``(H, G*H)`` copy first cost 0.18 s per
+    3 x 1024 x 1024 matrix and run, most of a large model's ``verify`` (issue 30: a reference run
+    and three floor runs per direction).  The input product likewise (``W.reshape(G*H, in) @ x.T``).
+    The weights are converted to ``dt`` only where they are not already in it (a float32 floor run
+    of float32 weights copies nothing).  Against the transposed-copy products the results differ
+    only by BLAS's summation order: bit-identical in float32 on the 1024-unit case measured, 1e-13
+    in float64 there (``tests/test_verify_speed.py``)."""
     T, B, _ = x.shape
-    R = p.recurrent_weights.astype(dt)
-    bW = p.input_bias.astype(dt)
-    bR = p.recurrent_bias.astype(dt)
+    R = np.asarray(p.recurrent_weights, dtype=dt)
+    bW = np.asarray(p.input_bias, dtype=dt)
+    bR = np.asarray(p.recurrent_bias, dtype=dt)
     G, H = R.shape[0], R.shape[1]
-    RT = np.ascontiguousarray(R.transpose(2, 0, 1).reshape(R.shape[2], G * H))  # [j, g*H + i] = R[g, i, j]
+    R2 = np.ascontiguousarray(R).reshape(G * H, R.shape[2])  # [g*H + i, j] = R[g, i, j]
     bRc = bR.reshape(G * H)
     if p.input_weights is None:  # CUDNN_SKIP_INPUT: the input is added as is
         xw = np.stack([x] * G) + bW[:, None, None, :]
     else:
-        W = p.input_weights.astype(dt)  # (G, H, in) -> contiguous (in, G*H): one BLAS product, not einsum's loops
-        WT = np.ascontiguousarray(W.reshape(G * H, W.shape[2]).T)
-        xw = (x.reshape(T * B, -1) @ WT).reshape(T, B, G, H).transpose(2, 0, 1, 3) + bW[:, None, None, :]
+        W = np.ascontiguousarray(np.asarray(p.input_weights, dtype=dt))  # (G, H, in): one BLAS product
+        W2 = W.reshape(G * H, W.shape[2])
+        xw = (W2 @ x.reshape(T * B, -1).T).T.reshape(T, B, G, H).transpose(2, 0, 1, 3) + bW[:, None, None, :]
     y = np.zeros((T, B, H), dtype=dt)
     bi = np.arange(B)
     for step in range(T):
@@ -75,7 +81,7 @@ def _direction(step_fn, p, x: np.ndarray, h: np.ndarray, c, lengths: np.ndarray,
         t = (lengths - 1 - step) if reverse else np.full(B, step)
         valid = step < lengths
         tt = np.clip(t, 0, T - 1)
-        hr = h @ RT + bRc
+        hr = (R2 @ h.T).T + bRc
         h_new, c_new = step_fn([xw[g, tt, bi] for g in range(G)], [hr[:, g * H:(g + 1) * H] for g in range(G)], h, c)
         h = np.where(valid[:, None], h_new, h)
         if c is not None:
