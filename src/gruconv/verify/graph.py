@@ -102,8 +102,6 @@ def _reference_rnn(rnn, x_bt: np.ndarray, engine: Engine, initial_state=None) ->
     lead = x_bt.shape[:-2]
     x = x_bt.reshape((-1,) + x_bt.shape[-2:])  # TimeDistributed folds its extra axes into the batch
 
-    lstm = s.cell == "lstm"
-
     per_dir = len(s.cell_spec.states)
     init = initial_state or []
 
@@ -117,8 +115,8 @@ def _reference_rnn(rnn, x_bt: np.ndarray, engine: Engine, initial_state=None) ->
         c0 = given[1][None] if len(given) > 1 else None
         y, hy, y64, hy64 = engine.run(uni, np.ascontiguousarray(xi.transpose(1, 0, 2)), h0, opaque=buf,
                                       **({"c0": c0} if c0 is not None else {}))
-        states = [hy[0]] + ([engine.cy[0]] if lstm else [])
-        states64 = [hy64[0]] + ([engine.cy64[0]] if lstm else [])
+        states = [hy[0], engine.cy[0] if per_dir > 1 else None][:per_dir]  # h (and an LSTM's c)
+        states64 = [hy64[0], engine.cy64[0] if per_dir > 1 else None][:per_dir]
         return (y.transpose(1, 0, 2), states), (y64.transpose(1, 0, 2), states64)
 
     def outputs(pairs):
@@ -276,7 +274,8 @@ def _output_names(rnn) -> list:
     else:
         names = [first]
     if opts["return_state"]:
-        states = ["state"] if rnn.shape.cell == "gru" else ["state h", "state c"]
+        cell_states = rnn.shape.cell_spec.states
+        states = ["state"] if len(cell_states) == 1 else [f"state {st}" for st in cell_states]
         if rnn.wrapper == "Bidirectional":
             states = [f"{d} {st}" for d in ("forward", "backward") for st in states]
         names += states
