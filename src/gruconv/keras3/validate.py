@@ -298,14 +298,17 @@ def check_layer(obj: dict, path: Optional[str] = "", rank: Optional[int] = None)
     return _rank_out(cls, cfg, rank)
 
 
-def _check_container(obj: dict, path: str) -> None:
+def _check_container(obj: dict, path: str) -> Optional[int]:
+    """Check a Sequential/Functional model's layers; returns its output rank when known (a nested
+    model's output feeds the next layer: issue 31's generative test found a nested Sequential whose
+    LSTM lost ``return_sequences`` handing a rank-2 tensor to an outer LSTM)."""
     cfg = obj.get("config") or {}
     layers = cfg.get("layers") if isinstance(cfg.get("layers"), list) else []
     if obj.get("class_name") == "Sequential":
         rank = None
         for layer in layers:
             rank = check_layer(layer, path, rank)
-        return None
+        return rank
     ranks: dict = {}
     for layer in layers:  # Functional: a layer's input rank is known when it has one inbound tensor
         rank = None
@@ -319,6 +322,11 @@ def _check_container(obj: dict, path: str) -> None:
         out = check_layer(layer, path, rank)
         lname = (layer.get("config") or {}).get("name") if isinstance(layer, dict) else None
         ranks[lname] = out
+    outs = cfg.get("output_layers")
+    if isinstance(outs, list) and len(outs) == 3 and isinstance(outs[0], str):  # one output: [name, 0, 0]
+        outs = [outs]
+    if isinstance(outs, list) and len(outs) == 1 and isinstance(outs[0], list) and outs[0]:
+        return ranks.get(outs[0][0])
     return None
 
 
