@@ -783,13 +783,13 @@ def keras_bias(bias, cell: str):
     import numpy as np
 
     from ..model.canonical import CELLS
-    from ..model.keras_layout import KERAS_GATE_ORDER
+    from ..model.keras_layout import KERAS3_BIAS_ROWS, KERAS_GATE_ORDER
 
     G = CELLS[cell].num_gates
     order = KERAS_GATE_ORDER[cell]
     halves = np.asarray(bias).reshape(2, G, -1)
     picked = halves[:, [order[order[kk]] for kk in range(G)], :]
-    if cell == "gru":
+    if KERAS3_BIAS_ROWS[cell] == 2:  # both biases kept (reset_after GRU); else their sum (LSTM)
         return np.ascontiguousarray(picked.reshape(2, -1))
     return (picked[0].astype(np.float64) + picked[1].astype(np.float64)).astype(bias.dtype).reshape(-1)
 
@@ -827,13 +827,13 @@ def canonical_direction(p, cell: str, input_size: Optional[int] = None, release:
     result against ``to_keras`` for both cells, and the files against the Keras-built route."""
     import numpy as np
 
-    from ..model.keras_layout import KERAS_GATE_ORDER
+    from ..model.keras_layout import KERAS3_BIAS_ROWS, KERAS_GATE_ORDER
 
     order = KERAS_GATE_ORDER[cell]
     G = len(order)
     H = p.recurrent_weights.shape[1]
     rdtype = p.recurrent_weights.dtype
-    if cell == "gru":
+    if KERAS3_BIAS_ROWS[cell] == 2:  # both biases kept (reset_after GRU); else their sum (LSTM)
         bias = np.stack([np.concatenate([p.input_bias[g] for g in order]),
                          np.concatenate([p.recurrent_bias[g] for g in order])])
     else:

@@ -372,9 +372,11 @@ def stack_model_config(shape, name: str, *, initial_state: bool = False, return_
     s = shape
     base = _identifier(name)
     dtype = s.dtype
-    cls = "LSTM" if s.cell == "lstm" else "GRU"
+    from ..model.canonical import CELLS
+
+    cls = CELLS[s.cell].title  # GRU / LSTM: the cell table's name is Keras's class
     settings = CUDNN_COMPATIBLE[s.cell]
-    states = ("h", "c") if s.cell == "lstm" else ("h",)
+    states = CELLS[s.cell].states
     layers, input_refs = [], []
 
     def input_layer(n, batch_shape, dt):
@@ -391,7 +393,7 @@ def stack_model_config(shape, name: str, *, initial_state: bool = False, return_
             for d in range(s.num_directions):
                 n = f"initial_state_l{layer}_{'bw' if d else 'fw'}"
                 for st in states:
-                    sn = f"{n}_{st}" if s.cell == "lstm" else n
+                    sn = f"{n}_{st}" if len(states) > 1 else n
                     input_layer(sn, [None, s.units], dtype)
                     state_names.append(sn)
     if mask_input:

@@ -750,13 +750,16 @@ def build_stack_model(stack: RNNStack, *, initial_state: bool = False, return_st
     x_in = keras.Input((None, s.input_size), dtype=dtype, name="inputs")
     inputs = [x_in]
     states_in = []
-    lstm = s.cell == "lstm"
+    from ..model.canonical import CELLS
+
+    states = CELLS[s.cell].states  # h (and c): one initial-state input each, per pseudo-layer
+    named = len(states) > 1  # an LSTM's state inputs are named ..._h / ..._c, a GRU's by the layer alone
     if initial_state:
         for layer in range(s.num_layers):
             for d in range(s.num_directions):
                 name = f"initial_state_l{layer}_{'bw' if d else 'fw'}"
-                for t in ([keras.Input((s.units,), dtype=dtype, name=f"{name}_{st}") for st in ("h", "c")]
-                          if lstm else [keras.Input((s.units,), dtype=dtype, name=name)]):
+                for t in [keras.Input((s.units,), dtype=dtype, name=f"{name}_{st}" if named else name)
+                          for st in states]:
                     states_in.append(t)
                     inputs.append(t)
     mask = None
@@ -768,7 +771,7 @@ def build_stack_model(stack: RNNStack, *, initial_state: bool = False, return_st
     weight = layer_weights or released_weights(stack)
     pending: set = set()
     grus = {}  # (layer, direction) -> GRU or LSTM
-    layer_cls = keras.layers.LSTM if lstm else keras.layers.GRU
+    layer_cls = getattr(keras.layers, CELLS[s.cell].title)  # GRU / LSTM: the cell table's name is Keras's
     settings = CUDNN_COMPATIBLE[s.cell]
     per_dir = len(s.cell_spec.states)  # initial states per pseudo-layer
 
@@ -778,7 +781,7 @@ def build_stack_model(stack: RNNStack, *, initial_state: bool = False, return_st
             pending.add((layer, d, i))
             if given_init:
                 setattr(gru.cell, _GRU_INITIALIZERS[i], _Given(weight, (layer, d, i), pending))
-        if given_init and lstm:
+        if given_init and getattr(gru.cell, "unit_forget_bias", False):
             gru.cell.unit_forget_bias = False  # else LSTMCell.build slices our bias initializer
 
     for layer in range(s.num_layers):
