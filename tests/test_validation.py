@@ -194,3 +194,31 @@ def test_a_config_that_no_longer_fits_its_stored_weights_is_refused(tmp_path, la
     # refused here, or (a size the next cuDNN layer reads) by the writer's features check before it
     assert ("has shape" in r.output or "should be" in r.output) and r.output.count("\n") == 1, r.output
     assert not out.exists() and not list(tmp_path.glob(".*tmp*"))
+
+
+@pytest.mark.parametrize("name", ["keras/bidir_ave.h5", "keras/stateful.h5"])
+def test_stateful_needs_a_fixed_batch_size(tmp_path, name):
+    """The generative test's counterexample: ``stateful: true`` planted in a model whose inputs have a
+    free batch size converted with exit 0, and Keras 3 refuses to build it.  Now exit 3, one line; the
+    real stateful fixture (a fixed batch size) still converts."""
+    import json
+    import shutil
+
+    import h5py
+
+    path = tmp_path / "in.h5"
+    shutil.copy(cases.FIX / name, path)
+    planted = name.endswith("bidir_ave.h5")
+    if planted:
+        with h5py.File(path, "r+") as f:
+            cfg = json.loads(f.attrs["model_config"])
+            text = json.dumps(cfg).replace('"stateful": false', '"stateful": true')
+            assert text != json.dumps(cfg)
+            f.attrs["model_config"] = text
+    out = tmp_path / "out.keras"
+    r = CliRunner().invoke(main, ["convert", str(path), str(out)])
+    if planted:
+        assert r.exit_code == 3 and "stateful" in r.output and r.output.count("\n") == 1, r.output
+        assert not out.exists()
+    else:
+        assert r.exit_code == 0 and out.exists(), r.output

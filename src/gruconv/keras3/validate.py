@@ -336,7 +336,37 @@ def _source(ref) -> Optional[str]:
     return hist[0] if isinstance(hist, list) and hist and isinstance(hist[0], str) else None
 
 
+def _walk(obj):
+    """Every layer object of a model document, nested models and wrapped layers included."""
+    if isinstance(obj, dict):
+        if isinstance(obj.get("class_name"), str) and isinstance(obj.get("config"), dict):
+            yield obj
+        for v in obj.values():
+            yield from _walk(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _walk(v)
+
+
+def _check_stateful(doc: dict) -> None:
+    """A ``stateful`` recurrent layer needs a static batch size: Keras 3's ``RNN.build`` raises "When
+    using `stateful=True` in a RNN, the batch size must be static" (``keras/src/layers/rnn/rnn.py``).
+    The batch size comes from the model's inputs; when no ``InputLayer`` of the document fixes one, no
+    input can reach the layer with one (issue 31's generative test: ``stateful: true`` planted in a
+    model saved with a free batch size converted with exit 0 and did not load)."""
+    layers = list(_walk(doc))
+    stateful = [l for l in layers if l["config"].get("stateful") is True and l["class_name"] in TABLE["layers"]]
+    if not stateful:
+        return
+    batches = [(l["config"].get("batch_shape") or [None])[0] for l in layers if l["class_name"] == "InputLayer"]
+    if batches and all(b is None for b in batches):
+        name = stateful[0]["config"].get("name")
+        raise InputError(f"layer {name!r} ({stateful[0]['class_name']}): stateful is True but the model's inputs have "
+                         "no fixed batch size, which a stateful layer needs (keras.saving.load_model would refuse it)")
+
+
 def check_model(doc: dict) -> None:
     """Refuse (:class:`InputError`, one line) a Keras 3 model document holding a value Keras 3's
     ``load_model`` would refuse; unknown classes pass through."""
     check_layer(doc, None)
+    _check_stateful(doc)
