@@ -166,7 +166,8 @@ def test_input_rank_rule_agrees_with_keras(gen, cls):
 
 
 @pytest.mark.parametrize("layer_cls, arg, value", [("Embedding", "input_dim", 50000), ("Embedding", "output_dim", 3),
-                                                   ("Dense", "units", 7), ("Conv1D", "filters", 9),
+                                                   ("Dense", "units", 7), ("Dense", "units", True),
+                                                   ("Conv1D", "filters", 9),
                                                    ("Conv1D", "kernel_size", [4])])
 def test_a_config_that_no_longer_fits_its_stored_weights_is_refused(tmp_path, layer_cls, arg, value):
     """The generative test's open counterexample (docs/testing.md): a value Keras accepts, but one the

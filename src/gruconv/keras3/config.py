@@ -477,10 +477,11 @@ def _snake(name: str) -> str:
 
 
 def _int(v):
-    """An int config value (a one-element list such as Conv1D's ``kernel_size: [3]`` included), else None."""
+    """An int config value (a one-element list such as Conv1D's ``kernel_size: [3]`` included; a bool as
+    the int Keras takes it for, ``Dense(units=True)`` being one unit), else None."""
     if isinstance(v, (list, tuple)) and len(v) == 1:
         v = v[0]
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
+    return int(v) if isinstance(v, int) else None
 
 
 def _own_vars(cls: str, cfg: dict) -> list:
