@@ -166,8 +166,7 @@ def test_input_rank_rule_agrees_with_keras(gen, cls):
 
 
 @pytest.mark.parametrize("layer_cls, arg, value", [("Embedding", "input_dim", 50000), ("Embedding", "output_dim", 3),
-                                                   ("Dense", "units", 7), ("Dense", "units", True),
-                                                   ("Conv1D", "filters", 9),
+                                                   ("Dense", "units", 7), ("Conv1D", "filters", 9),
                                                    ("Conv1D", "kernel_size", [4])])
 def test_a_config_that_no_longer_fits_its_stored_weights_is_refused(tmp_path, layer_cls, arg, value):
     """The generative test's open counterexample (docs/testing.md): a value Keras accepts, but one the
@@ -223,3 +222,13 @@ def test_stateful_needs_a_fixed_batch_size(tmp_path, name):
         assert not out.exists()
     else:
         assert r.exit_code == 0 and out.exists(), r.output
+
+
+def test_a_bool_size_is_the_int_keras_takes():
+    """``Dense(units=True)`` builds a one-unit kernel in Keras (a bool is an int there): the stored-weight
+    check compares against 1, so a file whose Dense has more units is refused, one with one unit is not."""
+    from gruconv.keras3.config import _own_vars, fits
+
+    (role, _, kernel), (_, _, bias) = _own_vars("Dense", {"units": True})
+    assert kernel == (None, 1) and bias == (1,)
+    assert fits(kernel, (8, 1)) and not fits(kernel, (8, 3))
