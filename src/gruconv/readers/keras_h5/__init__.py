@@ -43,7 +43,7 @@ import copy
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 
 from ...files import hdf5 as h5safe
@@ -103,6 +103,9 @@ class KerasRNN:
     datasets: list                 # per direction: {role: dataset path} in the weight group
     source: Path = None            # the HDF5 file the weights are read from, on demand
     inferred: Optional[str] = None  # weights-only, no class name: how the class was inferred (shapes)
+    #: opens the weights file when it is not :attr:`source` itself (a tf_keras ``.keras`` zip's
+    #: ``model.weights.h5``: :mod:`gruconv.readers.tf_keras_zip`); None: :func:`open_model_file`
+    opener: Optional[Callable] = field(default=None, repr=False)
     _stack: Optional[RNNStack] = field(default=None, repr=False)
 
     @property
@@ -149,6 +152,9 @@ class KerasH5Model:
     optimizer_weight_count: int = 0
     lambdas: list = field(default_factory=list)
     other_gru_layers: list = field(default_factory=list)
+    #: where the weights are and how they are named: ``"legacy"`` (``model_weights/<layer>`` with
+    #: ``weight_names``); tf_keras's ``.keras`` zip has ``"v3"`` (:mod:`gruconv.readers.tf_keras_zip`)
+    layout = "legacy"
 
     @property
     def weights_root(self) -> str:
@@ -403,7 +409,7 @@ def _nonfinite_on_disk(rnn: KerasRNN) -> int:
 
     path = rnn.source
     n = 0
-    with open_model_file(path) as f:
+    with open_weights(rnn) as f:
         for roles in rnn.datasets:
             for name in roles.values():
                 ds = h5safe.resolve(f, name, path, "dataset")
@@ -419,11 +425,16 @@ def _nonfinite_on_disk(rnn: KerasRNN) -> int:
     return n
 
 
+def open_weights(rnn: KerasRNN):
+    """The file holding ``rnn``'s weights, opened with every guard."""
+    return rnn.opener() if rnn.opener is not None else open_model_file(rnn.source)
+
+
 def _load_stack(rnn: KerasRNN) -> RNNStack:
     """Read one CuDNNGRU/CuDNNLSTM's tensors and turn them into canonical weights (cuDNN orientation)."""
     path = rnn.source
     params = []
-    with open_model_file(path) as f:
+    with open_weights(rnn) as f:
         for d, roles in enumerate(rnn.datasets):
             where = f"{rnn.cls} {rnn.path}" + ("" if len(rnn.datasets) == 1 else
                                                f" ({'forward' if d == 0 else 'backward'})")
