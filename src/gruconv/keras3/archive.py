@@ -584,13 +584,16 @@ def v3_arrays(doc, config: dict, tops: list, nonfinite: Optional[dict] = None) -
     """:func:`legacy_h5_arrays` for a document whose weights are in the ``.keras`` (v3) layout
     (``layers/<snake class>/vars/0..n``: a tf_keras ``.keras`` zip, :mod:`gruconv.readers.tf_keras_zip`):
     each Keras 3 slot filled from the input group that object paths pair with it
-    (:func:`gruconv.readers.tf_keras_zip.keras3_sources`), the CuDNN layers' weights through the same
+    (:func:`gruconv.keras3.config.tf_keras_sources`), the CuDNN layers' weights through the same
     :func:`cudnn_direction` as the legacy layout.  Every stored layer weight must land in a slot: one
     left over is refused, named (a weight Keras 3 would silently drop)."""
     from ..files import hdf5 as h5safe
-    from ..readers import keras_h5, tf_keras_zip
+    from ..readers import keras_h5
 
-    sources = tf_keras_zip.keras3_sources(doc.model_config, config, doc.path)
+    try:
+        sources = keras3_config.tf_keras_sources(doc.model_config, config)
+    except InputError as e:
+        raise InputError(e.message, path=doc.path) from None
     replaced = {}
     for rnn in doc.rnns:
         for d, roles in enumerate(rnn.datasets):
@@ -605,7 +608,7 @@ def v3_arrays(doc, config: dict, tops: list, nonfinite: Optional[dict] = None) -
             plan.append((slot, f"{group}/{slot.index}"))
     with doc.open_weights() as src:
         wanted = {name for _, name in plan}
-        left = [n for n in tf_keras_zip.stored_layer_weights(src, doc.path) if n not in wanted]
+        left = [n for n in doc.stored_weights(src) if n not in wanted]
         if left:
             raise InputError(f"weight {left[0]} ({len(left)} in all) has no place in the converted Keras 3 model; "
                              "refused", path=doc.path)

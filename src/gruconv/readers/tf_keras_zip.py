@@ -18,7 +18,7 @@ Keras RNN's cell at ``.../cell/vars``; a ``CuDNNGRU``/``CuDNNLSTM`` has no cell:
 shapes, dtypes, values).  The optimizer's state is ``optimizer/vars/0..n`` (dropped, as for HDF5); the
 compile arguments are ``config.json``'s ``compile_config`` (optimizer as a name or a serialized object).
 Keras 3's own object paths follow the same rule (:func:`gruconv.keras3.config.saveable_plan`), so the
-two pair up layer by layer (:func:`keras3_sources`).
+two pair up layer by layer (:func:`gruconv.keras3.config.tf_keras_sources`).
 
 The document is a :class:`gruconv.readers.keras_h5.KerasH5Model` whose weights are in this layout
 (``layout = "v3"``): everything else -- the config translation, the CuDNN gate transform
@@ -72,6 +72,10 @@ class TfKerasZipModel(keras_h5.KerasH5Model):
     def open_weights(self):
         return h5safe.open_hdf5_member(self.path, *self.member, "a tf_keras .keras weights file")
 
+    def stored_weights(self, f) -> list:
+        """Every model weight stored in the open weights file ``f`` (:func:`stored_layer_weights`)."""
+        return stored_layer_weights(f, self.path)
+
     def document(self) -> Document:
         return Document(source=str(self.path), reader=FORMAT, stacks=list(self.rnns), graph=self)
 
@@ -99,77 +103,7 @@ class TfKerasZipModel(keras_h5.KerasH5Model):
         return model, nonfinite
 
 
-# --------------------------------------------------------------------------- object paths
-
-
-def _vars(path: str) -> str:
-    return f"{path}/vars" if path else "vars"
-
-
-def _walk(src: dict, dst: Optional[dict], spath: str, dpath: str, lpath: str, out: dict, where: dict) -> None:
-    """Pair ``src`` (the tf_keras layer config) with ``dst`` (its Keras 3 config, or None): ``out``
-    {Keras 3 vars group: stored vars group}, ``where`` {layer config path: stored object path}."""
-    from ..keras3.config import _cls, _container_layers, _unique
-
-    cls = _cls(src)
-    conf = keras_h5._conf(src)
-    where[lpath] = spath
-    dconf = dst.get("config") if isinstance(dst, dict) else None
-    if dst is not None:
-        out[_vars(dpath)] = _vars(spath)
-        if _cls(dst) in ("GRU", "LSTM", "SimpleRNN"):
-            out[f"{dpath}/cell/vars"] = _vars(spath) if cls in keras_h5.CUDNN_CLASSES else f"{spath}/cell/vars"
-    if cls == "Bidirectional":
-        inner = conf.get("layer")
-        back = conf.get("backward_layer") or inner
-        for key, s, name in (("layer", inner, "forward_layer"), ("backward_layer", back, "backward_layer")):
-            if isinstance(s, dict):
-                _walk(s, dconf[key] if dconf else None, f"{spath}/{name}", f"{dpath}/{name}",
-                      f"{lpath}/{keras_h5._name(s)}" if name == "forward_layer" else f"{lpath}/~{name}", out, where)
-    elif cls == "TimeDistributed" and isinstance(conf.get("layer"), dict):
-        _walk(conf["layer"], dconf["layer"] if dconf else None, f"{spath}/layer", f"{dpath}/layer",
-              f"{lpath}/{keras_h5._name(conf['layer'])}", out, where)
-    elif cls in ("Sequential", "Functional") and isinstance(conf.get("layers"), list):
-        src_layers = _container_layers({"class_name": cls, "config": conf})
-        dst_layers = _container_layers(dst) if dst is not None else [None] * len(src_layers)
-        if len(dst_layers) != len(src_layers):
-            raise InputError(f"{lpath or 'the model'}: {len(src_layers)} layers, the converted model has "
-                             f"{len(dst_layers)}")
-        sused: dict = {}
-        dused: dict = {}
-        for s, d in zip(src_layers, dst_layers):
-            if not isinstance(s, dict):
-                raise InputError(f"{lpath or 'the model'}: a layer entry is not an object")
-            sname = _unique(_cls(s), sused)
-            dname = _unique(d["class_name"], dused) if d is not None else ""
-            _walk(s, d, f"{spath}/layers/{sname}" if spath else f"layers/{sname}",
-                  f"{dpath}/layers/{dname}" if dpath else f"layers/{dname}",
-                  f"{lpath}/{keras_h5._name(s)}" if lpath else keras_h5._name(s), out, where)
-
-
-def keras3_sources(source: dict, target: dict, path=None) -> dict:
-    """{Keras 3 ``vars`` group of ``target`` (the converted model's config): the tf_keras group holding
-    its values}, by walking both configs layer by layer with each one's object-path rule (the same
-    rule: :func:`gruconv.keras3.config._unique`; a CuDNN layer's cell variables are its own)."""
-    out: dict = {}
-    try:
-        _walk(source, target, "", "", "", out, {})
-    except InputError as e:
-        raise InputError(e.message, path=path) from None
-    except (KeyError, TypeError) as e:
-        raise InputError(f"config.json does not pair with its converted model ({e!r:.120})", path=path) from None
-    return out
-
-
-def object_paths(config: dict, path=None) -> dict:
-    """{layer config path (as :func:`gruconv.readers.keras_h5.walk_layers` names it): its object path in
-    ``model.weights.h5``}."""
-    where: dict = {}
-    try:
-        _walk(config, None, "", "", "", {}, where)
-    except InputError as e:
-        raise InputError(e.message, path=path) from None
-    return where
+# --------------------------------------------------------------------------- weights
 
 
 def stored_layer_weights(f, path) -> list:
@@ -257,41 +191,38 @@ def _read(path: Path) -> TfKerasZipModel:
     config, meta = eligibility.read_keras_zip(path)
     if not eligibility.legacy_keras_zip(config, meta):
         raise InputError("not a tf_keras .keras file (metadata.json says Keras 3, and no Keras-2-only layer)")
-    if not (isinstance(config, dict) and keras_h5._class_name(config)):
+    if not (isinstance(config, dict) and keras_h5.class_name_of(config)):
         raise InputError("config.json is not a Keras model (no class_name)")
-    keras_h5._check_layer_counts(config, path)
+    keras_h5.check_layer_counts(config, path)
     model_config = {k: v for k, v in config.items() if k not in ("compile_config", "build_config")}
-    from ..keras3.config import _cls, _container_layers
+    from ..keras3 import config as keras3_config
 
-    if _cls(model_config) not in ("Sequential", "Functional"):
-        raise UnsupportedError(f"top-level {_cls(model_config)}: only Sequential and Functional models are read")
-    tops = [keras_h5._name(layer) for layer in _container_layers(model_config)]
+    cls = keras_h5.class_name_of(model_config)
+    if cls not in ("Sequential", "Functional", "Model"):
+        raise UnsupportedError(f"top-level {cls}: only Sequential and Functional models are read")
+    layers = keras_h5.config_of(model_config).get("layers")
+    if not isinstance(layers, list):
+        raise InputError("config.json: the model has no layer list")
+    tops = [keras_h5.name_of(layer) for layer in layers if isinstance(layer, dict)
+            and not (cls == "Sequential" and keras_h5.class_name_of(layer) == "InputLayer")]
     version = meta.get("keras_version")
     doc = TfKerasZipModel(path=path, kind="model", keras_version=version if isinstance(version, str) else None,
                           backend=None, model_config=model_config,
                           training_config=training_config(config.get("compile_config")), layer_names=tops,
                           member=eligibility.keras_zip_member(path, WEIGHTS))
-    where = object_paths(model_config, path)
+    where = keras3_config.tf_keras_object_paths(model_config)
+
+    def find(layer, rpath, top, wrapper):
+        wrapped = wrapper is not None and keras_h5.class_name_of(wrapper) == "Bidirectional"
+        owners = [where[rpath]] + ([where[rpath.rsplit("/", 1)[0] + "/~backward_layer"]] if wrapped else [])
+        return [{role: h5safe.resolve(f, f"{owner}/vars/{i}", path, "dataset")
+                 for i, role in enumerate(keras_h5.WEIGHT_ROLES)} for owner in owners]
+
     with doc.open_weights() as f:
         doc.optimizer_weight_count = _count_optimizer(f, path)
-        for layer, rpath, top, wrapper in keras_h5.walk_layers(model_config):
-            cls = keras_h5._class_name(layer)
-            if cls in keras_h5._UNSAFE_CLASSES:
-                doc.lambdas.append(rpath)
-            elif cls == "GRU":
-                doc.other_gru_layers.append(rpath)
-            if cls not in keras_h5.CUDNN_CLASSES or rpath not in where:
-                continue
-            wcls = keras_h5._class_name(wrapper) if wrapper else None
-            obj = where[rpath]
-            owners = [obj] if wcls != "Bidirectional" else [obj, where[rpath.rsplit("/", 1)[0] + "/~backward_layer"]]
-            found = []
-            for owner in owners:
-                names = {role: f"{owner}/vars/{i}" for i, role in enumerate(keras_h5.WEIGHT_ROLES)}
-                found.append({role: h5safe.resolve(f, n, path, "dataset") for role, n in names.items()})
-            rnn = keras_h5._rnn_from_weights(path, rpath, top, layer, wrapper, found)
-            rnn.opener = doc.open_weights
-            doc.rnns.append(rnn)
+        keras_h5.scan_layers(doc, find)
+    for rnn in doc.rnns:
+        rnn.opener = doc.open_weights
     return doc
 
 

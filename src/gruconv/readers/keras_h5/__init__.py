@@ -227,6 +227,10 @@ def _name(cfg: dict) -> str:
     return str(name) if name is not None else "?"
 
 
+#: The config accessors under public names, for other readers of Keras 2 configs (tf_keras_zip).
+class_name_of, config_of, name_of = _class_name, _conf, _name
+
+
 def walk_layers(cfg: dict, top: Optional[str] = None, prefix: str = ""):
     """Yield (layer_cfg, path, top_level_layer, wrapper_cfg) for every layer in a model config."""
     for layer in _layers_of(cfg):
@@ -247,7 +251,7 @@ def walk_layers(cfg: dict, top: Optional[str] = None, prefix: str = ""):
                     yield inner, f"{path}/{_name(inner)}", this_top, layer
 
 
-def _check_layer_counts(cfg: dict, path) -> None:
+def check_layer_counts(cfg: dict, path) -> None:
     """Refuse, before Keras is imported, a config Keras would take hours to build: more than
     :data:`gruconv.files.inputs.MAX_SEQUENTIAL_LAYERS` layers in one ``Sequential`` or
     :data:`gruconv.files.inputs.MAX_LAYERS` in all (the reasons and measurements are there)."""
@@ -485,7 +489,7 @@ def read_with_config(path: Path, config: Optional[dict]) -> KerasH5Model:
         if model_config is not None and not (isinstance(model_config, dict) and _class_name(model_config)):
             raise InputError("model_config is not a Keras model (no class_name)", path=path)
         if model_config is not None:
-            _check_layer_counts(model_config, path)
+            check_layer_counts(model_config, path)
         layer_names = h5safe.read_attr(root, "layer_names", []) or []
         if isinstance(layer_names, str):
             layer_names = [layer_names]
@@ -509,21 +513,34 @@ def read_with_config(path: Path, config: Optional[dict]) -> KerasH5Model:
         if model_config is None:
             doc.rnns = _rnns_without_config(path, groups)
             return doc
-        for layer, rpath, top, wrapper in walk_layers(model_config):
+
+        def find(layer, rpath, top, wrapper):
             cls = _class_name(layer)
-            if cls in _UNSAFE_CLASSES:
-                doc.lambdas.append(rpath)
-            elif cls == "GRU":
-                doc.other_gru_layers.append(rpath)
-            if cls not in CUDNN_CLASSES:
-                continue
             if top not in groups:
                 raise InputError(f"{cls} {rpath}: layer {top!r} has no weight group in the file", path=path)
-            found = _find_rnn_weights(groups[top], _name(layer), _class_name(wrapper) if wrapper else None,
-                                      f"{cls} {rpath}", path, cls=cls,
-                                      wrapper_name=_name(wrapper) if wrapper else None)
-            doc.rnns.append(_rnn_from_weights(path, rpath, top, layer, wrapper, found))
+            return _find_rnn_weights(groups[top], _name(layer), _class_name(wrapper) if wrapper else None,
+                                     f"{cls} {rpath}", path, cls=cls,
+                                     wrapper_name=_name(wrapper) if wrapper else None)
+
+        scan_layers(doc, find)
     return doc
+
+
+def scan_layers(doc: KerasH5Model, find: Callable) -> None:
+    """Fill ``doc.lambdas``, ``doc.other_gru_layers`` and ``doc.rnns`` from ``doc.model_config``;
+    ``find(layer, path, top, wrapper)`` gives each CuDNN layer's weights (per direction ``{role:
+    h5py dataset}``, checked from their metadata by :func:`_rnn_from_weights`) where the file keeps
+    them -- the legacy layout here, the ``.keras`` layout in :mod:`gruconv.readers.tf_keras_zip`."""
+    for layer, rpath, top, wrapper in walk_layers(doc.model_config):
+        cls = _class_name(layer)
+        if cls in _UNSAFE_CLASSES:
+            doc.lambdas.append(rpath)
+        elif cls == "GRU":
+            doc.other_gru_layers.append(rpath)
+        if cls not in CUDNN_CLASSES:
+            continue
+        found = find(layer, rpath, top, wrapper)
+        doc.rnns.append(_rnn_from_weights(doc.path, rpath, top, layer, wrapper, found))
 
 
 def _joined(value):
