@@ -26,8 +26,8 @@ The document is a :class:`gruconv.readers.keras_h5.KerasH5Model` whose weights a
 The zip passes the same guards as a Keras 3 one (:func:`gruconv.eligibility.read_keras_zip`); the
 weights member is read in place, never extracted (:func:`gruconv.files.hdf5.open_hdf5_member`).
 Outputs: the Keras 3 ``.keras`` model and Keras 3 ``.weights.h5`` (the streamed writer, or the
-Keras-built route built from it); the legacy ``.h5``, torch and ONNX writers read the legacy layout and
-are refused for this input.
+Keras-built route built from it), and torch ``.safetensors`` (the other weights under this layout's
+names); not legacy ``.h5`` weights, whose writer copies the legacy layout's groups.
 """
 
 from __future__ import annotations
@@ -51,9 +51,9 @@ OPTIONS = frozenset()
 GRAPH = True
 SUFFIXES = (".keras",)
 WEIGHTS = "model.weights.h5"
-#: The writers whose weights come from :func:`gruconv.keras3.archive.write_keras_h5_doc` (which reads
-#: this layout); the others read the legacy HDF5 layout.
-WRITERS = ("keras", "keras-weights")
+#: The writers that need the legacy HDF5 layout itself (``graph.write_legacy``: the legacy ``.h5``
+#: weights writer copies its groups); every other writer reads the document.
+LEGACY_ONLY = ("h5-weights",)
 #: Most HDF5 objects visited while listing the stored weights.
 MAX_H5_OBJECTS = 50_000
 #: Keras's optimizer names (``keras.optimizers.get``) -> class, for a ``compile_config`` that names one.
@@ -80,12 +80,16 @@ class TfKerasZipModel(keras_h5.KerasH5Model):
         return Document(source=str(self.path), reader=FORMAT, stacks=list(self.rnns), graph=self)
 
     def write_legacy(self, out_path, **kw):
-        raise UnsupportedError("a tf_keras .keras input converts to a Keras 3 .keras or .weights.h5 file only",
-                               path=self.path)
+        raise UnsupportedError("a tf_keras .keras input does not convert to legacy .h5 weights", path=self.path)
 
     def other_weights(self):
-        raise UnsupportedError("a tf_keras .keras input converts to a Keras 3 .keras or .weights.h5 file only",
-                               path=self.path)
+        """Every stored weight that belongs to no cuDNN layer, as ``("<object path>/vars/<i>", array)``
+        (the names of this layout; the HDF5 twin names them ``<layer>/<weight name>``)."""
+        ours = {ds.lstrip("/") for rnn in self.rnns for roles in rnn.datasets for ds in roles.values()}
+        with self.open_weights() as f:
+            for name in stored_layer_weights(f, self.path):
+                if name not in ours:
+                    yield name, h5safe.read_dataset(h5safe.resolve(f, name, self.path, "dataset"), self.path)
 
     def build_model(self):
         """The converted model in Keras 3: the streamed ``.keras`` written to a private directory and
@@ -245,9 +249,9 @@ def output_format(output: Path, opts: Options) -> str:
 def check_outputs(doc: TfKerasZipModel, output: Path, opts: Options) -> None:
     """The legacy reader's checks, and only the writers that read this layout."""
     fmt = output_format(output, opts)
-    if fmt not in WRITERS:
-        raise UnsupportedError(f"a tf_keras .keras input converts to a Keras 3 .keras or .weights.h5 file; "
-                               f"--format {fmt} is not offered for it yet", path=doc.path)
+    if fmt in LEGACY_ONLY:
+        raise UnsupportedError(f"a tf_keras .keras input does not convert to legacy .h5 weights (--format {fmt}): "
+                               "write a Keras 3 .keras, .weights.h5, or a .safetensors file", path=doc.path)
     keras_h5.check_outputs(doc, output, opts)
 
 
@@ -266,21 +270,9 @@ def nothing_to_verify(doc: TfKerasZipModel) -> Optional[str]:
 
 
 def verify_subjects(doc: TfKerasZipModel, converted, opts: Options):
-    """What ``verify`` checks: the converted model (``converted``, or built in memory by
-    :meth:`TfKerasZipModel.build_model`) against this file's CuDNN layers."""
-    from ..model.canonical import Subject
-    from .. import writers
-
-    if converted is not None and not Path(converted).exists():
-        raise InputError("converted model not found", path=converted)
-    if converted is not None and writers.stack_runners(Path(converted)) is not None:
-        raise UnsupportedError("a tf_keras .keras input is verified against a Keras 3 .keras or .weights.h5 "
-                               "conversion", path=converted)
-    if converted is None:
-        model, _ = doc.build_model()
-    else:
-        model = writers.load(Path(converted), lambda: doc.build_model()[0])
-    yield Subject(name=str(doc.path), model=model, graph=doc)
+    """As for the HDF5 twin (:func:`gruconv.readers.keras_h5.verify_subjects`); without ``converted``
+    the model is built by :meth:`TfKerasZipModel.build_model`."""
+    return keras_h5.verify_subjects(doc, converted, opts)
 
 
 def natural_output(path: Path, opts: Options) -> tuple:

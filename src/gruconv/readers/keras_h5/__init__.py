@@ -1159,10 +1159,10 @@ def verify_subjects(doc: KerasH5Model, converted, opts: Options):
     if doc.model_config is None:  # weights-only, no --config: verify checks each layer alone (issue 19)
         yield Subject(name=str(doc.path), model=None, graph=doc)
         return
-    if converted is None:
-        model, _ = to_keras(doc, opts)
+    if converted is None:  # the document builds itself (the legacy layout through Keras's legacy loader)
+        model, _ = doc.build_model()
     else:
-        model = writers.load(Path(converted), lambda: to_keras(doc, opts)[0])
+        model = writers.load(Path(converted), lambda: doc.build_model()[0])
     yield Subject(name=str(doc.path), model=model, graph=doc)
 
 
