@@ -301,3 +301,26 @@ def test_traversal_member_name_is_refused(tmp_path):
     r = CliRunner().invoke(cli, ["convert", str(bad), str(tmp_path / "o.keras")])
     assert r.exit_code == 3 and isinstance(r.exception, SystemExit), r.output
     assert "not one Keras writes" in r.output
+
+
+def test_other_outputs_as_for_the_twin(tmp_path):
+    """torch: the cuDNN layers' modules equal the twin's bit for bit (the other weights keep this
+    layout's names); legacy .h5 weights, whose writer copies the legacy groups, are refused before
+    anything is written; ONNX refuses a full model as for the twin."""
+    from safetensors.numpy import load_file
+
+    zip_out, h5_out = tmp_path / "z.safetensors", tmp_path / "h.safetensors"
+    api.convert(ZIPS / "bidir.keras", zip_out)
+    api.convert(ZIPS / "bidir.h5", h5_out)
+    z, h = load_file(str(zip_out)), load_file(str(h5_out))
+    rnn_keys = sorted(k for k in h if "cu_dnn" in k)
+    assert rnn_keys and rnn_keys == sorted(k for k in z if "cu_dnn" in k)
+    assert all(z[k].tobytes() == h[k].tobytes() for k in rnn_keys)
+    assert len(z) == len(h)
+    for target in ("w.h5", "o.onnx"):
+        r = CliRunner().invoke(cli, ["convert", str(ZIPS / "bidir.keras"), str(tmp_path / target)])
+        twin = CliRunner().invoke(cli, ["convert", str(ZIPS / "bidir.h5"), str(tmp_path / ("t" + target))])
+        assert r.exit_code in (2, 3) and isinstance(r.exception, SystemExit), r.output
+        assert not (tmp_path / target).exists()
+        if target.endswith(".onnx"):
+            assert r.exit_code == twin.exit_code
