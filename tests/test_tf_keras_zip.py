@@ -324,3 +324,16 @@ def test_other_outputs_as_for_the_twin(tmp_path):
         assert not (tmp_path / target).exists()
         if target.endswith(".onnx"):
             assert r.exit_code == twin.exit_code
+
+
+def test_inspect_and_convert_import_no_ml_framework(tmp_path):
+    """The streamed route: a tf_keras zip is inspected and converted with h5py and NumPy only."""
+    code = ("import sys\nfrom gruconv import api\n"
+            f"api.inspect({str(ZIPS / 'nested.keras')!r})\n"
+            f"api.convert({str(ZIPS / 'nested.keras')!r}, {str(tmp_path / 'o.keras')!r})\n"
+            "print([m for m in ('tensorflow', 'keras', 'tf_keras', 'torch', 'jax') if m in sys.modules])\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(Path(api.__file__).parents[1])})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "[]"
+    assert (tmp_path / "o.keras").exists()
