@@ -174,6 +174,7 @@ def _run(script: str, jobs: list) -> None:
     assert r.returncode == 0, r.stderr[-3000:]
 
 
+@pytest.mark.slow  # two interpreters (tf_keras, Keras 3): ~60 s on the shared 2-core machine
 def test_keras3_predicts_what_tf_keras_predicts(converted, tmp_path):
     rng = np.random.default_rng(31)
     ref_jobs, conv_jobs = [], []
@@ -214,6 +215,7 @@ def _plant(src: Path, dst: Path) -> None:
             z.writestr(n, data)
 
 
+@pytest.mark.slow  # three verify runs, each builds or loads the model in Keras: ~40 s
 def test_verify_cli_zip_alone_and_against_its_conversion(converted, tmp_path):
     runner = CliRunner()
     src = str(ZIPS / "gru.keras")
