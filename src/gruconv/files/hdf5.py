@@ -509,7 +509,11 @@ def open_hdf5_member(path, header_offset: int, size: int, what: str = "an HDF5 f
         raw.close()
         raise
     try:
-        _scan_global_heaps(window, size, path)
+        st = os.fstat(raw.fileno())
+        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, header_offset)
+        if not _checked.get(key):  # a conversion opens the member several times: walked once
+            _scan_global_heaps(window, size, path)
+            _checked[key] = True
         try:
             f = _GuardedFile(window, "r")
         except (OSError, RuntimeError, ValueError) as e:
