@@ -168,9 +168,9 @@ def _warn(messages) -> None:
 def main():
     """Convert cuDNN-only RNN models (GRU, LSTM) into portable Keras 3 models, and prove the numbers match.
 
-    Reads legacy Keras HDF5 files with CuDNNGRU / CuDNNLSTM layers and
-    TensorFlow 1.x tf.contrib.cudnn_rnn checkpoints (format detected from
-    content).
+    Reads legacy Keras HDF5 files with CuDNNGRU / CuDNNLSTM layers (and the
+    .keras zips tf_keras writes of them) and TensorFlow 1.x tf.contrib.cudnn_rnn
+    checkpoints (format detected from content).
 
     \b
     Examples:
@@ -272,7 +272,7 @@ def inspect(path, as_json, config, rnn, prefer, **kw):
 def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path, junit, html_dir, force, fmt, config,
             initial_state, return_state, mask_input, check_load, custom_objects, verify, tolerance, rtol, floor_k, rnn,
             prefer, **kw):
-    """Convert INPUT (Keras CuDNNGRU/CuDNNLSTM HDF5 or TF1 cudnn_rnn checkpoint) into OUTPUT.
+    """Convert INPUT (Keras CuDNNGRU/CuDNNLSTM HDF5 or tf_keras .keras, or TF1 cudnn_rnn checkpoint) into OUTPUT.
 
     Usage: gruconv convert INPUT OUTPUT, or gruconv convert INPUT... --out-dir DIR.
 

@@ -595,6 +595,52 @@ def _read_keras_zip(fh, path) -> tuple:
     return config, meta if isinstance(meta, dict) else {}
 
 
+def legacy_keras_zip(config, meta) -> bool:
+    """Whether a ``.keras`` zip's ``config.json`` / ``metadata.json`` were written by Keras 2
+    (tf.keras 2.13-2.15, tf_keras 2.16+: ``metadata.json`` ``keras_version`` ``2.x``, seen
+    ``"2.21.0"``) or name a Keras-2-only class (``CuDNNGRU``/``CuDNNLSTM``, which Keras 3 cannot
+    load): such a file is read as a legacy model (:mod:`gruconv.readers.tf_keras_zip`), never passed
+    over as "already Keras 3".  Keras 3 itself writes ``keras_version`` ``3.x``."""
+    version = meta.get("keras_version") if isinstance(meta, dict) else None
+    if isinstance(version, str) and version.split(".", 1)[0] in ("1", "2"):
+        return True
+    found, stack = False, [config]
+    while stack and not found:  # iterative: the config is already bounded in depth and size
+        node = stack.pop()
+        if isinstance(node, dict):
+            found = node.get("class_name") in LEGACY_CUDNN
+            stack.extend(v for v in node.values() if isinstance(v, (dict, list)))
+        elif isinstance(node, list):
+            stack.extend(v for v in node if isinstance(v, (dict, list)))
+    return found
+
+
+def keras_zip_member(path, name: str) -> tuple:
+    """``(local header offset, size)`` of the *stored* member ``name`` of a ``.keras`` zip, its
+    directory bounded first (:func:`zip_directory`).  A compressed member is refused: Keras and
+    tf_keras write ``model.weights.h5`` stored (``saving_lib``: zipfile's default ``ZIP_STORED``), and
+    a stored member is read in place (:func:`gruconv.files.hdf5.open_hdf5_member`), never inflated."""
+    from ..files import inputs
+
+    path = Path(path)
+    with inputs.open_regular(path, "a .keras file") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        zip_directory(fh, size, path)
+        fh.seek(0)
+        try:
+            with zipfile.ZipFile(fh) as zf:
+                zi = zf.getinfo(name)
+        except KeyError:
+            raise InputError(f".keras zip has no {name}", path=path) from None
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as e:
+            raise InputError(f"not a readable .keras zip ({e})", path=path) from None
+    if zi.compress_type != zipfile.ZIP_STORED or zi.file_size != zi.compress_size:
+        raise InputError(f".keras zip member {name} is compressed (Keras writes it stored); refused", path=path)
+    if zi.header_offset + 30 + zi.file_size > size:
+        raise InputError(f".keras zip member {name} lies past the end of the file (truncated)", path=path)
+    return zi.header_offset, zi.file_size
+
+
 def _hdf5_model_config(path) -> tuple:
     """(model_config or None, keras_version) of a legacy HDF5 file, via the guarded opener."""
     from ..files import hdf5 as h5safe, inputs
@@ -628,7 +674,7 @@ def inspect_path(path, config=None) -> dict:
         return rep
     if head[:4] == b"PK\x03\x04" or head[:4] == b"PK\x05\x06":
         cfg, meta = read_keras_zip(path)
-        rep = evaluate(cfg, legacy=False, source=str(path))
+        rep = evaluate(cfg, legacy=legacy_keras_zip(cfg, meta), source=str(path))
         rep["format"] = ".keras"
         rep["saved_by_keras"] = meta.get("keras_version")
         return rep

@@ -87,28 +87,33 @@ def check_global_heaps(path) -> None:
         return
     try:
         with inputs.open_regular(p, "an HDF5 file") as f:
-            base = next((o for o in (0, 512, 1024, 2048, 4096) if _sig_at(f, o)), 0)
-            _, size_len = _superblock_sizes(f, base)
-            if size_len not in (2, 4, 8, 16):
-                return  # HDF5 itself refuses such a superblock
-            file_size = st.st_size
-            offset, tail = 0, b""
-            while True:
-                f.seek(offset)
-                chunk = f.read(_SCAN_CHUNK)
-                if not chunk:
-                    break
-                buf = tail + chunk
-                start = offset - len(tail)
-                at = buf.find(_GCOL)
-                while at >= 0:
-                    _check_collection(f, start + at, size_len, file_size, path)
-                    at = buf.find(_GCOL, at + 1)
-                tail = buf[-3:]
-                offset += len(chunk)
+            _scan_global_heaps(f, st.st_size, path)
     except OSError:
         return  # unreadable: h5py reports it
     _checked[key] = True
+
+
+def _scan_global_heaps(f, file_size: int, path) -> None:
+    """:func:`check_global_heaps`'s walk over the open file ``f`` of ``file_size`` bytes (a whole
+    file, or a stored zip member's :class:`gruconv.files.window.Window`)."""
+    base = next((o for o in (0, 512, 1024, 2048, 4096) if _sig_at(f, o)), 0)
+    _, size_len = _superblock_sizes(f, base)
+    if size_len not in (2, 4, 8, 16):
+        return  # HDF5 itself refuses such a superblock
+    offset, tail = 0, b""
+    while True:
+        f.seek(offset)
+        chunk = f.read(_SCAN_CHUNK)
+        if not chunk:
+            break
+        buf = tail + chunk
+        start = offset - len(tail)
+        at = buf.find(_GCOL)
+        while at >= 0:
+            _check_collection(f, start + at, size_len, file_size, path)
+            at = buf.find(_GCOL, at + 1)
+        tail = buf[-3:]
+        offset += len(chunk)
 
 
 def _sig_at(f, offset: int) -> bool:
@@ -490,6 +495,48 @@ def open_hdf5(path, what: str = "an HDF5 file"):
     return f
 
 
+def open_hdf5_member(path, header_offset: int, size: int, what: str = "an HDF5 file"):
+    """:func:`open_hdf5` for an HDF5 file stored uncompressed inside a zip archive at ``path`` (a
+    tf_keras ``.keras`` file's ``model.weights.h5``), read in place through a read-only
+    :class:`gruconv.files.window.Window`: nothing is extracted.  The same guards: regular file and
+    same inode (:func:`gruconv.files.inputs.open_regular`), the global-heap walk over the member's
+    bytes, and a :class:`ReadBudget` charged by :func:`check_dataset` / :func:`read_dataset`."""
+    from .window import stored_member
+
+    raw = inputs.open_regular(path, what)
+    try:
+        window = stored_member(raw, header_offset, size)
+        if window is None:
+            raise InputError(f"{what} has no local zip header where the archive's directory says", path=path)
+    except BaseException:
+        raw.close()
+        raise
+    try:
+        st = os.fstat(raw.fileno())
+        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, header_offset)
+        if not _checked.get(key):  # a conversion opens the member several times: walked once
+            _scan_global_heaps(window, size, path)
+            _checked[key] = True
+        try:
+            f = _GuardedFile(window, "r")
+        except (OSError, RuntimeError, ValueError) as e:
+            raise InputError(f"not a readable HDF5 file ({display(first_line(e))})", path=path) from None
+        _windows[f.id.fileno] = window
+        try:
+            _budgets[f.id.fileno] = ReadBudget(path)
+        except RuntimeError as e:
+            f.close()
+            raise InputError(f"not a readable HDF5 file ({display(first_line(e))})", path=path) from None
+    except BaseException:
+        window.close()
+        raise
+    return f
+
+
+#: The windows :func:`open_hdf5_member` opened, by HDF5 file number: closed with their file.
+_windows: dict = {}
+
+
 def _hdf5_file_class():
     import h5py
 
@@ -497,9 +544,13 @@ def _hdf5_file_class():
         """An ``h5py.File`` whose :class:`ReadBudget` is dropped when it is closed."""
 
         def close(self):
+            window = None
             with contextlib.suppress(Exception):
                 _budgets.pop(self.id.fileno, None)
+                window = _windows.pop(self.id.fileno, None)
             super().close()
+            if window is not None:
+                window.close()
 
     return GuardedFile
 

@@ -28,7 +28,6 @@ No Keras, TensorFlow, JAX or torch import anywhere in this module, except in :fu
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import re
@@ -41,6 +40,7 @@ from typing import Callable, Iterable, Optional
 from ..errors import InputError, OutputError, UnsupportedError
 from ..progress import step
 from . import config as keras3_config
+from ..files.window import Window as _Window
 
 CONFIG_NAME, METADATA_NAME, WEIGHTS_NAME = "config.json", "metadata.json", "model.weights.h5"
 
@@ -331,76 +331,6 @@ def write_keras(target, config: dict, groups: list, arrays: Iterable, *, meta: O
     return manifest
 
 
-class _Window(io.RawIOBase):
-    """Bytes ``base`` onwards of an open file, as a file of its own.  Unbounded and writable: what h5py's
-    file-object driver writes the weights HDF5 file through, in place inside the archive.  With
-    ``size``: those ``size`` bytes only, read-only (a stored zip member, :func:`_stored_member`).
-    ``owns``: closing the window closes ``raw`` (else its owner, the ``ZipFile``, does)."""
-
-    def __init__(self, raw, base: int, *, size: Optional[int] = None, owns: bool = False):
-        super().__init__()
-        self._raw, self._base, self._pos, self._size, self._owns = raw, base, 0, size, owns
-
-    def readable(self) -> bool:
-        return True
-
-    def writable(self) -> bool:
-        return self._size is None
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def size(self) -> int:
-        if self._size is not None:
-            return self._size
-        return max(0, self._raw.seek(0, io.SEEK_END) - self._base)
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size()}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def readinto(self, b) -> int:
-        view = memoryview(b)
-        if self._size is not None:
-            view = view[:max(0, min(len(view), self._size - self._pos))]
-            if len(view) == 0:
-                return 0
-        self._raw.seek(self._base + self._pos)
-        got = self._raw.readinto(view)
-        self._pos += got or 0
-        return got
-
-    def write(self, b) -> int:
-        if self._size is not None:
-            raise io.UnsupportedOperation("read-only window")
-        self._raw.seek(self._base + self._pos)
-        n = self._raw.write(b)
-        self._pos += n
-        return n
-
-    def truncate(self, size=None) -> int:
-        if self._size is not None:
-            raise io.UnsupportedOperation("read-only window")
-        size = self._pos if size is None else size
-        self._raw.truncate(self._base + size)
-        return size
-
-    def flush(self) -> None:
-        if self._size is None:
-            self._raw.flush()
-
-    def close(self) -> None:
-        try:
-            if self._owns and not self._raw.closed:
-                self._raw.close()
-        finally:
-            super().close()
-
-
 def _weights_member(zf, groups: list, arrays: Iterable) -> list:
     """Write ``model.weights.h5`` as the last member of the open ``zf``, in place: its local header
     (sizes and CRC-32 still zero, room reserved for the zip64 ones), then the HDF5 file written by h5py
@@ -543,19 +473,17 @@ def _stored_member(path, info: zipfile.ZipInfo) -> _Window:
     reads (``ZipExtFile.seek``, ``MAX_SEEK_READ``): HDF5 seeks constantly, so the self-check through it
     was slow and held one more such buffer at the conversion's peak.  A stored member's bytes are
     contiguous in the archive after its local header (APPNOTE 4.3.7: 30 bytes + name + extra field)."""
-    import struct
+    from ..files.window import stored_member
 
     f = open(path, "rb")
     try:
-        f.seek(info.header_offset)
-        head = f.read(30)
-        if len(head) != 30 or head[:4] != b"PK\x03\x04":
+        window = stored_member(f, info.header_offset, info.file_size)
+        if window is None:
             raise OutputError(f"self-check: archive member {info.filename} has no local header", path=path)
-        name_len, extra_len = struct.unpack("<HH", head[26:30])
     except BaseException:
         f.close()
         raise
-    return _Window(f, info.header_offset + 30 + name_len + extra_len, size=info.file_size, owns=True)
+    return window
 
 
 def _check_h5(f, manifest: list, path) -> None:
@@ -604,6 +532,16 @@ def _check_h5(f, manifest: list, path) -> None:
 
 # --------------------------------------------------------------------------- sources
 
+def _check_fits(layer: str, slot, wname: str, ds, path) -> None:
+    """The stored weight ``ds`` has the shape the layer's config fixes (:attr:`gruconv.keras3.config.Slot.shape`),
+    else one :class:`InputError`: ``load_model`` would refuse the output (issue 31's generative test:
+    ``Embedding input_dim`` changed in the config, the stored table not)."""
+    if not keras3_config.fits(slot.shape, ds.shape):
+        want = "(" + ", ".join("?" if e is None else str(e) for e in slot.shape) + ")"
+        raise InputError(f"layer {layer!r}: the stored {wname} has shape {tuple(ds.shape)}, its config makes "
+                         f"{slot.role} {want}: keras.saving.load_model would refuse the output", path=path)
+
+
 def legacy_h5_arrays(doc, tops: list, nonfinite: Optional[dict] = None) -> Iterable:
     """``(group, index, array)`` for a legacy Keras HDF5 document (:mod:`gruconv.readers.keras_h5`),
     one array in memory at a time: each top-level layer's saved weights, matched in the order Keras 3's
@@ -641,11 +579,7 @@ def legacy_h5_arrays(doc, tops: list, nonfinite: Optional[dict] = None) -> Itera
             current = None
             for slot, wname in zip(order, wnames):
                 ds = h5safe.resolve(group, wname, doc.path, "dataset")
-                if not keras3_config.fits(slot.shape, ds.shape):
-                    want = "(" + ", ".join("?" if e is None else str(e) for e in slot.shape) + ")"
-                    raise InputError(f"layer {top.name!r}: the stored {wname} has shape {tuple(ds.shape)}, its config "
-                                     f"makes {slot.role} {want}: keras.saving.load_model would refuse the output",
-                                     path=doc.path)
+                _check_fits(top.name, slot, wname, ds, doc.path)
                 if ds.name in replaced:
                     rnn, d, i = replaced[ds.name]
                     if current is None or current[0] != (id(rnn), d):
@@ -688,6 +622,61 @@ def copied(ds, path):
             start += block.shape[0]
 
     return Pieces(ds.shape, dtype, rows)
+
+
+def v3_arrays(doc, config: dict, tops: list, nonfinite: Optional[dict] = None) -> Iterable:
+    """:func:`legacy_h5_arrays` for a document whose weights are in the ``.keras`` (v3) layout
+    (``layers/<snake class>/vars/0..n``: a tf_keras ``.keras`` zip, :mod:`gruconv.readers.tf_keras_zip`):
+    each Keras 3 slot filled from the input group that object paths pair with it
+    (:func:`gruconv.keras3.config.tf_keras_sources`), the CuDNN layers' weights through the same
+    :func:`cudnn_direction` as the legacy layout.  Every stored layer weight must land in a slot: one
+    left over is refused, named (a weight Keras 3 would silently drop)."""
+    from ..files import hdf5 as h5safe
+    from ..readers import keras_h5
+
+    try:
+        sources = keras3_config.tf_keras_sources(doc.model_config, config)
+    except InputError as e:
+        raise InputError(e.message, path=doc.path) from None
+    replaced = {}
+    for rnn in doc.rnns:
+        for d, roles in enumerate(rnn.datasets):
+            for i, role in enumerate(keras_h5.WEIGHT_ROLES):
+                replaced[roles[role].lstrip("/")] = (rnn, d, i)
+    plan, top_of = [], {}
+    for top in tops:
+        for slot in top.legacy_order:
+            top_of[id(slot)] = top.name
+            group = sources.get(slot.group)
+            if group is None:
+                raise InputError(f"layer {top.name!r}: no stored weights for Keras 3's {slot.group}", path=doc.path)
+            plan.append((slot, f"{group}/{slot.index}"))
+    with doc.open_weights() as src:
+        wanted = {name for _, name in plan}
+        left = [n for n in doc.stored_weights(src) if n not in wanted]
+        if left:
+            raise InputError(f"weight {left[0]} ({len(left)} in all) has no place in the converted Keras 3 model; "
+                             "refused", path=doc.path)
+        current = None
+        for slot, name in plan:
+            if name not in replaced:
+                _check_fits(top_of[id(slot)], slot, name, h5safe.resolve(src, name, doc.path, "dataset"), doc.path)
+            if name in replaced:
+                rnn, d, i = replaced[name]
+                if current is None or current[0] != (id(rnn), d):
+                    current = None  # the previous direction's arrays go first
+                    current = ((id(rnn), d), cudnn_direction(src, doc.path, rnn, d, nonfinite))
+                value = current[1][i]
+                current[1][i] = None
+            else:
+                value = copied(h5safe.resolve(src, name, doc.path, "dataset"), doc.path)
+            yield slot.group, slot.index, value
+            del value
+
+
+#: The weight sources by :attr:`gruconv.readers.keras_h5.KerasH5Model.layout`.
+_ARRAYS = {"legacy": lambda doc, config, tops, nonfinite: legacy_h5_arrays(doc, tops, nonfinite),
+           "v3": v3_arrays}
 
 
 def _refuse_top_level_weights(root, path) -> None:
@@ -885,7 +874,7 @@ def write_keras_h5_doc(doc, target, *, weights_only: bool = False, warnings: Opt
         custom_slots(doc, config, groups, tops)
         if info is not None:
             info["config"] = config
-        arrays = legacy_h5_arrays(doc, tops, nonfinite)
+        arrays = _ARRAYS[doc.layout](doc, config, tops, nonfinite)
         hint = _doc_bytes(doc)
         if weights_only:
             return write_weights(target, groups, arrays, size_hint=hint)

@@ -37,7 +37,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..errors import UnsupportedError
+from ..errors import InputError, UnsupportedError
 from .builtins import bare_name, is_custom
 from .defaults import DEFAULTS
 from .portable import portable_config
@@ -571,6 +571,87 @@ def _unique(cls: str, used: dict) -> str:
     n = used.get(base, 0)
     used[base] = n + 1
     return base if n == 0 else f"{base}_{n}"
+
+
+# --------------------------------------------------------------------------- a tf_keras .keras file's object paths
+# tf_keras's ``saving_lib`` (``_save_state`` / ``_save_container_state``) names objects by the rule
+# above (snake class name, per-container counter, ``layers/``, ``forward_layer``/``backward_layer``,
+# ``layer``, ``cell``); only its CuDNN layers differ: no cell, their variables are their own.
+# Checked on files tf_keras 2.21 wrote (``fixtures/tf_keras_zip``, ``fixtures/make_tf_keras_zip_fixtures.py``).
+
+_CUDNN = ("CuDNNGRU", "CuDNNLSTM")
+
+
+def _vars(path: str) -> str:
+    return f"{path}/vars" if path else "vars"
+
+
+def _obj_name(layer: dict) -> str:
+    c = layer.get("config")
+    name = (c.get("name") if isinstance(c, dict) else None) or layer.get("name")
+    return str(name) if name is not None else "?"
+
+
+def _pair(src: dict, dst: Optional[dict], spath: str, dpath: str, lpath: str, out: dict, where: dict) -> None:
+    """Walk ``src`` (a tf_keras layer config) beside ``dst`` (its Keras 3 config, or None): ``out``
+    {Keras 3 vars group: stored vars group}, ``where`` {layer config path: stored object path}; layer
+    config paths as :func:`gruconv.readers.keras_h5.walk_layers` names them (a Bidirectional's backward
+    half as ``<wrapper>/~backward_layer``)."""
+    cls = _cls(src)
+    conf = src.get("config") if isinstance(src.get("config"), dict) else {}
+    dconf = dst["config"] if dst is not None else None
+    where[lpath] = spath
+    if dst is not None:
+        out[_vars(dpath)] = _vars(spath)
+        if _cls(dst) in _RNN:
+            out[f"{dpath}/cell/vars"] = _vars(spath) if cls in _CUDNN else f"{spath}/cell/vars"
+    if cls == "Bidirectional" and isinstance(conf.get("layer"), dict):
+        back = conf.get("backward_layer") if isinstance(conf.get("backward_layer"), dict) else conf["layer"]
+        _pair(conf["layer"], dconf["layer"] if dconf else None, f"{spath}/forward_layer", f"{dpath}/forward_layer",
+              f"{lpath}/{_obj_name(conf['layer'])}", out, where)
+        _pair(back, dconf["backward_layer"] if dconf else None, f"{spath}/backward_layer",
+              f"{dpath}/backward_layer", f"{lpath}/~backward_layer", out, where)
+    elif cls == "TimeDistributed" and isinstance(conf.get("layer"), dict):
+        _pair(conf["layer"], dconf["layer"] if dconf else None, f"{spath}/layer", f"{dpath}/layer",
+              f"{lpath}/{_obj_name(conf['layer'])}", out, where)
+    elif cls in ("Sequential", "Functional") and isinstance(conf.get("layers"), list):
+        src_layers = _container_layers({"class_name": cls, "config": conf})
+        dst_layers = _container_layers(dst) if dst is not None else [None] * len(src_layers)
+        if len(dst_layers) != len(src_layers):
+            raise InputError(f"{lpath or 'the model'}: {len(src_layers)} layers, the converted model "
+                             f"{len(dst_layers)}")
+        sused: dict = {}
+        dused: dict = {}
+        for s, d in zip(src_layers, dst_layers):
+            if not isinstance(s, dict):
+                raise InputError(f"{lpath or 'the model'}: a layer entry is not an object")
+            sname = _unique(_cls(s), sused)
+            dname = _unique(d["class_name"], dused) if d is not None else ""
+            _pair(s, d, f"{spath}/layers/{sname}" if spath else f"layers/{sname}",
+                  f"{dpath}/layers/{dname}" if dpath else f"layers/{dname}",
+                  f"{lpath}/{_obj_name(s)}" if lpath else _obj_name(s), out, where)
+
+
+def tf_keras_sources(source: dict, target: dict) -> dict:
+    """{Keras 3 ``vars`` group of ``target`` (the converted model's config): the group of a tf_keras
+    ``.keras`` file's ``model.weights.h5`` holding its values}, ``source`` being that file's config.
+    Raises :class:`InputError` when the two do not pair layer for layer."""
+    out: dict = {}
+    try:
+        _pair(source, target, "", "", "", out, {})
+    except (KeyError, TypeError, AttributeError) as e:
+        raise InputError(f"config.json does not pair with its converted model ({e!r:.120})") from None
+    return out
+
+
+def tf_keras_object_paths(source: dict) -> dict:
+    """{layer config path: object path in a tf_keras ``.keras`` file's ``model.weights.h5``}."""
+    where: dict = {}
+    try:
+        _pair(source, None, "", "", "", {}, where)
+    except (KeyError, TypeError, AttributeError) as e:
+        raise InputError(f"config.json: a layer cannot be placed ({e!r:.120})") from None
+    return where
 
 
 def dumps(doc: dict) -> str:

@@ -355,7 +355,7 @@ def _check_stateful(doc: dict) -> None:
     input can reach the layer with one (issue 31's generative test: ``stateful: true`` planted in a
     model saved with a free batch size converted with exit 0 and did not load)."""
     layers = list(_walk(doc))
-    stateful = [l for l in layers if l["config"].get("stateful") is True and l["class_name"] in TABLE["layers"]]
+    stateful = [l for l in layers if l["config"].get("stateful") and l["class_name"] in TABLE["layers"]]  # `if self.stateful`
     if not stateful:
         return
     batches = [(l["config"].get("batch_shape") or [None])[0] for l in layers if l["class_name"] == "InputLayer"]

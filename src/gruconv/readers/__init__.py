@@ -41,6 +41,7 @@ from ..errors import InputError
 
 #: name -> module path, tried in order.
 READERS = {
+    "tf-keras-zip": "gruconv.readers.tf_keras_zip",  # before keras3: it claims the tf_keras .keras zips keras3 would pass over
     "keras3": "gruconv.readers.keras3",  # before keras-h5: it claims the Keras 3 HDF5 files keras-h5 would misread
     "keras-h5": "gruconv.readers.keras_h5",
     "tf2-checkpoint": "gruconv.readers.tf2",

@@ -209,6 +209,8 @@ def read(path, options: Optional[Options] = None, **kw) -> Keras3File:
         if opts.config is not None:
             raise UsageError("--config does not apply to a .keras file: it carries its own config.json", path=path)
         config, meta = eligibility.read_keras_zip(path)
+        if eligibility.legacy_keras_zip(config, meta):  # tf_keras's zip: gruconv.readers.tf_keras_zip's
+            raise InputError("a tf_keras .keras file (Keras 2 config), not a Keras 3 one", path=path)
         doc = Keras3File(path=path, kind="keras", keras_version=_text(meta.get("keras_version")), config=config)
         doc.eligibility = _evaluate(doc, ".keras", str(path))
         return doc

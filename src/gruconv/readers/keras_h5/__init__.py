@@ -43,7 +43,7 @@ import copy
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 
 from ...files import hdf5 as h5safe
@@ -104,6 +104,9 @@ class KerasRNN:
     datasets: list                 # per direction: {role: dataset path} in the weight group
     source: Path = None            # the HDF5 file the weights are read from, on demand
     inferred: Optional[str] = None  # weights-only, no class name: how the class was inferred (shapes)
+    #: opens the weights file when it is not :attr:`source` itself (a tf_keras ``.keras`` zip's
+    #: ``model.weights.h5``: :mod:`gruconv.readers.tf_keras_zip`); None: :func:`open_model_file`
+    opener: Optional[Callable] = field(default=None, repr=False)
     _stack: Optional[RNNStack] = field(default=None, repr=False)
 
     @property
@@ -150,6 +153,9 @@ class KerasH5Model:
     optimizer_weight_count: int = 0
     lambdas: list = field(default_factory=list)
     other_gru_layers: list = field(default_factory=list)
+    #: where the weights are and how they are named: ``"legacy"`` (``model_weights/<layer>`` with
+    #: ``weight_names``); tf_keras's ``.keras`` zip has ``"v3"`` (:mod:`gruconv.readers.tf_keras_zip`)
+    layout = "legacy"
 
     @property
     def weights_root(self) -> str:
@@ -222,6 +228,10 @@ def _name(cfg: dict) -> str:
     return str(name) if name is not None else "?"
 
 
+#: The config accessors under public names, for other readers of Keras 2 configs (tf_keras_zip).
+class_name_of, config_of, name_of = _class_name, _conf, _name
+
+
 def walk_layers(cfg: dict, top: Optional[str] = None, prefix: str = ""):
     """Yield (layer_cfg, path, top_level_layer, wrapper_cfg) for every layer in a model config."""
     for layer in _layers_of(cfg):
@@ -242,7 +252,7 @@ def walk_layers(cfg: dict, top: Optional[str] = None, prefix: str = ""):
                     yield inner, f"{path}/{_name(inner)}", this_top, layer
 
 
-def _check_layer_counts(cfg: dict, path) -> None:
+def check_layer_counts(cfg: dict, path) -> None:
     """Refuse, before Keras is imported, a config Keras would take hours to build: more than
     :data:`gruconv.files.inputs.MAX_SEQUENTIAL_LAYERS` layers in one ``Sequential`` or
     :data:`gruconv.files.inputs.MAX_LAYERS` in all (the reasons and measurements are there)."""
@@ -404,7 +414,7 @@ def _nonfinite_on_disk(rnn: KerasRNN) -> int:
 
     path = rnn.source
     n = 0
-    with open_model_file(path) as f:
+    with open_weights(rnn) as f:
         for roles in rnn.datasets:
             for name in roles.values():
                 ds = h5safe.resolve(f, name, path, "dataset")
@@ -420,11 +430,16 @@ def _nonfinite_on_disk(rnn: KerasRNN) -> int:
     return n
 
 
+def open_weights(rnn: KerasRNN):
+    """The file holding ``rnn``'s weights, opened with every guard."""
+    return rnn.opener() if rnn.opener is not None else open_model_file(rnn.source)
+
+
 def _load_stack(rnn: KerasRNN) -> RNNStack:
     """Read one CuDNNGRU/CuDNNLSTM's tensors and turn them into canonical weights (cuDNN orientation)."""
     path = rnn.source
     params = []
-    with open_model_file(path) as f:
+    with open_weights(rnn) as f:
         for d, roles in enumerate(rnn.datasets):
             where = f"{rnn.cls} {rnn.path}" + ("" if len(rnn.datasets) == 1 else
                                                f" ({'forward' if d == 0 else 'backward'})")
@@ -475,7 +490,7 @@ def read_with_config(path: Path, config: Optional[dict]) -> KerasH5Model:
         if model_config is not None and not (isinstance(model_config, dict) and _class_name(model_config)):
             raise InputError("model_config is not a Keras model (no class_name)", path=path)
         if model_config is not None:
-            _check_layer_counts(model_config, path)
+            check_layer_counts(model_config, path)
         layer_names = h5safe.read_attr(root, "layer_names", []) or []
         if isinstance(layer_names, str):
             layer_names = [layer_names]
@@ -499,21 +514,34 @@ def read_with_config(path: Path, config: Optional[dict]) -> KerasH5Model:
         if model_config is None:
             doc.rnns = _rnns_without_config(path, groups)
             return doc
-        for layer, rpath, top, wrapper in walk_layers(model_config):
+
+        def find(layer, rpath, top, wrapper):
             cls = _class_name(layer)
-            if cls in _UNSAFE_CLASSES:
-                doc.lambdas.append(rpath)
-            elif cls == "GRU":
-                doc.other_gru_layers.append(rpath)
-            if cls not in CUDNN_CLASSES:
-                continue
             if top not in groups:
                 raise InputError(f"{cls} {rpath}: layer {top!r} has no weight group in the file", path=path)
-            found = _find_rnn_weights(groups[top], _name(layer), _class_name(wrapper) if wrapper else None,
-                                      f"{cls} {rpath}", path, cls=cls,
-                                      wrapper_name=_name(wrapper) if wrapper else None)
-            doc.rnns.append(_rnn_from_weights(path, rpath, top, layer, wrapper, found))
+            return _find_rnn_weights(groups[top], _name(layer), _class_name(wrapper) if wrapper else None,
+                                     f"{cls} {rpath}", path, cls=cls,
+                                     wrapper_name=_name(wrapper) if wrapper else None)
+
+        scan_layers(doc, find)
     return doc
+
+
+def scan_layers(doc: KerasH5Model, find: Callable) -> None:
+    """Fill ``doc.lambdas``, ``doc.other_gru_layers`` and ``doc.rnns`` from ``doc.model_config``;
+    ``find(layer, path, top, wrapper)`` gives each CuDNN layer's weights (per direction ``{role:
+    h5py dataset}``, checked from their metadata by :func:`_rnn_from_weights`) where the file keeps
+    them -- the legacy layout here, the ``.keras`` layout in :mod:`gruconv.readers.tf_keras_zip`."""
+    for layer, rpath, top, wrapper in walk_layers(doc.model_config):
+        cls = _class_name(layer)
+        if cls in _UNSAFE_CLASSES:
+            doc.lambdas.append(rpath)
+        elif cls == "GRU":
+            doc.other_gru_layers.append(rpath)
+        if cls not in CUDNN_CLASSES:
+            continue
+        found = find(layer, rpath, top, wrapper)
+        doc.rnns.append(_rnn_from_weights(doc.path, rpath, top, layer, wrapper, found))
 
 
 def _joined(value):
@@ -1197,7 +1225,7 @@ def verify_subjects(doc: KerasH5Model, converted, opts: Options):
         yield Subject(name=str(doc.path), model=None, graph=doc, in_memory=True, custom_objects=objects)
         return
     with keras3.custom_scope(objects):
-        model = writers.load(Path(converted), lambda: to_keras(doc, opts)[0])
+        model = writers.load(Path(converted), lambda: doc.build_model()[0])
     yield Subject(name=str(doc.path), model=model, graph=doc)
 
 

@@ -1,0 +1,293 @@
+"""tf_keras ``.keras`` zips (tf.keras 2.13-2.15, tf_keras 2.16+ ``model.save("m.keras")``): read as the
+legacy models they are, converted like their HDF5 twins (issue 31 part 3).
+
+Such a file is a zip like Keras 3's (``metadata.json``, ``config.json``, ``model.weights.h5``), but
+``metadata.json`` says ``keras_version`` ``2.x`` and ``config.json`` is a Keras 2 model config that may
+hold ``CuDNNGRU``/``CuDNNLSTM``, which Keras 3 cannot load.  The decision is
+:func:`gruconv.eligibility.legacy_keras_zip`; this reader is registered before
+:mod:`gruconv.readers.keras3`, which otherwise claims every ``.keras`` zip.
+
+Layout (tf_keras ``src/saving/saving_lib.py`` ``_save_state`` / ``_save_container_state``, checked on
+files written by tf_keras 2.21 in the project venv, ``fixtures/make_tf_keras_zip_fixtures.py``):
+``model.weights.h5`` holds ``layers/<snake class name>[_<n>]/vars/0..n`` per layer, numbered per
+container in ``model.layers`` order (a Sequential's ``InputLayer`` is not one of its layers); a
+``Bidirectional``'s halves at ``.../forward_layer/vars`` and ``.../backward_layer/vars``; a
+``TimeDistributed``'s layer at ``.../layer/vars``; a nested model's layers at ``.../layers/...``; a
+Keras RNN's cell at ``.../cell/vars``; a ``CuDNNGRU``/``CuDNNLSTM`` has no cell: its ``kernel``,
+``recurrent_kernel``, ``bias`` are its own ``vars/0..2``, stored exactly as in the HDF5 twin (same
+shapes, dtypes, values).  The optimizer's state is ``optimizer/vars/0..n`` (dropped, as for HDF5); the
+compile arguments are ``config.json``'s ``compile_config`` (optimizer as a name or a serialized object).
+Keras 3's own object paths follow the same rule (:func:`gruconv.keras3.config.saveable_plan`), so the
+two pair up layer by layer (:func:`gruconv.keras3.config.tf_keras_sources`).
+
+The document is a :class:`gruconv.readers.keras_h5.KerasH5Model` whose weights are in this layout
+(``layout = "v3"``): everything else -- the config translation, the CuDNN gate transform
+(:func:`gruconv.keras3.archive.cudnn_direction`), inspect's schema, the notes -- is the legacy reader's.
+The zip passes the same guards as a Keras 3 one (:func:`gruconv.eligibility.read_keras_zip`); the
+weights member is read in place, never extracted (:func:`gruconv.files.hdf5.open_hdf5_member`).
+Outputs: the Keras 3 ``.keras`` model and Keras 3 ``.weights.h5`` (the streamed writer, or the
+Keras-built route built from it), and torch ``.safetensors`` (the other weights under this layout's
+names); not legacy ``.h5`` weights, whose writer copies the legacy layout's groups.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from .. import eligibility
+from ..errors import GruconvError, InputError, UnsupportedError, UsageError
+from ..files import hdf5 as h5safe, inputs
+from ..model.canonical import Document
+from ..options import ConvertResult, Options
+from . import keras_h5
+
+FORMAT = "tf-keras-zip"
+DESCRIPTION = "a tf_keras .keras file"
+#: No ``--config``: the file carries its own config.json.
+OPTIONS = frozenset()
+GRAPH = True
+SUFFIXES = (".keras",)
+WEIGHTS = "model.weights.h5"
+#: The writers that need the legacy HDF5 layout itself (``graph.write_legacy``: the legacy ``.h5``
+#: weights writer copies its groups); every other writer reads the document.
+LEGACY_ONLY = ("h5-weights",)
+#: Most HDF5 objects visited while listing the stored weights.
+MAX_H5_OBJECTS = 50_000
+#: Keras's optimizer names (``keras.optimizers.get``) -> class, for a ``compile_config`` that names one.
+_OPTIMIZER_NAMES = {"adam": "Adam", "adamw": "AdamW", "rmsprop": "RMSprop", "sgd": "SGD", "adagrad": "Adagrad",
+                    "adadelta": "Adadelta", "adamax": "Adamax", "nadam": "Nadam", "ftrl": "Ftrl",
+                    "lion": "Lion", "adafactor": "Adafactor"}
+
+
+@dataclass
+class TfKerasZipModel(keras_h5.KerasH5Model):
+    """A tf_keras ``.keras`` model: the legacy document, its weights in the zip's ``model.weights.h5``."""
+
+    member: tuple = (0, 0)         # (local header offset, size) of the stored weights member
+    layout = "v3"
+
+    def open_weights(self):
+        return h5safe.open_hdf5_member(self.path, *self.member, "a tf_keras .keras weights file")
+
+    def stored_weights(self, f) -> list:
+        """Every model weight stored in the open weights file ``f`` (:func:`stored_layer_weights`)."""
+        return stored_layer_weights(f, self.path)
+
+    def document(self) -> Document:
+        return Document(source=str(self.path), reader=FORMAT, stacks=list(self.rnns), graph=self)
+
+    def write_legacy(self, out_path, **kw):
+        raise UnsupportedError("a tf_keras .keras input does not convert to legacy .h5 weights", path=self.path)
+
+    def other_weights(self):
+        """Every stored weight that belongs to no cuDNN layer, as ``("<object path>/vars/<i>", array)``
+        (the names of this layout; the HDF5 twin names them ``<layer>/<weight name>``)."""
+        ours = {ds.lstrip("/") for rnn in self.rnns for roles in rnn.datasets for ds in roles.values()}
+        with self.open_weights() as f:
+            for name in stored_layer_weights(f, self.path):
+                if name not in ours:
+                    yield name, h5safe.read_dataset(h5safe.resolve(f, name, self.path, "dataset"), self.path)
+
+    def build_model(self):
+        """The converted model in Keras 3: the streamed ``.keras`` written to a private directory and
+        loaded by ``keras.saving.load_model`` (this layout has no legacy file for Keras's legacy loader
+        to build from).  Returns ``(model, nonfinite)`` like :meth:`KerasH5Model.build_model`."""
+        import tempfile
+
+        from ..keras3 import archive, runtime
+
+        nonfinite: dict = {}
+        with tempfile.TemporaryDirectory(prefix="gruconv-") as td:
+            work = Path(td) / "converted.keras"
+            archive.write_keras_h5_doc(self, work, nonfinite=nonfinite)
+            model = runtime.load(work)
+        return model, nonfinite
+
+
+# --------------------------------------------------------------------------- weights
+
+
+def stored_layer_weights(f, path) -> list:
+    """Every dataset under ``layers/`` and the root ``vars`` of an open ``model.weights.h5`` (the model's
+    weights; ``optimizer/`` is not), as ``group/index`` paths without the leading slash."""
+    import h5py
+
+    out, seen = [], [0]
+
+    def visit(name, obj):
+        seen[0] += 1
+        if seen[0] > MAX_H5_OBJECTS:
+            raise InputError(f"{WEIGHTS} holds more than {MAX_H5_OBJECTS} HDF5 objects; refused", path=path)
+        if isinstance(obj, h5py.Dataset):
+            out.append(name if not prefix else f"{prefix}/{name}")
+
+    for prefix in ("layers", "vars"):
+        if not h5safe.child_exists(f, prefix, path):
+            continue
+        group = h5safe.child(f, prefix, path, "group")
+        try:
+            group.visititems(visit)
+        except (OSError, RuntimeError, KeyError, ValueError, TypeError) as e:
+            raise InputError(f"{WEIGHTS} cannot be walked ({e})", path=path) from None
+    return out
+
+
+def _count_optimizer(f, path) -> int:
+    if not h5safe.child_exists(f, "optimizer", path):
+        return 0
+    group = h5safe.child(f, "optimizer", path, "group")
+    if not h5safe.child_exists(group, "vars", path):
+        return 0
+    return len(h5safe.child(group, "vars", path, "group"))
+
+
+def training_config(compile_config) -> Optional[str]:
+    """tf_keras's ``compile_config`` (``Model.get_compile_config``) in the legacy ``training_config`` form
+    the HDF5 twin carries (``optimizer_config``, ``loss``, ``metrics``, ``weighted_metrics``,
+    ``loss_weights``), for :func:`gruconv.keras3.config.compile_config`.  An optimizer given by name
+    (``compile(optimizer="adam")``) becomes its class with no arguments: Keras 3's defaults, where the
+    HDF5 twin records tf_keras's (the same values, the learning rate rounded to float32 there)."""
+    if not isinstance(compile_config, dict) or not compile_config:
+        return None
+    opt = compile_config.get("optimizer")
+    if isinstance(opt, str):
+        opt = {"class_name": _OPTIMIZER_NAMES.get(opt.lower(), opt), "config": {}}
+    tc = {k: compile_config.get(k) for k in ("loss", "metrics", "weighted_metrics", "loss_weights")}
+    tc["optimizer_config"] = opt
+    return json.dumps(tc)
+
+
+# --------------------------------------------------------------------------- registry verbs
+
+
+def sniff(path: Path) -> bool:
+    """A ``.keras`` zip that :func:`gruconv.eligibility.legacy_keras_zip` calls Keras 2's; never raises
+    (a damaged zip is left to :mod:`gruconv.readers.keras3`, which says what is wrong)."""
+    try:
+        if not inputs.is_regular(path) or inputs.head(path, 4) != b"PK\x03\x04":
+            return False
+        config, meta = eligibility.read_keras_zip(path)
+        return eligibility.legacy_keras_zip(config, meta)
+    except (GruconvError, OSError, RecursionError):
+        return False
+
+
+def read(path, options: Optional[Options] = None, **kw) -> TfKerasZipModel:
+    """The file's config and the metadata of its weights (shapes, dtypes; values later, on demand)."""
+    path = Path(path)
+    opts = Options.of(options, **kw)
+    if opts.config is not None:
+        raise UsageError("--config does not apply to a .keras file: it carries its own config.json", path=path)
+    try:
+        return _read(path)
+    except GruconvError as e:
+        if e.path is None:
+            raise type(e)(e.message, path=path) from None
+        raise
+    except RecursionError:
+        raise InputError("config.json is nested too deeply", path=path) from None
+
+
+def _read(path: Path) -> TfKerasZipModel:
+    config, meta = eligibility.read_keras_zip(path)
+    if not eligibility.legacy_keras_zip(config, meta):
+        raise InputError("not a tf_keras .keras file (metadata.json says Keras 3, and no Keras-2-only layer)")
+    if not (isinstance(config, dict) and keras_h5.class_name_of(config)):
+        raise InputError("config.json is not a Keras model (no class_name)")
+    keras_h5.check_layer_counts(config, path)
+    model_config = {k: v for k, v in config.items() if k not in ("compile_config", "build_config")}
+    from ..keras3 import config as keras3_config
+
+    cls = keras_h5.class_name_of(model_config)
+    if cls not in ("Sequential", "Functional", "Model"):
+        raise UnsupportedError(f"top-level {cls}: only Sequential and Functional models are read")
+    layers = keras_h5.config_of(model_config).get("layers")
+    if not isinstance(layers, list):
+        raise InputError("config.json: the model has no layer list")
+    tops = [keras_h5.name_of(layer) for layer in layers if isinstance(layer, dict)
+            and not (cls == "Sequential" and keras_h5.class_name_of(layer) == "InputLayer")]
+    version = meta.get("keras_version")
+    doc = TfKerasZipModel(path=path, kind="model", keras_version=version if isinstance(version, str) else None,
+                          backend=None, model_config=model_config,
+                          training_config=training_config(config.get("compile_config")), layer_names=tops,
+                          member=eligibility.keras_zip_member(path, WEIGHTS))
+    where = keras3_config.tf_keras_object_paths(model_config)
+
+    def find(layer, rpath, top, wrapper):
+        wrapped = wrapper is not None and keras_h5.class_name_of(wrapper) == "Bidirectional"
+        owners = [where[rpath]] + ([where[rpath.rsplit("/", 1)[0] + "/~backward_layer"]] if wrapped else [])
+        return [{role: h5safe.resolve(f, f"{owner}/vars/{i}", path, "dataset")
+                 for i, role in enumerate(keras_h5.WEIGHT_ROLES)} for owner in owners]
+
+    with doc.open_weights() as f:
+        doc.optimizer_weight_count = _count_optimizer(f, path)
+        keras_h5.scan_layers(doc, find)
+    for rnn in doc.rnns:
+        rnn.opener = doc.open_weights
+    return doc
+
+
+def inspect(doc: TfKerasZipModel) -> dict:
+    """The legacy reader's inspect document, saying what this file is."""
+    info = keras_h5.inspect(doc)
+    ver = f"keras {doc.keras_version}" if doc.keras_version else "keras version unknown"
+    info.update(format=FORMAT, summary=f"tf_keras .keras model ({ver}), {len(doc.layer_names)} top-level layer(s)")
+    report = eligibility.for_document(doc)
+    if report is not None:
+        report["format"] = "tf_keras .keras model"
+        info["cudnn_eligibility"] = report
+    return info
+
+
+def output_format(output: Path, opts: Options) -> str:
+    return keras_h5.output_format(output, opts)
+
+
+def check_outputs(doc: TfKerasZipModel, output: Path, opts: Options) -> None:
+    """The legacy reader's checks, and only the writers that read this layout."""
+    fmt = output_format(output, opts)
+    if fmt in LEGACY_ONLY:
+        raise UnsupportedError(f"a tf_keras .keras input does not convert to legacy .h5 weights (--format {fmt}): "
+                               "write a Keras 3 .keras, .weights.h5, or a .safetensors file", path=doc.path)
+    keras_h5.check_outputs(doc, output, opts)
+
+
+def convert(doc: TfKerasZipModel, output: Path, opts: Optional[Options] = None) -> ConvertResult:
+    """Convert as the HDF5 twin converts (:func:`gruconv.readers.keras_h5.convert`)."""
+    opts = opts or Options()
+    if doc.rnns or opts.force:
+        check_outputs(doc, Path(output), opts)
+    result = keras_h5.convert(doc, output, opts)
+    result.format = FORMAT
+    return result
+
+
+def nothing_to_verify(doc: TfKerasZipModel) -> Optional[str]:
+    return keras_h5.nothing_to_verify(doc)
+
+
+def verify_subjects(doc: TfKerasZipModel, converted, opts: Options):
+    """As for the HDF5 twin (:func:`gruconv.readers.keras_h5.verify_subjects`); without ``converted``
+    the model is built by :meth:`TfKerasZipModel.build_model`."""
+    return keras_h5.verify_subjects(doc, converted, opts)
+
+
+def natural_output(path: Path, opts: Options) -> tuple:
+    return "keras", False
+
+
+def output_name(path: Path, opts: Options, stem: str) -> str:
+    from .. import writers
+
+    return writers.output_name(stem, opts.format or "keras", many=False)
+
+
+def extra_outputs(output: Path) -> list:
+    return []
+
+
+def input_files(path: Path) -> list:
+    return [Path(path)]
