@@ -145,10 +145,6 @@ INIT_ARGS = {
                         "distribution": {"kind": "str_enum", "values": ["normal", "truncated_normal",
                                                                         "untruncated_normal", "uniform"]}},
 }
-# keras/src/initializers/random_initializers.py RandomInitializer.__init__: `not isinstance(seed, (int,
-# SeedGenerator))` raises -- a bool is an int there (unlike a layer's SeedGenerator seed, above); found by
-# tests/test_contract_generative.py (``recurrent_initializer.seed: true`` loads)
-INIT_SEED = {"kind": "int", "nullable": True, "bool_ok": True}
 REG_ARGS = {
     # keras/src/regularizers/regularizers.py validate_float_arg: a finite number >= 0 (None: the default)
     "L1": {"l1": {"kind": "number", "min": 0, "nullable": True}},
@@ -356,11 +352,11 @@ def build() -> dict:
         for cls in classes:
             cfg = base_config(section, cls)["config"]
             rules = dict(extra.get(cls, {}))
-            if section == "initializers" and "seed" in cfg:
-                rules.setdefault("seed", INIT_SEED)
             if cls in ("GlorotUniform", "GlorotNormal", "HeUniform", "HeNormal", "LecunUniform", "LecunNormal"):
                 rules = {**rules, **{k: v for k, v in INIT_ARGS["VarianceScaling"].items() if k in cfg}}
-            sections[section][cls] = {a: rules.get(a) or rule_for(cls, a, cfg[a]) for a in sorted(cfg)}
+            # the constructor's arguments, also those get_config leaves out (Keras 3.15's Identity omits
+            # its gain; gruconv writes it for float16 recurrent layers, keras3/portable.py)
+            sections[section][cls] = {a: rules.get(a) or rule_for(cls, a, cfg[a]) for a in sorted(set(cfg) | set(rules))}
     import keras.src.activations as kact
 
     acts = names(keras.activations.get, [n for n in dir(keras.activations) if not n.startswith("_")]

@@ -343,9 +343,12 @@ def model_config(converted_legacy: dict, *, qr_free_low_precision: bool = True) 
     cls = _cls(converted_legacy)
     if cls not in ("Sequential", "Functional"):
         raise UnsupportedError(f"top-level {cls}: only Sequential and Functional models are written")
-    doc = layer_config(converted_legacy)
-    validate.check_model(doc)  # a value Keras 3 would refuse on load: exit 3 before anything is written
-    return portable_config(doc, qr_free_low_precision=qr_free_low_precision)
+    doc = portable_config(layer_config(converted_legacy), qr_free_low_precision=qr_free_low_precision)
+    # a value Keras 3 would refuse on load: exit 3 before anything is written.  Checked on what is written
+    # (after portable_config: a float16 layer's Orthogonal recurrent initializer, seed and all, is Identity
+    # there -- the generative test found a bool seed refused that the written file never holds)
+    validate.check_model(doc)
+    return doc
 
 
 def metadata(date: Optional[datetime.datetime] = None) -> dict:
