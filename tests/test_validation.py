@@ -232,3 +232,24 @@ def test_a_bool_size_is_the_int_keras_takes():
     (role, _, kernel), (_, _, bias) = _own_vars("Dense", {"units": True})
     assert kernel == (None, 1) and bias == (1,)
     assert fits(kernel, (8, 1)) and not fits(kernel, (8, 3))
+
+
+def test_return_state_inside_a_sequential_is_refused(tmp_path):
+    """The generative test's counterexample: ``return_state: true`` planted on a CuDNNGRU of a Sequential
+    converted with exit 0, and Keras 3 cannot build the model (the next layer gets two tensors)."""
+    import json
+    import shutil
+
+    import h5py
+
+    path = tmp_path / "in.h5"
+    shutil.copy(cases.FIX / "keras" / "sequential.h5", path)
+    with h5py.File(path, "r+") as f:
+        cfg = json.loads(f.attrs["model_config"])
+        layer = next(l for l in cfg["config"]["layers"] if l["class_name"] == "CuDNNGRU")
+        layer["config"]["return_state"] = True
+        f.attrs["model_config"] = json.dumps(cfg)
+    out = tmp_path / "out.keras"
+    r = CliRunner().invoke(main, ["convert", str(path), str(out)])
+    assert r.exit_code == 3 and "return_state" in r.output and r.output.count("\n") == 1, r.output
+    assert not out.exists()

@@ -308,6 +308,7 @@ def _check_container(obj: dict, path: str) -> Optional[int]:
         rank = None
         for layer in layers:
             rank = check_layer(layer, path, rank)
+            _one_tensor(layer, path)
         return rank
     ranks: dict = {}
     for layer in layers:  # Functional: a layer's input rank is known when it has one inbound tensor
@@ -328,6 +329,22 @@ def _check_container(obj: dict, path: str) -> Optional[int]:
     if isinstance(outs, list) and len(outs) == 1 and isinstance(outs[0], list) and outs[0]:
         return ranks.get(outs[0][0])
     return None
+
+
+def _one_tensor(layer, path: str) -> None:
+    """A layer of a Sequential model hands one tensor on: a recurrent layer (or a wrapper of one) with
+    ``return_state`` returns several, and Keras 3 cannot build the model ("Layer 'dense' expects 1
+    input(s), but it received 2 input tensors"; as the last layer: "has never been called").  Found by
+    issue 31's generative test (``return_state: true`` planted in a Sequential)."""
+    if not isinstance(layer, dict) or not isinstance(layer.get("config"), dict):
+        return
+    cfg = layer["config"]
+    inner = cfg.get("layer") if isinstance(cfg.get("layer"), dict) else {}
+    if cfg.get("return_state") or (inner.get("config") or {}).get("return_state"):
+        name = cfg.get("name")
+        where = f"{path}/{name}" if path else name
+        raise InputError(f"layer {where!r} ({layer.get('class_name')}): return_state is True inside a Sequential "
+                         "model, whose layers hand one tensor on (keras.saving.load_model would refuse it)")
 
 
 def _source(ref) -> Optional[str]:
