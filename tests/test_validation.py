@@ -253,3 +253,25 @@ def test_return_state_inside_a_sequential_is_refused(tmp_path):
     r = CliRunner().invoke(main, ["convert", str(path), str(out)])
     assert r.exit_code == 3 and "return_state" in r.output and r.output.count("\n") == 1, r.output
     assert not out.exists()
+
+
+def test_a_reference_to_a_state_the_layer_no_longer_returns_is_refused(tmp_path):
+    """The generative test's counterexample: ``return_state: null`` planted on a CuDNNLSTM whose states feed
+    the next layers converted with exit 0, and Keras 3 cannot rebuild the graph ("list index out of range")."""
+    import json
+    import shutil
+
+    import h5py
+
+    path = tmp_path / "in.h5"
+    shutil.copy(cases.FIX / "keras_lstm" / "return_state.h5", path)
+    with h5py.File(path, "r+") as f:
+        cfg = json.loads(f.attrs["model_config"])
+        layer = next(l for l in cfg["config"]["layers"] if l["class_name"] == "CuDNNLSTM"
+                     and l["config"].get("return_state"))
+        layer["config"]["return_state"] = None
+        f.attrs["model_config"] = json.dumps(cfg)
+    out = tmp_path / "out.keras"
+    r = CliRunner().invoke(main, ["convert", str(path), str(out)])
+    assert r.exit_code == 3 and "returns 1" in r.output and r.output.count("\n") == 1, r.output
+    assert not out.exists()

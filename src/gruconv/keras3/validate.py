@@ -311,7 +311,9 @@ def _check_container(obj: dict, path: str) -> Optional[int]:
             _one_tensor(layer, path)
         return rank
     ranks: dict = {}
+    counts = {(l.get("config") or {}).get("name"): _output_count(l) for l in layers if isinstance(l, dict)}
     for layer in layers:  # Functional: a layer's input rank is known when it has one inbound tensor
+        _refs_exist(layer, counts, path)
         rank = None
         nodes = layer.get("inbound_nodes") if isinstance(layer, dict) else None
         if isinstance(nodes, list) and len(nodes) == 1 and isinstance(nodes[0], dict):
@@ -326,9 +328,56 @@ def _check_container(obj: dict, path: str) -> Optional[int]:
     outs = cfg.get("output_layers")
     if isinstance(outs, list) and len(outs) == 3 and isinstance(outs[0], str):  # one output: [name, 0, 0]
         outs = [outs]
+    for out in outs if isinstance(outs, list) else []:  # the model's outputs are references too
+        if isinstance(out, list) and len(out) == 3 and counts.get(out[0]) is not None and isinstance(out[2], int) \
+                and out[2] >= counts[out[0]]:
+            raise InputError(f"model output {out[2]} of layer {out[0]!r}: the layer returns {counts[out[0]]} "
+                             "(keras.saving.load_model would refuse it)")
     if isinstance(outs, list) and len(outs) == 1 and isinstance(outs[0], list) and outs[0]:
         return ranks.get(outs[0][0])
     return None
+
+
+#: States a recurrent layer returns with ``return_state`` (Keras 3 ``GRU``/``LSTM``/``SimpleRNN``).
+_STATES = {"GRU": 1, "LSTM": 2, "SimpleRNN": 1}
+
+
+def _output_count(layer: dict) -> Optional[int]:
+    """How many tensors a layer's call returns, where its config decides it (recurrent layers and their
+    ``Bidirectional`` wrapper: ``return_state`` adds the final states); None: not counted here."""
+    cls, cfg = layer.get("class_name"), layer.get("config") or {}
+    if cls in _STATES:
+        return 1 + (_STATES[cls] if cfg.get("return_state") else 0)
+    inner = cfg.get("layer") if isinstance(cfg.get("layer"), dict) else None
+    if cls == "Bidirectional" and inner is not None and inner.get("class_name") in _STATES:
+        outs = 2 if cfg.get("merge_mode") is None else 1
+        return outs + (2 * _STATES[inner["class_name"]] if (inner.get("config") or {}).get("return_state") else 0)
+    return None
+
+
+def _refs_exist(layer, counts: dict, path: str) -> None:
+    """Every tensor a Functional layer's inbound node names exists: a reference to output ``k`` of a layer
+    that returns fewer (its ``return_state`` off) is a model Keras 3 cannot rebuild ("list index out of
+    range"; issue 31's generative test: ``return_state: null`` planted on an LSTM whose states feed a
+    decoder)."""
+    def refs(obj):
+        if isinstance(obj, dict):
+            hist = (obj.get("config") or {}).get("keras_history") if obj.get("class_name") == "__keras_tensor__" else None
+            if isinstance(hist, list) and len(hist) == 3:
+                yield hist
+            for v in obj.values():
+                yield from refs(v)
+        elif isinstance(obj, list):
+            for v in obj:
+                yield from refs(v)
+
+    for src, _, k in refs(layer.get("inbound_nodes") if isinstance(layer, dict) else None):
+        n = counts.get(src)
+        if n is not None and isinstance(k, int) and k >= n:
+            name = (layer.get("config") or {}).get("name")
+            where = f"{path}/{name}" if path else name
+            raise InputError(f"layer {where!r} ({layer.get('class_name')}): it takes output {k} of layer {src!r}, "
+                             f"which returns {n} (keras.saving.load_model would refuse it)")
 
 
 def _one_tensor(layer, path: str) -> None:
