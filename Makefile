@@ -56,7 +56,7 @@ bench: setup
 	$(PY) bench/run.py
 
 fuzz: setup
-	GRUCONV_FUZZ_CASES=5000 GRUCONV_GENERATIVE_LONG_CASES=600 $(PY) -m pytest -q tests/test_fuzz.py \
+	GRUCONV_FUZZ_CASES=5000 GRUCONV_GENERATIVE_LONG_CASES=600 GRUCONV_GENERATIVE_RANDOM=1 $(PY) -m pytest -q tests/test_fuzz.py \
 	    tests/test_contract_generative.py
 
 # Every fixture generator (written by the real tf_keras / TensorFlow writers); each but
