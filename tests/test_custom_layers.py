@@ -163,7 +163,9 @@ def converted_outputs(tmp_path_factory):
     return jobs
 
 
-@pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
+# TensorFlow in the quick tier; JAX and torch (a child process each, ~60-80 s on 2 cores) in the slow tier
+@pytest.mark.parametrize("backend", ["tensorflow", pytest.param("jax", marks=pytest.mark.slow),
+                                     pytest.param("torch", marks=pytest.mark.slow)])
 def test_converted_predicts_what_tf_keras_predicts(backend, converted_outputs):
     env = dict(os.environ, KERAS_BACKEND=backend, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3",
                JAX_PLATFORMS="cpu")
