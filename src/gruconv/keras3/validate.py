@@ -276,11 +276,13 @@ def check_layer(obj: dict, path: Optional[str] = "", rank: Optional[int] = None)
     rules = TABLE["layers"].get(cls)
     if rules is None:  # not a Keras built-in the table knows (a custom layer): carried as it is
         return None
-    if cls == "InputLayer" and cfg.get("ragged"):
-        # keras/src/layers/core/input_layer.py: "`ragged=True` is not supported with the jax backend" (torch
-        # likewise); the output must load on every backend (found by the generative test's JAX reload)
-        raise InputError(f"layer {where!r} (InputLayer): ragged is {cfg['ragged']!r}, which Keras 3 supports on "
-                         "the TensorFlow backend only (keras.saving.load_model would refuse it on JAX and torch)")
+    for flag, where_not in (("ragged", "JAX and torch"), ("sparse", "torch")):
+        # keras/src/layers/core/input_layer.py: "`ragged=True` is not supported with the jax backend",
+        # "`sparse=True` is not supported with the torch backend"; the output must load on every backend
+        # (found by the generative test's JAX and torch reloads)
+        if cls == "InputLayer" and cfg.get(flag):
+            raise InputError(f"layer {where!r} (InputLayer): {flag} is {cfg[flag]!r}, which Keras 3 does not support "
+                             f"on every backend (keras.saving.load_model would refuse it on {where_not})")
     if cls == "Bidirectional":
         for key in ("layer", "backward_layer"):
             check_layer(cfg.get(key), where, rank)
