@@ -64,3 +64,41 @@ def test_collecting_the_gpu_tests_probes_nothing_and_changes_nothing():
     p = subprocess.run([sys.executable, "-c", _COLLECT, *files], capture_output=True, text=True, env=env,
                        cwd=ROOT, timeout=300)
     assert "RESULT 0 [] False" in p.stdout, p.stdout[-3000:] + p.stderr[-3000:]
+
+
+def test_xdist_groups_keep_a_module_on_one_worker(tmp_path):
+    """``make test`` relies on ``--dist loadgroup`` to build an ``xdist_group`` module's batched module
+    fixture once (``test_streaming_writer``, ``test_tf1_h5_weights``, ``test_user_models``, ...).  With
+    pytest 9.2 and pytest-xdist 3.8 the mark silently stopped working (pytest-dev/pytest-xdist#1386) and
+    each fixture ran on both workers, ~90 s of the quick tier; ``.ci/constraints.txt`` pins pytest
+    below 9.2.  A planted grouped module beside an ungrouped one, on two workers: its fixture is set up
+    in one process only.  (Without the mark, the same run sets it up on both workers: checked below, so
+    the property is not vacuous.)"""
+    log = tmp_path / "setups.log"
+    body = textwrap.dedent(f"""\
+        import os, time, pytest
+        {{mark}}
+        @pytest.fixture(scope="module")
+        def shared():
+            with open({str(log)!r}, "a") as f:
+                f.write(str(os.getpid()) + "\\n")
+            time.sleep(0.3)
+
+        @pytest.mark.parametrize("n", range(8))
+        def test_uses(shared, n):
+            time.sleep(0.05)
+        """)
+    (tmp_path / "test_other.py").write_text(
+        "import pytest, time\n@pytest.mark.parametrize('n', range(16))\ndef test_z(n):\n    time.sleep(0.05)\n")
+
+    def setups(mark: str) -> set:
+        log.write_text("")
+        (tmp_path / "test_grouped.py").write_text(body.replace("{mark}", mark))
+        p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
+                            "--dist", "loadgroup", "--rootdir", str(tmp_path), str(tmp_path)],
+                           capture_output=True, text=True, env=_env(), cwd=tmp_path, timeout=300)
+        assert p.returncode == 0, p.stdout + p.stderr
+        return set(log.read_text().split())
+
+    assert len(setups('pytestmark = pytest.mark.xdist_group("g")')) == 1
+    assert len(setups("")) == 2

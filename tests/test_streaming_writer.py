@@ -37,6 +37,10 @@ from gruconv.readers import keras_h5, tf1
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "fixtures"
 
+# xdist_group (docs/testing.md): the module fixture `outputs` converts every fixture twice (~50 s); one worker
+# builds it once.
+pytestmark = pytest.mark.xdist_group("test_streaming_writer")
+
 #: Inputs ``gruconv convert IN OUT.keras`` refuses without options (weights-only files need
 #: --config; multi-stack and opaque-only checkpoints need --rnn / shape hints): not compared here.
 NEEDS_OPTIONS = {"keras/weights_only.h5", "keras_lstm/weights_only.h5", "keras_user/json_config_weights.h5",
