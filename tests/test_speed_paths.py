@@ -53,11 +53,17 @@ def _weights_tree(archive: Path) -> dict:
 
 
 @pytest.mark.parametrize("fixture", ["keras/bidir_concat.h5", "keras/options.h5", "keras/nested.h5"])
-def test_in_place_and_in_memory_routes_write_the_same_weights(fixture, tmp_path, monkeypatch):
+@pytest.mark.parametrize("gate_blocks", [True, False], ids=["gate-blocks", "assembled"])
+def test_in_place_and_in_memory_routes_write_the_same_weights(fixture, gate_blocks, tmp_path, monkeypatch):
+    """The in-place route writes a gate-blocked kernel block by block (``gate_blocks``: every kernel over
+    ``ASSEMBLE_MAX`` bytes, forced here) or assembled (the fixtures' size, and the bench model's
+    kernels up to 16 MiB): both give what the in-memory route gives."""
     src = FIXTURES / fixture
     small = tmp_path / "memory.keras"
     m_small = keras_archive.write_keras_h5_doc(keras_h5.read(src), small)
     monkeypatch.setattr(keras_archive, "IN_MEMORY_MAX", 0)  # every model takes the large route
+    if gate_blocks:
+        monkeypatch.setattr(keras_archive, "ASSEMBLE_MAX", 0)
     large = tmp_path / "in_place.keras"
     m_large = keras_archive.write_keras_h5_doc(keras_h5.read(src), large)
     assert m_small == m_large  # same weights, shapes, dtypes and SHA-256 (gate-wise ones from the disk)
@@ -256,3 +262,46 @@ def test_hard_link_fast_path_and_careful_walk_agree(tmp_path):
     with h5safe.open_hdf5(p) as f:
         assert h5safe._resolve_hard(f, ["a", "b", "c"], "dataset") is not None  # the fast path did run
         assert h5safe._resolve_hard(f, ["a", "soft", "c"], "dataset") is None
+
+
+def test_window_tracks_its_end_as_the_file_has_it(tmp_path):
+    """``files.window.Window`` answers h5py's end-of-file question from a tracked end instead of seeking
+    the archive (46,253 asks on the bench model): after writes, overwrites, seeks past the end and
+    truncation, the tracked size equals the real file's length past ``base``; and an HDF5 file written
+    through it is byte for byte the one h5py's file-object driver writes to a plain file."""
+    import h5py
+    import numpy as np
+
+    from gruconv.files.window import Window
+
+    path = tmp_path / "raw.bin"
+    with open(path, "w+b") as raw:
+        raw.write(b"HEAD" * 5)
+        w = Window(raw, 20)
+        assert w.size() == 0
+        w.write(b"x" * 100)
+        w.seek(10)
+        w.write(b"y" * 5)  # overwrite: no growth
+        assert w.size() == 100
+        w.seek(50, 2)  # past the end, nothing written: no growth
+        assert w.size() == 100
+        w.write(b"z")
+        assert w.size() == 151
+        w.truncate(120)
+        raw.flush()
+        assert w.size() == 120 == path.stat().st_size - 20
+        w.seek(0, 2)
+        assert w.tell() == 120
+    a = np.arange(40_000, dtype="float32").reshape(200, 200)
+    with open(tmp_path / "in_window.bin", "w+b") as raw:
+        raw.write(b"\0" * 64)
+        with h5py.File(Window(raw, 64), "w") as f:
+            f["a"] = a
+        raw.seek(64)
+        image = raw.read()
+    with open(tmp_path / "plain.h5", "w+b") as plain:  # h5py's same file-object driver, a plain file
+        with h5py.File(plain, "w") as f:
+            f["a"] = a
+    with h5py.File(__import__("io").BytesIO(image), "r") as f:
+        assert np.array_equal(f["a"][()], a)
+    assert image == (tmp_path / "plain.h5").read_bytes()

@@ -22,6 +22,12 @@ class Window(io.RawIOBase):
     def __init__(self, raw, base: int, *, size: Optional[int] = None, owns: bool = False):
         super().__init__()
         self._raw, self._base, self._pos, self._size, self._owns = raw, base, 0, size, owns
+        # The writable window's end, tracked rather than asked of ``raw``: h5py's file-object driver asks
+        # for the end of file (``seek(0, SEEK_END)``) around every write, and each ask was two seeks of the
+        # archive (46,487 on the bench's 180 MiB model: 0.7 s of a 3.4 s conversion).  Exact because
+        # nothing else writes ``raw`` past ``base`` while the window is open (the zip's directory is
+        # written after the window is closed).
+        self._end = None if size is not None else max(0, raw.seek(0, io.SEEK_END) - base)
 
     def readable(self) -> bool:
         return True
@@ -36,9 +42,7 @@ class Window(io.RawIOBase):
         return self._pos
 
     def size(self) -> int:
-        if self._size is not None:
-            return self._size
-        return max(0, self._raw.seek(0, io.SEEK_END) - self._base)
+        return self._size if self._size is not None else self._end
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size()}[whence]
@@ -62,6 +66,7 @@ class Window(io.RawIOBase):
         self._raw.seek(self._base + self._pos)
         n = self._raw.write(b)
         self._pos += n
+        self._end = max(self._end, self._pos)
         return n
 
     def truncate(self, size=None) -> int:
@@ -69,6 +74,7 @@ class Window(io.RawIOBase):
             raise io.UnsupportedOperation("read-only window")
         size = self._pos if size is None else size
         self._raw.truncate(self._base + size)
+        self._end = size
         return size
 
     def flush(self) -> None:

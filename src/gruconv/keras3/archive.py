@@ -86,6 +86,15 @@ def _dataset_digest(ds, path=None) -> str:
 #: imports take, and far below the models the memory bound is about.
 IN_MEMORY_MAX = 8 << 20
 
+#: A gate-blocked weight (:class:`Pieces`) of at most this many bytes is assembled in memory and written
+#: with one call; a larger one block by block.  Why: a block is a column range of a row-major dataset, so
+#: HDF5 writes it as one file write per row: the bench's 3 x Bidirectional(GRU(1024)) made 46,253 writes
+#: of ~4 KiB through the archive window (0.5 s of a 3.4 s conversion, plus 0.3 s making each block
+#: contiguous).  16 MiB holds a 1024-unit GRU's recurrent kernel (12 MiB) and is the most one tensor adds
+#: to the peak; the memory goal (peak RSS <= 0.5 x the parameter bytes, docs/streaming.md) is about
+#: models far larger than that.
+ASSEMBLE_MAX = 16 << 20
+
 
 def _h5():
     import h5py
@@ -177,10 +186,17 @@ def _write_block(dsid, where, block) -> None:
     dsid.write(h5py.h5s.create_simple((rows, ncols)), fspace, block)
 
 
+def _nbytes(array: "Pieces") -> int:
+    import numpy as np
+
+    return int(np.prod(array.shape, dtype=np.int64)) * np.dtype(array.dtype).itemsize
+
+
 def _write_arrays(f, groups: list, arrays: Iterable, *, whole: bool) -> list:
     """Write ``groups`` and ``arrays`` (see :func:`write_weights_h5`) into the open HDF5 file ``f``.
     ``whole``: a :class:`Pieces` weight is assembled into one array and written at once (the in-memory
-    route: small models only); else it is written block by block and its digest read back (see Pieces)."""
+    route: small models only); else one over :data:`ASSEMBLE_MAX` is written block by block and its digest
+    read back (see Pieces), and a smaller one assembled."""
     import numpy as np
 
     h5py = _h5()
@@ -199,7 +215,7 @@ def _write_arrays(f, groups: list, arrays: Iterable, *, whole: bool) -> list:
         gid = made.get(gpath)
         if gid is None:
             gid = _require_group(f, gpath, made)
-        if isinstance(array, Pieces) and not whole:
+        if isinstance(array, Pieces) and not whole and _nbytes(array) > ASSEMBLE_MAX:
             dsid = _new_dataset(gid, str(index), array.shape, np.dtype(array.dtype))
             for where, block in array.pieces():
                 _write_block(dsid, where, np.asarray(block, order="C"))
@@ -755,10 +771,10 @@ def cudnn_direction(src, path, rnn, d: int, nonfinite: Optional[dict] = None) ->
 
                     raise InputError(f"{x.name} cannot be read ({first_line(e)})", path=path) from None
                 count(raw)
-                out = np.ascontiguousarray(raw.reshape(H, rows).T)
+                # a transposed view: the consumer copies it once, into the assembled array or into the
+                # contiguous block it writes (``_write_arrays``), not twice
+                yield (slice(None), slice(kk * H, (kk + 1) * H)), raw.reshape(H, rows).T
                 del raw
-                yield (slice(None), slice(kk * H, (kk + 1) * H)), out
-                del out
         return gen
 
     return [Pieces((I, G * H), k.dtype, blocks(k, I)), Pieces((H, G * H), rk.dtype, blocks(rk, H)), bias]
