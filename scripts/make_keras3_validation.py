@@ -25,9 +25,10 @@ import pprint
 import sys
 import warnings
 
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # --verdicts: the parent names the child's backend
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(1, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))  # this tree's gruconv
 
 import keras  # noqa: E402
 from keras.src.saving import serialization_lib  # noqa: E402
@@ -50,8 +51,12 @@ BY_NAME = {
     "units": POS_INT,
     "dropout": {"kind": "number", "nonfinite_ok": True, "nan_ok": True},
     "recurrent_dropout": {"kind": "number", "nonfinite_ok": True, "nan_ok": True},
-    # keras/src/random/seed_generator.py SeedGenerator.__init__ / keras/src/layers/layer.py: int or None
-    "seed": {"kind": "int", "nullable": True, "bool_ok": False},
+    # keras/src/random/seed_generator.py SeedGenerator.__init__ / keras/src/layers/layer.py: int or None.
+    # The seed becomes a tensor of `random_seed_dtype()` (`draw_seed`, `SeedGenerator` state): uint32 on
+    # JAX (keras/src/backend/jax/core.py), so a negative seed or one >= 2**32 loads on TensorFlow (int64)
+    # and torch (masked to 32 bits) but raises OverflowError on JAX (the long generative profile's
+    # counterexample, session 29: GlorotUniform(seed=-3)).  The output must load on every backend.
+    "seed": {"kind": "int", "nullable": True, "bool_ok": False, "min": 0, "max": 2 ** 32 - 1},
     # keras/src/layers/layer.py Layer.__init__: "Expected `trainable` to be a boolean"
     "trainable": {"kind": "enum", "values": [True, False]},
 }
@@ -124,16 +129,29 @@ ARGS = {
     ("ReLU", "negative_slope"): {"kind": "number", "min": 0, "nonfinite_ok": True, "nan_ok": True},
     ("ReLU", "threshold"): {"kind": "number", "min": 0, "nonfinite_ok": True, "nan_ok": True},
     ("ReLU", "max_value"): {"kind": "number", "min": 0, "nullable": True, "nonfinite_ok": True, "nan_ok": True},
+    # keras/src/layers/rnn/lstm.py LSTMCell.build (unit_forget_bias): `ops.zeros((self.units,))` on the
+    # torch backend is `torch.zeros(size=(True,))`, "argument 'size' must be tuple of ints" (GRU builds)
+    ("LSTM", "units"): {**POS_INT, "bool_ok": False},
+    # keras/src/layers/core/input_layer.py InputLayer.__init__: "`ragged=True` is not supported with the jax
+    # backend" (torch: no ragged tensors either), "`sparse=True` is not supported with the torch backend":
+    # any truthy value raises there, a falsy one is ignored (found by the generative test's JAX and torch
+    # reloads; the output must load on every backend)
+    ("InputLayer", "ragged"): {"kind": "falsy", "refused_on": "JAX and torch"},
+    ("InputLayer", "sparse"): {"kind": "falsy", "refused_on": "torch"},
     # keras/src/layers/rnn/gru.py GRU.__init__: `use_cudnn not in ("auto", True, False)`
     ("GRU", "use_cudnn"): {"kind": "enum", "values": ["auto", True, False]},
     ("LSTM", "use_cudnn"): {"kind": "enum", "values": ["auto", True, False]},
 }
-# (a one-element list broadcasts to the weight's shape in the backend op)
-ANY_NUMBER = {"kind": "number", "nonfinite_ok": True, "nan_ok": True, "singleton_ok": True}
+# A one-element list broadcasts to the weight's shape in TensorFlow's ops only: JAX and torch refuse a
+# list operand (`list * Array`, `normal(mean=[0.0])`), measured per initializer and backend in session 29
+# (RandomUniform/RandomNormal/TruncatedNormal/Orthogonal/Identity fail on both; Constant's `value` goes
+# through `ops.cast` first and loads on all three).  The output must load on every backend.
+ANY_NUMBER = {"kind": "number", "nonfinite_ok": True, "nan_ok": True}
+ANY_NUMBER_OR_SINGLETON = {**ANY_NUMBER, "singleton_ok": True}
 INIT_ARGS = {
     # keras/src/initializers/random_initializers.py, constant_initializers.py: the numbers reach
     # backend ops when the initializer fills a weight at build time (a string fails there)
-    "Constant": {"value": ANY_NUMBER}, "RandomUniform": {"minval": ANY_NUMBER, "maxval": ANY_NUMBER},
+    "Constant": {"value": ANY_NUMBER_OR_SINGLETON}, "RandomUniform": {"minval": ANY_NUMBER, "maxval": ANY_NUMBER},
     "RandomNormal": {"mean": ANY_NUMBER, "stddev": ANY_NUMBER},
     "TruncatedNormal": {"mean": ANY_NUMBER, "stddev": ANY_NUMBER},
     "Orthogonal": {"gain": ANY_NUMBER}, "Identity": {"gain": ANY_NUMBER},
@@ -219,8 +237,13 @@ def keras_verdict(section: str, cls: str, arg: str, value) -> bool:
     """Whether Keras 3 takes ``value`` for ``arg`` of ``cls`` where ``load_model`` meets it: the
     object deserialized from its config in safe mode; a layer then called on symbolic inputs (its
     ``build``), an initializer called on a shape."""
+    from gruconv.keras3.portable import portable_config
+
     obj = base_config(section, cls)
     obj["config"][arg] = copy.deepcopy(value)
+    # as gruconv writes it: the table is checked on the config after portable_config (keras3/config.py
+    # model_config), where a float16 layer's Orthogonal initializer is Identity (no QR on JAX and torch)
+    obj = portable_config(obj, qr_free_low_precision=True)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -280,7 +303,7 @@ def compare(table=None, classes=None, section="layers", args=None) -> list:
     from gruconv.keras3.validation_table import TABLE
 
     table = table or TABLE
-    bad = []
+    bad, pending = [], []
     only = args
     for cls, args in table[section].items():
         if classes is not None and cls not in classes:
@@ -295,10 +318,71 @@ def compare(table=None, classes=None, section="layers", args=None) -> list:
             for value in values:
                 ours = validate.problem(rule, value, PROBE_RANK.get(cls, 3), {**cfg, arg: value}) is None
                 theirs = keras_verdict(section, cls, arg, value)
-                if ours != theirs and not (ours and (cls, arg) in INPUT_SIZED):
-                    bad.append(f"{section} {cls}.{arg} = {value!r}: table {'accepts' if ours else 'refuses'}, "
-                               f"Keras {'accepts' if theirs else 'refuses'}")
+                if theirs:  # accepted here: and on the other backends?
+                    pending.append(((section, cls, arg, value), ours))
+                elif ours and (cls, arg) not in INPUT_SIZED:
+                    bad.append(f"{section} {cls}.{arg} = {value!r}: table accepts, Keras refuses")
+    refused = refusing_backends([case for case, _ in pending])
+    for ((section, cls, arg, value), ours), where in zip(pending, refused):
+        if ours and where and (cls, arg) not in INPUT_SIZED:
+            bad.append(f"{section} {cls}.{arg} = {value!r}: table accepts, Keras refuses on {', '.join(where)}")
+        elif not ours and not where:
+            bad.append(f"{section} {cls}.{arg} = {value!r}: table refuses, Keras accepts")
     return bad
+
+
+#: The backends besides this process's own (TensorFlow) that an output must load on.
+OTHER_BACKENDS = ("jax", "torch")
+
+
+def refusing_backends(cases: list) -> list:
+    """For each ``(section, class, argument, value)`` that Keras accepts on this process's backend: the
+    :data:`OTHER_BACKENDS` that refuse it (:func:`keras_verdict` in one long-lived child process per
+    backend, started on first use).  Why: gruconv's output must load on every backend, so "Keras
+    accepts" means every backend accepts: ``GlorotUniform(seed=-3)`` and ``Orthogonal(gain=[2.0])`` load
+    on TensorFlow and not on JAX (the long generative profile's counterexamples, session 29), and a
+    TensorFlow-only comparison called the table right for accepting them."""
+    import json
+
+    out = [[] for _ in cases]
+    if not cases:
+        return out
+    for backend in OTHER_BACKENDS:
+        child = _child(backend)
+        child.stdin.write(json.dumps(cases) + "\n")
+        child.stdin.flush()
+        line = child.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the {backend} probe process died (exit {child.wait()})")
+        for where, accepted in zip(out, json.loads(line)):
+            if not accepted:
+                where.append(backend)
+    return out
+
+
+def everywhere(section: str, cls: str, arg: str, values: list) -> list:
+    """Per value: whether Keras accepts it for ``arg`` of ``cls`` on every backend (here, then
+    :func:`refusing_backends` for what this backend accepts)."""
+    here = [keras_verdict(section, cls, arg, v) for v in values]
+    accepted = [(section, cls, arg, v) for v, ok in zip(values, here) if ok]
+    refused = iter(refusing_backends(accepted))
+    return [ok and not next(refused) for ok in here]
+
+
+_CHILDREN: dict = {}
+
+
+def _child(backend: str):
+    import atexit
+    import subprocess
+
+    if backend not in _CHILDREN:
+        env = dict(os.environ, KERAS_BACKEND=backend, CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu")
+        child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--verdicts"], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+        atexit.register(lambda: (child.stdin.close(), child.wait(timeout=60)))
+        _CHILDREN[backend] = child
+    return _CHILDREN[backend]
 
 
 # --------------------------------------------------------------------------- names Keras resolves
@@ -332,8 +416,8 @@ def build() -> dict:
             args.discard("shape")
         rules = {a: copy.deepcopy(rule_for(cls, a, cfg.get(a))) for a in sorted(args) if a not in SKIP}
         if "dtype" in rules:  # the dtype policies this class builds with (int8 kernels do not, bool ones may)
-            rules["dtype"]["names"] = [d for d in policies if keras_verdict("layers", cls, "dtype", d)]
-            rules["dtype"]["nullable"] = keras_verdict("layers", cls, "dtype", None)
+            rules["dtype"]["names"] = [d for d, ok in zip(policies, everywhere("layers", cls, "dtype", policies)) if ok]
+            (rules["dtype"]["nullable"],) = everywhere("layers", cls, "dtype", [None])
         ranks = _weight_ranks(cls)
         for a, r in rules.items():
             if r["kind"] == "initializer" and a[:-len("_initializer")] in ranks:
@@ -342,8 +426,9 @@ def build() -> dict:
                 if keras_verdict("layers", cls, a, "bogus") and keras_verdict("layers", cls, a, 7):
                     rules[a] = {"kind": "any"}  # never read on load (SimpleRNN's activity_regularizer)
                     continue
-                r["names"] = [n for n in all_names[r["kind"]] if keras_verdict("layers", cls, a, n)]
-                r["none_ok"] = keras_verdict("layers", cls, a, None)  # LSTM's bias_initializer: not None
+                cands = all_names[r["kind"]]
+                r["names"] = [n for n, ok in zip(cands, everywhere("layers", cls, a, cands)) if ok]
+                (r["none_ok"],) = everywhere("layers", cls, a, [None])  # LSTM's bias_initializer: not None
         layers[cls] = rules
     sections = {}
     for section, classes, extra in (("initializers", INITIALIZERS, INIT_ARGS), ("regularizers", REGULARIZERS, REG_ARGS),
@@ -466,8 +551,13 @@ def write(table: dict) -> None:
 
 
 if __name__ == "__main__":
+    if "--verdicts" in sys.argv:  # a child of refusing_backends: a JSON list of cases per line in,
+        import json               # a JSON list of verdicts per line out, until stdin closes
+
+        for request in sys.stdin:
+            print(json.dumps([keras_verdict(*case) for case in json.loads(request)]), flush=True)
+        sys.exit(0)
     if "--check" in sys.argv:
-        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
         only = [a for a in sys.argv[1:] if not a.startswith("-")] or None
         lines = []
         for section in ("layers", "initializers", "regularizers", "constraints"):

@@ -103,3 +103,43 @@ def load_verdict(path: Path):
         text = str(e).strip().splitlines()
         return (text[-1] if text else type(e).__name__)[:300]
     return None
+
+
+_LOAD_EACH = """
+import json, sys, warnings
+warnings.simplefilter("ignore")
+import keras
+out = {}
+for p in sys.argv[1:]:
+    try:
+        keras.saving.load_model(p)
+        out[p] = None
+    except Exception as e:
+        text = str(e).strip().splitlines()
+        out[p] = (text[-1] if text else type(e).__name__)[:300]
+print(json.dumps(out))
+"""
+
+
+def refusals_elsewhere(paths) -> dict:
+    """``{path: {backend: Keras's first line}}`` for each file plain ``load_model`` refuses on JAX or
+    torch (one child process per backend; the backend is fixed per process).  The outputs must load
+    on every backend, so a value TensorFlow alone takes is rightly refused: this says which."""
+    import os
+    import subprocess
+    import sys
+
+    paths = [str(p) for p in paths]
+    out = {p: {} for p in paths}
+    if not paths:
+        return out
+    for backend in ("jax", "torch"):
+        env = dict(os.environ, KERAS_BACKEND=backend, CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu")
+        r = subprocess.run([sys.executable, "-c", _LOAD_EACH, *paths], env=env, capture_output=True, text=True,
+                           timeout=1200)
+        if r.returncode != 0:
+            raise RuntimeError(f"the {backend} load failed: {r.stderr[-2000:]}")
+        for p, why in json.loads(r.stdout.strip().splitlines()[-1]).items():
+            if why is not None:
+                out[p][backend] = why
+    return out

@@ -66,6 +66,8 @@ def test_table_is_what_the_generator_writes(gen):
     ("Dropout", "rate", lambda r: r.update(max=3), "Dropout.rate = 2.5: table accepts, Keras refuses"),
     ("Bidirectional", "merge_mode", lambda r: r["values"].remove("ave"),
      "Bidirectional.merge_mode = 'ave': table refuses, Keras accepts"),
+    # TensorFlow takes a negative seed, JAX does not (uint32): only the every-backend comparison sees it
+    ("Dropout", "seed", lambda r: r.pop("min"), "Dropout.seed = -3: table accepts, Keras refuses on jax"),
 ])
 def test_planted_table_bug_is_caught(gen, cls, arg, mutate, caught):
     table = copy.deepcopy(TABLE)
@@ -125,6 +127,47 @@ def test_fallback_route_refuses_the_same(tmp_path, monkeypatch, i):
     err = [l for l in r.output.strip().splitlines() if l.startswith("gruconv: error:")]
     assert len(err) == 1 and "Traceback" not in r.output, r.output
     assert not out.exists()
+
+
+#: Values Keras 3 takes on TensorFlow and refuses on JAX or torch (the long generative profile's
+#: counterexamples of session 29, and what the every-backend table comparison found after them).
+TF_ONLY = [
+    ("keras_user/text_classifier.h5", "Dense", "kernel_initializer",
+     {"class_name": "GlorotUniform", "config": {"seed": -3}}, "seed"),
+    ("keras_lstm/sequential.h5", "CuDNNLSTM", "recurrent_initializer",
+     {"class_name": "Orthogonal", "config": {"gain": [-2.0], "seed": None}}, "gain"),
+    ("keras/sequential.h5", "InputLayer", "ragged", True, "ragged"),
+    ("keras/sequential.h5", "InputLayer", "sparse", True, "sparse"),
+]
+
+
+def test_a_value_only_tensorflow_loads_is_refused(tmp_path):
+    """The output must load on every backend: each value is refused (exit 3, one line naming the
+    argument, nothing written) although TensorFlow's Keras loads the file converted with the check
+    off, and JAX's or torch's Keras refuses that same file (so the refusal is not the table's whim)."""
+    from gruconv.keras3 import validate
+
+    unchecked = []
+    for i, (fx, cls, arg, value, named) in enumerate(TF_ONLY):
+        src = cases.FIX / fx
+        mutated = cases.write_config(src, tmp_path / f"in{i}.h5", cases.set_value(cases.read_config(src), cls, arg, value))
+        out = tmp_path / f"out{i}.keras"
+        r = CliRunner().invoke(main, ["convert", str(mutated), str(out)])
+        assert r.exit_code == 3 and (r.exception is None or isinstance(r.exception, SystemExit)), r.output
+        line = r.output.strip()
+        assert "\n" not in line and line.startswith("gruconv: error:") and f"{named} must" in line, line
+        assert not out.exists()
+        original = validate.check_model
+        validate.check_model = lambda doc: None
+        try:
+            r = CliRunner().invoke(main, ["convert", str(mutated), str(out)])
+        finally:
+            validate.check_model = original
+        assert r.exit_code == 0, r.output
+        assert cases.load_verdict(out) is None, (fx, arg)  # TensorFlow's Keras loads it
+        unchecked.append(str(out))
+    refused = cases.refusals_elsewhere(unchecked)
+    assert all(refused[p] for p in unchecked), refused
 
 
 @pytest.mark.parametrize("fx,cls,arg,value", [

@@ -171,6 +171,8 @@ def problem(rule: dict, v, rank: Optional[int] = None, cfg: Optional[dict] = Non
         else:
             ok = (_finite(v) or rule.get("nonfinite_ok")) and _bounds(rule, v)
         return None if ok else f"must be a {'' if rule.get('nonfinite_ok') else 'finite '}number{_range_text(rule)}"
+    if kind == "falsy":  # a switch any backend may refuse when on (InputLayer's ragged, sparse): only off
+        return None if not v else "must be off (false)"
     if kind == "enum":
         ok = any(v == c and type(v) is type(c) for c in rule["values"])
         return None if ok else "must be one of " + ", ".join(repr(c) for c in rule["values"])
@@ -276,13 +278,6 @@ def check_layer(obj: dict, path: Optional[str] = "", rank: Optional[int] = None)
     rules = TABLE["layers"].get(cls)
     if rules is None:  # not a Keras built-in the table knows (a custom layer): carried as it is
         return None
-    for flag, where_not in (("ragged", "JAX and torch"), ("sparse", "torch")):
-        # keras/src/layers/core/input_layer.py: "`ragged=True` is not supported with the jax backend",
-        # "`sparse=True` is not supported with the torch backend"; the output must load on every backend
-        # (found by the generative test's JAX and torch reloads)
-        if cls == "InputLayer" and cfg.get(flag):
-            raise InputError(f"layer {where!r} (InputLayer): {flag} is {cfg[flag]!r}, which Keras 3 does not support "
-                             f"on every backend (keras.saving.load_model would refuse it on {where_not})")
     if cls == "Bidirectional":
         for key in ("layer", "backward_layer"):
             check_layer(cfg.get(key), where, rank)
@@ -300,8 +295,9 @@ def check_layer(obj: dict, path: Optional[str] = "", rank: Optional[int] = None)
         why = problem(rule, value, rank, cfg)
         if why:
             shown = where if len(where) <= 120 else where[:57] + "..." + where[-60:]
+            on = f" on {rule['refused_on']}" if rule.get("refused_on") else ""  # a value TensorFlow alone takes
             raise InputError(f"layer {shown!r} ({cls}): {arg} {why}, got {_show(value)} "
-                             "(keras.saving.load_model would refuse it)")
+                             f"(keras.saving.load_model would refuse it{on})")
     return _rank_out(cls, cfg, rank)
 
 
