@@ -138,6 +138,10 @@ ARGS = {
     # reloads; the output must load on every backend)
     ("InputLayer", "ragged"): {"kind": "falsy", "refused_on": "JAX and torch"},
     ("InputLayer", "sparse"): {"kind": "falsy", "refused_on": "torch"},
+    # keras/src/layers/normalization/batch_normalization.py BatchNormalization.__init__: "Argument
+    # synchronized=True is only supported with the TensorFlow backend" for any truthy value (found by the
+    # every-backend table comparison)
+    ("BatchNormalization", "synchronized"): {"kind": "falsy", "refused_on": "JAX and torch"},
     # keras/src/layers/rnn/gru.py GRU.__init__: `use_cudnn not in ("auto", True, False)`
     ("GRU", "use_cudnn"): {"kind": "enum", "values": ["auto", True, False]},
     ("LSTM", "use_cudnn"): {"kind": "enum", "values": ["auto", True, False]},
@@ -152,7 +156,10 @@ INIT_ARGS = {
     # keras/src/initializers/random_initializers.py, constant_initializers.py: the numbers reach
     # backend ops when the initializer fills a weight at build time (a string fails there)
     "Constant": {"value": ANY_NUMBER_OR_SINGLETON}, "RandomUniform": {"minval": ANY_NUMBER, "maxval": ANY_NUMBER},
-    "RandomNormal": {"mean": ANY_NUMBER, "stddev": ANY_NUMBER},
+    # torch's `torch.normal` (keras/src/backend/torch/random.py normal) raises "normal expects std >= 0.0"
+    # for a negative or NaN stddev; TensorFlow and JAX take it (the every-backend comparison found it)
+    "RandomNormal": {"mean": ANY_NUMBER, "stddev": {"kind": "number", "min": 0, "nonfinite_ok": True,
+                                                    "refused_on": "torch"}},
     "TruncatedNormal": {"mean": ANY_NUMBER, "stddev": ANY_NUMBER},
     "Orthogonal": {"gain": ANY_NUMBER}, "Identity": {"gain": ANY_NUMBER},
     # keras/src/initializers/random_initializers.py VarianceScaling.__init__: scale > 0, mode and

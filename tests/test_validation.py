@@ -136,6 +136,9 @@ TF_ONLY = [
      {"class_name": "GlorotUniform", "config": {"seed": -3}}, "seed"),
     ("keras_lstm/sequential.h5", "CuDNNLSTM", "recurrent_initializer",
      {"class_name": "Orthogonal", "config": {"gain": [-2.0], "seed": None}}, "gain"),
+    ("keras_user/text_classifier.h5", "Dense", "kernel_initializer",
+     {"class_name": "RandomNormal", "config": {"mean": 0.0, "stddev": -1.0, "seed": None}}, "stddev"),
+    ("keras_user/batchnorm_dropout.h5", "BatchNormalization", "synchronized", True, "synchronized"),
     ("keras/sequential.h5", "InputLayer", "ragged", True, "ragged"),
     ("keras/sequential.h5", "InputLayer", "sparse", True, "sparse"),
 ]
