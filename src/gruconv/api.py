@@ -12,7 +12,6 @@ the output; this module knows no format.
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 from typing import Optional
 
@@ -71,12 +70,12 @@ def convert(input, output, options=None, *, verify: bool = False, tolerance: flo
     doc = module.read(input, opts)
     if not verify:
         return module.convert(doc, output, opts)
-    from .files.outputs import staging_dir
+    from .files.outputs import Outputs
     from .verify import verify as _verify
 
     module.check_outputs(doc, output, opts)
-    parent = output.parent if str(output.parent) else Path(".")
-    with staging_dir(parent) as td:
+    outputs = Outputs(force=opts.force)
+    with outputs.staged(output) as td:
         staged = Path(td) / output.name
         # --verify implies --check-load (a writer that reads no such option ignores it)
         result = module.convert(doc, staged, dataclasses.replace(opts, force=True, check_load=True))
@@ -87,7 +86,7 @@ def convert(input, output, options=None, *, verify: bool = False, tolerance: flo
         if not report.passed:
             result.outputs = []
             return result
-        result.outputs = _promote(staged, output, result.outputs, force=opts.force)
+        result.outputs = outputs.promote(staged, output, result.outputs)
     return result
 
 
@@ -105,35 +104,6 @@ def refuse_unread(module, output: Path, opts: Options) -> None:
     else:
         what = f"{module.DESCRIPTION} converted to {writers.module(fmt).SUFFIX}"
     readers.refuse_unread(opts, readers.accepted_options(module.FORMAT, fmt), what)
-
-
-def _promote(staged: Path, output: Path, produced: list, *, force: bool) -> list:
-    """Move verified outputs from the staging directory to where the user asked for them."""
-    from .errors import OutputError
-    from .files.outputs import check_target, place_new
-
-    moved = []
-    for p in produced:
-        p = Path(p)
-        rel = p.relative_to(staged) if p != staged and staged in p.parents else None
-        if p == staged:
-            target = output
-        elif rel is not None:
-            target = output / rel
-        else:  # a sibling of the staged output (OUT.rest.npz)
-            target = output.parent / (output.name + p.name[len(staged.name):])
-        try:
-            if rel is not None:
-                os.makedirs(target.parent, exist_ok=True)
-            check_target(target, force=force)
-            if force:
-                os.replace(p, target)
-            else:
-                place_new(p, target)
-        except OSError as e:
-            raise OutputError(f"cannot write output ({e.strerror or e})", path=target) from None
-        moved.append(str(target))
-    return moved
 
 
 def verify(input, converted=None, options=None, **kw):

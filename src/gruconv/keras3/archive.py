@@ -41,6 +41,7 @@ from ..errors import InputError, OutputError, UnsupportedError
 from ..progress import step
 from . import config as keras3_config
 from ..files.window import Window as _Window
+from ..model.keras_layout import WEIGHT_ROLES
 
 CONFIG_NAME, METADATA_NAME, WEIGHTS_NAME = "config.json", "metadata.json", "model.weights.h5"
 
@@ -573,7 +574,7 @@ def legacy_h5_arrays(doc, tops: list, nonfinite: Optional[dict] = None) -> Itera
     replaced = {}
     for rnn in doc.rnns:
         for d, roles in enumerate(rnn.datasets):
-            for i, role in enumerate(keras_h5.WEIGHT_ROLES):
+            for i, role in enumerate(WEIGHT_ROLES):
                 replaced[roles[role]] = (rnn, d, i)
     with keras_h5.open_model_file(doc.path) as src:
         sroot = h5safe.child(src, "model_weights", doc.path, "group") if doc.kind == "model" else src
@@ -657,7 +658,7 @@ def v3_arrays(doc, config: dict, tops: list, nonfinite: Optional[dict] = None) -
     replaced = {}
     for rnn in doc.rnns:
         for d, roles in enumerate(rnn.datasets):
-            for i, role in enumerate(keras_h5.WEIGHT_ROLES):
+            for i, role in enumerate(WEIGHT_ROLES):
                 replaced[roles[role].lstrip("/")] = (rnn, d, i)
     plan, top_of = [], {}
     for top in tops:

@@ -41,6 +41,7 @@ from .. import eligibility
 from ..errors import GruconvError, InputError, UnsupportedError, UsageError
 from ..files import hdf5 as h5safe, inputs
 from ..model.canonical import Document
+from ..model.keras_layout import WEIGHT_ROLES
 from ..options import ConvertResult, Options
 from . import keras_h5
 
@@ -220,7 +221,7 @@ def _read(path: Path) -> TfKerasZipModel:
         wrapped = wrapper is not None and keras_h5.class_name_of(wrapper) == "Bidirectional"
         owners = [where[rpath]] + ([where[rpath.rsplit("/", 1)[0] + "/~backward_layer"]] if wrapped else [])
         return [{role: h5safe.resolve(f, f"{owner}/vars/{i}", path, "dataset")
-                 for i, role in enumerate(keras_h5.WEIGHT_ROLES)} for owner in owners]
+                 for i, role in enumerate(WEIGHT_ROLES)} for owner in owners]
 
     with doc.open_weights() as f:
         doc.optimizer_weight_count = _count_optimizer(f, path)

@@ -51,7 +51,7 @@ from ... import writers
 from ...model.canonical import CELLS, Document, RNNStack, StackShape, Subject
 from ...model.cudnn_layout import params_size
 from ...errors import GruconvError, InputError, OutputError, UnsupportedError, UsageError, first_line
-from ...model.keras_layout import (CUDNN_COMPATIBLE, KERAS3_BIAS_ROWS, describe_keras_layer, from_cudnn,
+from ...model.keras_layout import (CUDNN_COMPATIBLE, KERAS3_BIAS_ROWS, WEIGHT_ROLES, describe_keras_layer, from_cudnn,
                                    keras3_bias_shape)
 from ...model.keras_layout import to_keras as keras_arrays  # this module's own to_keras is the registry verb
 from ...options import ConvertResult, Options
@@ -88,7 +88,6 @@ _CONTAINER_CLASSES = {"Sequential", "Model", "Functional"}
 _CUDNN_CLASS_OF = {"gru": "CuDNNGRU", "lstm": "CuDNNLSTM"}
 _WRAPPERS = {"Bidirectional", "TimeDistributed"}
 _UNSAFE_CLASSES = {"Lambda"}
-WEIGHT_ROLES = ("kernel", "recurrent_kernel", "bias")
 
 
 @dataclass
@@ -1087,26 +1086,14 @@ def _check_directory(doc: KerasH5Model, writer, output: Path, opts: Options) -> 
 
 def _convert_to_directory(doc: KerasH5Model, writer, output: Path, opts: Options, result) -> None:
     """One file per RNN in ``output`` (created if missing); all or nothing."""
-    import contextlib
+    from ...files.outputs import Outputs
 
     _check_directory(doc, writer, output, opts)
-    created = not output.exists()
-    if created:
-        try:
-            output.mkdir()
-        except OSError as err:
-            raise OutputError(f"cannot create output directory ({err.strerror or err})", path=output) from None
-    written = []
-    try:
+    outputs = Outputs(force=opts.force)
+    with outputs.writing():
+        outputs.directory(output)
+        outputs.placed.extend(writer.graph_targets(doc, output))  # removed again if any of them fails
         written = writer.write_graph_many(doc.document(), output, opts, result.warnings)
-    except BaseException:
-        for f in writer.graph_targets(doc, output):
-            with contextlib.suppress(OSError):
-                f.unlink()
-        if created:
-            with contextlib.suppress(OSError):
-                output.rmdir()
-        raise
     for rnn, target in zip(doc.rnns, written):
         result.rnns.append(dict(_rnn_entry(rnn), output=str(target), converts_to=writer.describe(rnn.shape)["target"]))
     result.outputs.extend(str(t) for t in written)
@@ -1231,7 +1218,7 @@ def verify_subjects(doc: KerasH5Model, converted, opts: Options):
 
 def convert(doc: KerasH5Model, output: Path, opts: Optional[Options] = None) -> ConvertResult:
     """Write ``doc`` converted: a ``.keras`` model, or a legacy-layout weights ``.h5``."""
-    from ...files.outputs import atomic_path
+    from ...files.outputs import Outputs
 
     opts = opts or Options()
     output = Path(output)
@@ -1258,7 +1245,7 @@ def convert(doc: KerasH5Model, output: Path, opts: Optional[Options] = None) -> 
     if _to_directory(writer, output):
         _convert_to_directory(doc, writer, output, opts, result)
         return result
-    with atomic_path(output, force=opts.force, suffix=writer.SUFFIX) as tmp:
+    with Outputs(force=opts.force).file(output, suffix=writer.SUFFIX) as tmp:
         nonfinite = writer.write_graph(doc.document(), tmp, opts, result.warnings, final=output)
     for rnn in doc.rnns:
         bad = nonfinite.get(rnn.path, 0)

@@ -8,7 +8,6 @@ weights); every other tensor to :mod:`gruconv.writers.rest_npz`.  This module pl
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from typing import Optional
 
@@ -195,7 +194,7 @@ def convert(doc: CheckpointDoc, output: Path, opts: Optional[Options] = None) ->
     directory that receives ``<scope with / as __>.keras`` per stack and
     ``rest.npz``.  Everything is written atomically.
     """
-    from ...files.outputs import atomic_path
+    from ...files.outputs import Outputs
     from ...keras3 import runtime as keras3
 
     opts = opts or Options()
@@ -236,19 +235,15 @@ def convert(doc: CheckpointDoc, output: Path, opts: Optional[Options] = None) ->
                 f"{e.scope}: optimizer slots of the opaque buffer dropped (they follow the cuDNN layout; the "
                 f"converted model starts with a fresh optimizer): {', '.join(e.slots)}")
 
-    created = False
-    if as_dir and not output.exists():
-        try:
-            output.mkdir()
-        except OSError as err:
-            raise OutputError(f"cannot create output directory ({err.strerror or err})", path=output) from None
-        created = True
-    try:
+    outputs = Outputs(force=force)
+    with outputs.writing():
+        if as_dir:
+            outputs.directory(output)
         document = doc.document()
         writer = writers.module(_output_format(output, opts) or _dir_format(opts))
         if rest_target is None:  # a WHOLE writer: every stack and the other tensors in one file
             named = [(e, e.scope or f"{e.stack.shape.cell}_stack") for e in doc.stacks]
-            with atomic_path(output, force=force, suffix=writer.SUFFIX) as tmp:
+            with outputs.file(output, suffix=writer.SUFFIX) as tmp:
                 writer.write_document(document, named, tmp, opts, result.warnings)
             r.release()
             result.outputs.append(str(output))
@@ -257,7 +252,7 @@ def convert(doc: CheckpointDoc, output: Path, opts: Optional[Options] = None) ->
             return result
         for e, target in zip(doc.stacks, targets):
             name = e.scope or f"{e.stack.shape.cell}_stack"
-            with atomic_path(target, force=True if as_dir else force, suffix=writer.SUFFIX) as tmp:
+            with outputs.file(target, force=True if as_dir else force, suffix=writer.SUFFIX) as tmp:
                 writer.write_stack(document, e, tmp, opts, name)
             r.release()
             result.outputs.append(str(target))
@@ -265,15 +260,7 @@ def convert(doc: CheckpointDoc, output: Path, opts: Optional[Options] = None) ->
             if writers.hook(writer, "describe"):  # a non-Keras target says what it made
                 result.rnns[-1]["converts_to"] = writer.describe(e.shape)["target"]
         if doc.other_keys:
-            rest_npz.write(document, rest_target, True if as_dir else force, result.warnings)
+            with outputs.file(rest_target, force=True if as_dir else force, suffix=".npz") as tmp:
+                rest_npz.write(document, tmp, result.warnings)
             result.outputs.append(str(rest_target))
-    except BaseException:
-        # All or nothing: a model placed before a later output (rest.npz) failed is removed again.
-        for f in result.outputs:
-            with contextlib.suppress(OSError):
-                Path(f).unlink()
-        if created:  # leave no half-filled directory behind
-            with contextlib.suppress(OSError):
-                output.rmdir()
-        raise
     return result
