@@ -152,3 +152,40 @@ def test_a_document_refusal_comes_before_any_output_check(tmp_path):
     doc = Document(source="in", reader="r", refusal=UsageError("no stack identified"))
     with pytest.raises(UsageError, match="no stack identified"):
         plan(doc, tmp_path / "missing-dir" / "o.keras", Options())
+
+
+# --------------------------------------------------------------------------- the driver
+
+@pytest.mark.parametrize("verify", [False, True])
+def test_a_tf2_refusal_names_the_checkpoint_never_the_staged_file(tmp_path, verify):
+    """Issue 28's bug class: a TF2 checkpoint is read through a staged legacy file; whatever plan or a
+    writer says of it is said of the checkpoint (``Document.stand_in``), with ``--verify`` too (the
+    conversion then runs in a private staging directory)."""
+    from click.testing import CliRunner
+
+    from gruconv.cli import main as cli
+
+    ckpt = FIXTURES / "tf2/ckpt_seq"
+    r = CliRunner().invoke(cli, ["convert", str(ckpt), str(tmp_path / "o.onnx")] + (["--verify"] if verify else []))
+    assert r.exit_code == 2 and (r.exception is None or isinstance(r.exception, SystemExit))
+    assert f"{ckpt}: the file holds 2 cuDNN RNNs" in r.output
+    assert "gruconv-tf2-" not in r.output and ".gruconv-" not in r.output and "weights.h5" not in r.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_driver_writes_all_or_nothing(tmp_path, monkeypatch):
+    """A writer failing on a later target removes what the transaction placed before, and the directory it
+    made (``files.outputs.Outputs``)."""
+    from gruconv import api
+    from gruconv.errors import OutputError as Failed
+    from gruconv.writers import rest_npz
+
+    def fail(document, target, warnings):
+        raise Failed("disk full", path=target)
+
+    monkeypatch.setattr(rest_npz, "write", fail)
+    ckpt = FIXTURES / "tf1/multi_stack"
+    assert document("tf1/multi_stack").other_tensors  # rest.npz is the last file written
+    with pytest.raises(Failed, match="disk full"):
+        api.convert(ckpt, tmp_path / "odir")
+    assert list(tmp_path.iterdir()) == []
