@@ -251,12 +251,13 @@ def test_lambda_stays_refused_and_points_at_h5(tmp_path):
     from make_bad_inputs import _lambda_layer  # noqa: F401  (the hostile Lambda config of the bad-input suite)
     from gruconv.errors import UnsupportedError
     from gruconv.readers import keras_h5
+    from gruconv.writers.planning import plan
 
     doc = keras_h5.read(BIDIR)
     doc.lambdas = ["evil_lambda"]
     for name in ("o.keras", "o.weights.h5"):
         with pytest.raises(UnsupportedError) as e:
-            keras_h5.check_outputs(doc, tmp_path / name, keras_h5.Options())
+            plan(doc.document(), tmp_path / name, keras_h5.Options())
         assert "stored in the model file" in e.value.message and "OUT.h5 (--format h5-weights)" in e.value.message
 
 

@@ -13,7 +13,7 @@ chunk duplications (inserted or overwritten) — are fed to each reader:
   gets past the index's checksums to the checkpoint reader's own logic.
 
 Every case runs :func:`gruconv.api.inspect` (no Keras), then for a readable Keras file the
-legacy writer :func:`gruconv.readers.keras_h5.write` (no Keras either), and for one case in
+legacy writer :func:`gruconv.writers.legacy_graph.write` (no Keras either), and for one case in
 :data:`CONVERT_EVERY` the full :func:`gruconv.api.convert` (Keras 3).  Any other exception is a
 bug.  Each reader runs in its own worker process, so a crash inside a C library (HDF5) or a hang
 is caught too, with the case that caused it.
@@ -182,6 +182,7 @@ def _worker(reader: str, start: int, count: int, out_dir: Path, progress: Path) 
     from gruconv import api
     from gruconv.errors import GruconvError
     from gruconv.readers import keras_h5
+    from gruconv.writers import legacy_graph
 
     stats = {"reader": reader, "cases": 0, "ok": 0, "refused": {}, "converted": 0, "failures": []}
     work = out_dir / "case"
@@ -197,9 +198,9 @@ def _worker(reader: str, start: int, count: int, out_dir: Path, progress: Path) 
             try:
                 api.inspect(path)
                 if reader == "keras-h5":
-                    stage = "keras_h5.write"
+                    stage = "legacy_graph.write"
                     doc = keras_h5.read(path)
-                    keras_h5.write(doc, out_dir / "legacy.h5", include_model=doc.model_config is not None)
+                    legacy_graph.write(doc, out_dir / "legacy.h5", include_model=doc.model_config is not None)
                 if case % CONVERT_EVERY == 0:
                     stage = "convert"
                     conv = out_dir / "converted"
@@ -402,6 +403,7 @@ def test_random_model_configs_only_succeed_or_raise_gruconv_errors(config_corpus
     from gruconv import api
     from gruconv.errors import GruconvError
     from gruconv.readers import keras_h5
+    from gruconv.writers import legacy_graph
 
     corpus, work = config_corpus
     name = data.draw(st.sampled_from(sorted(corpus)))
@@ -425,7 +427,7 @@ def test_random_model_configs_only_succeed_or_raise_gruconv_errors(config_corpus
         api.inspect(target)
         doc = keras_h5.read(target)
         keras_h5.converted_config(doc.model_config)
-        keras_h5.write(doc, work / "out.h5")
+        legacy_graph.write(doc, work / "out.h5")
     except GruconvError:
         pass
 

@@ -80,15 +80,16 @@ def keras_built(p: Path, dst: Path, *, weights_only: bool = False) -> None:
     fallback): the model built in Keras, saved with ``Model.save`` / ``save_weights``, loaded back."""
     from gruconv.options import Options
     from gruconv.writers import keras_model, keras_weights
+    from gruconv.writers.planning import Target
 
     writer = keras_weights if weights_only else keras_model
     if p.suffix == ".h5":
-        doc = keras_h5.read(p)
-        writer.write_graph_with_keras(doc.document(), dst, Options(), [], final=dst)
+        writer.write_with_keras(keras_h5.read(p).document(), Target("graph", path=dst, tmp=dst), Options())
     else:
         doc = tf1.read(p)
         (e,) = doc.stacks
-        writer.write_stack_with_keras(doc.document(), e, dst, Options(), e.scope or f"{e.stack.shape.cell}_stack")
+        writer.write_with_keras(doc.document(), Target("stack", path=dst, tmp=dst, stack=0,
+                                                       name=e.scope or f"{e.stack.shape.cell}_stack"), Options())
 
 
 def _h5_of(keras_zip: Path) -> h5py.File:

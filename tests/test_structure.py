@@ -203,48 +203,65 @@ def test_no_format_name_in(package):
 
 
 def _writer_contract():
-    """(required constants, {required verb: parameter names}) read off :class:`gruconv.writers.Writer`."""
+    """(required constants, {required verb: parameter names}, {optional verb: parameter names}) read off
+    :class:`gruconv.writers.Writer` (optional verbs are the ones marked ``@optional`` there)."""
     import inspect
 
     from gruconv import writers
 
     consts = tuple(writers.Writer.__annotations__)
-    verbs = {n: [p for p in inspect.signature(f).parameters if p != "self"]
-             for n, f in vars(writers.Writer).items() if inspect.isfunction(f) and not n.startswith("_")}
-    return consts, verbs
+    verbs, optional = {}, {}
+    for n, f in vars(writers.Writer).items():
+        if inspect.isfunction(f) and not n.startswith("_"):
+            (optional if getattr(f, "optional", False) else verbs)[n] = [
+                p for p in inspect.signature(f).parameters if p != "self"]
+    return consts, verbs, optional
 
 
 def _writer_breaches(w, consts, verbs, optional) -> list:
-    """How module ``w`` breaks the writer contract: a missing constant or verb, a verb whose parameters
-    differ from the Protocol's, or a public function that is neither a verb nor a declared optional one."""
+    """How module ``w`` breaks the writer contract: a missing constant or verb, a verb (required or
+    optional) whose parameters differ from the Protocol's, a target kind or ``WRITES`` outside the
+    registry's, or a public function that is neither a verb nor a declared optional one."""
     import inspect
 
+    from gruconv.writers import registry
+
     out = [f"no {c}" for c in consts if not hasattr(w, c)]
-    for v, params in verbs.items():
+    for v, params in list(verbs.items()) + list(optional.items()):
         f = getattr(w, v, None)
         if f is None:
-            out.append(f"no {v}()")
+            if v in verbs:
+                out.append(f"no {v}()")
         elif [p for p in inspect.signature(f).parameters] != params:
             out.append(f"{v}{tuple(inspect.signature(f).parameters)} is not {v}{tuple(params)}")
+    out += [f"KINDS has {k!r}" for k in getattr(w, "KINDS", ()) if k not in registry.KINDS]
+    if hasattr(w, "WRITES") and w.WRITES not in registry.WRITES:
+        out.append(f"WRITES is {w.WRITES!r}")
     public = {n for n, f in vars(w).items() if inspect.isfunction(f) and f.__module__ == w.__name__
               and not n.startswith("_")}
-    out += [f"{n}() is neither a writer verb nor in writers.OPTIONAL" for n in sorted(public - set(verbs) - set(optional))]
+    out += [f"{n}() is neither a writer verb nor optional in writers.Writer"
+            for n in sorted(public - set(verbs) - set(optional))]
     return out
 
 
 def test_every_writer_satisfies_the_writer_protocol():
-    """The contract is written once (``writers.Writer``) and every registered writer module has it;
-    optional verbs are declared in ``writers.OPTIONAL`` (found with ``writers.hook``, not ``hasattr``)."""
+    """The contract is written once (``writers.Writer``, a ``typing.Protocol``) and every registered
+    writer module has it: its constants, one ``write`` verb, ``load``; optional verbs are declared in
+    the Protocol (``@optional``) and found with ``writers.hook``, not ``hasattr``."""
     from gruconv import writers
 
-    consts, verbs = _writer_contract()
-    assert {"FORMAT", "SUFFIX", "CLAIMS", "MANY"} <= set(consts) and {"write_stack", "write_graph", "load"} <= set(verbs)
+    consts, verbs, optional = _writer_contract()
+    assert {"FORMAT", "SUFFIX", "CLAIMS", "KINDS", "WRITES", "MANY"} <= set(consts)
+    assert set(verbs) == {"options", "write", "load"} and set(optional) == set(writers.OPTIONAL)
     for name in writers.WRITERS:
         w = writers.module(name)
-        assert _writer_breaches(w, consts, verbs, writers.OPTIONAL) == [], name
-        assert w.FORMAT == name
+        assert _writer_breaches(w, consts, verbs, optional) == [], name
+        assert w.FORMAT == name and "stack" in w.KINDS and "graph" in w.KINDS
         assert w.SUFFIX.endswith(w.CLAIMS) or any(w.SUFFIX.endswith(c) for c in w.CLAIMS)
         assert writers.claimed_by("x" + w.SUFFIX) == name
+        if "graph-rnn" in w.KINDS:  # a directory of one file per RNN needs their names
+            assert writers.hook(w, "graph_targets") and writers.hook(w, "refuse"), name
+    assert writers.by_kind("document") == ["torch"] and writers.by_kind("graph-rnn") == ["onnx"]
 
 
 def test_the_writer_protocol_check_finds_planted_breaches():
@@ -252,29 +269,76 @@ def test_the_writer_protocol_check_finds_planted_breaches():
 
     from gruconv import writers
 
-    consts, verbs = _writer_contract()
+    consts, verbs, optional = _writer_contract()
     w = types.ModuleType("planted_writer")
-    exec("FORMAT = SUFFIX = 'x'\nCLAIMS = ('x',)\nMANY = SAVES_MODEL = NEEDS_ARCHITECTURE = False\n"
-         "def options(graph): pass\ndef write_stack(document, entry, target, options, name): pass\n"
-         "def write_graph(document, target, options, *, final): pass\ndef sneaky(path): pass\n", vars(w))
-    assert _writer_breaches(w, consts, verbs, writers.OPTIONAL) == [
-        "write_graph('document', 'target', 'options', 'final') is not "
-        "write_graph('document', 'target', 'options', 'warnings', 'final')", "no load()",
-        "sneaky() is neither a writer verb nor in writers.OPTIONAL"]
+    exec("FORMAT = SUFFIX = 'x'\nCLAIMS = ('x',)\nKINDS = ('stack', 'table')\nWRITES = 'model'\n"
+         "MANY = NEEDS_ARCHITECTURE = False\n"
+         "def options(graph): pass\ndef write(document, target): pass\n"
+         "def describe(shape, more): pass\ndef sneaky(path): pass\n", vars(w))
+    assert _writer_breaches(w, consts, verbs, optional) == [
+        "write('document', 'target') is not write('document', 'target', 'options')", "no load()",
+        "describe('shape', 'more') is not describe('shape',)", "KINDS has 'table'",
+        "sneaky() is neither a writer verb nor optional in writers.Writer"]
     with pytest.raises(KeyError):
         writers.hook(w, "sneaky")
 
 
-def test_every_reader_offers_the_reader_verbs():
+#: What a reader module offers; nothing else public is a verb of its own.
+READER_VERBS = ("DESCRIPTION", "OPTIONS", "GRAPH", "SUFFIXES", "sniff", "read", "inspect", "input_files",
+                "extra_outputs", "output_name", "natural_output", "nothing_to_verify", "verify_subjects")
+#: Writer or driver verbs a reader once had (issue 28): planning and writing are the writers' and api's.
+NOT_READER_VERBS = ("convert", "check_outputs", "output_format", "write", "write_stack", "write_graph",
+                    "stack_targets")
+
+
+def _reader_breaches(r) -> list:
+    return ([f"no {v}" for v in READER_VERBS if not hasattr(r, v)]
+            + [f"{v} is a writer verb" for v in NOT_READER_VERBS if hasattr(r, v)])
+
+
+def test_every_reader_offers_the_reader_verbs_and_no_writer_verb():
     from gruconv import readers
 
     for name in readers.READERS:
         r = readers.module(name)
         assert r.FORMAT == name
-        for attr in ("DESCRIPTION", "OPTIONS", "GRAPH", "SUFFIXES", "sniff", "read", "inspect", "input_files",
-                     "extra_outputs", "output_format", "check_outputs", "convert", "output_name",
-                     "natural_output", "nothing_to_verify", "verify_subjects"):
-            assert hasattr(r, attr), (name, attr)
+        assert _reader_breaches(r) == [], name
+
+
+def test_the_reader_verb_check_finds_a_planted_writer_verb():
+    import types
+
+    from gruconv import readers
+
+    r = types.ModuleType("planted_reader")
+    vars(r).update(vars(readers.module("keras-h5")))
+    r.convert = lambda doc, output, opts: None
+    del r.inspect
+    assert _reader_breaches(r) == ["no inspect", "convert is a writer verb"]
+
+
+def _reader_imports(mods: dict, packages) -> list:
+    """``module -> gruconv.readers...`` imports (any depth) from the modules under ``packages``."""
+    found = []
+    for m, p in mods.items():
+        if any(m == f"gruconv.{pkg}" or m.startswith(f"gruconv.{pkg}.") for pkg in packages):
+            found += [f"{m} -> {t}" for t, _ in _imports(m, p, mods)
+                      if t == "gruconv.readers" or t.startswith("gruconv.readers.")]
+    return sorted(found)
+
+
+def test_writers_and_keras3_never_import_readers():
+    """A writer reads nothing but the ``Document`` (issue 28): no module under ``writers/`` or
+    ``keras3/`` imports a reader, at any depth."""
+    assert _reader_imports(_modules(), ("writers", "keras3")) == []
+
+
+def test_the_reader_import_finder_finds_a_planted_one(tmp_path):
+    mods = _modules()
+    planted = tmp_path / "planted.py"
+    planted.write_text("def f(p):\n    from ..readers import keras_h5\n    return keras_h5.read(p)\n")
+    mods["gruconv.writers.planted"] = planted
+    assert _reader_imports(mods, ("writers",)) == ["gruconv.writers.planted -> gruconv.readers.keras_h5"]
 
 
 def test_options_cover_every_field_once():
@@ -290,3 +354,49 @@ def test_options_cover_every_field_once():
         read |= readers.accepted_options(name, list(writers.WRITERS))
     assert {f.name for f in dataclasses.fields(Options)} == read
     importlib.import_module("gruconv.cli")  # the --format choices come from the registry
+
+
+def _graph_gaps(cls) -> list:
+    """The members of :class:`gruconv.model.canonical.KerasGraph` (and, for a v3-layout graph,
+    ``KerasGraphV3``) that class ``cls`` lacks: attributes, dataclass fields or methods."""
+    import dataclasses
+
+    from gruconv.model.canonical import KerasGraph, KerasGraphV3
+
+    protos = [KerasGraph] + ([KerasGraphV3] if getattr(cls, "layout", None) == "v3" else [])
+    fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+    gaps = []
+    for proto in protos:
+        members = set(proto.__annotations__) | {n for n, f in vars(proto).items()
+                                                if callable(f) and not n.startswith("_")}
+        gaps += sorted(m for m in members if m not in fields and not hasattr(cls, m))
+    return gaps
+
+
+def test_every_keras_graph_is_complete():
+    """Each reader's Keras graph implements the whole :class:`~gruconv.model.canonical.KerasGraph`
+    (writers ask it, never the reader)."""
+    from gruconv.readers.keras_h5 import KerasH5Model
+    from gruconv.readers.tf_keras_zip import TfKerasZipModel
+
+    for cls in (KerasH5Model, TfKerasZipModel):
+        assert _graph_gaps(cls) == [], cls.__name__
+
+
+def test_the_keras_graph_check_finds_a_planted_gap():
+    import dataclasses
+
+    from gruconv.readers.tf_keras_zip import TfKerasZipModel
+
+    @dataclasses.dataclass
+    class Half:
+        path: str
+        model_config: dict
+        layout = "v3"
+
+        def open_file(self):
+            pass
+
+    gaps = _graph_gaps(Half)
+    assert "weight_names" in gaps and "stored_weights" in gaps and "open_file" not in gaps and "path" not in gaps
+    assert _graph_gaps(TfKerasZipModel) == []

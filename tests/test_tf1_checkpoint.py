@@ -25,15 +25,15 @@ from gruconv.readers import tfbundle
 from gruconv.model.canonical import StackShape
 from gruconv.errors import InputError, OutputError, UsageError
 from gruconv.readers import tf1 as _t1
-from gruconv.readers.tf1 import reading as _t1_reading, writing as _t1_writing
+from gruconv.readers.tf1 import reading as _t1_reading, verifying as _t1_verifying
 from gruconv.options import Options
 
 
 class _Verbs:
-    """The TF1 format module's registry verbs, called from a path as :mod:`gruconv.api` calls them."""
+    """The TF1 reader's verbs, called from a path as :mod:`gruconv.api` calls them (``convert``: the api's)."""
 
     def __getattr__(self, name):  # everything else: the package's own function (or a module's helper)
-        for m in (_t1, _t1_reading, _t1_writing):
+        for m in (_t1, _t1_reading, _t1_verifying):
             if hasattr(m, name):
                 return getattr(m, name)
         raise AttributeError(name)
@@ -45,9 +45,10 @@ class _Verbs:
         return _t1.inspect(_t1.read(path, **kw))
 
     @staticmethod
-    def convert(path, out, **kw):
-        opts = Options.of(**kw)
-        return _t1.convert(_t1.read(path, opts), Path(out), opts)
+    def convert(path, out, **kw):  # read -> plan -> write, as the CLI does (gruconv.api.convert)
+        from gruconv import api
+
+        return api.convert(path, Path(out), Options.of(**kw))
 
 
 t1 = _Verbs()

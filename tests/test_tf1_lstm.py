@@ -49,8 +49,9 @@ def _read(case, **kw):
 
 def _convert(case, out, **kw):
     kw.setdefault("hints", HINTS.get(case))
-    opts = Options.of(**kw)
-    return t1.convert(t1.read(TF1 / case, opts), Path(out), opts)
+    from gruconv import api
+
+    return api.convert(TF1 / case, Path(out), Options.of(**kw))
 
 
 def _keras():
@@ -324,7 +325,9 @@ def test_opaque_only_cell_unknown_lists_both_cells(tf, tmp_path):
     text = report.inspect_text(info)
     assert "GRU, input 5, units 1" in text and "LSTM, input 3, units 1" in text
     with pytest.raises(UsageError, match="Pass --cell"):
-        t1.convert(t1.read(prefix, Options(hints={"variable": "params"})), tmp_path / "x.keras", Options())
+        from gruconv.writers.planning import plan
+
+        plan(t1.read(prefix, Options(hints={"variable": "params"})).document(), tmp_path / "x.keras", Options())
     doc = t1.read(prefix, Options(hints={"variable": "params", "cell": "lstm", "num_layers": 1,
                                          "direction": "uni"}))
     assert doc.stacks[0].shape.to_dict() == MANIFEST["layer_uni_1l_h1"]["stacks"][0]["shape"]
@@ -391,8 +394,9 @@ def test_rest_npz_with_crafted_names(tf, tmp_path):
     t = _tensors("layer_uni_1l_h1")
     extra = {name: np.full(2, i, np.float32) for i, name in enumerate(CRAFTED) if name}
     prefix = _save(tf, tmp_path / "c.ckpt", {**t, **extra})
-    doc = t1.read(prefix)
-    t1.convert(doc, tmp_path / "m.keras", Options())
+    from gruconv import api
+
+    api.convert(prefix, tmp_path / "m.keras", Options())
     rest = tmp_path / "m.keras.rest.npz"
     with zipfile.ZipFile(rest) as z:
         members = z.namelist()

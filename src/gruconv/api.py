@@ -4,22 +4,23 @@
 >>> api.inspect("fixtures/keras/sequential.h5")["rnns"][0]["shape"]["units"]   # doctest: +SKIP
 >>> api.convert("in.h5", "out.keras")                                          # doctest: +SKIP
 
-Each function detects the input's format and hands it to that format's module
-(:mod:`gruconv.readers`), which reads it into the canonical model and writes
-the output; this module knows no format.
+Each function detects the input's format and hands it to that format's reader
+(:mod:`gruconv.readers`), which reads it into the canonical model; ``convert`` then plans the
+outputs (:mod:`gruconv.writers.planning`) and drives the writers inside one output transaction
+(:class:`gruconv.files.outputs.Outputs`).  This module knows no format.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import os
 from pathlib import Path
 from typing import Optional
 
 from . import readers
 from .options import ConvertResult, Options
 
-__all__ = ["inspect", "convert", "verify", "check_not_inputs", "ConvertResult", "Options"]
+__all__ = ["inspect", "convert", "write", "verify", "check_not_inputs", "ConvertResult", "Options"]
 
 
 def inspect(path, options=None, **kw) -> dict:
@@ -57,6 +58,10 @@ def convert(input, output, options=None, *, verify: bool = False, tolerance: flo
             rtol: Optional[float] = None, floor_k: Optional[float] = None, **kw) -> ConvertResult:
     """Convert one input into a Keras 3 model (``.keras``) or a weights file (``.h5``).
 
+    read -> plan (:func:`gruconv.writers.planning.plan`: format, file or directory, targets,
+    refusals, decided once) -> one output transaction (:class:`gruconv.files.outputs.Outputs`) ->
+    each target to its writer's ``write`` -> with ``verify``, verify the staged files.
+
     Raises a :class:`~gruconv.errors.GruconvError` for anything the user can
     fix and writes nothing unless the whole conversion succeeds.  With
     ``verify`` the outputs are written to a private staging directory beside
@@ -64,22 +69,27 @@ def convert(input, output, options=None, *, verify: bool = False, tolerance: flo
     a failed check leaves no file behind (the report says why).  ``tolerance``, ``rtol`` and
     ``floor_k`` are :func:`gruconv.verify.verify`'s bounds (None: its defaults).
     """
+    from .files.outputs import Outputs
+    from .writers.planning import plan
+
     opts = Options.of(options, **kw)
     input, output = Path(input), Path(output)
     module = readers.module(readers.detect(input))
     refuse_unread(module, output, opts)
-    doc = module.read(input, opts)
-    if not verify:
-        return module.convert(doc, output, opts)
-    from .files.outputs import staging_dir
+    document = module.read(input, opts).document()
+    outputs = Outputs(force=opts.force)
+    with _said_of_input(document):
+        planned = plan(document, output, opts)
+        if not verify:
+            return write(document, planned, outputs, opts)
     from .verify import verify as _verify
 
-    module.check_outputs(doc, output, opts)
-    parent = output.parent if str(output.parent) else Path(".")
-    with staging_dir(parent) as td:
+    with outputs.staged(output) as td:
         staged = Path(td) / output.name
         # --verify implies --check-load (a writer that reads no such option ignores it)
-        result = module.convert(doc, staged, dataclasses.replace(opts, force=True, check_load=True))
+        staged_opts = dataclasses.replace(opts, force=True, check_load=True)
+        with _said_of_input(document):
+            result = write(document, plan(document, staged, staged_opts), Outputs(force=True), staged_opts)
         if result.nothing_to_convert and not result.outputs:
             return result
         report = _verify(input, staged, tolerance=tolerance, rtol=rtol, floor_k=floor_k, options=opts)
@@ -87,7 +97,71 @@ def convert(input, output, options=None, *, verify: bool = False, tolerance: flo
         if not report.passed:
             result.outputs = []
             return result
-        result.outputs = _promote(staged, output, result.outputs, force=opts.force)
+        result.outputs = outputs.promote(staged, output, result.outputs)
+    return result
+
+
+@contextlib.contextmanager
+def _said_of_input(document):
+    """Errors naming the file a reader made to stand for the input are said of the input
+    (:func:`gruconv.errors.said_of`)."""
+    from .errors import GruconvError, said_of
+
+    if document.stand_in is None:
+        yield
+        return
+    try:
+        yield
+    except GruconvError as e:
+        raise said_of(e, *document.stand_in) from None
+
+
+def write(document, planned, outputs, opts: Options) -> ConvertResult:
+    """Write what ``planned`` says (:class:`gruconv.writers.planning.Plan`) inside the transaction
+    ``outputs`` (all or nothing), each target through its writer's one ``write`` verb, and report it."""
+    from . import writers
+    from .writers import rest_npz
+
+    result = ConvertResult(input=document.source, format=document.reader)
+    result.warnings.extend(document.warnings)
+    if planned.route == "nothing":
+        result.nothing_to_convert, result.reason = True, planned.reason
+        return result
+    result.nothing_to_convert = document.nothing
+    result.warnings.extend(document.notes)
+    writer = planned.writer
+    describe = writers.hook(writer, "describe")
+    with outputs.writing():
+        if planned.directory is not None:
+            outputs.directory(planned.directory)
+        for t in planned.targets:
+            t.warnings = result.warnings
+            with outputs.file(t.path, force=t.force, suffix=writer.SUFFIX) as tmp:
+                t.tmp = tmp
+                nonfinite = writer.write(document, t, opts)
+            document.drop()
+            result.outputs.append(str(t.path))
+            if t.kind == "graph":
+                for i, name in enumerate(document.names):
+                    bad = nonfinite.get(name, 0)
+                    result.rnns.append(document.row(i, bad))
+                    if describe:  # a non-Keras target says what it made
+                        result.rnns[-1]["converts_to"] = describe(document.stacks[i].shape)["target"]
+                    if bad:
+                        result.warnings.append(f"{name}: {bad} NaN/Inf weight value(s) carried over unchanged")
+            elif t.kind == "document":
+                result.rnns.extend(dict(document.row(i), output=str(t.path), converts_to=describe(s.shape)["target"])
+                                   for i, s in enumerate(document.stacks))
+            else:  # one stack, or one RNN of a graph
+                result.rnns.append(dict(document.row(i=t.stack), output=str(t.path)))
+                if describe:
+                    result.rnns[-1]["converts_to"] = describe(document.stacks[t.stack].shape)["target"]
+        if planned.rest is not None:
+            with outputs.file(planned.rest, force=planned.directory is not None or opts.force, suffix=".npz") as tmp:
+                rest_npz.write(document, tmp, result.warnings)
+            result.outputs.append(str(planned.rest))
+    if result.outputs:
+        result.warnings.extend(document.closing)
     return result
 
 
@@ -95,45 +169,15 @@ def refuse_unread(module, output: Path, opts: Options) -> None:
     """Refuse (exit 2, one line) every given option that neither this input's reader nor the writer
     of ``output`` reads (:func:`gruconv.readers.accepted_options`); an output name that tells no
     writer is left for the conversion to report (only the reader's options count then)."""
-    from .errors import GruconvError
     from . import writers
+    from .writers.planning import output_format
 
-    try:
-        fmt = module.output_format(output, opts)
-    except GruconvError:
+    fmt = output_format(module.GRAPH, output, opts)
+    if fmt is None:
         fmt, what = (), module.DESCRIPTION
     else:
         what = f"{module.DESCRIPTION} converted to {writers.module(fmt).SUFFIX}"
     readers.refuse_unread(opts, readers.accepted_options(module.FORMAT, fmt), what)
-
-
-def _promote(staged: Path, output: Path, produced: list, *, force: bool) -> list:
-    """Move verified outputs from the staging directory to where the user asked for them."""
-    from .errors import OutputError
-    from .files.outputs import check_target, place_new
-
-    moved = []
-    for p in produced:
-        p = Path(p)
-        rel = p.relative_to(staged) if p != staged and staged in p.parents else None
-        if p == staged:
-            target = output
-        elif rel is not None:
-            target = output / rel
-        else:  # a sibling of the staged output (OUT.rest.npz)
-            target = output.parent / (output.name + p.name[len(staged.name):])
-        try:
-            if rel is not None:
-                os.makedirs(target.parent, exist_ok=True)
-            check_target(target, force=force)
-            if force:
-                os.replace(p, target)
-            else:
-                place_new(p, target)
-        except OSError as e:
-            raise OutputError(f"cannot write output ({e.strerror or e})", path=target) from None
-        moved.append(str(target))
-    return moved
 
 
 def verify(input, converted=None, options=None, **kw):

@@ -167,3 +167,13 @@ def first_line(e: BaseException, limit: int = 0) -> str:
     if limit and len(msg) > limit:
         msg = msg[:limit].rsplit(" ", 1)[0] + " ..."
     return msg
+
+
+def said_of(e: GruconvError, stand_in, source) -> GruconvError:
+    """``e`` said of ``source`` where it named ``stand_in`` (a file a reader made to stand for the input,
+    e.g. a TF2 checkpoint's staged weights file), or named no file at all; else ``e`` itself."""
+    from pathlib import Path
+
+    if e.path is None or Path(e.path) == Path(stand_in):
+        return type(e)(e.message.replace(str(stand_in), str(source)), path=source)
+    return e

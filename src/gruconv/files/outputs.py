@@ -24,6 +24,7 @@ import re
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 from ..errors import OutputError
 
@@ -430,3 +431,100 @@ def hdf5_file(path):
         raise
     f._raw = raw
     return f
+
+
+# --------------------------------------------------------------------------- one conversion's outputs
+
+class Outputs:
+    """One conversion's output transaction: the one place a conversion's files are placed.
+
+    ``api.convert`` opens one per conversion (:meth:`writing`); writers are handed temporary paths
+    (:meth:`file`: :func:`atomic_path`, a temporary beside each target renamed into place when it is
+    complete), a directory output is made by :meth:`directory`, and the conversion is all or nothing:
+    if anything fails, every file this transaction placed is removed again and a directory it made is
+    removed (:meth:`abort`).  With ``--verify`` the whole conversion is first written into a private
+    staging directory beside the output (:meth:`staged`) and :meth:`promote` moves what passed into
+    place.  Replaces the placement code that was spread over ``api._promote`` and the readers."""
+
+    def __init__(self, *, force: bool):
+        self.force = force
+        self.placed: list = []
+        self.created: Optional[Path] = None
+
+    # -- writing
+
+    def directory(self, path: Path) -> None:
+        """Make ``path`` (a directory output) if it does not exist; :meth:`abort` removes it again."""
+        path = Path(path)
+        if path.exists():
+            return
+        try:
+            path.mkdir()
+        except OSError as err:
+            raise OutputError(f"cannot create output directory ({err.strerror or err})", path=path) from None
+        self.created = path
+
+    @contextlib.contextmanager
+    def file(self, target: Path, *, suffix: str = "", force: Optional[bool] = None):
+        """A temporary path beside ``target``, renamed to ``target`` when the block succeeds
+        (:func:`atomic_path`); the file is this transaction's from then on."""
+        with atomic_path(Path(target), force=self.force if force is None else force, suffix=suffix) as tmp:
+            yield tmp
+        self.placed.append(Path(target))
+
+    def abort(self) -> None:
+        """Remove every file placed so far and a directory this transaction made (all or nothing)."""
+        for f in self.placed:
+            with contextlib.suppress(OSError):
+                Path(f).unlink()
+        self.placed = []
+        if self.created is not None:
+            with contextlib.suppress(OSError):
+                self.created.rmdir()
+            self.created = None
+
+    @contextlib.contextmanager
+    def writing(self):
+        """The transaction: on any exception, :meth:`abort` and re-raise."""
+        try:
+            yield self
+        except BaseException:
+            self.abort()
+            raise
+
+    # -- staging (``convert --verify``)
+
+    @staticmethod
+    def staged(output: Path):
+        """A private staging directory beside ``output`` (:func:`staging_dir`): the conversion writes
+        there, is verified there, and :meth:`promote` places what passed."""
+        output = Path(output)
+        return staging_dir(output.parent if str(output.parent) else Path("."))
+
+    def promote(self, staged: Path, output: Path, produced: list) -> list:
+        """Move the staged outputs ``produced`` (``staged`` itself, files under it when it is a
+        directory, or siblings named after it such as ``staged.rest.npz``) to where the user asked
+        for them; returns the final paths."""
+        moved = []
+        staged, output = Path(staged), Path(output)
+        for p in produced:
+            p = Path(p)
+            rel = p.relative_to(staged) if p != staged and staged in p.parents else None
+            if p == staged:
+                target = output
+            elif rel is not None:
+                target = output / rel
+            else:  # a sibling of the staged output (OUT.rest.npz)
+                target = output.parent / (output.name + p.name[len(staged.name):])
+            try:
+                if rel is not None:
+                    os.makedirs(target.parent, exist_ok=True)
+                check_target(target, force=self.force)
+                if self.force:
+                    os.replace(p, target)
+                else:
+                    place_new(p, target)
+            except OSError as e:
+                raise OutputError(f"cannot write output ({e.strerror or e})", path=target) from None
+            moved.append(str(target))
+        return moved

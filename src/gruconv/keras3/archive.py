@@ -41,6 +41,7 @@ from ..errors import InputError, OutputError, UnsupportedError
 from ..progress import step
 from . import config as keras3_config
 from ..files.window import Window as _Window
+from ..model.keras_layout import WEIGHT_ROLES
 
 CONFIG_NAME, METADATA_NAME, WEIGHTS_NAME = "config.json", "metadata.json", "model.weights.h5"
 
@@ -568,15 +569,14 @@ def legacy_h5_arrays(doc, tops: list, nonfinite: Optional[dict] = None) -> Itera
     per CuDNN layer path, counted on the stored values before the transform (an LSTM's two biases
     are summed by the transform, so counting after it could merge or hide one)."""
     from ..files import hdf5 as h5safe
-    from ..readers import keras_h5
 
     replaced = {}
     for rnn in doc.rnns:
         for d, roles in enumerate(rnn.datasets):
-            for i, role in enumerate(keras_h5.WEIGHT_ROLES):
+            for i, role in enumerate(WEIGHT_ROLES):
                 replaced[roles[role]] = (rnn, d, i)
-    with keras_h5.open_model_file(doc.path) as src:
-        sroot = h5safe.child(src, "model_weights", doc.path, "group") if doc.kind == "model" else src
+    with doc.open_file() as src:
+        sroot = doc.weight_group(src)
         _refuse_top_level_weights(sroot, doc.path)
         names = set(doc.layer_names)
         for n, top in enumerate(tops, 1):
@@ -588,7 +588,7 @@ def legacy_h5_arrays(doc, tops: list, nonfinite: Optional[dict] = None) -> Itera
                 raise InputError(f"layer {top.name!r} has {len(order)} weight(s) but no weight group in the file",
                                  path=doc.path)
             group = h5safe.child(sroot, top.name, doc.path, "group")
-            wnames = keras_h5.weight_names_of(group, doc.path)
+            wnames = doc.weight_names(group)
             if len(wnames) != len(order):
                 raise InputError(f"layer {top.name!r}: the file holds {len(wnames)} weight(s), Keras 3's "
                                  f"{top.name} has {len(order)}", path=doc.path)
@@ -648,7 +648,6 @@ def v3_arrays(doc, config: dict, tops: list, nonfinite: Optional[dict] = None) -
     :func:`cudnn_direction` as the legacy layout.  Every stored layer weight must land in a slot: one
     left over is refused, named (a weight Keras 3 would silently drop)."""
     from ..files import hdf5 as h5safe
-    from ..readers import keras_h5
 
     try:
         sources = keras3_config.tf_keras_sources(doc.model_config, config)
@@ -657,7 +656,7 @@ def v3_arrays(doc, config: dict, tops: list, nonfinite: Optional[dict] = None) -
     replaced = {}
     for rnn in doc.rnns:
         for d, roles in enumerate(rnn.datasets):
-            for i, role in enumerate(keras_h5.WEIGHT_ROLES):
+            for i, role in enumerate(WEIGHT_ROLES):
                 replaced[roles[role].lstrip("/")] = (rnn, d, i)
     plan, top_of = [], {}
     for top in tops:
@@ -879,13 +878,11 @@ def write_keras_h5_doc(doc, target, *, weights_only: bool = False, warnings: Opt
     training config loses (custom losses / metrics), as the Keras route reports it; ``nonfinite`` the
     NaN/Inf count per CuDNN layer (:func:`legacy_h5_arrays`); ``info["config"]`` the generated Keras 3
     model config (for :func:`check_load` of a weights-only output)."""
-    from ..readers import keras_h5
-
     if doc.model_config is None:
         raise UnsupportedError("a weights-only input needs its architecture (--config)", path=doc.path)
     check_rnn_inputs(doc)
     try:
-        config = keras3_config.model_config(keras_h5.converted_config(doc.model_config))
+        config = keras3_config.model_config(doc.legacy_config())
         groups, tops = keras3_config.saveable_plan(config)
         custom_slots(doc, config, groups, tops)
         if info is not None:
@@ -925,7 +922,6 @@ def custom_slots(doc, config: dict, groups: list, tops: list) -> None:
     (:class:`UnsupportedError`): its weights sit in its top-level layer's group under names the file
     alone cannot pair with Keras 3's object paths."""
     from ..files import hdf5 as h5safe
-    from ..readers import keras_h5
 
     names = [n for ns in keras3_config.custom_layers(config).values() for n in ns]
     if not names:
@@ -935,12 +931,12 @@ def custom_slots(doc, config: dict, groups: list, tops: list) -> None:
         raise UnsupportedError(f"custom layer name {(odd or names)[0]!r:.60} is not a unique layer name")
     by_name = {t.name: t for t in tops}
     counts = {}
-    with keras_h5.open_model_file(doc.path) as src:
-        root = h5safe.child(src, "model_weights", doc.path, "group") if doc.kind == "model" else src
+    with doc.open_file() as src:
+        root = doc.weight_group(src)
         for name in names:
             if name in by_name and name in doc.layer_names:
                 group = h5safe.child(root, name, doc.path, "group")
-                counts[name] = len(keras_h5.weight_names_of(group, doc.path))
+                counts[name] = len(doc.weight_names(group))
     for name in names:
         top = by_name.get(name)
         if top is None:
@@ -958,13 +954,12 @@ def custom_slots(doc, config: dict, groups: list, tops: list) -> None:
 def _holds_weights_below(doc, name: str) -> bool:
     """Whether any stored weight name has ``name`` as an owner (``outer/<name>/w:0``)."""
     from ..files import hdf5 as h5safe
-    from ..readers import keras_h5
 
-    with keras_h5.open_model_file(doc.path) as src:
-        root = h5safe.child(src, "model_weights", doc.path, "group") if doc.kind == "model" else src
+    with doc.open_file() as src:
+        root = doc.weight_group(src)
         for layer in doc.layer_names:
             group = h5safe.child(root, layer, doc.path, "group")
-            if any(name in w.split("/")[:-1] for w in keras_h5.weight_names_of(group, doc.path)):
+            if any(name in w.split("/")[:-1] for w in doc.weight_names(group)):
                 return True
     return False
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Protocol
 
 import numpy as np
 
@@ -239,6 +239,61 @@ class RNNStack:
         )
 
 
+class KerasGraph(Protocol):
+    """The Keras-graph passthrough of a :class:`Document` (``document.graph``): the rest of a Keras
+    model, as the writers that can express it read it.  Writers and :mod:`gruconv.keras3` read the
+    input only through these accessors, never by opening the file or importing a reader; the reader
+    that made the graph implements them (``readers/keras_h5`` ``KerasH5Model``, ``readers/tf_keras_zip``
+    ``TfKerasZipModel``).  ``tests/test_structure.py`` checks every implementation is complete."""
+
+    #: the file the graph was read from (for messages)
+    path: object
+    #: ``"model"`` (a full model file) or ``"weights"`` (weights only)
+    kind: str
+    keras_version: Optional[str]
+    backend: Optional[str]
+    #: the Keras 2 model config (``to_json()``), or None for weights only
+    model_config: Optional[dict]
+    #: the training config JSON text, or None
+    training_config: Optional[str]
+    #: the top-level layers with a weight group, in file order
+    layer_names: list
+    #: the cuDNN layers (each with ``path``, ``shape``, ``stack``, ``datasets``, ``release()``)
+    rnns: list
+    #: paths of ``Lambda`` layers (code a conversion never runs)
+    lambdas: list
+    #: where the weights are and how they are named: ``"legacy"`` or ``"v3"`` (``layers/.../vars/i``)
+    layout: str
+
+    def open_file(self):
+        """The input file, opened through every guard (a context manager)."""
+
+    def weight_group(self, src):
+        """The group of the open file that holds the per-layer weight groups."""
+
+    def weight_names(self, group) -> list:
+        """A layer group's weight names, checked."""
+
+    def legacy_config(self, *, zero_init: bool = False) -> dict:
+        """The model config with every cuDNN layer replaced by its GRU / LSTM config (Keras 2 form)."""
+
+    def other_weights(self):
+        """``("<layer>/<weight name>", array)`` for every stored weight of no cuDNN layer, in file order."""
+
+    def build_model(self):
+        """``(Keras 3 model, {layer: NaN/Inf count})``: the Keras-built route."""
+
+
+class KerasGraphV3(KerasGraph, Protocol):
+    """A :class:`KerasGraph` whose weights are in the ``.keras`` (v3) layout (``layout == "v3"``)."""
+
+    def open_weights(self):
+        """The stored weights file (a context manager)."""
+
+    def stored_weights(self, f) -> list:
+        """Every model weight stored in the open weights file ``f``."""
+
+
 @dataclass
 class Document:
     """What a reader produces and writers consume (pandoc's AST, for cuDNN RNNs).
@@ -254,11 +309,45 @@ class Document:
     source: str
     reader: str
     stacks: list = field(default_factory=list)
-    graph: object = None
+    graph: Optional[KerasGraph] = None
     other_tensors: list = field(default_factory=list)
     view: object = None
     release: object = None
     warnings: list = field(default_factory=list)
+
+    # Plan facts: what :func:`gruconv.writers.planning.plan` and ``api.convert`` decide and report
+    # from, set by the reader (so no writer asks a reader anything).
+    #: every file a conversion reads (the input's files, ``--config``): no output may be one of them
+    inputs: list = field(default_factory=list)
+    #: per stack, its name (a checkpoint scope, a Keras layer path; ``""`` for none)
+    names: list = field(default_factory=list)
+    #: what the stacks are called in messages ("GRU", "LSTM", "RNN")
+    stack_word: str = "RNN"
+    #: notes for the user once something is converted (after :attr:`warnings`)
+    notes: list = field(default_factory=list)
+    #: notes added once a file was written
+    closing: list = field(default_factory=list)
+    #: nothing to convert; ``reason`` says why when the reader says more than "no cuDNN RNN"
+    nothing: bool = False
+    reason: Optional[str] = None
+    #: with ``--force``, a document with nothing to convert is written anyway (a Keras graph)
+    nothing_forced: bool = False
+    #: the one-line refusal of any conversion (raised by ``plan``)
+    refusal: Optional[Exception] = None
+    #: ``{writer format: its refusal}``: writers this input cannot go to
+    refused: dict = field(default_factory=dict)
+    #: the refusal (``{suffix}`` filled in) of a writer that needs an architecture this input lacks
+    needs_config: Optional[str] = None
+    #: ``row(index, nonfinite) -> dict``: stack ``index`` in the convert report's schema
+    row: object = None
+    #: ``(stand-in path, input path)``: a file the reader made to stand for the input; a message
+    #: naming it is said of the input
+    stand_in: Optional[tuple] = None
+
+    @property
+    def cells(self) -> list:
+        """Per stack, its cell (``gru``, ``lstm``)."""
+        return [s.shape.cell for s in self.stacks]
 
     def drop(self) -> None:
         """``release()`` when the reader holds anything (writers call it between layers)."""

@@ -47,6 +47,10 @@ from ..errors import InputError
 #: z, r, h blocks); the permutation is its own inverse.  LSTM: Keras (i, f, c, o) is
 #: cuDNN's own order (tf_keras ``cudnn_lstm.py``).
 KERAS_GATE_ORDER = {"gru": (1, 0, 2), "lstm": (0, 1, 2, 3)}
+
+#: The weights of one direction of a Keras recurrent layer, in the order Keras stores them (and
+#: :func:`to_keras` returns them): the same for CuDNNGRU/CuDNNLSTM and GRU/LSTM.
+WEIGHT_ROLES = ("kernel", "recurrent_kernel", "bias")
 assert all(len(KERAS_GATE_ORDER[c]) == CELLS[c].num_gates for c in CELLS)
 #: per cell: the Keras 2 / tf_keras cuDNN-only layer class that stores it
 _KERAS_CLASS = {"gru": "CuDNNGRU", "lstm": "CuDNNLSTM"}

@@ -11,16 +11,13 @@ always a :class:`gruconv.options.Options`):
     cheap content check, no exceptions;
 ``read(path, options) -> doc``
     the file's structure plus its stacks in the canonical model; ``doc.document()`` is the
-    :class:`gruconv.model.canonical.Document` writers consume; every problem a ``GruconvError``;
+    :class:`gruconv.model.canonical.Document` writers consume, with the plan facts
+    :func:`gruconv.writers.planning.plan` decides from (and, for a Keras model, a complete
+    :class:`~gruconv.model.canonical.KerasGraph`); every problem a ``GruconvError``;
 ``inspect(doc) -> dict``
     the one inspect schema (``file``, ``format``, ``kind``, ``summary``, ``rnns`` [``name``,
     ``cell``, ``kind``, ``shape``, ``params``, ``converts_to``, ``nonfinite_weights``,
     ``details``], ``details``);
-``output_format(output, options)``, ``check_outputs(doc, output, options)``
-    the writer the conversion uses (asked of the writers registry), and the refusal of
-    unwritable or forbidden targets before any work;
-``convert(doc, output, options) -> ConvertResult``
-    plan the targets and hand the document to the writer;
 ``nothing_to_verify(doc)``, ``verify_subjects(doc, converted, options)``
     what ``verify`` checks (:class:`gruconv.model.canonical.Subject`), loaded through the writers;
 ``natural_output(path, options)``, ``output_name(path, options, stem)``
@@ -29,6 +26,8 @@ always a :class:`gruconv.options.Options`):
     every file a conversion reads, the files it writes beside the output, and batch mode's
     "what is one input here".
 
+A reader writes nothing and offers no writer verb (``convert``, ``check_outputs``,
+``output_format``: :mod:`gruconv.api` drives read -> plan -> write; ``tests/test_structure.py``).
 A new reader is one module and one line in :data:`READERS`.
 """
 

@@ -36,7 +36,8 @@ from typing import Optional
 from .. import eligibility
 from ..files import hdf5 as h5safe, inputs
 from ..errors import GruconvError, InputError, UsageError, first_line
-from ..options import ConvertResult, Options
+from ..model.canonical import Document
+from ..options import Options
 
 FORMAT = "keras3"
 #: What this reader reads, for messages.
@@ -71,6 +72,11 @@ class Keras3File:
     config_source: Optional[str] = None         # the --config path, for weights
     cells: list = field(default_factory=list)   # weights: [(path, "GRU"|"LSTM", units)]
     eligibility: Optional[dict] = None
+
+    def document(self) -> Document:
+        """Nothing to convert (``--force`` included: copying a Keras 3 file is not a conversion)."""
+        return Document(source=str(self.path), reader=FORMAT, stacks=[], inputs=[Path(self.path)], nothing=True,
+                        reason=NOTHING)
 
 
 # --------------------------------------------------------------------------- zip structure
@@ -284,28 +290,6 @@ def inspect(doc: Keras3File) -> dict:
         "rnns": [], "details": details, "keras_version": doc.keras_version,
         "nothing_to_convert": True, "cudnn_eligibility": doc.eligibility,
     }
-
-
-def output_format(output: Path, opts: Options) -> str:
-    """The writer a conversion would use: a Keras 3 file converts to nothing, so this names the
-    writer its name claims only for option checking (:func:`gruconv.api.refuse_unread`)."""
-    from .. import writers
-
-    fmt = writers.output_format(output, opts)
-    if fmt is None:
-        raise UsageError(f"cannot tell the output format from {output.name!r}", path=output)
-    return fmt
-
-
-def check_outputs(doc: Keras3File, output: Path, opts: Options) -> None:
-    """Nothing is ever written for a Keras 3 input, so no output can be refused."""
-    return None
-
-
-def convert(doc: Keras3File, output: Path, opts: Optional[Options] = None) -> ConvertResult:
-    """Nothing to convert: a result that says so, with no output (``--force`` included: copying a
-    Keras 3 file is not a conversion)."""
-    return ConvertResult(input=str(doc.path), format=FORMAT, nothing_to_convert=True, reason=NOTHING)
 
 
 def nothing_to_verify(doc: Keras3File):

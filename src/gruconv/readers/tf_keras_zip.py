@@ -41,7 +41,8 @@ from .. import eligibility
 from ..errors import GruconvError, InputError, UnsupportedError, UsageError
 from ..files import hdf5 as h5safe, inputs
 from ..model.canonical import Document
-from ..options import ConvertResult, Options
+from ..model.keras_layout import WEIGHT_ROLES
+from ..options import Options
 from . import keras_h5
 
 FORMAT = "tf-keras-zip"
@@ -51,7 +52,7 @@ OPTIONS = frozenset()
 GRAPH = True
 SUFFIXES = (".keras",)
 WEIGHTS = "model.weights.h5"
-#: The writers that need the legacy HDF5 layout itself (``graph.write_legacy``: the legacy ``.h5``
+#: The writers that need the legacy HDF5 layout itself (:mod:`gruconv.writers.legacy_graph`: the legacy ``.h5``
 #: weights writer copies its groups); every other writer reads the document.
 LEGACY_ONLY = ("h5-weights",)
 #: Most HDF5 objects visited while listing the stored weights.
@@ -77,10 +78,12 @@ class TfKerasZipModel(keras_h5.KerasH5Model):
         return stored_layer_weights(f, self.path)
 
     def document(self) -> Document:
-        return Document(source=str(self.path), reader=FORMAT, stacks=list(self.rnns), graph=self)
-
-    def write_legacy(self, out_path, **kw):
-        raise UnsupportedError("a tf_keras .keras input does not convert to legacy .h5 weights", path=self.path)
+        d = keras_h5.plan_facts(self, Document(source=str(self.path), reader=FORMAT, stacks=list(self.rnns),
+                                               graph=self))
+        d.refused = {fmt: UnsupportedError(
+            f"a tf_keras .keras input does not convert to legacy .h5 weights (--format {fmt}): "
+            "write a Keras 3 .keras, .weights.h5, or a .safetensors file", path=self.path) for fmt in LEGACY_ONLY}
+        return d
 
     def other_weights(self):
         """Every stored weight that belongs to no cuDNN layer, as ``("<object path>/vars/<i>", array)``
@@ -220,7 +223,7 @@ def _read(path: Path) -> TfKerasZipModel:
         wrapped = wrapper is not None and keras_h5.class_name_of(wrapper) == "Bidirectional"
         owners = [where[rpath]] + ([where[rpath.rsplit("/", 1)[0] + "/~backward_layer"]] if wrapped else [])
         return [{role: h5safe.resolve(f, f"{owner}/vars/{i}", path, "dataset")
-                 for i, role in enumerate(keras_h5.WEIGHT_ROLES)} for owner in owners]
+                 for i, role in enumerate(WEIGHT_ROLES)} for owner in owners]
 
     with doc.open_weights() as f:
         doc.optimizer_weight_count = _count_optimizer(f, path)
@@ -240,29 +243,6 @@ def inspect(doc: TfKerasZipModel) -> dict:
         report["format"] = "tf_keras .keras model"
         info["cudnn_eligibility"] = report
     return info
-
-
-def output_format(output: Path, opts: Options) -> str:
-    return keras_h5.output_format(output, opts)
-
-
-def check_outputs(doc: TfKerasZipModel, output: Path, opts: Options) -> None:
-    """The legacy reader's checks, and only the writers that read this layout."""
-    fmt = output_format(output, opts)
-    if fmt in LEGACY_ONLY:
-        raise UnsupportedError(f"a tf_keras .keras input does not convert to legacy .h5 weights (--format {fmt}): "
-                               "write a Keras 3 .keras, .weights.h5, or a .safetensors file", path=doc.path)
-    keras_h5.check_outputs(doc, output, opts)
-
-
-def convert(doc: TfKerasZipModel, output: Path, opts: Optional[Options] = None) -> ConvertResult:
-    """Convert as the HDF5 twin converts (:func:`gruconv.readers.keras_h5.convert`)."""
-    opts = opts or Options()
-    if doc.rnns or opts.force:
-        check_outputs(doc, Path(output), opts)
-    result = keras_h5.convert(doc, output, opts)
-    result.format = FORMAT
-    return result
 
 
 def nothing_to_verify(doc: TfKerasZipModel) -> Optional[str]:

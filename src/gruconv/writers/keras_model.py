@@ -18,7 +18,7 @@ class names the ``custom_objects`` a load needs, and ``--check-load`` loads with
 
 A layer, argument or training config outside the streaming writer's vocabulary raises
 :class:`~gruconv.errors.UnsupportedError` before anything is written; then, if Keras and a backend are
-installed, the Keras-built route (:func:`write_graph_with_keras`: build, save, load back) writes the file
+installed, the Keras-built route (:func:`write_with_keras`: build, save, load back) writes the file
 and one warning line says so; without Keras, that error is the one-line refusal (exit 3).
 
 A bare stack becomes the model of :func:`gruconv.keras3.config.stack_model_config` (the same model
@@ -32,8 +32,10 @@ from __future__ import annotations
 FORMAT = "keras"
 SUFFIX = ".keras"
 CLAIMS = (".keras",)
-#: Writes a whole model (config and weights): a Keras graph's layers are rebuilt and saved with it.
-SAVES_MODEL = True
+#: A bare stack's model, or a Keras graph's whole model.
+KINDS = ("stack", "graph")
+#: A whole model (config and weights): a Keras graph's layers are rebuilt and saved with it.
+WRITES = "model"
 #: Needs the architecture (a weights-only Keras file needs ``--config``) to write anything.
 NEEDS_ARCHITECTURE = True
 MANY = True          # a checkpoint with several stacks: one .keras per stack in a directory
@@ -66,7 +68,7 @@ def _graph_notes(graph, warnings: list) -> None:
             "(`gruconv verify` feeds padded inputs and shows whether they do)")
 
 
-def write_graph(document, target, options, warnings: list, *, final) -> dict:
+def _write_graph(document, target, options, warnings: list, *, final) -> dict:
     """A Keras graph as a ``.keras`` model, streamed (:func:`gruconv.keras3.archive.write_keras_h5_doc`);
     the Keras-built route when the streaming writer refuses and Keras is installed.  Returns NaN/Inf
     counts per layer."""
@@ -78,7 +80,7 @@ def write_graph(document, target, options, warnings: list, *, final) -> dict:
     manifest = streamed(graph, warnings, lambda: keras_archive.write_keras_h5_doc(graph, target, warnings=notes,
                                                                                   nonfinite=nonfinite, info=info))
     if manifest is BUILD:  # the Keras-built route (its warning line is written)
-        return write_graph_with_keras(document, target, options, warnings, final=final)
+        return _graph_with_keras(document, target, options, warnings, final=final)
     _graph_notes(graph, warnings)
     warnings.extend(notes)
     custom = custom_notes(info["config"], warnings)
@@ -88,7 +90,7 @@ def write_graph(document, target, options, warnings: list, *, final) -> dict:
     return nonfinite
 
 
-def write_graph_with_keras(document, target, options, warnings: list, *, final) -> dict:
+def _graph_with_keras(document, target, options, warnings: list, *, final) -> dict:
     """A Keras graph as a ``.keras`` model: built (``graph.build_model()``), compiled from the
     original training config where Keras 3 can, saved, loaded back (digests compared); a compiled
     model that does not load back is saved again uncompiled, with a warning.  Returns NaN/Inf
@@ -118,7 +120,7 @@ def write_graph_with_keras(document, target, options, warnings: list, *, final) 
     return nonfinite
 
 
-def write_stack(document, entry, target, options, name: str) -> None:
+def _write_stack(document, entry, target, options, name: str) -> None:
     """One stack's Keras 3 model into ``target``, streamed one pseudo-layer at a time
     (``document.drop()`` after each: :func:`gruconv.keras3.archive.write_stack`); loaded back and
     compared by digest with ``--check-load``."""
@@ -132,7 +134,7 @@ def write_stack(document, entry, target, options, name: str) -> None:
         keras_archive.check_load(target, manifest)
 
 
-def write_stack_with_keras(document, entry, target, options, name: str) -> None:
+def _stack_with_keras(document, entry, target, options, name: str) -> None:
     """The Keras-built route for one stack (kept for comparison, ``tests/test_streaming_writer.py``):
     built one layer at a time from the stack's params (``document.drop()`` after each array), saved,
     and loaded back (digests compared)."""
@@ -145,6 +147,24 @@ def write_stack_with_keras(document, entry, target, options, name: str) -> None:
     digests = keras3.save(model, target)
     del model  # the load-back check holds Keras's copy; never two at once
     keras3.check_reload(target, digests)
+
+
+def write(document, target, options) -> dict:
+    """A bare stack's model (kind ``stack``) or a Keras graph's (kind ``graph``), streamed; see the
+    module docstring."""
+    if target.kind == "graph":
+        return _write_graph(document, target.tmp, options, target.warnings, final=target.path)
+    _write_stack(document, document.stacks[target.stack], target.tmp, options, target.name)
+    return {}
+
+
+def write_with_keras(document, target, options) -> dict:
+    """``write`` through Keras: built, saved and loaded back (the fallback route; tests compare it
+    with the streamed file)."""
+    if target.kind == "graph":
+        return _graph_with_keras(document, target.tmp, options, target.warnings, final=target.path)
+    _stack_with_keras(document, document.stacks[target.stack], target.tmp, options, target.name)
+    return {}
 
 
 def load(path, rebuild):

@@ -13,7 +13,9 @@ from __future__ import annotations
 FORMAT = "keras-weights"
 SUFFIX = ".weights.h5"
 CLAIMS = (".weights.h5",)
-SAVES_MODEL = False
+#: A bare stack's weights, or a Keras graph's converted model's weights.
+KINDS = ("stack", "graph")
+WRITES = "weights"
 #: Needs the architecture (a weights-only Keras file needs ``--config``) to write anything.
 NEEDS_ARCHITECTURE = True
 MANY = False
@@ -24,7 +26,7 @@ def options(graph: bool) -> frozenset:
     return frozenset({"check_load", "custom_objects"})
 
 
-def write_graph(document, target, options, warnings: list, *, final) -> dict:
+def _write_graph(document, target, options, warnings: list, *, final) -> dict:
     """A Keras graph's converted model's weights, streamed; Keras's ``save_weights`` outside the
     streaming writer's vocabulary when Keras is installed."""
     from ..keras3 import archive as keras_archive
@@ -36,7 +38,7 @@ def write_graph(document, target, options, warnings: list, *, final) -> dict:
         graph, warnings, lambda: keras_archive.write_keras_h5_doc(graph, target, weights_only=True,
                                                                   nonfinite=nonfinite, info=info))
     if manifest is BUILD:  # the Keras-built route (its warning line is written)
-        return write_graph_with_keras(document, target, options, warnings, final=final)
+        return _graph_with_keras(document, target, options, warnings, final=final)
     custom = custom_notes(info["config"], warnings, weights_only=True)
     objects = load_custom(options, custom, warnings) if getattr(options, "check_load", False) else None
     if objects is not None:
@@ -44,7 +46,7 @@ def write_graph(document, target, options, warnings: list, *, final) -> dict:
     return nonfinite
 
 
-def write_graph_with_keras(document, target, options, warnings: list, *, final) -> dict:
+def _graph_with_keras(document, target, options, warnings: list, *, final) -> dict:
     """The Keras-built route: the converted model built in Keras, ``model.save_weights`` (checked by
     loading it back into the same model)."""
     from ..keras3 import runtime as keras3
@@ -54,7 +56,7 @@ def write_graph_with_keras(document, target, options, warnings: list, *, final) 
     return nonfinite
 
 
-def write_stack(document, entry, target, options, name: str) -> None:
+def _write_stack(document, entry, target, options, name: str) -> None:
     """One stack's weights, under the object paths of the model the ``keras`` writer writes, streamed
     one pseudo-layer at a time (``document.drop()`` after each)."""
     from ..keras3 import archive as keras_archive
@@ -68,7 +70,7 @@ def write_stack(document, entry, target, options, name: str) -> None:
         keras_archive.check_load(target, manifest, config=info["config"])
 
 
-def write_stack_with_keras(document, entry, target, options, name: str) -> None:
+def _stack_with_keras(document, entry, target, options, name: str) -> None:
     """The Keras-built route for one stack's weights (kept for comparison)."""
     from ..keras3 import runtime as keras3
 
@@ -77,6 +79,22 @@ def write_stack_with_keras(document, entry, target, options, name: str) -> None:
                                      name=name, layer_weights=keras3.released_weights(entry.stack, document.drop))
     document.drop()
     keras3.save_weights(model, target)
+
+
+def write(document, target, options) -> dict:
+    """A bare stack's weights (kind ``stack``) or a Keras graph's (kind ``graph``), streamed."""
+    if target.kind == "graph":
+        return _write_graph(document, target.tmp, options, target.warnings, final=target.path)
+    _write_stack(document, document.stacks[target.stack], target.tmp, options, target.name)
+    return {}
+
+
+def write_with_keras(document, target, options) -> dict:
+    """``write`` through Keras (``model.save_weights``)."""
+    if target.kind == "graph":
+        return _graph_with_keras(document, target.tmp, options, target.warnings, final=target.path)
+    _stack_with_keras(document, document.stacks[target.stack], target.tmp, options, target.name)
+    return {}
 
 
 def load(path, rebuild):

@@ -5,7 +5,7 @@ Layout (tf_keras ``saving/legacy/hdf5_format.py``): root attrs ``layer_names``, 
 ``keras_version``; one group per layer with attr ``weight_names`` and datasets under those names.
 tf_keras's and Keras 3's ``load_weights`` read it into the converted architecture (they match
 layers by order).  A Keras graph (a Keras HDF5 input's) writes itself in this layout
-(``graph.write_legacy``: the other layers' weights are copied as they are).
+(:func:`gruconv.writers.legacy_graph.write`: the other layers' weights are copied as they are).
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ import numpy as np
 FORMAT = "h5-weights"
 SUFFIX = ".h5"
 CLAIMS = (".h5", ".hdf5")
-SAVES_MODEL = False
+#: A bare stack's weights, or a Keras graph's (its other layers' weights copied as they are).
+KINDS = ("stack", "graph")
+WRITES = "weights"
 #: Writes the layers' weights under their own names: no architecture needed, none rebuilt.
 NEEDS_ARCHITECTURE = False
 MANY = False
@@ -29,7 +31,7 @@ def options(graph: bool) -> frozenset:
     return frozenset()
 
 
-def write_graph(document, target, options, warnings: list, *, final) -> dict:
+def _write_graph(document, target, options, warnings: list, *, final) -> dict:
     """A Keras graph's weights in the legacy layout (the other layers' copied as they are, the
     cuDNN layers' transformed); the architecture is not written.  Returns NaN/Inf counts per layer."""
     graph = document.graph
@@ -38,7 +40,9 @@ def write_graph(document, target, options, warnings: list, *, final) -> dict:
             f"{final.name} holds the converted weights only, in the legacy layout (Keras 3 and tf_keras "
             "load_weights into the same architecture with GRU in place of CuDNNGRU); the architecture is "
             "not written: name the output .keras for the whole model")
-    return graph.write_legacy(target, include_model=False)
+    from .legacy_graph import write as write_legacy
+
+    return write_legacy(graph, target, include_model=False)
 
 
 def _layer_weight_names(stack, lname: str) -> list:
@@ -51,7 +55,7 @@ def _layer_weight_names(stack, lname: str) -> list:
     return [f"{lname}/{side}_{cell}/{cell}_cell/{r}:0" for side in ("forward", "backward") for r in roles]
 
 
-def write_stack(document, entry, target, options, name: str) -> None:
+def _write_stack(document, entry, target, options, name: str) -> None:
     """The stack's Keras weights, one group per layer of the model
     :func:`gruconv.keras3.runtime.build_stack_model` builds (its names; the input layer with no
     weights), one direction's arrays at a time (``document.drop()`` after each)."""
@@ -79,6 +83,14 @@ def write_stack(document, entry, target, options, name: str) -> None:
                 for wname, arr in zip(wnames[3 * d:3 * d + 3], arrays):
                     g.create_dataset(wname, data=np.asarray(arr))
                 del arrays
+
+
+def write(document, target, options) -> dict:
+    """A bare stack's weights (kind ``stack``) or a Keras graph's (kind ``graph``), legacy layout."""
+    if target.kind == "graph":
+        return _write_graph(document, target.tmp, options, target.warnings, final=target.path)
+    _write_stack(document, document.stacks[target.stack], target.tmp, options, target.name)
+    return {}
 
 
 def load(path, rebuild):

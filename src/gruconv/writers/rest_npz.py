@@ -79,31 +79,29 @@ def _npz_array(arr: np.ndarray, key: str, warnings: list) -> tuple:
     return arr, False
 
 
-def write(document, target: Path, force: bool, warnings: list) -> None:
+def write(document, target: Path, warnings: list) -> None:
     """Every tensor of ``document.other_tensors`` into ``target`` (an ``.npz``), under
     :func:`npz_member_names`, plus :data:`REST_MANIFEST`: ``{"tensors": {name: tensor key}}`` for
-    the members written.
+    the members written.  ``target`` is the temporary path the conversion's output transaction
+    hands out (:class:`gruconv.files.outputs.Outputs`), renamed into place by it.
 
     ``document.view(key)`` gives each tensor (a mapped view, written straight from the file's
     pages), ``document.drop()`` lets it go again after each."""
-    from ..files.outputs import atomic_path
-
     keys = list(document.other_tensors)
     written = {}
-    with atomic_path(target, force=force, suffix=".npz") as tmp:
-        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
-            for k, member in zip(keys, npz_member_names(keys)):
-                try:
-                    arr = document.view(k)
-                except UnsupportedError as e:
-                    warnings.append(f"rest.npz: tensor {k!r} not copied ({e.message})")
-                    continue
-                arr, pickle = _npz_array(arr, k, warnings)
-                with zf.open(member + ".npy", "w", force_zip64=True) as f:
-                    np.lib.format.write_array(f, np.asanyarray(arr), allow_pickle=pickle)
-                written[member] = k
-                del arr
-                document.drop()
-            manifest = {"about": "gruconv rest.npz: array name (np.load(...).files) -> TensorFlow tensor name",
-                        "tensors": written}
-            zf.writestr(REST_MANIFEST, json.dumps(manifest, indent=1, ensure_ascii=True) + "\n")
+    with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for k, member in zip(keys, npz_member_names(keys)):
+            try:
+                arr = document.view(k)
+            except UnsupportedError as e:
+                warnings.append(f"rest.npz: tensor {k!r} not copied ({e.message})")
+                continue
+            arr, pickle = _npz_array(arr, k, warnings)
+            with zf.open(member + ".npy", "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, np.asanyarray(arr), allow_pickle=pickle)
+            written[member] = k
+            del arr
+            document.drop()
+        manifest = {"about": "gruconv rest.npz: array name (np.load(...).files) -> TensorFlow tensor name",
+                    "tensors": written}
+        zf.writestr(REST_MANIFEST, json.dumps(manifest, indent=1, ensure_ascii=True) + "\n")

@@ -28,13 +28,14 @@ model with a ``Lambda`` layer (marshalled Python bytecode) is refused as a
 h5-weights`` still writes its converted weights, which carry no code.
 
 Registry verbs (:mod:`gruconv.readers`): :func:`sniff`, :func:`read`, :func:`inspect`,
-:func:`output_format`, :func:`check_outputs`, :func:`convert`, :func:`nothing_to_verify`,
-:func:`verify_subjects`, :func:`natural_output`, :func:`output_name`, :func:`input_files`,
-:func:`extra_outputs`.  The model read is the Keras-graph passthrough of its
+:func:`nothing_to_verify`, :func:`verify_subjects`, :func:`natural_output`, :func:`output_name`,
+:func:`input_files`, :func:`extra_outputs`; what a conversion writes is planned by
+:mod:`gruconv.writers.planning` from the document's plan facts (:func:`plan_facts`).  The model read is the Keras-graph passthrough of its
 :class:`~gruconv.model.canonical.Document` (:meth:`KerasH5Model.document`): writers that express a
-Keras graph ask it for :meth:`~KerasH5Model.write_legacy` (the legacy file above) or
-:meth:`~KerasH5Model.build_model` (the Keras 3 model in memory).  The config rewriting and the
-legacy writing still live here (moving them into :mod:`gruconv.writers` is the next step).
+Keras graph read it through its accessors (:class:`gruconv.model.canonical.KerasGraph`: ``open_file``,
+``weight_group``, ``weight_names``, ``legacy_config``, ``other_weights``) or ask for
+:meth:`~KerasH5Model.build_model` (the Keras 3 model in memory); the legacy file above is written by
+:mod:`gruconv.writers.legacy_graph`.  The Keras 2 config rewriting still lives here.
 """
 
 from __future__ import annotations
@@ -51,10 +52,10 @@ from ... import writers
 from ...model.canonical import CELLS, Document, RNNStack, StackShape, Subject
 from ...model.cudnn_layout import params_size
 from ...errors import GruconvError, InputError, OutputError, UnsupportedError, UsageError, first_line
-from ...model.keras_layout import (CUDNN_COMPATIBLE, KERAS3_BIAS_ROWS, describe_keras_layer, from_cudnn,
+from ...model.keras_layout import (CUDNN_COMPATIBLE, KERAS3_BIAS_ROWS, WEIGHT_ROLES, describe_keras_layer, from_cudnn,
                                    keras3_bias_shape)
 from ...model.keras_layout import to_keras as keras_arrays  # this module's own to_keras is the registry verb
-from ...options import ConvertResult, Options
+from ...options import Options
 
 FORMAT = "keras-h5"
 #: What this reader reads, for messages.
@@ -88,7 +89,6 @@ _CONTAINER_CLASSES = {"Sequential", "Model", "Functional"}
 _CUDNN_CLASS_OF = {"gru": "CuDNNGRU", "lstm": "CuDNNLSTM"}
 _WRAPPERS = {"Bidirectional", "TimeDistributed"}
 _UNSAFE_CLASSES = {"Lambda"}
-WEIGHT_ROLES = ("kernel", "recurrent_kernel", "bias")
 
 
 @dataclass
@@ -153,6 +153,8 @@ class KerasH5Model:
     optimizer_weight_count: int = 0
     lambdas: list = field(default_factory=list)
     other_gru_layers: list = field(default_factory=list)
+    #: the ``--config`` file the architecture came from (None: the file's own, or a dict)
+    config_file: Optional[Path] = None
     #: where the weights are and how they are named: ``"legacy"`` (``model_weights/<layer>`` with
     #: ``weight_names``); tf_keras's ``.keras`` zip has ``"v3"`` (:mod:`gruconv.readers.tf_keras_zip`)
     layout = "legacy"
@@ -161,18 +163,31 @@ class KerasH5Model:
     def weights_root(self) -> str:
         return "model_weights" if self.kind == "model" else "/"
 
-    # The Keras-graph passthrough: what writers that can express a Keras graph ask of it.
+    # The Keras-graph passthrough (:class:`gruconv.model.canonical.KerasGraph`): what writers that can
+    # express a Keras graph ask of it; they never open the input file themselves.
+
+    def open_file(self):
+        """The input file, opened through every guard (:func:`open_model_file`)."""
+        return open_model_file(self.path)
+
+    def weight_group(self, src):
+        """The group of the open file ``src`` that holds the per-layer weight groups."""
+        return h5safe.child(src, "model_weights", self.path, "group") if self.kind == "model" else src
+
+    def weight_names(self, group) -> list:
+        """A layer group's ``weight_names``, checked (:func:`weight_names_of`)."""
+        return weight_names_of(group, self.path)
+
+    def legacy_config(self, *, zero_init: bool = False) -> dict:
+        """The model config with every CuDNNGRU / CuDNNLSTM replaced by its GRU / LSTM config (still in
+        Keras 2 form: :func:`converted_config`)."""
+        return converted_config(self.model_config, zero_init=zero_init)
 
     def document(self) -> Document:
         """The canonical :class:`~gruconv.model.canonical.Document`: the cuDNN layers as stacks (read
-        lazily), this model as the Keras graph passthrough, no other tensors."""
-        return Document(source=str(self.path), reader=FORMAT, stacks=list(self.rnns), graph=self)
-
-    def write_legacy(self, out_path, *, include_model: bool = True, include_training: bool = True,
-                     zero_init: bool = False) -> dict:
-        """The graph as a legacy Keras HDF5 file with GRU/LSTM layers (:func:`write`)."""
-        return write(self, out_path, include_model=include_model, include_training=include_training,
-                     zero_init=zero_init)
+        lazily), this model as the Keras graph passthrough, no other tensors; and the plan facts
+        (:func:`plan_facts`)."""
+        return plan_facts(self, Document(source=str(self.path), reader=FORMAT, stacks=list(self.rnns), graph=self))
 
     def build_model(self):
         """The graph as a Keras 3 model in memory, and the NaN/Inf count per layer (:func:`to_keras`)."""
@@ -463,7 +478,10 @@ def read(path, options: Optional[Options] = None, **kw) -> KerasH5Model:
     opts = Options.of(options, **kw)
     config = architecture_of(opts.config)
     try:
-        return read_with_config(path, config)
+        doc = read_with_config(path, config)
+        if opts.config is not None and not isinstance(opts.config, dict):
+            doc.config_file = Path(opts.config)
+        return doc
     except GruconvError as e:
         if e.path is None:
             raise type(e)(e.message, path=path) from None
@@ -825,100 +843,6 @@ def original_initializers(doc: KerasH5Model) -> dict:
             for r in doc.rnns}
 
 
-def write(doc: KerasH5Model, out_path, *, include_model: bool = True, include_training: bool = True,
-          zero_init: bool = False) -> dict:
-    """Write a legacy Keras HDF5 file with GRUs / LSTMs in place of CuDNNGRUs / CuDNNLSTMs.
-
-    ``include_model``: write ``model_config`` (a full model file); otherwise a
-    weights-only file (what ``save_weights`` writes).  Optimizer state is never
-    copied: its slots belong to the cuDNN layers' weight layout.  Returns
-    ``{CuDNNGRU/CuDNNLSTM path: number of NaN/Inf weight values}`` (counted on the way,
-    so the weights are read once).
-    """
-    import json
-
-    import h5py
-
-    # dataset name -> (pseudo-layer params, role index); each direction is transformed when its first
-    # dataset is written and dropped with the next, so only one layer's GRU arrays exist at a time.
-    replaced = {}
-    for rnn in doc.rnns:
-        for d, roles in enumerate(rnn.datasets):
-            for i, role in enumerate(WEIGHT_ROLES):
-                replaced[roles[role]] = (rnn, d, i)
-    current: dict = {}
-    nonfinite: dict = {}
-
-    def gru_array(name):
-        rnn, d, i = replaced[name]
-        if current.get("key") != (id(rnn), d):
-            previous = current.get("rnn")
-            if previous is not None and previous is not rnn:
-                previous.release()
-            current.clear()
-            current.update(key=(id(rnn), d), rnn=rnn, arrays=keras_arrays(rnn.stack.params[d], rnn.shape.cell))
-            nonfinite[rnn.path] = rnn.stack.nonfinite_count()
-        return current["arrays"][i]
-
-    from ...files.outputs import hdf5_file
-
-    dst_file = hdf5_file(out_path)  # a full disk is an OSError here, not a crash in libhdf5 (issue 23)
-    where = "the file's attributes"
-    try:
-        with open_model_file(doc.path) as src, dst_file as dst:
-            sroot = h5safe.child(src, "model_weights", doc.path, "group") if doc.kind == "model" else src
-            if include_model and doc.model_config is not None:
-                dst.attrs["keras_version"] = doc.keras_version or "2.x"
-                dst.attrs["backend"] = doc.backend or "tensorflow"
-                dst.attrs["model_config"] = json.dumps(
-                    converted_config(doc.model_config, zero_init=zero_init)).encode("utf-8")
-                if include_training and doc.training_config:
-                    dst.attrs["training_config"] = doc.training_config.encode("utf-8")
-                droot = dst.create_group("model_weights")
-            else:
-                droot = dst
-            h5safe.copy_attrs(sroot, droot, doc.path)
-            for lname in doc.layer_names:
-                where = f"layer {lname!r}"
-                sg = h5safe.child(sroot, lname, doc.path, "group")
-                dg = droot.create_group(lname)
-                h5safe.copy_attrs(sg, dg, doc.path)
-                for wname in weight_names_of(sg, doc.path):
-                    where = f"weight {lname}/{wname}"
-                    sds = h5safe.resolve(sg, wname, doc.path, "dataset")
-                    parent = os.path.dirname(wname)
-                    dparent = dg.require_group(parent) if parent else dg
-                    leaf = os.path.basename(wname)
-                    if sds.name in replaced:
-                        dparent.create_dataset(leaf, data=gru_array(sds.name))
-                    else:
-                        # rewritten, not H5Ocopy'd: guarded, checksums verified (issue 23)
-                        h5safe.copy_dataset(sds, dparent, leaf, doc.path)
-            if (h5safe.child_exists(sroot, "top_level_model_weights", doc.path)
-                    and "top_level_model_weights" not in doc.layer_names):
-                where = "top_level_model_weights"
-                h5safe.copy_group(h5safe.child(sroot, "top_level_model_weights", doc.path, "group"), droot,
-                                  doc.path)
-    except GruconvError as e:
-        if e.path is None:
-            raise type(e)(e.message, path=doc.path) from None
-        raise
-    except OSError as e:
-        import errno
-
-        if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EIO):  # the output's disk, not the input
-            raise OutputError(f"cannot write the converted file ({e.strerror})", path=out_path) from None
-        raise InputError(f"cannot copy {where[:200]} into the converted file ({first_line(e)})",
-                         path=doc.path) from None
-    except (RuntimeError, KeyError, ValueError, TypeError) as e:
-        raise InputError(f"cannot copy {where[:200]} into the converted file ({first_line(e)})",
-                         path=doc.path) from None
-    finally:
-        if current.get("rnn") is not None:
-            current["rnn"].release()
-    return nonfinite
-
-
 # --------------------------------------------------------------------------- registry verbs
 
 def architecture_of(config) -> Optional[dict]:
@@ -993,16 +917,6 @@ def inspect(doc: KerasH5Model) -> dict:
     }
 
 
-def output_format(output: Path, opts: Options) -> str:
-    """The writer's name: ``--format``, else the one claiming the output's name
-    (:func:`gruconv.writers.output_format`)."""
-    fmt = writers.output_format(output, opts)
-    if fmt is None:
-        raise UsageError(f"cannot tell the output format from {output.name!r}: use a .keras or .h5 name, or --format",
-                         path=output)
-    return fmt
-
-
 def natural_output(path: Path, opts: Options) -> tuple:
     """Batch mode: ``(format, many)`` of the output ``path`` converts to without ``--format``: a
     weights-only file (and no ``--config``) to legacy ``.h5`` weights, anything else to a ``.keras``
@@ -1034,84 +948,6 @@ def input_files(path: Path) -> list:
     return [Path(path)]
 
 
-def check_outputs(doc: KerasH5Model, output: Path, opts: Options) -> None:
-    """Refuse what this conversion cannot or must not write, before any work is done."""
-    from ...files.outputs import check_target
-
-    writer = writers.module(output_format(output, opts))
-    if _to_directory(writer, output):
-        return _check_directory(doc, writer, Path(output), opts)
-    if doc.lambdas and (writer.SAVES_MODEL or writer.NEEDS_ARCHITECTURE):
-        # Building a Keras model calls every layer on symbolic inputs: a Lambda's code would run.
-        # Unlike a custom layer class (carried over: the user supplies the class), a Lambda's code is in
-        # the file itself (marshalled bytecode), and nothing the user could pass would stand for it.
-        raise UnsupportedError(
-            f"model has Lambda layer(s) {', '.join(doc.lambdas)} holding Python code; gruconv never runs it, "
-            "and a .keras model cannot be built without running it (the code is stored in the model file, "
-            "unlike a custom layer's class, so --custom-objects cannot stand in for it); write the converted "
-            "weights alone, no code: gruconv convert IN.h5 OUT.h5 (--format h5-weights)", path=doc.path)
-    if writer.NEEDS_ARCHITECTURE and doc.model_config is None and doc.rnns:
-        raise UsageError("a weights-only file needs --config ARCH.json (the model's to_json()) to become "
-                         "a .keras model; or write a .h5 weights file", path=doc.path)
-    check_target(output, force=opts.force)
-    from ...files.outputs import check_outputs as never_an_input
-
-    config = [Path(opts.config)] if opts.config is not None and not isinstance(opts.config, dict) else []
-    never_an_input([output], input_files(doc.path) + config)
-
-
-def _to_directory(writer, output) -> bool:
-    """A writer of one file per RNN (``write_graph_many``: onnx) given a directory, or a name no
-    writer claims (``--format onnx DIR``)."""
-    output = Path(output)
-    return writers.hook(writer, "write_graph_many") is not None and (output.is_dir() or writers.claimed_by(output) is None)
-
-
-def _check_directory(doc: KerasH5Model, writer, output: Path, opts: Options) -> list:
-    """A directory output: it is one (or can be made), empty unless ``--force``, and none of its
-    files is an input.  Returns the files the writer will write."""
-    from ...files.outputs import check_outputs as never_an_input
-
-    writer.refuse(doc)
-    if output.exists() and not output.is_dir():
-        raise OutputError("output exists and is not a directory", path=output)
-    parent = output.parent if str(output.parent) else Path(".")
-    if not output.exists() and not parent.is_dir():
-        raise OutputError(f"output directory {str(parent)!r} does not exist", path=output)
-    if output.is_dir() and any(output.iterdir()) and not opts.force:
-        raise OutputError("output directory is not empty; pass --force to write into it", path=output)
-    targets = writer.graph_targets(doc, output)
-    never_an_input(targets, input_files(doc.path))
-    return targets
-
-
-def _convert_to_directory(doc: KerasH5Model, writer, output: Path, opts: Options, result) -> None:
-    """One file per RNN in ``output`` (created if missing); all or nothing."""
-    import contextlib
-
-    _check_directory(doc, writer, output, opts)
-    created = not output.exists()
-    if created:
-        try:
-            output.mkdir()
-        except OSError as err:
-            raise OutputError(f"cannot create output directory ({err.strerror or err})", path=output) from None
-    written = []
-    try:
-        written = writer.write_graph_many(doc.document(), output, opts, result.warnings)
-    except BaseException:
-        for f in writer.graph_targets(doc, output):
-            with contextlib.suppress(OSError):
-                f.unlink()
-        if created:
-            with contextlib.suppress(OSError):
-                output.rmdir()
-        raise
-    for rnn, target in zip(doc.rnns, written):
-        result.rnns.append(dict(_rnn_entry(rnn), output=str(target), converts_to=writer.describe(rnn.shape)["target"]))
-    result.outputs.extend(str(t) for t in written)
-
-
 def to_keras(doc: KerasH5Model, opts: Optional[Options] = None):
     """The converted Keras 3 model, in memory: the model ``convert`` saves, built the same way.
 
@@ -1124,6 +960,7 @@ def to_keras(doc: KerasH5Model, opts: Optional[Options] = None):
     import tempfile
 
     from ...keras3 import runtime as keras3
+    from ...writers import legacy_graph
 
     if doc.model_config is None:
         raise UsageError("a weights-only file needs --config ARCH.json (the model's to_json()) to become "
@@ -1131,7 +968,7 @@ def to_keras(doc: KerasH5Model, opts: Optional[Options] = None):
     with tempfile.TemporaryDirectory(prefix="gruconv-") as td:
         legacy = Path(td) / "converted.h5"
         try:
-            nonfinite = write(doc, legacy, include_model=True, include_training=False, zero_init=True)
+            nonfinite = legacy_graph.write(doc, legacy, include_model=True, include_training=False, zero_init=True)
         except OutputError as e:  # the working copy, not the output: say where it was (issue 23)
             if e.path is None or os.fspath(e.path) != os.fspath(legacy):
                 raise
@@ -1229,43 +1066,24 @@ def verify_subjects(doc: KerasH5Model, converted, opts: Options):
     yield Subject(name=str(doc.path), model=model, graph=doc)
 
 
-def convert(doc: KerasH5Model, output: Path, opts: Optional[Options] = None) -> ConvertResult:
-    """Write ``doc`` converted: a ``.keras`` model, or a legacy-layout weights ``.h5``."""
-    from ...files.outputs import atomic_path
-
-    opts = opts or Options()
-    output = Path(output)
-    result = ConvertResult(input=str(doc.path), format=FORMAT)
-    if not doc.rnns:
-        result.nothing_to_convert = True
-        if not opts.force:
-            return result
-    check_outputs(doc, output, opts)
-    out_fmt = output_format(output, opts)
+def plan_facts(doc: KerasH5Model, d: Document) -> Document:
+    """The plan facts of a Keras graph document (:class:`~gruconv.model.canonical.Document`): its
+    files, its layers' names, the notes a conversion gives, and how each layer is reported."""
+    d.inputs = [Path(doc.path)] + ([Path(doc.config_file)] if doc.config_file is not None else [])
+    d.names = [rnn.path for rnn in doc.rnns]
+    d.nothing = not doc.rnns
+    d.nothing_forced = True  # --force writes a model with no cuDNN layer anyway
+    d.row = lambda i, nonfinite=None: _rnn_entry(doc.rnns[i], nonfinite)
     for rnn in doc.rnns:
         if (rnn.config.get("config") or {}).get("bias_constraint"):
             G = rnn.shape.gates
             new = "(" + ", ".join(map(str, keras3_bias_shape(rnn.shape.cell, "units"))) + ("," if KERAS3_BIAS_ROWS[rnn.shape.cell] == 1 else "") + ")"
-            result.warnings.append(
+            d.notes.append(
                 f"{rnn.path}: bias_constraint carried over, but {_TARGET_CLASS[rnn.shape.cell]}'s bias is {new} "
                 f"where {rnn.cls}'s was ({2 * G}*units,): an axis-based constraint (e.g. MaxNorm) acts "
                 "differently if you train further")
     if doc.optimizer_weight_count:
-        result.warnings.append(
+        d.notes.append(
             f"optimizer state ({doc.optimizer_weight_count} tensors) dropped: its slots follow the cuDNN layers' "
             "weight layout; the converted model starts with a fresh optimizer")
-    writer = writers.module(out_fmt)
-    if _to_directory(writer, output):
-        _convert_to_directory(doc, writer, output, opts, result)
-        return result
-    with atomic_path(output, force=opts.force, suffix=writer.SUFFIX) as tmp:
-        nonfinite = writer.write_graph(doc.document(), tmp, opts, result.warnings, final=output)
-    for rnn in doc.rnns:
-        bad = nonfinite.get(rnn.path, 0)
-        result.rnns.append(_rnn_entry(rnn, bad))
-        if writers.hook(writer, "describe"):  # a non-Keras target says what it made
-            result.rnns[-1]["converts_to"] = writer.describe(rnn.shape)["target"]
-        if bad:
-            result.warnings.append(f"{rnn.path}: {bad} NaN/Inf weight value(s) carried over unchanged")
-    result.outputs.append(str(output))
-    return result
+    return d

@@ -12,9 +12,11 @@ The registry verbs (:mod:`gruconv.readers`) over four modules:
     find the stacks, read, cross-check the opaque buffer against the
     canonical tensors, solve opaque-only shapes, inspect (no TensorFlow,
     no Keras);
-:mod:`.writing`
-    convert: plan the targets, hand each stack to the chosen writer
-    (:mod:`gruconv.writers`) and the other tensors to ``rest.npz``.
+:mod:`.verifying`
+    what ``verify`` checks (every stack, its stored opaque buffer, its converted model).
+
+Writing is the writers' (:mod:`gruconv.writers`): what a conversion writes is planned by
+:mod:`gruconv.writers.planning` from the document's plan facts (:meth:`CheckpointDoc.document`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from __future__ import annotations
 from .names import FORMAT
 from .reading import (CheckpointDoc, CheckpointStack, CrossCheck, input_files, inspect, natural_output,
                       output_name, read, sniff)
-from .writing import check_outputs, convert, nothing_to_verify, output_format, to_keras, verify_subjects
+from .verifying import nothing_to_verify, to_keras, verify_subjects
 
 #: What this reader reads, for messages.
 DESCRIPTION = "a TensorFlow checkpoint"
@@ -51,5 +53,5 @@ def extra_outputs(output):
     return [rest_npz.beside(output)]
 
 
-__all__ = ["DESCRIPTION", "OPTIONS", "GRAPH", "SUFFIXES", "input_prefix", "extra_outputs", "output_format", "nothing_to_verify", "verify_subjects", "FORMAT", "sniff", "read", "inspect", "check_outputs", "convert", "to_keras", "output_name",
+__all__ = ["DESCRIPTION", "OPTIONS", "GRAPH", "SUFFIXES", "input_prefix", "extra_outputs", "nothing_to_verify", "verify_subjects", "FORMAT", "sniff", "read", "inspect", "to_keras", "output_name",
            "natural_output", "input_files", "CheckpointDoc", "CheckpointStack", "CrossCheck"]

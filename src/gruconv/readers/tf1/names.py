@@ -84,11 +84,6 @@ def natural_key(text: str) -> tuple:
     return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", text) if p)
 
 
-def file_stem(scope: str, default: str = "gru_stack") -> str:
-    stem = re.sub(r"[^A-Za-z0-9_.\-]", "_", scope.replace("/", "__")).lstrip(".")
-    return stem or default
-
-
 @dataclass
 class Group:
     """One set of canonical cell tensors: a stack's ``(layer, direction, name) -> key``."""

@@ -143,14 +143,61 @@ class CheckpointDoc:
     possible_buffers: list = field(default_factory=list)   # {key, size, dtype} worth a --variable
     warnings: list = field(default_factory=list)
     reader: object = field(default=None, repr=False, compare=False)
+    prefer: Optional[str] = None                           # --prefer: where the weights were taken from
 
     def document(self) -> Document:
         """The canonical :class:`~gruconv.model.canonical.Document` writers consume: the stacks, no Keras
-        graph, the other tensors (read as mapped views), the reader's warnings."""
+        graph, the other tensors (read as mapped views), the reader's warnings; and the plan facts
+        (:func:`gruconv.writers.planning.plan` decides from them)."""
         r = self.reader
-        return Document(source=str(self.path), reader=FORMAT, stacks=list(self.stacks),
-                        other_tensors=list(self.other_keys), view=r.view, release=r.release,
-                        warnings=list(self.warnings))
+        d = Document(source=str(self.path), reader=FORMAT, stacks=list(self.stacks),
+                     other_tensors=list(self.other_keys), view=r.view, release=r.release,
+                     warnings=list(self.warnings))
+        d.inputs = input_files(self.path)
+        d.names = [e.scope for e in self.stacks]
+        d.stack_word = cells_text(self.stacks)
+        d.nothing = not self.stacks
+        d.row = lambda i, nonfinite=None: rnn_entry(self.stacks[i])
+        if not self.stacks and self.possible_buffers:
+            cand = ", ".join(f"{p['key']} ({p['size']} {p['dtype']} values)" for p in self.possible_buffers[:5])
+            d.refusal = UsageError(f"no cuDNN GRU or LSTM stack identified (no opaque_kernel, no canonical cell "
+                                   f"tensors); "
+                                   f"1-D tensors that may be an opaque buffer: {cand}. Pass --variable KEY and "
+                                   f"shape hints (--num-units, --input-size, --num-layers, --direction, "
+                                   f"--input-mode)", path=r.where)
+            return d
+        try:
+            for e in self.stacks:
+                require_shape(e, r.where)
+        except GruconvError as e:
+            d.refusal = e
+            return d
+        d.notes = self._notes()
+        return d
+
+    def _notes(self) -> list:
+        """What a conversion says beyond the reader's warnings: low-precision stacks, a buffer that
+        disagrees with the canonical tensors, optimizer slots dropped."""
+        from ...keras3.runtime import LOW_PRECISION_NOTE
+
+        notes = []
+        half = [e.scope for e in self.stacks if e.stack.shape.dtype in ("float16", "bfloat16")]
+        if half:
+            notes.append(LOW_PRECISION_NOTE.format(layers=", ".join(half)))
+        for e in self.stacks:
+            cc = e.cross_check
+            if cc.status == "disagree":
+                used = "opaque buffer" if self.prefer == "opaque" else "canonical tensors"
+                diff = (f"max abs diff {cc.max_abs_diff:.6g} at {cc.where}" if cc.max_abs_diff is not None
+                        else cc.detail)
+                notes.append(
+                    f"{e.scope}: opaque buffer {e.opaque_key!r} disagrees with the canonical tensors ({diff}); "
+                    f"it is not in cuDNN 9.19 layout. Weights taken from the {used}")
+            if e.slots:
+                notes.append(
+                    f"{e.scope}: optimizer slots of the opaque buffer dropped (they follow the cuDNN layout; the "
+                    f"converted model starts with a fresh optimizer): {', '.join(e.slots)}")
+        return notes
 
 
 def _converts_to(shape: Optional[StackShape]) -> Optional[str]:
@@ -660,7 +707,7 @@ def _read(path, opts: Options, *, count_only: bool = False):
         path=str(path), prefix=str(b.prefix), num_shards=b.num_shards, tensor_count=len(b),
         total_bytes=b.total_bytes(), stacks=found, other_keys=other,
         other_bytes=sum(b.info(k).size for k in other), possible_buffers=possible, warnings=warnings,
-        reader=r)
+        reader=r, prefer=prefer)
 
 
 def _load_canonical(r: _Reader, entry: CheckpointStack, prefer: Optional[str], h: dict, warnings: list) -> None:

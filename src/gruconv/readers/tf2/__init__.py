@@ -37,8 +37,8 @@ from typing import Optional
 
 from ... import writers
 from ...model.canonical import Subject
-from ...errors import GruconvError, InputError, UsageError
-from ...options import ConvertResult, Options
+from ...errors import GruconvError, InputError, UsageError, said_of
+from ...options import Options
 from .. import keras_h5
 
 FORMAT = "tf2-checkpoint"
@@ -138,9 +138,27 @@ class TF2CheckpointDoc:
         return self.keras.rnns
 
     def document(self):
+        """The staged legacy file's document, said of the checkpoint: its files are the inputs, the
+        staged file stands in for it, each layer's report names its checkpoint object."""
         d = self.keras.document()
         d.source = str(self.path)
         d.reader = FORMAT
+        d.inputs = input_files(self.path) + ([self.keras.config_file] if self.keras.config_file is not None else [])
+        d.stand_in = (self.keras.path, self.path)
+        if not self.config_given:
+            d.needs_config = ("a TF2 checkpoint without --config ARCH.json (the model's to_json()) has no layer "
+                              "names or order for a {suffix} file; pass --config, or write a .h5 weights file")
+        staged_row = d.row
+
+        def row(i, nonfinite=None):
+            entry = staged_row(i, nonfinite)
+            entry["details"] = [f"object: {self.object_path(self.rnns[i])}"] + list(entry.get("details") or [])
+            return entry
+
+        d.row = row
+        if self.other_tensors:
+            d.closing.append(f"{self.other_tensors} other checkpoint tensor(s) (optimizer state, counters"
+                             + ("" if self.config_given else ", non-recurrent layers") + ") not carried over")
         return d
 
     def object_path(self, rnn) -> str:
@@ -163,12 +181,8 @@ class TF2CheckpointDoc:
 
 
 def _fix(e: GruconvError, doc_or_staged, source: Path) -> GruconvError:
-    """``e`` naming ``source`` where it named the staging file (or nothing)."""
-    staged = getattr(doc_or_staged, "path", doc_or_staged)
-    if e.path is None or Path(e.path) == Path(staged):
-        msg = e.message.replace(str(staged), str(source))
-        return type(e)(msg, path=source)
-    return e
+    """``e`` naming ``source`` where it named the staging file (or nothing): :func:`gruconv.errors.said_of`."""
+    return said_of(e, getattr(doc_or_staged, "path", doc_or_staged), source)
 
 
 def read(path, options: Optional[Options] = None, **kw) -> TF2CheckpointDoc:
@@ -196,6 +210,8 @@ def read(path, options: Optional[Options] = None, **kw) -> TF2CheckpointDoc:
             n_keys = len([k for k in bundle.keys() if k != "_CHECKPOINTABLE_OBJECT_GRAPH"])
         try:
             kdoc = keras_h5.read_with_config(staged, config)
+            if opts.config is not None and not isinstance(opts.config, dict):
+                kdoc.config_file = Path(opts.config)
         except GruconvError as e:
             raise _fix(e, staged, path) from None
         except RecursionError:
@@ -239,10 +255,6 @@ def inspect(doc: TF2CheckpointDoc) -> dict:
     return info
 
 
-def output_format(output: Path, opts: Options) -> str:
-    return keras_h5.output_format(Path(output), opts)
-
-
 def natural_output(path, opts: Options) -> tuple:
     """Batch mode: a ``.keras`` model with ``--config``, else legacy ``.h5`` weights."""
     return ("keras" if opts.config is not None else "h5-weights"), False
@@ -251,42 +263,6 @@ def natural_output(path, opts: Options) -> tuple:
 def output_name(path, opts: Options, stem: str) -> str:
     fmt, many = natural_output(path, opts)
     return writers.output_name(stem, opts.format or fmt, many=many)
-
-
-def check_outputs(doc: TF2CheckpointDoc, output: Path, opts: Options) -> None:
-    """The Keras HDF5 reader's checks, said of the checkpoint; the output is never one of its files."""
-    from ...files.outputs import check_outputs as never_an_input
-
-    never_an_input([Path(output)], input_files(doc.path))
-    writer = writers.module(output_format(output, opts))
-    if writer.NEEDS_ARCHITECTURE and not doc.config_given and doc.rnns:
-        raise UsageError(f"a TF2 checkpoint without --config ARCH.json (the model's to_json()) has no layer names "
-                         f"or order for a {writer.SUFFIX} file; pass --config, or write a .h5 weights file",
-                         path=doc.path)
-    try:
-        keras_h5.check_outputs(doc.keras, output, opts)
-    except GruconvError as e:
-        raise _fix(e, doc.keras, doc.path) from None
-
-
-def convert(doc: TF2CheckpointDoc, output: Path, opts: Optional[Options] = None) -> ConvertResult:
-    opts = opts or Options()
-    output = Path(output)
-    if doc.rnns or opts.force:
-        check_outputs(doc, output, opts)
-    try:
-        result = keras_h5.convert(doc.keras, output, opts)
-    except GruconvError as e:
-        raise _fix(e, doc.keras, doc.path) from None
-    result.input = str(doc.path)
-    result.format = FORMAT
-    for entry, rnn in zip(result.rnns, doc.rnns):
-        entry["details"] = [f"object: {doc.object_path(rnn)}"] + list(entry.get("details") or [])
-    if doc.other_tensors and result.outputs:
-        result.warnings.append(f"{doc.other_tensors} other checkpoint tensor(s) (optimizer state, counters"
-                               + ("" if doc.config_given else ", non-recurrent layers")
-                               + ") not carried over")
-    return result
 
 
 def nothing_to_verify(doc: TF2CheckpointDoc) -> Optional[str]:

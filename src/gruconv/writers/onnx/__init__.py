@@ -19,7 +19,9 @@ FORMAT = "onnx"
 SUFFIX = ".onnx"
 CLAIMS = (".onnx",)
 #: Writes no Keras model.
-SAVES_MODEL = False
+#: A bare stack, a weights-only Keras graph's one RNN, or each RNN of one as a file of its own.
+KINDS = ("stack", "graph", "graph-rnn")
+WRITES = "stacks"
 #: Needs no architecture (a weights-only Keras file converts as it is).
 NEEDS_ARCHITECTURE = False
 #: A checkpoint with several stacks: one ``.onnx`` per stack in a directory.
@@ -40,7 +42,7 @@ def options(graph: bool) -> frozenset:
     return frozenset() if graph else INTERFACE_OPTIONS
 
 
-def write_stack(document, entry, target, options, name: str) -> None:
+def _write_stack(document, entry, target, options, name: str) -> None:
     """One stack's ONNX model (float32 interface; a float64 stack is rounded, see
     :func:`gruconv.writers.onnx.graph.write`)."""
     from .graph import write
@@ -87,27 +89,22 @@ def graph_targets(graph, directory) -> list:
     return out
 
 
-def write_graph_many(document, directory, options, warnings: list) -> list:
-    """Each cuDNN RNN of a weights-only Keras file as its own ``.onnx`` in ``directory``
-    (:func:`graph_targets`), each written atomically; returns the files written (the caller removes
-    them again if anything fails)."""
+def _write_graph_rnn(document, index: int, target, warnings: list) -> None:
+    """RNN ``index`` of a weights-only Keras file as its own ``.onnx`` (one of :func:`graph_targets`)."""
     from .graph import write
 
     graph = document.graph
     refuse(graph)
-    written = []
-    for rnn, target in zip(graph.rnns, graph_targets(graph, directory)):
-        if rnn.shape.dtype == "float64":
-            warnings.append(f"{rnn.path}: float64 weights rounded to float32 (the ONNX interface is float32)")
-        try:
-            write(target, rnn.stack, force=True)
-        finally:
-            rnn.release()
-        written.append(target)
-    return written
+    rnn = graph.rnns[index]
+    if rnn.shape.dtype == "float64":
+        warnings.append(f"{rnn.path}: float64 weights rounded to float32 (the ONNX interface is float32)")
+    try:
+        write(Path(target), rnn.stack, force=True)
+    finally:
+        rnn.release()
 
 
-def write_graph(document, target, options, warnings: list, *, final) -> dict:
+def _write_graph(document, target, options, warnings: list, *, final) -> dict:
     """A weights-only Keras file's one cuDNN RNN as a stack model (see :func:`refuse`)."""
     from .graph import write
 
@@ -121,6 +118,18 @@ def write_graph(document, target, options, warnings: list, *, final) -> dict:
         write(Path(target), rnn.stack, force=True)
         rnn.release()
     return nonfinite
+
+
+def write(document, target, options) -> dict:
+    """A bare stack (kind ``stack``), a weights-only Keras file's one RNN (``graph``), or one of its
+    RNNs in a directory output (``graph-rnn``) as an ONNX model."""
+    if target.kind == "graph":
+        return _write_graph(document, target.tmp, options, target.warnings, final=target.path)
+    if target.kind == "graph-rnn":
+        _write_graph_rnn(document, target.stack, target.tmp, target.warnings)
+        return {}
+    _write_stack(document, document.stacks[target.stack], target.tmp, options, target.name)
+    return {}
 
 
 def load(path, rebuild):

@@ -27,7 +27,9 @@ FORMAT = "torch"
 SUFFIX = ".safetensors"
 CLAIMS = (".safetensors",)
 #: Writes no Keras model: nothing is rebuilt, a ``Lambda`` layer is no obstacle.
-SAVES_MODEL = False
+#: A bare stack alone, a Keras graph (its RNNs and other weights), or a whole document in one file.
+KINDS = ("stack", "graph", "document")
+WRITES = "stacks"
 #: Needs no architecture: a weights-only Keras file converts as it is.
 NEEDS_ARCHITECTURE = False
 #: One file for any number of stacks (:func:`write_document`: every stack and the other tensors, so
@@ -47,13 +49,13 @@ def _write(target, stacks: list, others, warnings: list) -> None:
     warnings.extend(done["warnings"])
 
 
-def write_stack(document, entry, target, options, name: str) -> None:
+def _write_stack(document, entry, target, options, name: str) -> None:
     """One bare stack alone (no other tensors) as a one-module file."""
     _write(target, [(name, entry.stack, f"{document.reader}:{name}")], {}, [])
     document.drop()
 
 
-def write_document(document, named_entries: list, target, options, warnings: list) -> None:
+def _write_document(document, named_entries: list, target, options, warnings: list) -> None:
     """Every stack of ``named_entries`` (``[(entry, name)]``) and every other tensor of ``document``
     (``document.view(key)``) into the one file ``target``.  Tensors safetensors cannot hold (TF
     strings) are left out with a warning naming them."""
@@ -71,7 +73,7 @@ def write_document(document, named_entries: list, target, options, warnings: lis
     document.drop()
 
 
-def write_graph(document, target, options, warnings: list, *, final) -> dict:
+def _write_graph(document, target, options, warnings: list, *, final) -> dict:
     """A Keras HDF5 file's cuDNN layers as one-layer modules (named by layer path) and its other
     layers' weights as ``<layer>/<weight>``.  Returns NaN/Inf counts per layer (carried unchanged)."""
     from ...errors import GruconvError
@@ -102,6 +104,19 @@ def write_graph(document, target, options, warnings: list, *, final) -> dict:
     for rnn in graph.rnns:
         rnn.release()
     return nonfinite
+
+
+def write(document, target, options) -> dict:
+    """One bare stack (kind ``stack``), a Keras graph (``graph``) or every stack and other tensor of
+    the document (``document``) into one ``.safetensors`` file."""
+    if target.kind == "graph":
+        return _write_graph(document, target.tmp, options, target.warnings, final=target.path)
+    if target.kind == "document":
+        named = [(e, name or f"{e.stack.shape.cell}_stack") for e, name in zip(document.stacks, document.names)]
+        _write_document(document, named, target.tmp, options, target.warnings)
+        return {}
+    _write_stack(document, document.stacks[target.stack], target.tmp, options, target.name)
+    return {}
 
 
 def load(path, rebuild):

@@ -1,0 +1,236 @@
+"""Planning a conversion: every decision about what gets written, made once, before any work.
+
+``plan(document, output, options) -> Plan`` decides from the :class:`gruconv.model.canonical.Document`
+alone (its stacks, its Keras graph, and the plan facts its reader put in it: ``inputs``, ``nothing``,
+``refusal``, ``refused``, ``needs_config``, ``names``) and the output the user named:
+
+* the writer (``--format``, else the writer the output's name claims; a checkpoint's directory of
+  models, else ``keras``),
+* file or directory (several stacks, or a graph's RNNs one file each),
+* the targets (one per file written, with the stack each holds) and ``rest.npz`` beside them,
+* the refusals: nothing writable, a format this input cannot go to, ``Lambda`` layers for a writer
+  that builds the model, a weights-only graph for a writer that needs the architecture, several
+  stacks to one file, a directory that is not empty, an output that is an input.
+
+:mod:`gruconv.api` then opens one output transaction (:class:`gruconv.files.outputs.Outputs`) and hands
+each target to its writer.  Batch mode names its outputs with :func:`gruconv.writers.output_name`, the
+same rule.  Nothing here writes or reads a file (``exists``/``is_dir`` checks on the output aside).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from ..errors import OutputError, UnsupportedError, UsageError
+from . import registry as writers
+
+#: Output name endings that cannot name a directory of per-stack models (a checkpoint's several
+#: stacks with no writer given one file): the user meant a file.
+_NOT_A_DIRECTORY = (".h5", ".hdf5", ".npz", ".json")
+
+
+@dataclass
+class Target:
+    """One file a conversion writes: its ``kind`` (:data:`gruconv.writers.registry.KINDS`), its final
+    ``path``; ``stack``: the index in ``document.stacks`` it holds (None: the whole graph or
+    document); ``name``: the model/layer name that stack gets; ``force``: whether an existing file
+    is replaced (files inside a directory output always are).  While it is written, ``tmp`` is the
+    temporary path the output transaction handed out and ``warnings`` the conversion's list."""
+
+    kind: str
+    path: Path
+    stack: Optional[int] = None
+    name: Optional[str] = None
+    force: bool = False
+    tmp: Optional[Path] = None
+    warnings: list = field(default_factory=list)
+
+
+@dataclass
+class Plan:
+    """What a conversion writes, decided once (:func:`plan`).
+
+    ``route``: ``"nothing"`` (nothing to convert), ``"graph"`` (a Keras graph into one file),
+    ``"graph-many"`` (a graph's RNNs one file each into :attr:`directory`), ``"stacks"`` (one file per
+    bare stack), ``"document"`` (every stack and the other tensors into one file)."""
+
+    output: Path
+    route: str
+    format: Optional[str] = None
+    directory: Optional[Path] = None
+    targets: list = field(default_factory=list)
+    rest: Optional[Path] = None
+    reason: Optional[str] = None
+
+    @property
+    def writer(self):
+        return writers.module(self.format)
+
+    def files(self) -> list:
+        """Every file the conversion will place (targets, then ``rest.npz``)."""
+        return [t.path for t in self.targets] + ([self.rest] if self.rest is not None else [])
+
+
+def output_format(graph: bool, output, options) -> Optional[str]:
+    """The writer a conversion to ``output`` uses, or None when the output names none: for refusing,
+    before reading, the options no one reads (:func:`gruconv.api.refuse_unread`).  ``graph``: the
+    reader's documents carry a Keras graph (else bare stacks, which may go to a directory)."""
+    output = Path(output)
+    if not graph:
+        return _stack_format(output, options) or _directory_format(options)
+    return writers.output_format(output, options)
+
+
+def plan(document, output, options) -> Plan:
+    """Decide what converting ``document`` to ``output`` writes, or raise the one-line refusal."""
+    output = Path(output)
+    if document.refusal is not None:
+        raise document.refusal
+    if document.nothing and not (document.nothing_forced and options.force):
+        return Plan(output=output, route="nothing", reason=document.reason)
+    if document.graph is not None or document.nothing_forced:
+        return _plan_graph(document, output, options)
+    return _plan_stacks(document, output, options)
+
+
+# --------------------------------------------------------------------------- a Keras graph
+
+def _plan_graph(document, output: Path, options) -> Plan:
+    from ..files.outputs import check_outputs as never_an_input, check_target
+
+    graph = document.graph
+    never_an_input([output], document.inputs)  # first: whatever else is wrong, say this
+    fmt = writers.output_format(output, options)
+    if fmt is None:
+        raise UsageError(f"cannot tell the output format from {output.name!r}: use a .keras or .h5 name, or --format",
+                         path=output)
+    if fmt in document.refused:
+        raise document.refused[fmt]
+    writer = writers.module(fmt)
+    if writer.NEEDS_ARCHITECTURE and graph.model_config is None and document.stacks and document.needs_config:
+        raise UsageError(document.needs_config.format(suffix=writer.SUFFIX), path=Path(document.source))
+    if "graph-rnn" in writer.KINDS and (output.is_dir() or writers.claimed_by(output) is None):
+        writer.refuse(graph)
+        _check_directory(output, options)
+        targets = [Target("graph-rnn", path=p, stack=i, force=True)
+                   for i, p in enumerate(writer.graph_targets(graph, output))]
+        never_an_input([t.path for t in targets], document.inputs)
+        return Plan(output=output, route="graph-many", format=fmt, directory=output, targets=targets)
+    if graph.lambdas and (writer.WRITES == "model" or writer.NEEDS_ARCHITECTURE):
+        # Building a Keras model calls every layer on symbolic inputs: a Lambda's code would run.
+        # Unlike a custom layer class (carried over: the user supplies the class), a Lambda's code is in
+        # the file itself (marshalled bytecode), and nothing the user could pass would stand for it.
+        raise UnsupportedError(
+            f"model has Lambda layer(s) {', '.join(graph.lambdas)} holding Python code; gruconv never runs it, "
+            "and a .keras model cannot be built without running it (the code is stored in the model file, "
+            "unlike a custom layer's class, so --custom-objects cannot stand in for it); write the converted "
+            "weights alone, no code: gruconv convert IN.h5 OUT.h5 (--format h5-weights)", path=graph.path)
+    if writer.NEEDS_ARCHITECTURE and graph.model_config is None and document.stacks:
+        raise UsageError("a weights-only file needs --config ARCH.json (the model's to_json()) to become "
+                         "a .keras model; or write a .h5 weights file", path=graph.path)
+    one_file = writers.hook(writer, "refuse_one_file")
+    if one_file is not None:
+        one_file(graph)
+    check_target(output, force=options.force)
+    never_an_input([output], document.inputs)
+    return Plan(output=output, route="graph", format=fmt, targets=[Target("graph", path=output, force=options.force)])
+
+
+# --------------------------------------------------------------------------- bare stacks
+
+def _stack_format(output: Path, options) -> Optional[str]:
+    """The writer's name, or None: a directory of per-stack files.  ``--format`` decides, else the
+    output's name (:func:`gruconv.writers.claimed_by`; a directory is never claimed); a writer that
+    writes one model per stack (``keras``) gets a file only when the name is claimed by it."""
+    claimed = None if output.is_dir() else writers.claimed_by(output)
+    fmt = options.format if options.format is not None or output.is_dir() else claimed
+    if fmt is not None and not writers.module(fmt).MANY:
+        return fmt
+    return fmt if fmt is not None and claimed == fmt else None
+
+
+def _directory_format(options) -> str:
+    """The writer of a directory output: ``--format`` when it writes one file per stack (``keras``,
+    ``onnx``), else ``keras``."""
+    return options.format if options.format is not None and writers.module(options.format).MANY else "keras"
+
+
+def stack_targets(names: list, cells: list, directory: Path, fmt: str) -> list:
+    """The file each stack gets in a directory output: its name made a file name
+    (:func:`file_stem`, unique up to case) plus the writer's suffix; the one rule, for ``convert``
+    and for ``verify`` finding what ``convert`` wrote.  ``names``: each stack's scope (or None),
+    ``cells``: each stack's cell."""
+    seen, targets = set(), []
+    for name, cell in zip(names, cells):
+        default = f"{cell}_stack"
+        stem, n = file_stem(name, default), 1
+        while stem.lower() in seen:
+            n += 1
+            stem = f"{file_stem(name, default)}_{n}"
+        seen.add(stem.lower())
+        targets.append(Path(directory) / writers.output_name(stem, fmt))
+    return targets
+
+
+def file_stem(scope: str, default: str = "gru_stack") -> str:
+    """A scope as a file name: ``/`` becomes ``__``, anything outside ``[A-Za-z0-9_.-]`` ``_``."""
+    import re
+
+    stem = re.sub(r"[^A-Za-z0-9_.\-]", "_", scope.replace("/", "__")).lstrip(".")
+    return stem or default
+
+
+def _plan_stacks(document, output: Path, options) -> Plan:
+    from ..files.outputs import check_outputs as never_an_input, check_target
+    from . import rest_npz
+
+    force = options.force
+    never_an_input([output], document.inputs)  # first: whatever else is wrong, say this
+    fmt = _stack_format(output, options)
+    as_dir = fmt is None
+    if fmt is not None and output.is_dir():
+        raise OutputError(f"--format {fmt} writes one file: OUTPUT is a directory", path=output)
+    whole = not as_dir and "document" in writers.module(fmt).KINDS
+    n = len(document.stacks)
+    if not as_dir and n > 1 and not whole:
+        scopes = ", ".join(repr(s) for s in document.names)
+        raise UsageError(f"the checkpoint holds {n} {document.stack_word} stacks ({scopes}): "
+                         f"pass --rnn SCOPE to "
+                         f"convert one into {output.name}, or a directory as OUTPUT for all", path=Path(document.source))
+    if as_dir and output.suffix.lower() in _NOT_A_DIRECTORY:  # (.h5 here: --format keras)
+        raise UsageError(f"a TF1 checkpoint converts to Keras 3 .keras models (or weights: *.h5 legacy layout, "
+                         f"*.weights.h5 Keras 3): name OUTPUT *.keras, *.h5, or a directory "
+                         f"(got {output.name!r})", path=Path(document.source))
+    names = [s or f"{c}_stack" for s, c in zip(document.names, document.cells)]
+    if as_dir:
+        _check_directory(output, options)
+        fmt = _directory_format(options)
+        paths = stack_targets(document.names, document.cells, output, fmt)
+        targets = [Target("stack", path=p, stack=i, name=names[i], force=True) for i, p in enumerate(paths)]
+        rest = output / rest_npz.NAME if document.other_tensors else None
+        result = Plan(output=output, route="stacks", format=fmt, directory=output, targets=targets, rest=rest)
+    elif whole:  # every stack and the other tensors in one file
+        check_target(output, force=force)
+        result = Plan(output=output, route="document", format=fmt, targets=[Target("document", path=output, force=force)])
+    else:
+        check_target(output, force=force)
+        rest = rest_npz.beside(output) if document.other_tensors else None
+        if rest is not None:
+            check_target(rest, force=force)
+        result = Plan(output=output, route="stacks", format=fmt, rest=rest,
+                      targets=[Target("stack", path=output, stack=0, name=names[0], force=force)])
+    never_an_input(result.files(), document.inputs)
+    return result
+
+
+def _check_directory(output: Path, options) -> None:
+    """A directory output: it is one (or can be made), and empty unless ``--force``."""
+    if output.exists() and not output.is_dir():
+        raise OutputError("output exists and is not a directory", path=output)
+    parent = output.parent if str(output.parent) else Path(".")
+    if not output.exists() and not parent.is_dir():
+        raise OutputError(f"output directory {str(parent)!r} does not exist", path=output)
+    if output.is_dir() and any(output.iterdir()) and not options.force:
+        raise OutputError("output directory is not empty; pass --force to write into it", path=output)

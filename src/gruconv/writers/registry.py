@@ -1,0 +1,228 @@
+"""The registry of output formats: the one place that decides an output's format and its name.
+
+Readers (:mod:`gruconv.readers`) produce one document; writers consume it (pandoc's readers →
+AST → writers split).  Every writer is one module offering :class:`Writer` (the contract, written
+once, checked by ``tests/test_structure.py``): constants, ``options``, one ``write`` verb and ``load``;
+the optional verbs a writer may add are declared in the Protocol (:func:`optional`, listed in
+:data:`OPTIONAL`) and are found with :func:`hook`, never with ``hasattr``.  What is written where is
+decided by :mod:`gruconv.writers.planning`.
+
+Beside any of them, :mod:`gruconv.writers.rest_npz` writes the document's other tensors.
+
+A new writer is one module and one line in :data:`WRITERS`.  This module imports only
+:mod:`gruconv.errors` (``results`` takes the format names from here).
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Optional, Protocol
+
+from ..errors import UsageError
+
+#: ``--format`` name -> module path.  Order is the order ``--help`` lists them.
+WRITERS = {
+    "keras": "gruconv.writers.keras_model",
+    "h5-weights": "gruconv.writers.legacy_h5",
+    "keras-weights": "gruconv.writers.keras_weights",
+    "torch": "gruconv.writers.torch",
+    "onnx": "gruconv.writers.onnx",
+}
+
+
+
+def optional(verb):
+    """Marks a :class:`Writer` verb optional: a writer may lack it, and the rest of gruconv asks for it
+    with :func:`hook` (never ``hasattr``)."""
+    verb.optional = True
+    return verb
+
+
+#: The kinds of :class:`gruconv.writers.planning.Target` a writer's ``write`` takes (its ``KINDS``):
+KINDS = {
+    "stack": "one bare stack (``document.stacks[target.stack]``) as a file of its own",
+    "graph": "a Keras graph (``document.graph``) as one file",
+    "graph-rnn": "one RNN of a Keras graph (``document.stacks[target.stack]``) as a file of its own "
+                 "(a directory output: one file per RNN, named by ``graph_targets``)",
+    "document": "every stack and the document's other tensors in one file (no rest.npz beside it)",
+}
+
+#: What a writer's file is (its ``WRITES``): a whole Keras model (a graph's layers are rebuilt: a
+#: ``Lambda`` is refused), Keras weights, or stacks in a non-Keras framework's own format.
+WRITES = ("model", "weights", "stacks")
+
+
+class Writer(Protocol):
+    """What every writer module offers (modules satisfy it structurally: their module-level names).
+    ``tests/test_structure.py`` checks every registered writer against it, signatures included; the
+    verbs marked :func:`optional` may be missing."""
+
+    #: its ``--format`` name (the key in :data:`WRITERS`)
+    FORMAT: str
+    #: the name ending it gives an output (batch naming, ``--out-dir``)
+    SUFFIX: str
+    #: the name endings that select it without ``--format`` (longest wins: ``x.weights.h5`` is Keras 3
+    #: weights, ``x.h5`` legacy weights)
+    CLAIMS: tuple
+    #: the target kinds its ``write`` takes (keys of :data:`gruconv.writers.registry.KINDS`)
+    KINDS: tuple
+    #: what its file is (one of :data:`gruconv.writers.registry.WRITES`)
+    WRITES: str
+    #: True if a checkpoint's several stacks go into a directory of its files by default
+    MANY: bool
+    #: whether it needs the architecture at all (a weights-only Keras file then needs ``--config``)
+    NEEDS_ARCHITECTURE: bool
+
+    def options(self, graph: bool) -> frozenset:
+        """The :class:`gruconv.options.Options` fields it reads for a document with (or without) a
+        Keras graph; :func:`gruconv.readers.refuse_unread` refuses every other one given."""
+
+    def write(self, document, target, options) -> dict:
+        """Write ``target`` (a :class:`gruconv.writers.planning.Target` of one of its ``KINDS``) of
+        ``document`` (:class:`gruconv.model.canonical.Document`) to ``target.tmp``, the temporary path
+        the output transaction renames to ``target.path``; one layer at a time (``document.drop()``
+        between them); warnings go to ``target.warnings``.  Returns NaN/Inf counts per layer (``{}``
+        where it counts none)."""
+
+    def load(self, path, rebuild):
+        """What it wrote, as a Keras 3 model for ``verify`` (``rebuild()`` gives the converted
+        architecture, for weights-only formats)."""
+
+    @optional
+    def runners(self, path) -> dict:
+        """``{rnn name: StackRunner}``: it writes no Keras model; verify runs each RNN through the
+        target's own engine (:class:`gruconv.verify.runners.StackRunner`)."""
+
+    @optional
+    def describe(self, shape) -> dict:
+        """``{'target', 'note'}``: what a stack of that shape becomes (inspect, convert's report)."""
+
+    @optional
+    def gpu_status(self) -> tuple:
+        """``(usable, reason, {'strict': .., 'default': ..})``: the GPU its runners use."""
+
+    @optional
+    def graph_targets(self, graph, directory) -> list:
+        """The file each RNN of a graph gets in a directory (kind ``graph-rnn``)."""
+
+    @optional
+    def refuse(self, graph) -> None:
+        """The one-line refusal of a graph it cannot express at all."""
+
+    @optional
+    def refuse_one_file(self, graph) -> None:
+        """The refusal of a graph of several RNNs into one file."""
+
+    @optional
+    def write_with_keras(self, document, target, options) -> dict:
+        """``write`` through Keras (the Keras-built route, compared with the streamed one in tests)."""
+
+
+#: The optional verbs, by name (read off :class:`Writer`).
+OPTIONAL = {n: f.__doc__ for n, f in vars(Writer).items() if getattr(f, "optional", False)}
+
+
+def hook(writer, verb: str):
+    """``writer``'s optional ``verb`` (one declared :func:`optional` in :class:`Writer`), or None when
+    it has none."""
+    if verb not in OPTIONAL:
+        raise KeyError(f"{verb!r} is not an optional writer verb (gruconv.writers.Writer)")
+    return getattr(writer, verb, None)
+
+
+def by_kind(kind: str) -> list:
+    """The names of the writers whose ``write`` takes targets of ``kind`` (:data:`KINDS`), in
+    registry order."""
+    if kind not in KINDS:
+        raise KeyError(f"{kind!r} is not a target kind (gruconv.writers.registry.KINDS)")
+    return [name for name in WRITERS if kind in module(name).KINDS]
+
+
+#: The writer of a document's other tensors, beside whichever writer wrote its stacks.
+REST = "gruconv.writers.rest_npz"
+
+
+def module(name: str):
+    """The writer registered as ``name`` (a ``--format`` value)."""
+    if name not in WRITERS:
+        raise UsageError(f"--format must be one of {', '.join(WRITERS)}, got {name!r}")
+    return importlib.import_module(WRITERS[name])
+
+
+def claimed_by(output) -> Optional[str]:
+    """The writer whose ``CLAIMS`` the name of ``output`` ends with (the longest one), or None."""
+    lower = Path(output).name.lower()
+    best, length = None, 0
+    for name in WRITERS:
+        for claim in module(name).CLAIMS:
+            if lower.endswith(claim) and len(claim) > length:
+                best, length = name, len(claim)
+    return best
+
+
+def output_format(output, options) -> Optional[str]:
+    """``--format`` if given, else the writer claiming ``output``'s name, else None (the caller
+    decides: a Keras HDF5 input refuses, a checkpoint writes a directory)."""
+    if options.format is not None:
+        module(options.format)  # a valid name, or the one usage line
+        return options.format
+    return claimed_by(output)
+
+
+def output_name(stem: str, fmt: str, *, many: bool = False) -> str:
+    """The name of the output for an input whose name without suffix is ``stem``: ``stem`` plus the
+    writer's ``SUFFIX``, or ``stem`` itself (a directory) when ``many`` stacks go to a writer that
+    writes one file per stack."""
+    writer = module(fmt)
+    return stem if many and writer.MANY else stem + writer.SUFFIX
+
+
+def load(path, rebuild):
+    """The converted model at ``path`` (for ``verify``), loaded by the writer its name claims; a name
+    no writer claims is read as weights into ``rebuild()`` (legacy ``.h5`` layout)."""
+    return module(claimed_by(path) or "h5-weights").load(Path(path), rebuild)
+
+
+def stack_runners(path) -> Optional[dict]:
+    """``{rnn name: runner}`` when the writer claiming ``path``'s name runs stacks itself
+    (``runners``: torch, onnx), else None (a Keras model: :func:`load`)."""
+    if Path(path).is_dir():  # a directory of one file per stack: every file a runner-writer claims
+        found: dict = {}
+        for p in sorted(Path(path).iterdir()):
+            if p.is_file() and claimed_by(p) is not None and hook(module(claimed_by(p)), "runners"):
+                found.update(module(claimed_by(p)).runners(p))
+        return found or None
+    name = claimed_by(path)
+    writer = module(name) if name is not None else None
+    if writer is None or hook(writer, "runners") is None:
+        return None
+    return writer.runners(Path(path))
+
+
+def gpu_probe(path):
+    """The GPU probe of the writer that wrote ``path`` (a file, or a directory of its files), when it
+    runs its stacks itself: ``gpu_status() -> (usable, reason, {"strict": .., "default": ..})``;
+    else None (``verify`` asks the Keras backend)."""
+    path = Path(path)
+    files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+    for p in files:
+        name = claimed_by(p)
+        if name is not None and hook(module(name), "gpu_status"):
+            return module(name).gpu_status
+    return None
+
+
+def targets(shape) -> dict:
+    """``{format: {"target", "note"}}``: what each writer with ``describe`` makes of a stack of
+    ``shape`` (a :class:`gruconv.model.canonical.StackShape`), for ``inspect``."""
+    return {name: module(name).describe(shape) for name in WRITERS if hook(module(name), "describe")}
+
+
+def suffixes() -> tuple:
+    """Every name ending a writer claims (batch strips them from input names only if also inputs)."""
+    return tuple(c for name in WRITERS for c in module(name).CLAIMS)
+
+
+#: Options every run reads whatever its reader and writer: where and whether to write.
+COMMON_OPTIONS = frozenset({"force", "format"})
