@@ -286,6 +286,20 @@ class Pieces:
         self.shape, self.dtype, self.pieces = tuple(shape), dtype, pieces
 
 
+def assembled(value):
+    """A streamed weight as one in-memory array (:class:`Pieces` put together; anything else as it is):
+    for the Keras-built route, which hands each array to a Keras variable (:func:`gruconv.keras3.runtime.assign`)."""
+    import numpy as np
+
+    if not isinstance(value, Pieces):
+        return np.asarray(value)
+    a = np.empty(value.shape, value.dtype)
+    for where, block in value.pieces():
+        a[where] = block
+        del block
+    return a
+
+
 # --------------------------------------------------------------------------- atomic targets
 
 @contextmanager
@@ -879,13 +893,11 @@ def write_keras_h5_doc(doc, target, *, weights_only: bool = False, warnings: Opt
     training config loses (custom losses / metrics), as the Keras route reports it; ``nonfinite`` the
     NaN/Inf count per CuDNN layer (:func:`legacy_h5_arrays`); ``info["config"]`` the generated Keras 3
     model config (for :func:`check_load` of a weights-only output)."""
-    from ..readers import keras_h5
-
     if doc.model_config is None:
         raise UnsupportedError("a weights-only input needs its architecture (--config)", path=doc.path)
     check_rnn_inputs(doc)
     try:
-        config = keras3_config.model_config(keras_h5.converted_config(doc.model_config))
+        config = keras3_config.translate(doc.model_config)
         groups, tops = keras3_config.saveable_plan(config)
         custom_slots(doc, config, groups, tops)
         if info is not None:

@@ -32,9 +32,10 @@ Registry verbs (:mod:`gruconv.readers`): :func:`sniff`, :func:`read`, :func:`ins
 :func:`verify_subjects`, :func:`natural_output`, :func:`output_name`, :func:`input_files`,
 :func:`extra_outputs`.  The model read is the Keras-graph passthrough of its
 :class:`~gruconv.model.canonical.Document` (:meth:`KerasH5Model.document`): writers that express a
-Keras graph ask it for :meth:`~KerasH5Model.write_legacy` (the legacy file above) or
-:meth:`~KerasH5Model.build_model` (the Keras 3 model in memory).  The config rewriting and the
-legacy writing still live here (moving them into :mod:`gruconv.writers` is the next step).
+Keras graph ask it for :meth:`~KerasH5Model.write_legacy` (the legacy file above); a Keras 3
+model is built from :func:`gruconv.keras3.config.translate` (:func:`gruconv.writers.keras_route.built`).
+The legacy config mends (:func:`converted_config`, which ``translate`` starts with) and the legacy
+writing still live here (moving them out is the next step).
 """
 
 from __future__ import annotations
@@ -168,15 +169,9 @@ class KerasH5Model:
         lazily), this model as the Keras graph passthrough, no other tensors."""
         return Document(source=str(self.path), reader=FORMAT, stacks=list(self.rnns), graph=self)
 
-    def write_legacy(self, out_path, *, include_model: bool = True, include_training: bool = True,
-                     zero_init: bool = False) -> dict:
+    def write_legacy(self, out_path, *, include_model: bool = True, include_training: bool = True) -> dict:
         """The graph as a legacy Keras HDF5 file with GRU/LSTM layers (:func:`write`)."""
-        return write(self, out_path, include_model=include_model, include_training=include_training,
-                     zero_init=zero_init)
-
-    def build_model(self):
-        """The graph as a Keras 3 model in memory, and the NaN/Inf count per layer (:func:`to_keras`)."""
-        return to_keras(self)
+        return write(self, out_path, include_model=include_model, include_training=include_training)
 
     def other_weights(self):
         """Every stored weight that belongs to no cuDNN layer, as ``("<layer>/<weight name>", array)``
@@ -612,10 +607,8 @@ def _rnns_without_config(path: Path, groups: dict) -> list:
 
 # --------------------------------------------------------------------------- writing
 
-_INITIALIZERS = ("kernel_initializer", "recurrent_initializer", "bias_initializer")
 
-
-def gru_config(cudnn_cfg: dict, *, wrapped: bool = False, zero_init: bool = False) -> dict:
+def gru_config(cudnn_cfg: dict, *, wrapped: bool = False) -> dict:
     """The GRU (or LSTM) layer config equivalent to a CuDNNGRU (CuDNNLSTM) config, same serialization style.
 
     The target follows the config's class: ``CuDNNGRU`` -> ``GRU``
@@ -630,22 +623,12 @@ def gru_config(cudnn_cfg: dict, *, wrapped: bool = False, zero_init: bool = Fals
     CuDNNGRU's style — except inside ``Bidirectional``/``TimeDistributed``,
     whose ``from_config`` always uses the new deserializer and so needs
     ``module`` (``keras/src/layers/rnn/bidirectional.py``).
-
-    ``zero_init``: build-time initializers set to ``Zeros`` — for a file that
-    is only loaded to be saved again, whose weights are overwritten at once;
-    the caller puts the original initializers back on the built layers
-    (:func:`gruconv.keras3.runtime.restore_initializers`).  Orthogonal
-    initialisation of large recurrent kernels (a QR per layer) otherwise costs
-    seconds (``docs/benchmarks.md``).
     """
     conf = _conf(cudnn_cfg)
     cell = CUDNN_CLASSES.get(_class_name(cudnn_cfg), "gru")
     target = _TARGET_CLASS[cell]
     new = {k: copy.deepcopy(conf[k]) for k in _CARRIED[cell] if k in conf}
     new.update(CUDNN_COMPATIBLE[cell])
-    if zero_init:
-        for k in _INITIALIZERS:
-            new[k] = {"class_name": "Zeros", "config": {}}
     if wrapped:
         for k in ("batch_input_shape", "input_shape", "batch_size"):
             new.pop(k, None)
@@ -658,7 +641,7 @@ def gru_config(cudnn_cfg: dict, *, wrapped: bool = False, zero_init: bool = Fals
     return out
 
 
-def converted_config(model_config: dict, *, zero_init: bool = False) -> dict:
+def converted_config(model_config: dict) -> dict:
     """A deep copy of ``model_config`` with every CuDNNGRU / CuDNNLSTM replaced by its GRU / LSTM config."""
     new = copy.deepcopy(model_config)
 
@@ -666,8 +649,7 @@ def converted_config(model_config: dict, *, zero_init: bool = False) -> dict:
         items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
         for key, value in list(items):
             if isinstance(value, dict) and _class_name(value) in CUDNN_CLASSES:
-                node[key] = gru_config(value, wrapped=wrapped and key in ("layer", "backward_layer"),
-                                       zero_init=zero_init)
+                node[key] = gru_config(value, wrapped=wrapped and key in ("layer", "backward_layer"))
             elif isinstance(value, (dict, list)):
                 is_wrapper = isinstance(value, dict) and isinstance(value.get("config"), dict) \
                     and "layer" in value["config"]
@@ -677,7 +659,7 @@ def converted_config(model_config: dict, *, zero_init: bool = False) -> dict:
                     visit(value)
 
     if _class_name(new) in CUDNN_CLASSES:
-        return gru_config(new, zero_init=zero_init)
+        return gru_config(new)
     visit(new)
     _normalise_for_keras3(new)
     return new
@@ -819,14 +801,7 @@ def _shift_ref(ref, nested: set) -> None:
         ref[1] -= 1
 
 
-def original_initializers(doc: KerasH5Model) -> dict:
-    """{CuDNNGRU/CuDNNLSTM path: {initializer argument: its legacy config}} (for ``zero_init`` writes)."""
-    return {r.path: {k: _conf(r.config).get(k) for k in _INITIALIZERS if _conf(r.config).get(k) is not None}
-            for r in doc.rnns}
-
-
-def write(doc: KerasH5Model, out_path, *, include_model: bool = True, include_training: bool = True,
-          zero_init: bool = False) -> dict:
+def write(doc: KerasH5Model, out_path, *, include_model: bool = True, include_training: bool = True) -> dict:
     """Write a legacy Keras HDF5 file with GRUs / LSTMs in place of CuDNNGRUs / CuDNNLSTMs.
 
     ``include_model``: write ``model_config`` (a full model file); otherwise a
@@ -871,7 +846,7 @@ def write(doc: KerasH5Model, out_path, *, include_model: bool = True, include_tr
                 dst.attrs["keras_version"] = doc.keras_version or "2.x"
                 dst.attrs["backend"] = doc.backend or "tensorflow"
                 dst.attrs["model_config"] = json.dumps(
-                    converted_config(doc.model_config, zero_init=zero_init)).encode("utf-8")
+                    converted_config(doc.model_config)).encode("utf-8")
                 if include_training and doc.training_config:
                     dst.attrs["training_config"] = doc.training_config.encode("utf-8")
                 droot = dst.create_group("model_weights")
@@ -1112,37 +1087,6 @@ def _convert_to_directory(doc: KerasH5Model, writer, output: Path, opts: Options
     result.outputs.extend(str(t) for t in written)
 
 
-def to_keras(doc: KerasH5Model, opts: Optional[Options] = None):
-    """The converted Keras 3 model, in memory: the model ``convert`` saves, built the same way.
-
-    A legacy file with GRUs in place of CuDNNGRUs is written to a private
-    directory, Keras 3's own legacy loader builds the model (every other layer
-    is rebuilt by Keras itself), and the original initializers are put back.
-    Returns ``(model, nonfinite)``: NaN/Inf counts per CuDNNGRU, counted while
-    the weights were transformed (read once).
-    """
-    import tempfile
-
-    from ...keras3 import runtime as keras3
-
-    if doc.model_config is None:
-        raise UsageError("a weights-only file needs --config ARCH.json (the model's to_json()) to become "
-                         "a Keras model", path=doc.path)
-    with tempfile.TemporaryDirectory(prefix="gruconv-") as td:
-        legacy = Path(td) / "converted.h5"
-        try:
-            nonfinite = write(doc, legacy, include_model=True, include_training=False, zero_init=True)
-        except OutputError as e:  # the working copy, not the output: say where it was (issue 23)
-            if e.path is None or os.fspath(e.path) != os.fspath(legacy):
-                raise
-            why = e.message.rsplit(" (", 1)[-1].rstrip(")")
-            raise OutputError(f"cannot write a working copy in the temporary directory {tempfile.gettempdir()} "
-                              f"(TMPDIR): {why}", path=doc.path) from None
-        model = keras3.load_legacy(legacy, compile=False, source=doc.path)
-    keras3.restore_initializers(model, original_initializers(doc), source=doc.path)
-    return model, nonfinite
-
-
 def nothing_to_verify(doc: KerasH5Model) -> Optional[str]:
     """``verify``'s note when the file holds nothing to check, else None."""
     return None if doc.rnns else "nothing to convert: no CuDNNGRU or CuDNNLSTM layers"
@@ -1224,8 +1168,13 @@ def verify_subjects(doc: KerasH5Model, converted, opts: Options):
     if converted is None:  # verify builds what convert writes (writers.keras_route.built)
         yield Subject(name=str(doc.path), model=None, graph=doc, in_memory=True, custom_objects=objects)
         return
+    def rebuild():  # the converted architecture (weights are loaded into it): the one translation
+        from ...keras3 import config as keras3_config
+
+        return keras3.from_config(keras3_config.translate(doc.model_config, outside=keras3_config.CARRY))
+
     with keras3.custom_scope(objects):
-        model = writers.load(Path(converted), lambda: doc.build_model()[0])
+        model = writers.load(Path(converted), rebuild)
     yield Subject(name=str(doc.path), model=model, graph=doc)
 
 
