@@ -21,7 +21,7 @@ import torch  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 from gruconv.model.canonical import GateParams, RNNStack, StackShape # noqa: E402
 from gruconv.keras3.config import stack_model_config # noqa: E402
-from gruconv.keras3.runtime import build_stack_model # noqa: E402
+from gruconv.keras3.build import build_stack_model # noqa: E402
 
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False

@@ -861,12 +861,13 @@ def test_stack_model_built_from_the_one_description(case, kw, tmp_path):
     config followed by set_weights: same config (the default initializers, not the Zeros it was built
     with), same weights."""
     from gruconv.keras3 import runtime as keras3
+    from gruconv.keras3.build import build_stack_model
     from gruconv.keras3.config import stack_model_config
 
     keras = _keras()
     (e,) = _read(case).stacks
     config = stack_model_config(e.stack.shape, "m", **kw)
-    fast = keras3.build_stack_model(e.stack, config)
+    fast = build_stack_model(e.stack, config)
     ref = keras.saving.deserialize_keras_object(config)  # default initializers
     ref.set_weights(fast.get_weights())
     assert [w.path for w in fast.weights] == [w.path for w in ref.weights]

@@ -288,7 +288,7 @@ class Pieces:
 
 def assembled(value):
     """A streamed weight as one in-memory array (:class:`Pieces` put together; anything else as it is):
-    for the Keras-built route, which hands each array to a Keras variable (:func:`gruconv.keras3.runtime.assign`)."""
+    for the Keras-built route, which hands each array to a Keras variable (:func:`gruconv.keras3.build.assign`)."""
     import numpy as np
 
     if not isinstance(value, Pieces):
@@ -1140,7 +1140,7 @@ def write_stack(stack, target, *, name: Optional[str] = None, initial_state: boo
                 return_state: bool = False, mask_input: bool = False, weights_only: bool = False,
                 release: Optional[Callable] = None, info: Optional[dict] = None) -> list:
     """Stream a canonical stack into a ``.keras`` archive (or ``.weights.h5``): the model of
-    :func:`gruconv.keras3.runtime.build_stack_model`.  ``release`` is called after each pseudo-layer
+    :func:`gruconv.keras3.build.build_stack_model`.  ``release`` is called after each pseudo-layer
     (TF1: ``doc.reader.release``, so about one layer of the mapped checkpoint is resident at a time)."""
     config = keras3_config.stack_model_config(stack.shape, name or stack.name, initial_state=initial_state,
                                               return_state=return_state, mask_input=mask_input)

@@ -5,7 +5,7 @@ legacy tf.keras ``model_config`` into Keras 3 objects and ``Model.save`` seriali
 (issue 20: the import alone is 2-6 s and ~650 MiB).  This module does that translation on the JSON:
 
 * input: a legacy (Keras 2 / tf.keras) ``model_config``; :func:`translate` is the one entry point (the
-  legacy mends of :func:`gruconv.readers.keras_h5.converted_config`: CuDNNGRU/CuDNNLSTM -> GRU/LSTM, then
+  legacy mends of :func:`gruconv.keras3.legacy.converted_config`: CuDNNGRU/CuDNNLSTM -> GRU/LSTM, then
   the layer translation below, :func:`~gruconv.keras3.portable.portable_config`, validation), used by the
   streamed writer, the Keras-built fallback and ``verify`` alike (``docs/architecture.md``);
 * output: the Keras 3 serialized form (``module``/``class_name``/``config``/``registered_name``,
@@ -19,7 +19,7 @@ Evidence that the two agree: ``tests/test_streaming_writer.py`` loads this confi
 
 Not written (Keras recomputes them on load; shape inference is not done here): ``build_config``
 and the true ``shape`` of ``__keras_tensor__`` references (written as ``[None]``, as
-:func:`gruconv.readers.keras_h5.tensor_ref` already does for legacy loads), ``shared_object_id``.
+:func:`gruconv.keras3.legacy.tensor_ref` already does), ``shared_object_id``.
 
 Also :func:`saveable_plan`: the object paths of ``model.weights.h5`` (``keras/src/saving/saving_lib.py``
 ``_save_state`` / ``_save_container_state``: a container's children are named by the snake-cased
@@ -42,6 +42,7 @@ from typing import Optional
 from ..errors import InputError, UnsupportedError
 from .builtins import bare_name, is_custom
 from .defaults import DEFAULTS
+from .legacy import converted_config
 from .portable import portable_config
 from . import validate
 
@@ -143,7 +144,7 @@ def _nodes(nodes, where: str) -> list:
     """Legacy inbound nodes (``[[name, node, tensor, kwargs], ...]``) in Keras 3's node format."""
     out = []
     for node in nodes or []:
-        if isinstance(node, dict):  # already Keras 3 form (keras_h5.initial_state_as_kwargs)
+        if isinstance(node, dict):  # already Keras 3 form (legacy.initial_state_as_kwargs)
             out.append(copy.deepcopy(node))
             continue
         if not isinstance(node, list) or not node:
@@ -177,7 +178,7 @@ _CARRY_DROPPED = ("batch_input_shape", "input_shape", "batch_size", "input_dim")
 def translate(model_config, *, outside: Optional[str] = None) -> dict:
     """THE translation of a legacy (Keras 2 / tf.keras) ``model_config`` into a Keras 3 ``config.json``
     document: the legacy mending (CuDNNGRU/CuDNNLSTM -> GRU/LSTM and the Keras 3 mends,
-    :func:`gruconv.readers.keras_h5.converted_config`), then :func:`layer_config` over the generated
+    :func:`gruconv.keras3.legacy.converted_config`), then :func:`layer_config` over the generated
     defaults, :func:`gruconv.keras3.portable.portable_config` (Keras 3.8+, float16 Orthogonal ->
     Identity) and :func:`gruconv.keras3.validate.check_model` (a value Keras 3 would refuse: exit 3).
 
@@ -190,8 +191,6 @@ def translate(model_config, *, outside: Optional[str] = None) -> dict:
     outside it in the Keras 3 envelope with its legacy arguments (:func:`outside_layer`), for Keras's own
     ``from_config`` to build or refuse.  A config that is not a model (not an object, no layer list) is
     :class:`InputError`."""
-    from ..readers.keras_h5 import converted_config
-
     if not isinstance(model_config, dict):
         raise InputError(f"model_config is not a JSON object ({type(model_config).__name__})")
     if outside not in (None, CARRY):
@@ -200,7 +199,7 @@ def translate(model_config, *, outside: Optional[str] = None) -> dict:
 
 
 def layer_config(legacy: dict, path: str = "", *, in_functional: bool = False, outside: Optional[str] = None) -> dict:
-    """One legacy layer config (as :func:`keras_h5.converted_config` leaves it) in Keras 3 form.
+    """One legacy layer config (as :func:`gruconv.keras3.legacy.converted_config` leaves it) in Keras 3 form.
 
     A class outside :data:`VOCABULARY` raises :class:`UnsupportedError` naming layer and class (with
     ``outside=CARRY``: carried, :func:`outside_layer`)."""
@@ -392,7 +391,7 @@ def _model(legacy: dict, cls: str, path: str, outside: Optional[str] = None) -> 
 
 def model_config_of(converted_legacy: dict, *, outside: Optional[str] = None) -> dict:
     """:func:`translate` after the legacy mending: ``converted_legacy`` is
-    :func:`gruconv.readers.keras_h5.converted_config` of the file's ``model_config``."""
+    :func:`gruconv.keras3.legacy.converted_config` of the file's ``model_config``."""
     cls = _cls(converted_legacy)
     if cls not in ("Sequential", "Functional"):
         raise UnsupportedError(f"top-level {cls}: only Sequential and Functional models are written")
@@ -419,7 +418,7 @@ def _identifier(scope: str) -> str:
 
 def stack_model_config(shape, name: str, *, initial_state: bool = False, return_state: bool = False,
                        mask_input: bool = False) -> dict:
-    """The config :func:`gruconv.keras3.runtime.build_stack_model` builds for a canonical stack
+    """The config :func:`gruconv.keras3.build.build_stack_model` builds for a canonical stack
     (``shape``: :class:`gruconv.model.canonical.StackShape`), as Keras 3 saves it: Input ``inputs``,
     [initial states per pseudo-layer], [``mask``], then ``<base>_l<i>`` GRU/LSTM layers
     (``Bidirectional`` ``<base>_l<i>`` of ``forward_<base>_l<i>_fw`` / ``<base>_l<i>_bw``)."""

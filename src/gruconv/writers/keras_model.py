@@ -23,7 +23,7 @@ installed, the Keras-built route (:func:`write_graph_with_keras`: Keras builds t
 and one warning line says so; without Keras, that error is the one-line refusal (exit 3).
 
 A bare stack becomes the model of :func:`gruconv.keras3.config.stack_model_config` (the one stack
-description: :func:`gruconv.keras3.runtime.build_stack_model` builds from it), with the model-interface options (initial
+description: :func:`gruconv.keras3.build.build_stack_model` builds from it), with the model-interface options (initial
 states, final states, a mask input); a document carrying a Keras graph keeps its own interface, so those
 options do not apply to it.
 """
@@ -152,15 +152,16 @@ def write_stack(document, entry, target, options, name: str) -> None:
 
 def write_stack_with_keras(document, entry, target, options, name: str) -> None:
     """The Keras-built route for one stack (kept for comparison, ``tests/test_streaming_writer.py``):
-    :func:`gruconv.keras3.runtime.build_stack_model` of the one stack description
+    :func:`gruconv.keras3.build.build_stack_model` of the one stack description
     (:func:`gruconv.keras3.config.stack_model_config`; ``document.drop()`` after each pseudo-layer),
     saved with that config, and loaded back (digests compared)."""
     from ..keras3 import runtime as keras3
+    from ..keras3.build import build_stack_model
     from ..keras3.config import stack_model_config
 
     config = stack_model_config(entry.stack.shape, name, initial_state=options.initial_state,
                                 return_state=options.return_state, mask_input=options.mask_input)
-    model = keras3.build_stack_model(entry.stack, config, release=document.drop)
+    model = build_stack_model(entry.stack, config, release=document.drop)
     document.drop()
     digests = keras3.save(model, target, config=config)
     del model  # the load-back check holds Keras's copy; never two at once

@@ -55,12 +55,12 @@ def built(graph, *, info: Optional[dict] = None):
     ``model_from_json`` of it with zero initializers (:func:`gruconv.keras3.runtime.from_config`), then
     the weights of the streamed writer's own array stream (:func:`gruconv.keras3.archive.legacy_h5_arrays`
     against the model's layers, or :func:`~gruconv.keras3.archive.v3_arrays` for a tf_keras ``.keras``)
-    assigned in place (:func:`gruconv.keras3.runtime.assign`).  No legacy ``.h5`` intermediate, no
+    assigned in place (:func:`gruconv.keras3.build.assign`).  No legacy ``.h5`` intermediate, no
     legacy loader.  Used by the Keras-built fallback of both Keras writers and by ``verify`` without a
     converted file, so ``verify in.h5`` and ``verify in.h5 out.keras`` check the same model (issue 28).
     Returns ``(model, {layer: NaN/Inf count})``; ``info["config"]`` receives the translated dict."""
     from ..errors import InputError
-    from ..keras3 import archive, runtime
+    from ..keras3 import archive, build, runtime
     from ..keras3 import config as keras3_config
 
     if graph.model_config is None:
@@ -74,13 +74,13 @@ def built(graph, *, info: Optional[dict] = None):
         model = runtime.from_config(config)
         nonfinite: dict = {}
         if graph.layout == "legacy":
-            tops = runtime.layer_tops(model)
+            tops = build.layer_tops(model)
             arrays = archive.legacy_h5_arrays(graph, tops, nonfinite)
         else:  # a tf_keras .keras: its weights sit under the streamed writer's object paths
             groups, tops = keras3_config.saveable_plan(config)
             archive.custom_slots(graph, config, groups, tops)
             arrays = archive.v3_arrays(graph, config, tops, nonfinite)
-        runtime.assign(model, tops, arrays, source=graph.path)
+        build.assign(model, tops, arrays, source=graph.path)
     except (UnsupportedError, InputError) as e:
         if e.path is None:
             raise type(e)(e.message, path=graph.path) from None

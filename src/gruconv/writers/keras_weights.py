@@ -72,13 +72,14 @@ def write_stack(document, entry, target, options, name: str) -> None:
 
 def write_stack_with_keras(document, entry, target, options, name: str) -> None:
     """The Keras-built route for one stack's weights (kept for comparison): the model of the one stack
-    description, built by Keras (:func:`gruconv.keras3.runtime.build_stack_model`)."""
+    description, built by Keras (:func:`gruconv.keras3.build.build_stack_model`)."""
     from ..keras3 import runtime as keras3
+    from ..keras3.build import build_stack_model
     from ..keras3.config import stack_model_config
 
     config = stack_model_config(entry.stack.shape, name, initial_state=options.initial_state,
                                 return_state=options.return_state, mask_input=options.mask_input)
-    model = keras3.build_stack_model(entry.stack, config, release=document.drop)
+    model = build_stack_model(entry.stack, config, release=document.drop)
     document.drop()
     keras3.save_weights(model, target)
 

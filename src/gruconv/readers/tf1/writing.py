@@ -117,14 +117,14 @@ def to_keras(doc: CheckpointDoc, opts: Optional[Options] = None) -> list:
 
     Built with every optional input and output (initial states, final states)
     so verification can drive them all; ``convert`` adds only what was asked."""
-    from ...keras3 import runtime as keras3
+    from ...keras3.build import build_stack_model
     from ...keras3.config import stack_model_config
 
     out = []
     for e in doc.stacks:
         require_shape(e, doc.reader.where)
         config = stack_model_config(e.stack.shape, e.scope or e.stack.name, initial_state=True, return_state=True)
-        out.append((e, keras3.build_stack_model(e.stack, config)))
+        out.append((e, build_stack_model(e.stack, config)))
     return out
 
 
