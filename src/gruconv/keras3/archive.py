@@ -1113,7 +1113,7 @@ def _n_outputs(config: dict) -> int:
 
 def with_optimizer(arrays: Iterable, tops: list, compiled) -> Iterable:
     """``arrays`` followed by a freshly built optimizer's variables (``optimizer/vars``), as
-    :func:`gruconv.keras3.runtime.compile_from_training_config` leaves them after
+    :func:`gruconv.keras3.runtime.compile` (``compile_from_config``) leaves them after
     ``optimizer.build(model.trainable_variables)``: ``iterations`` (int64 0), ``learning_rate``
     (float32), then zero slots per trainable variable (:attr:`keras3_config.Compiled.slot_calls`).
     Shapes are taken from the model arrays as they stream past (only shapes are kept)."""
