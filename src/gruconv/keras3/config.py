@@ -173,6 +173,9 @@ CARRY = "carry"
 #: carried layer's config (``Layer.__init__`` takes ``input_shape``/``batch_size``/``input_dim`` only
 #: through its legacy path).
 _CARRY_DROPPED = ("batch_input_shape", "input_shape", "batch_size", "input_dim")
+#: Layer classes whose config holds code (marshalled bytecode): never carried (Keras 3's safe mode refuses
+#: them; ``tests/test_bad_inputs.py``).
+_CODE_CLASSES = {"Lambda"}
 
 
 def translate(model_config, *, outside: Optional[str] = None) -> dict:
@@ -234,6 +237,9 @@ def outside_layer(legacy: dict, cls: str, path: str) -> dict:
     shape keys Keras 3 constructors refuse (:data:`_CARRY_DROPPED`) and a tf.keras dtype policy object
     (its name): Keras 3's ``from_config`` builds it, or refuses it (then :class:`InputError`, exit 3).
     Only the Keras-built route writes such a layer (``translate(..., outside=CARRY)``)."""
+    if cls in _CODE_CLASSES:
+        raise UnsupportedError(f"{_where(path, cls)}: a {cls} layer holds Python code; gruconv never runs it, "
+                               "and Keras 3 refuses it in safe_mode")
     conf = legacy.get("config")
     if not isinstance(conf, dict):
         raise InputError(f"{_where(path, cls)}: the layer has no config object")
