@@ -20,7 +20,8 @@ import torch  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 from gruconv.model.canonical import GateParams, RNNStack, StackShape # noqa: E402
-from gruconv.keras3.runtime import build_stack_model # noqa: E402
+from gruconv.keras3.config import stack_model_config # noqa: E402
+from gruconv.keras3.build import build_stack_model # noqa: E402
 
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
@@ -57,13 +58,13 @@ def main():
                 rng.uniform(-0.1, 0.1, (3, H)).astype("float32")))
     stack = RNNStack("bench", shape, params)
     x = rng.uniform(-1, 1, (B, T, I)).astype("float32")
-    model = build_stack_model(stack)
+    model = build_stack_model(stack, stack_model_config(shape, "bench"))
     xt = torch.tensor(x, device="cuda")
     with torch.no_grad():
         t_keras = timed(lambda: model(xt))
         ref = torch.nn.GRU(I, H, L, batch_first=True, bidirectional=True).cuda()
         t_cudnn = timed(lambda: ref(xt))
-        slow = build_stack_model(stack)
+        slow = build_stack_model(stack, stack_model_config(shape, "bench"))
         for layer in slow.layers:
             for g in (getattr(layer, "forward_layer", None), getattr(layer, "backward_layer", None)):
                 if g is not None:  # what a Keras 2.0-2.2 default conversion gives: no cuDNN kernel

@@ -26,8 +26,8 @@ NOISE = ("oneDNN custom operations", "cuInit", "CUDA driver version is insuffici
 @pytest.mark.parametrize("backend", ["tensorflow", pytest.param("jax", marks=pytest.mark.slow)])
 def test_verify_without_gpu_is_quiet_and_says_no_gpu(backend, tmp_path):
     """``CUDA_VISIBLE_DEVICES=""`` hides any GPU, so a GPU machine answers as this one does
-    (cudaErrorNoDevice there; no /dev/nvidia* here).  jax: Keras's legacy loader imports TensorFlow
-    itself on that backend (``keras3.runtime.load_legacy``)."""
+    (cudaErrorNoDevice there; no /dev/nvidia* here).  jax: Keras's legacy loader used to import
+    TensorFlow itself on that backend (no longer called: models are built from the translated config)."""
     out = tmp_path / "r.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TF_CPP")}
     env.update(PYTHONPATH=str(SRC), CUDA_VISIBLE_DEVICES="", KERAS_BACKEND=backend)

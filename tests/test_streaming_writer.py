@@ -197,7 +197,7 @@ def test_a_layer_outside_the_vocabulary_is_one_line_naming_layer_and_class():
          "inbound_nodes": [[["x", 0, 0, {}]]]}],
         "input_layers": [["x", 0, 0]], "output_layers": [["my_lambda", 0, 0]]}}
     with pytest.raises(UnsupportedError) as e:
-        keras3_config.model_config(cfg)
+        keras3_config.translate(cfg)
     msg = e.value.message
     assert "my_lambda" in msg and "Lambda" in msg and "\n" not in msg
 

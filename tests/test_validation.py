@@ -100,7 +100,7 @@ def test_measured_case_refused_by_streamed_writer(tmp_path, i):
 
 
 def _forced_fallback(monkeypatch):
-    """The Keras-built route, as ``writers/keras_model.write_graph`` takes it when the streamed
+    """The Keras-built route, as ``writers/keras_model._write_graph`` takes it when the streamed
     writer raises UnsupportedError (a layer or training config outside its vocabulary)."""
     from gruconv.errors import UnsupportedError
     from gruconv.keras3 import archive

@@ -287,6 +287,20 @@ class Pieces:
         self.shape, self.dtype, self.pieces = tuple(shape), dtype, pieces
 
 
+def assembled(value):
+    """A streamed weight as one in-memory array (:class:`Pieces` put together; anything else as it is):
+    for the Keras-built route, which hands each array to a Keras variable (:func:`gruconv.keras3.build.assign`)."""
+    import numpy as np
+
+    if not isinstance(value, Pieces):
+        return np.asarray(value)
+    a = np.empty(value.shape, value.dtype)
+    for where, block in value.pieces():
+        a[where] = block
+        del block
+    return a
+
+
 # --------------------------------------------------------------------------- atomic targets
 
 @contextmanager
@@ -565,7 +579,7 @@ def legacy_h5_arrays(doc, tops: list, nonfinite: Optional[dict] = None) -> Itera
     legacy loader matches them (:attr:`gruconv.keras3.config.TopLayer.legacy_order`); CuDNNGRU /
     CuDNNLSTM weights transformed one gate block at a time (:func:`cudnn_direction`: the values of
     :func:`gruconv.model.keras_layout.to_keras` of :func:`~gruconv.model.keras_layout.from_cudnn`, as
-    :func:`gruconv.readers.keras_h5.write` writes them).  ``nonfinite`` (when given) receives the NaN/Inf count
+    :func:`gruconv.writers.legacy_graph.write` writes them).  ``nonfinite`` (when given) receives the NaN/Inf count
     per CuDNN layer path, counted on the stored values before the transform (an LSTM's two biases
     are summed by the transform, so counting after it could merge or hide one)."""
     from ..files import hdf5 as h5safe
@@ -882,7 +896,7 @@ def write_keras_h5_doc(doc, target, *, weights_only: bool = False, warnings: Opt
         raise UnsupportedError("a weights-only input needs its architecture (--config)", path=doc.path)
     check_rnn_inputs(doc)
     try:
-        config = keras3_config.model_config(doc.legacy_config())
+        config = keras3_config.translate(doc.model_config)
         groups, tops = keras3_config.saveable_plan(config)
         custom_slots(doc, config, groups, tops)
         if info is not None:
@@ -1096,7 +1110,7 @@ def _n_outputs(config: dict) -> int:
 
 def with_optimizer(arrays: Iterable, tops: list, compiled) -> Iterable:
     """``arrays`` followed by a freshly built optimizer's variables (``optimizer/vars``), as
-    :func:`gruconv.keras3.runtime.compile_from_training_config` leaves them after
+    :func:`gruconv.keras3.runtime.compile` (``compile_from_config``) leaves them after
     ``optimizer.build(model.trainable_variables)``: ``iterations`` (int64 0), ``learning_rate``
     (float32), then zero slots per trainable variable (:attr:`keras3_config.Compiled.slot_calls`).
     Shapes are taken from the model arrays as they stream past (only shapes are kept)."""
@@ -1123,7 +1137,7 @@ def write_stack(stack, target, *, name: Optional[str] = None, initial_state: boo
                 return_state: bool = False, mask_input: bool = False, weights_only: bool = False,
                 release: Optional[Callable] = None, info: Optional[dict] = None) -> list:
     """Stream a canonical stack into a ``.keras`` archive (or ``.weights.h5``): the model of
-    :func:`gruconv.keras3.runtime.build_stack_model`.  ``release`` is called after each pseudo-layer
+    :func:`gruconv.keras3.build.build_stack_model`.  ``release`` is called after each pseudo-layer
     (TF1: ``doc.reader.release``, so about one layer of the mapped checkpoint is resident at a time)."""
     config = keras3_config.stack_model_config(stack.shape, name or stack.name, initial_state=initial_state,
                                               return_state=return_state, mask_input=mask_input)

@@ -4,8 +4,10 @@ Why: every conversion used to import Keras and a backend only to let Keras 3's l
 legacy tf.keras ``model_config`` into Keras 3 objects and ``Model.save`` serialize them again
 (issue 20: the import alone is 2-6 s and ~650 MiB).  This module does that translation on the JSON:
 
-* input: a legacy (Keras 2 / tf.keras) ``model_config`` *after*
-  :func:`gruconv.readers.keras_h5.converted_config` (CuDNNGRU/CuDNNLSTM -> GRU/LSTM, Keras-3 mends);
+* input: a legacy (Keras 2 / tf.keras) ``model_config``; :func:`translate` is the one entry point (the
+  legacy mends of :func:`gruconv.keras3.legacy.converted_config`: CuDNNGRU/CuDNNLSTM -> GRU/LSTM, then
+  the layer translation below, :func:`~gruconv.keras3.portable.portable_config`, validation), used by the
+  streamed writer, the Keras-built fallback and ``verify`` alike (``docs/architecture.md``);
 * output: the Keras 3 serialized form (``module``/``class_name``/``config``/``registered_name``,
   Keras 3 node format ``{"args", "kwargs"}``), every constructor argument filled from the defaults
   Keras 3.15.1's ``get_config()`` reports (:mod:`gruconv.keras3.defaults`, generated from Keras by
@@ -17,7 +19,7 @@ Evidence that the two agree: ``tests/test_streaming_writer.py`` loads this confi
 
 Not written (Keras recomputes them on load; shape inference is not done here): ``build_config``
 and the true ``shape`` of ``__keras_tensor__`` references (written as ``[None]``, as
-:func:`gruconv.readers.keras_h5.tensor_ref` already does for legacy loads), ``shared_object_id``.
+:func:`gruconv.keras3.legacy.tensor_ref` already does), ``shared_object_id``.
 
 Also :func:`saveable_plan`: the object paths of ``model.weights.h5`` (``keras/src/saving/saving_lib.py``
 ``_save_state`` / ``_save_container_state``: a container's children are named by the snake-cased
@@ -40,6 +42,7 @@ from typing import Optional
 from ..errors import InputError, UnsupportedError
 from .builtins import bare_name, is_custom
 from .defaults import DEFAULTS
+from .legacy import converted_config
 from .portable import portable_config
 from . import validate
 
@@ -141,7 +144,7 @@ def _nodes(nodes, where: str) -> list:
     """Legacy inbound nodes (``[[name, node, tensor, kwargs], ...]``) in Keras 3's node format."""
     out = []
     for node in nodes or []:
-        if isinstance(node, dict):  # already Keras 3 form (keras_h5.initial_state_as_kwargs)
+        if isinstance(node, dict):  # already Keras 3 form (legacy.initial_state_as_kwargs)
             out.append(copy.deepcopy(node))
             continue
         if not isinstance(node, list) or not node:
@@ -163,22 +166,62 @@ def _refs(refs):
     return [[r[0], r[1], r[2]] for r in refs]
 
 
-def layer_config(legacy: dict, path: str = "", *, in_functional: bool = False) -> dict:
-    """One legacy layer config (as :func:`keras_h5.converted_config` leaves it) in Keras 3 form.
+#: ``translate(..., outside=CARRY)``: a Keras built-in class outside :data:`VOCABULARY` is carried in the
+#: Keras 3 envelope with its legacy arguments (:func:`outside_layer`), for Keras itself to build.
+CARRY = "carry"
+#: Legacy keys a Keras 3 layer constructor refuses but that Keras 2 wrote on every layer; dropped from a
+#: carried layer's config (``Layer.__init__`` takes ``input_shape``/``batch_size``/``input_dim`` only
+#: through its legacy path).
+_CARRY_DROPPED = ("batch_input_shape", "input_shape", "batch_size", "input_dim")
+#: Layer classes whose config holds code (marshalled bytecode): never carried (Keras 3's safe mode refuses
+#: them; ``tests/test_bad_inputs.py``).
+_CODE_CLASSES = {"Lambda"}
 
-    A class outside :data:`VOCABULARY` raises :class:`UnsupportedError` naming layer and class."""
+
+def translate(model_config, *, outside: Optional[str] = None) -> dict:
+    """THE translation of a legacy (Keras 2 / tf.keras) ``model_config`` into a Keras 3 ``config.json``
+    document: the legacy mending (CuDNNGRU/CuDNNLSTM -> GRU/LSTM and the Keras 3 mends,
+    :func:`gruconv.keras3.legacy.converted_config`), then :func:`layer_config` over the generated
+    defaults, :func:`gruconv.keras3.portable.portable_config` (Keras 3.8+, float16 Orthogonal ->
+    Identity) and :func:`gruconv.keras3.validate.check_model` (a value Keras 3 would refuse: exit 3).
+
+    Every route calls it: the streamed writer (:func:`gruconv.keras3.archive.write_keras_h5_doc`), the
+    Keras-built fallback and ``verify`` without a converted file (:func:`gruconv.writers.keras_route.built`:
+    ``model_from_json`` of this dict), the weights-only layer checks (:mod:`gruconv.verify.partial`).
+
+    ``outside``: None (the streamed writer) refuses a layer class outside :data:`VOCABULARY` with
+    :class:`UnsupportedError`; :data:`CARRY` (the Keras-built route) carries a Keras built-in class
+    outside it in the Keras 3 envelope with its legacy arguments (:func:`outside_layer`), for Keras's own
+    ``from_config`` to build or refuse.  A config that is not a model (not an object, no layer list) is
+    :class:`InputError`."""
+    if not isinstance(model_config, dict):
+        raise InputError(f"model_config is not a JSON object ({type(model_config).__name__})")
+    if outside not in (None, CARRY):
+        raise ValueError(f"outside={outside!r}")
+    return model_config_of(converted_config(model_config), outside=outside)
+
+
+def layer_config(legacy: dict, path: str = "", *, in_functional: bool = False, outside: Optional[str] = None) -> dict:
+    """One legacy layer config (as :func:`gruconv.keras3.legacy.converted_config` leaves it) in Keras 3 form.
+
+    A class outside :data:`VOCABULARY` raises :class:`UnsupportedError` naming layer and class (with
+    ``outside=CARRY``: carried, :func:`outside_layer`)."""
+    if not isinstance(legacy, dict):
+        raise InputError(f"layer {path or 'config'!r}: a layer entry is not an object ({legacy!r:.60})")
     cls = _cls(legacy)
     conf = legacy.get("config")
     name = (conf.get("name") if isinstance(conf, dict) else None) or legacy.get("name") or cls.lower()
-    path = f"{path}/{name}" if path else name
+    path = f"{path}/{name}" if path else str(name)
     if cls in ("Sequential", "Functional"):
-        out = _model(legacy, cls, path)
+        out = _model(legacy, cls, path, outside)
     elif cls in _WRAPPERS:
-        out = _wrapper(legacy, cls, path)
+        out = _wrapper(legacy, cls, path, outside)
     elif cls in _LAYERS:
         out = _plain(legacy, cls, path)
     elif is_custom(legacy.get("class_name")):
         out = custom_layer(legacy, path)
+    elif outside == CARRY and cls:
+        out = outside_layer(legacy, cls, path)
     else:
         raise UnsupportedError(f"{_where(path, cls)}: class {cls} is outside the streaming writer's vocabulary "
                                f"(it writes {', '.join(VOCABULARY)})")
@@ -186,6 +229,24 @@ def layer_config(legacy: dict, path: str = "", *, in_functional: bool = False) -
         out["name"] = name
         out["inbound_nodes"] = _nodes(legacy.get("inbound_nodes"), _where(path, cls))
     return out
+
+
+def outside_layer(legacy: dict, cls: str, path: str) -> dict:
+    """A Keras built-in layer class outside :data:`VOCABULARY` (``Attention``, ``UnitNormalization``, ...)
+    in the Keras 3 envelope (``module`` ``keras.layers``), its legacy arguments as they are but the
+    shape keys Keras 3 constructors refuse (:data:`_CARRY_DROPPED`) and a tf.keras dtype policy object
+    (its name): Keras 3's ``from_config`` builds it, or refuses it (then :class:`InputError`, exit 3).
+    Only the Keras-built route writes such a layer (``translate(..., outside=CARRY)``)."""
+    if cls in _CODE_CLASSES:
+        raise UnsupportedError(f"{_where(path, cls)}: a {cls} layer holds Python code; gruconv never runs it, "
+                               "and Keras 3 refuses it in safe_mode")
+    conf = legacy.get("config")
+    if not isinstance(conf, dict):
+        raise InputError(f"{_where(path, cls)}: the layer has no config object")
+    cfg = {k: copy.deepcopy(v) for k, v in conf.items() if k not in _CARRY_DROPPED}
+    if isinstance(cfg.get("dtype"), dict):
+        cfg["dtype"] = _policy(cfg["dtype"])
+    return {"module": "keras.layers", "class_name": cls, "config": cfg, "registered_name": None}
 
 
 def custom_layer(legacy: dict, path: str) -> dict:
@@ -269,14 +330,14 @@ def _plain(legacy: dict, cls: str, path: str) -> dict:
     return {"module": spec["module"], "class_name": cls, "config": cfg, "registered_name": None}
 
 
-def _wrapper(legacy: dict, cls: str, path: str) -> dict:
+def _wrapper(legacy: dict, cls: str, path: str, outside: Optional[str] = None) -> dict:
     where = _where(path, cls)
     given = legacy.get("config") or {}
     inner = given.get("layer")
     if not isinstance(inner, dict):
         raise UnsupportedError(f"{where}: no wrapped layer")
     cfg = {"name": given.get("name"), "trainable": given.get("trainable", True), "dtype": _policy(given.get("dtype"))}
-    layer = layer_config(inner, path)
+    layer = layer_config(inner, path, outside=outside)
     if cls == "Bidirectional":
         mode = given.get("merge_mode", "concat")
         if layer["class_name"] not in _RNN:
@@ -285,7 +346,7 @@ def _wrapper(legacy: dict, cls: str, path: str) -> dict:
         fw = copy.deepcopy(layer)
         fw["config"]["name"] = "forward_" + (base[len("forward_"):] if base.startswith("forward_") else base)
         if isinstance(given.get("backward_layer"), dict):
-            bw = layer_config(given["backward_layer"], path)
+            bw = layer_config(given["backward_layer"], path, outside=outside)
         else:
             bw = copy.deepcopy(layer)
             bw["config"]["go_backwards"] = True
@@ -305,14 +366,14 @@ def _wrapper(legacy: dict, cls: str, path: str) -> dict:
     return {"module": "keras.layers", "class_name": cls, "config": cfg, "registered_name": None}
 
 
-def _model(legacy: dict, cls: str, path: str) -> dict:
+def _model(legacy: dict, cls: str, path: str, outside: Optional[str] = None) -> dict:
     nested = "/" in path
     where = _where(path, cls)
     given = legacy.get("config")
     if not isinstance(given, dict) or not isinstance(given.get("layers"), list):
         raise UnsupportedError(f"{where}: no layer list")
     if cls == "Sequential":
-        layers = [layer_config(l, path) for l in given["layers"]]
+        layers = [layer_config(l, path, outside=outside) for l in given["layers"]]
         if not layers or layers[0]["class_name"] != "InputLayer":
             raise UnsupportedError(f"{where}: a Sequential model without an input shape")
         for l in layers:  # Sequential layers carry no name / nodes keys beyond their config
@@ -324,7 +385,7 @@ def _model(legacy: dict, cls: str, path: str) -> dict:
         if nested:  # a built, uncompiled inner model serializes an empty compile config
             out["compile_config"] = {}
         return out
-    layers = [layer_config(l, path, in_functional=True) for l in given["layers"]]
+    layers = [layer_config(l, path, in_functional=True, outside=outside) for l in given["layers"]]
     cfg = {"name": given.get("name"), "trainable": given.get("trainable", True), "layers": layers,
            "input_layers": _refs(given.get("input_layers")), "output_layers": _refs(given.get("output_layers"))}
     out = {"module": "keras.src.models.functional", "class_name": "Functional", "config": cfg,
@@ -334,16 +395,13 @@ def _model(legacy: dict, cls: str, path: str) -> dict:
     return out
 
 
-def model_config(converted_legacy: dict, *, qr_free_low_precision: bool = True) -> dict:
-    """The Keras 3 ``config.json`` document for a converted legacy model config.
-
-    ``converted_legacy``: :func:`gruconv.readers.keras_h5.converted_config` of the file's
-    ``model_config``.  The result passes through :func:`gruconv.keras3.portable.portable_config`
-    (with ``qr_free_low_precision``, as :func:`gruconv.keras3.runtime.save` does)."""
+def model_config_of(converted_legacy: dict, *, outside: Optional[str] = None) -> dict:
+    """:func:`translate` after the legacy mending: ``converted_legacy`` is
+    :func:`gruconv.keras3.legacy.converted_config` of the file's ``model_config``."""
     cls = _cls(converted_legacy)
     if cls not in ("Sequential", "Functional"):
         raise UnsupportedError(f"top-level {cls}: only Sequential and Functional models are written")
-    doc = portable_config(layer_config(converted_legacy), qr_free_low_precision=qr_free_low_precision)
+    doc = portable_config(layer_config(converted_legacy, outside=outside), qr_free_low_precision=True)
     # a value Keras 3 would refuse on load: exit 3 before anything is written.  Checked on what is written
     # (after portable_config: a float16 layer's Orthogonal recurrent initializer, seed and all, is Identity
     # there -- the generative test found a bool seed refused that the written file never holds)
@@ -366,7 +424,7 @@ def _identifier(scope: str) -> str:
 
 def stack_model_config(shape, name: str, *, initial_state: bool = False, return_state: bool = False,
                        mask_input: bool = False) -> dict:
-    """The config :func:`gruconv.keras3.runtime.build_stack_model` builds for a canonical stack
+    """The config :func:`gruconv.keras3.build.build_stack_model` builds for a canonical stack
     (``shape``: :class:`gruconv.model.canonical.StackShape`), as Keras 3 saves it: Input ``inputs``,
     [initial states per pseudo-layer], [``mask``], then ``<base>_l<i>`` GRU/LSTM layers
     (``Bidirectional`` ``<base>_l<i>`` of ``forward_<base>_l<i>_fw`` / ``<base>_l<i>_bw``)."""
@@ -691,8 +749,8 @@ class Compiled:
 
 
 def _metric(m, dropped: list):
-    """One tf.keras metric entry as :func:`gruconv.keras3.runtime.legacy_metric` turns it into a
-    Keras 3 one (built-in names kept, ``acc``/``accuracy`` -> ``accuracy``, custom ones dropped)."""
+    """One tf.keras metric entry as Keras 3 takes it (built-in names kept, ``acc``/``accuracy`` ->
+    ``accuracy``, a ``MeanMetricWrapper`` by its name or function, custom ones dropped)."""
     names = DEFAULTS["metric_names"]
     if m is None:
         return None
@@ -736,15 +794,17 @@ def _loss(loss, dropped: list):
                            "writer writes")
 
 
-def compile_config(training_config: str, n_outputs: int) -> Optional[Compiled]:
-    """Keras 3's ``compile_config`` for a legacy ``training_config`` (JSON), as
-    :func:`gruconv.keras3.runtime.compile_from_training_config` compiles the model today: the optimizer
-    without its ``Custom>`` prefix and only the arguments Keras 3 takes, built-in losses and metrics
-    kept, custom ones dropped with a warning.  An optimizer outside Adam/AdamW/RMSprop/SGD, EMA or
-    gradient accumulation raises :class:`UnsupportedError` (the Keras route handles those).
+def compile_config(training_config: str, n_outputs: int, *, keras_built: bool = False) -> Optional[Compiled]:
+    """Keras 3's ``compile_config`` for a legacy ``training_config`` (JSON): THE training-config
+    translation (the streamed writer stores it; the Keras-built route compiles with it,
+    :func:`gruconv.keras3.runtime.compile`): the optimizer without its ``Custom>`` prefix and only the
+    arguments Keras 3 takes, built-in losses and metrics kept, custom ones dropped with a warning.  An
+    optimizer outside Adam/AdamW/RMSprop/SGD, EMA or gradient accumulation raises
+    :class:`UnsupportedError` for the streamed writer (it writes the optimizer's variables itself);
+    ``keras_built=True`` (Keras builds them) takes every optimizer of the generated table.
 
     None when the training config is not a JSON object: the Keras route writes such a model
-    uncompiled (``formats/keras3.py``, "not accepted by Keras 3"), and so does the caller, without
+    uncompiled, and so does the streamed writer, without
     importing Keras for it (``make fuzz`` found a flipped bit there sending a model through the
     Keras-built route: 11 s instead of 0.5 s, 2026-11-27)."""
     try:
@@ -762,7 +822,9 @@ def compile_config(training_config: str, n_outputs: int) -> Optional[Compiled]:
     cfg = copy.deepcopy(table["config"])
     cfg.update({k: copy.deepcopy(v) for k, v in given.items() if k in cfg})
     calls = _slot_calls(cls, cfg)
-    if calls is None or cfg.get("use_ema") or cfg.get("gradient_accumulation_steps") \
+    if keras_built:  # Keras builds the optimizer (its variables are not written by this module)
+        calls = calls or []
+    elif calls is None or cfg.get("use_ema") or cfg.get("gradient_accumulation_steps") \
             or not isinstance(cfg.get("learning_rate"), (int, float)):
         raise UnsupportedError(f"training config: {cls} with these settings is outside the streaming writer's "
                                "vocabulary")
@@ -783,4 +845,5 @@ def compile_config(training_config: str, n_outputs: int) -> Optional[Compiled]:
         warnings.append(f"training config: {', '.join(dropped)} not carried over (custom code, or unknown to "
                         "Keras 3: gruconv never runs code from a model file); compile the loaded model again to "
                         "train with it")
-    return Compiled(cc, cfg["name"], float(cfg["learning_rate"]), calls, warnings)
+    rate = cfg.get("learning_rate")
+    return Compiled(cc, cfg["name"], float(rate) if isinstance(rate, (int, float)) else 0.0, calls, warnings)

@@ -23,7 +23,7 @@ import os
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 CONFIG_NAME = "config.json"
 MAX_CONFIG_BYTES = 64 << 20  # a config.json of a few MB is already a very large model
@@ -158,9 +158,11 @@ def non_portable(config: dict) -> list:
     return found
 
 
-def rewrite_keras_zip(src_path, dst_path, *, qr_free_low_precision: bool = False) -> None:
+def rewrite_keras_zip(src_path, dst_path, *, qr_free_low_precision: bool = False,
+                      config: Optional[dict] = None) -> None:
     """Copy the ``.keras`` file ``src_path`` to ``dst_path`` with ``config.json`` replaced by
-    :func:`portable_config` of it (``qr_free_low_precision`` passed on); every other member (``metadata.json``, ``model.weights.h5``,
+    :func:`portable_config` of it (``qr_free_low_precision`` passed on), or by ``config`` when given (a
+    document that is portable already); every other member (``metadata.json``, ``model.weights.h5``,
     assets) is copied byte for byte, streamed (never extracted, never read whole), in the same
     order and with the same zip attributes.
 
@@ -183,8 +185,9 @@ def rewrite_keras_zip(src_path, dst_path, *, qr_free_low_precision: bool = False
             raw = f.read(MAX_CONFIG_BYTES + 1)
         if len(raw) > MAX_CONFIG_BYTES:
             raise ValueError(f"{src_path}: {CONFIG_NAME} is larger than {MAX_CONFIG_BYTES} bytes")
-        new_config = json.dumps(portable_config(json.loads(raw.decode("utf-8")),
-                                                 qr_free_low_precision=qr_free_low_precision)).encode("utf-8")
+        if config is None:
+            config = portable_config(json.loads(raw.decode("utf-8")), qr_free_low_precision=qr_free_low_precision)
+        new_config = json.dumps(config).encode("utf-8")
 
         fd, tmp = tempfile.mkstemp(prefix=f".{dst_path.name}.", suffix=".tmp", dir=dst_path.parent)
         try:

@@ -1,7 +1,7 @@
 """The Keras boundary: every Keras 3 call gruconv makes, and the ``.keras`` writer.
 
 Nothing else in gruconv imports Keras: importing, backend choice and the
-quiet start-up (:func:`keras`), loading (:func:`load`, :func:`load_legacy`),
+quiet start-up (:func:`keras`), loading (:func:`load`),
 saving (:func:`save`), the CPU scope (:func:`cpu`), compiling from a legacy
 training config, and building models from canonical stacks all live here,
 so a Keras behaviour change is a change to this module alone.
@@ -12,14 +12,13 @@ A ``.keras`` file is a zip of ``config.json``, ``metadata.json`` and
 on every backend, with no custom objects (unless the model carries a user's
 custom layer, issue 29: then with the classes the user supplies).
 
-Two routes in:
-
-* Keras HDF5 input: :func:`gruconv.readers.keras_h5.write` first writes a
-  legacy file with GRUs; Keras 3's own legacy loader then builds the model
-  (so every non-GRU layer is rebuilt by Keras itself) and ``Model.save``
-  writes the ``.keras`` file.
-* GRU stacks (TF1 checkpoints): :func:`build_stack_model` builds stacked
-  ``GRU`` / ``Bidirectional(GRU, merge_mode="concat")`` layers.
+Models are built from a Keras 3 config dict, never through Keras's legacy loader:
+:func:`from_config` of :func:`gruconv.keras3.config.translate`'s document (a Keras graph: the
+Keras-built route and ``verify``, :func:`gruconv.writers.keras_route.built`) or of
+:func:`gruconv.keras3.config.stack_model_config` (:func:`gruconv.keras3.build.build_stack_model`), zero
+initializers, then the weights of the streamed writer's own array stream
+(:func:`gruconv.keras3.build.assign`), compiled from :func:`gruconv.keras3.config.compile_config`
+(:func:`compile`).
 """
 
 from __future__ import annotations
@@ -33,11 +32,9 @@ import re
 import sys
 import warnings
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
-from ..model.canonical import RNNStack
 from ..errors import InputError, UnsupportedError, first_line
-from ..model.keras_layout import CUDNN_COMPATIBLE, to_keras
 
 FORMAT = "keras"
 
@@ -295,197 +292,17 @@ def to_numpy(t):
     return np.asarray(keras().ops.convert_to_numpy(t))
 
 
-def load_legacy(h5_path: Path, *, compile: bool, source=None):
-    """Build a Keras 3 model from a (converted) legacy HDF5 file, never executing model code.
-
-    ``source``: the user's input file, named in the error (the legacy file is a temporary).
-    File descriptor 2 is silenced (:func:`_quiet_fd2`): on the JAX and torch backends Keras's legacy
-    loader imports TensorFlow itself when installed (``keras/src/legacy/saving/json_utils.py``,
-    ``tf.available``), and TensorFlow's C++ start-up writes "Could not find cuda drivers" there on a
-    machine without a GPU before any log level applies (seen with Keras 3.15, TF 2.21).
-    """
-    k = keras()
-    try:
-        with warnings.catch_warnings(), _quiet_fd2():
-            warnings.simplefilter("ignore")
-            return k.saving.load_model(str(h5_path), compile=compile, safe_mode=True)
-    except Exception as e:  # Keras raises ValueError/TypeError/KeyError for unknown configs
-        raise UnsupportedError(f"Keras 3 cannot rebuild this model: {first_line(e, 300)}", path=source) from None
-
-
-def _known(kind: str, identifier):
-    """``identifier`` when Keras 3 resolves it as a built-in loss / metric, else None."""
-    k = keras()
-    getter = k.losses.get if kind == "loss" else k.metrics.get
+def compile(model, compiled) -> None:
+    """Compile ``model`` from :func:`gruconv.keras3.config.compile_config`'s ``compile_config`` (the one
+    training-config translation) as ``keras.saving.load_model`` compiles a loaded file
+    (``Model.compile_from_config``: deserialize, compile, build the optimizer), so the optimizer's fresh
+    variables are saved with it.  A compile config Keras refuses is one :class:`UnsupportedError`."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return identifier if getter(identifier) is not None else None
-    except Exception:  # noqa: BLE001 - unknown names raise ValueError/TypeError
-        return None
-
-
-def legacy_metric(m, dropped: list):
-    """One tf.keras metric entry as Keras 3 takes it, or None (named in ``dropped``).
-
-    tf.keras wrote compiled string metrics as ``MeanMetricWrapper`` objects
-    (``{"class_name": "MeanMetricWrapper", "config": {"name": "mae", "fn":
-    "mean_absolute_error"}}``) that Keras 3 cannot locate; the name the user
-    gave (``mae``, ``accuracy``) is what Keras 3 resolves, ``accuracy`` by the
-    loss as tf.keras did at fit time.  Other built-in metric classes keep
-    their class and config when Keras 3 knows them; custom ones are code and
-    are dropped."""
-    if m is None:
-        return None
-    if isinstance(m, list):
-        out = [x for x in (legacy_metric(x, dropped) for x in m) if x is not None]
-        return out
-    if isinstance(m, dict) and "class_name" not in m:  # per-output dict
-        return {k: legacy_metric(v, dropped) for k, v in m.items()}
-    if isinstance(m, str):
-        if m in ("acc", "accuracy"):
-            return "accuracy"
-        if _known("metric", m):
-            return m
-        dropped.append(f"metric {m!r}")
-        return None
-    if isinstance(m, dict):
-        cls, cfg = str(m.get("class_name", "")).split(">")[-1], m.get("config") or {}
-        if cls == "MeanMetricWrapper":
-            name, fn = cfg.get("name"), cfg.get("fn")
-            if name in ("acc", "accuracy"):
-                return "accuracy"
-            for cand in (name, fn):
-                if isinstance(cand, str) and _known("metric", cand):
-                    return cand
-            dropped.append(f"metric {name or fn!r}")
-            return None
-        k = keras()
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                return k.metrics.deserialize({"class_name": cls, "config": cfg})
-        except Exception:  # noqa: BLE001
-            dropped.append(f"metric {cls!r}")
-            return None
-    dropped.append(f"metric {m!r:.60}")
-    return None
-
-
-def _legacy_loss(loss, dropped: list):
-    if loss is None:
-        return None
-    if isinstance(loss, list):
-        return [_legacy_loss(x, dropped) for x in loss]
-    if isinstance(loss, dict) and "class_name" not in loss:  # per-output dict
-        return {k: _legacy_loss(v, dropped) for k, v in loss.items()}
-    if isinstance(loss, str) and _known("loss", loss):
-        return loss
-    if isinstance(loss, dict):
-        k = keras()
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                return k.losses.deserialize({"class_name": str(loss["class_name"]).split(">")[-1],
-                                             "config": loss.get("config") or {}})
-        except Exception:  # noqa: BLE001
-            pass
-    name = loss if isinstance(loss, str) else (loss.get("class_name") if isinstance(loss, dict) else loss)
-    dropped.append(f"loss {name!r:.60}")
-    return None
-
-
-def compile_from_training_config(model, training_config: str) -> list:
-    """Compile ``model`` as the legacy ``training_config`` says; return warnings for what was dropped.
-
-    Keras 3's own legacy path fails on what tf.keras 2.x wrote (optimizer
-    ``"Custom>Adam"``; ``loss: "mse"`` -> "Could not deserialize
-    'keras.metrics.mse'"; metrics as ``MeanMetricWrapper`` objects; optimizer
-    keys such as ``is_legacy_optimizer``), so the config is read here: the
-    optimizer class without its ``Custom>`` prefix and only the arguments its
-    Keras 3 constructor takes; losses and metrics that Keras 3 resolves as
-    built-ins.  A custom loss or metric is Python code the file only names:
-    it is dropped, with a warning naming it, so the output never needs
-    ``custom_objects`` to load.  ``save`` then proves the compiled file loads.
-    """
-    import inspect
-    import json
-
-    k = keras()
-    dropped: list = []
-    try:
-        tc = json.loads(training_config)
-        opt = tc.get("optimizer_config") or {}
-        cls_name = str(opt.get("class_name", "")).split(">")[-1]
-        cls = getattr(k.optimizers, cls_name, None)
-        if cls is None or not isinstance(cls, type):
-            raise ValueError(f"unknown optimizer {cls_name!r}")
-        accepted = inspect.signature(cls.__init__).parameters
-        cfg = {key: v for key, v in (opt.get("config") or {}).items() if key in accepted}
-        loss = _legacy_loss(tc.get("loss"), dropped)
-        metrics = legacy_metric(tc.get("metrics"), dropped)
-        weighted = legacy_metric(tc.get("weighted_metrics"), dropped)
-        if isinstance(metrics, list) and len(model.outputs) == 1 and len(metrics) == 1 \
-                and isinstance(metrics[0], list):
-            metrics = metrics[0]  # tf.keras nests a single output's list
-        if isinstance(weighted, list) and len(model.outputs) == 1 and len(weighted) == 1 \
-                and isinstance(weighted[0], list):
-            weighted = weighted[0]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            model.compile(optimizer=cls(**cfg), loss=loss, metrics=metrics or None,
-                          loss_weights=tc.get("loss_weights"), weighted_metrics=weighted or None)
-            # A built optimizer saves its (fresh) slot variables, so load_model restores it without
-            # "Skipping variable loading for optimizer" warnings.
-            model.optimizer.build(model.trainable_variables)
-    except Exception as e:  # noqa: BLE001 - any refusal means: write the model uncompiled, and say so
-        msg = first_line(e, 200)
-        return [f"training config not accepted by Keras 3 ({msg}); model written uncompiled"]
-    if dropped:
-        return [f"training config: {', '.join(dropped)} not carried over (custom code, or unknown to Keras 3: "
-                "gruconv never runs code from a model file); compile the loaded model again to train with it"]
-    return []
-
-
-def restore_initializers(model, originals: dict, source=None) -> None:
-    """Put each converted GRU's / LSTM's original initializers back after a ``zero_init`` build.
-
-    ``originals`` maps a CuDNNGRU / CuDNNLSTM config path (``nested/cu_dnngru``,
-    ``bidirectional/cu_dnngru``) to its legacy initializer configs
-    (:func:`gruconv.readers.keras_h5.original_initializers`).  Initializers
-    act only when a layer builds its weights, so this changes what the saved
-    config says, not any weight.
-    """
-    keras = _keras()
-
-    def put(gru, path):
-        for arg, cfg in originals.get(path, {}).items():
-            try:
-                init = keras.initializers.deserialize(cfg)
-            except Exception as e:  # noqa: BLE001 - a damaged config: say which, never a traceback
-                msg = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-                raise UnsupportedError(f"{path}: {arg} is not an initializer Keras 3 knows ({msg})",
-                                       path=source) from None
-            setattr(gru.cell, arg, init)
-
-    rnn_classes = (keras.layers.GRU, keras.layers.LSTM)
-
-    def visit(layer, path):
-        if isinstance(layer, rnn_classes):
-            put(layer, path)
-        # Bidirectional keeps forward_layer / backward_layer (named forward_X / backward_X) and
-        # serializes those, not the layer it was given; TimeDistributed keeps .layer.
-        for attr, prefix in (("layer", ""), ("forward_layer", "forward_"), ("backward_layer", "backward_")):
-            inner = getattr(layer, attr, None)
-            if isinstance(inner, rnn_classes):
-                name = inner.name[len(prefix):] if inner.name.startswith(prefix) else inner.name
-                put(inner, f"{path}/{name}")
-        if isinstance(layer, keras.Model):
-            for sub in layer.layers:
-                visit(sub, f"{path}/{sub.name}")
-
-    for sub in model.layers:
-        visit(sub, sub.name)
+            model.compile_from_config(compiled.compile_config)
+    except Exception as e:  # noqa: BLE001 - Keras refuses the compile config: the caller writes uncompiled
+        raise UnsupportedError(f"training config not accepted by Keras 3 ({first_line(e, 200)})") from None
 
 
 #: The one documented config change for half-precision layers (``keras_portable``).
@@ -494,7 +311,7 @@ LOW_PRECISION_NOTE = ("{layers}: float16 recurrent layer(s) written with recurre
                       "and torch lack, so the file would load on TensorFlow only; weights are unaffected")
 
 
-def save(model, out_tmp: Path) -> list:
+def save(model, out_tmp: Path, *, config: Optional[dict] = None) -> list:
     """``model.save``, with the weights file staged on disk rather than in memory.
 
     Keras 3 (``keras/src/saving/saving_lib.py`` ``_save_model_to_fileobj``)
@@ -512,6 +329,9 @@ def save(model, out_tmp: Path) -> list:
     their defaults and that Keras 3.8-3.14 do not know, backend-specific optimizer classes, and
     ``Orthogonal`` -> ``Identity`` in float16/bfloat16 layers so no half-precision QR is needed to
     load on JAX or torch), then loaded back with plain ``load_model`` (:func:`check_reload`).
+    ``config``: the ``config.json`` to store instead of Keras's own serialization (the Keras-built
+    route: :func:`gruconv.keras3.config.translate`'s document, so the file says what the streamed
+    writer's says, original initializers included, not the ``Zeros`` the model was built with).
     """
     import os
 
@@ -532,7 +352,7 @@ def save(model, out_tmp: Path) -> list:
                 staged = Path(td) / "model.keras"
                 _save_in(model, staged, td)
                 # config.json as every Keras 3.8+ reads it (keras_portable: docs/compatibility.md)
-                rewrite_keras_zip(staged, staged, qr_free_low_precision=True)
+                rewrite_keras_zip(staged, staged, qr_free_low_precision=True, config=config)
                 os.replace(staged, out_tmp)
         finally:
             if original is not None:
@@ -641,189 +461,6 @@ def check_reload(path: Path, digests: list) -> None:
         if shape != shape2 or digest != digest2:
             raise UnsupportedError(f"weight {name!r} does not load back unchanged from the converted "
                                    "model; nothing written")
-
-
-def _identifier(scope: str) -> str:
-    name = re.sub(r"[^A-Za-z0-9_]+", "_", scope).strip("_")
-    return name or "gru_stack"
-
-
-_GRU_INITIALIZERS = ("kernel_initializer", "recurrent_initializer", "bias_initializer")
-
-
-def _restore_gru_defaults(keras, grus) -> None:
-    """Put the ``GRU`` / ``LSTM`` constructor's default initializers (and LSTM's init-only
-    ``unit_forget_bias``) back on layers built with given weights.
-
-    Initializers act only when a layer builds its weights, so this changes
-    what the saved config says, not any weight: the config is exactly that
-    of a layer built with the defaults (``tests/test_tf1_checkpoint.py``)."""
-    import inspect
-
-    for gru in grus:
-        cls = keras.layers.LSTM if isinstance(gru, keras.layers.LSTM) else keras.layers.GRU
-        params = inspect.signature(cls.__init__).parameters
-        for arg in _GRU_INITIALIZERS:
-            setattr(gru.cell, arg, keras.initializers.get(params[arg].default))
-        if "unit_forget_bias" in params:
-            gru.cell.unit_forget_bias = params["unit_forget_bias"].default
-
-
-class _Given:
-    """A build-time initializer that returns the converted array itself.
-
-    The variable is created holding the weight (one copy, by the backend);
-    no random/orthogonal initialisation to throw away (a QR per layer costs
-    seconds on large units) and no second full-size buffer to overwrite."""
-
-    def __init__(self, weight: Callable, key: tuple, pending: set):
-        self.weight, self.key, self.pending = weight, key, pending
-
-    def __call__(self, shape, dtype=None):
-        value = self.weight(*self.key)
-        if tuple(value.shape) != tuple(shape):
-            raise ValueError(f"converted weight {self.key} has shape {tuple(value.shape)}, the GRU "
-                             f"asks for {tuple(shape)}")
-        self.pending.discard(self.key)
-        return value
-
-
-def released_weights(stack: RNNStack, release: Optional[Callable] = None) -> Callable:
-    """``layer_weights`` from ``stack.params`` (:func:`gruconv.model.keras_layout.to_keras`: GRU or LSTM),
-    one pseudo-layer's arrays at a time, each handed out once; ``release()`` (a reader's: drop the
-    mapped input pages) is called after each array is made, so about one array's worth of input is
-    resident at a time."""
-    s = stack.shape
-    cache: dict = {}
-
-    def weight(layer: int, d: int, i: int):
-        arrays = cache.get((layer, d))
-        if arrays is None or arrays[i] is None:
-            cache.clear()
-            arrays = cache[layer, d] = to_keras(stack.params[s.pseudo_layer(layer, d)], s.cell,
-                                                s.layer_input_size(layer))
-        value, arrays[i] = arrays[i], None
-        if release is not None:
-            release()
-        return value
-
-    return weight
-
-
-def build_stack_model(stack: RNNStack, *, initial_state: bool = False, return_state: bool = False,
-                      mask_input: bool = False, name: Optional[str] = None,
-                      layer_weights: Optional[Callable] = None, given_init: bool = True):
-    """A Keras 3 model computing the cuDNN stack, batch-major.
-
-    ``GRU(reset_after=True)`` or ``LSTM`` layers (``stack.shape.cell``), each
-    ``Bidirectional(..., merge_mode="concat")`` for a bidirectional stack.
-    Input ``(batch, time, input_size)`` [+ initial states: per pseudo-layer
-    ``(batch, units)`` ``h`` (GRU) or ``h`` then ``c`` (LSTM)]; output the
-    top layer's full sequence ``(batch, time, units * dirs)`` [+ final states
-    in the same order].  Pseudo-layers in cuDNN's order: layer 0 forward,
-    layer 0 backward, layer 1 forward, ...  Skip-input layers get identity
-    input kernels (:func:`gruconv.model.keras_layout.to_keras`).
-
-    ``mask_input`` adds a last input ``mask (batch, time)`` (bool, True for
-    valid steps, right-padded) passed explicitly to every layer: cuDNN's
-    variable sequence lengths.  An explicit input is needed because Keras 3
-    drops a model-level ``mask=`` as soon as a layer also receives initial
-    states (``Layer.__call__`` fills ``mask`` only for a single tensor
-    argument; ``tests/test_tf1_checkpoint.py`` shows it).
-
-    Weights: ``layer_weights(layer, direction, i)`` returns a pseudo-layer's
-    ``i``-th Keras array (0 ``kernel``, 1 ``recurrent_kernel``, 2 ``bias``;
-    default: :func:`gruconv.model.keras_layout.to_keras` of ``stack.params``).
-    Each layer is built with initializers that return these arrays, so every
-    variable is created holding its weight, one array at a time (no random or
-    orthogonal initialisation, no second full-size buffer; an LSTM's
-    init-only ``unit_forget_bias`` is off while it builds); the constructor's
-    defaults are put back afterwards, so the config is exactly that of a
-    default build.  Any variable the build did not create through
-    its initializer is assigned afterwards.  ``given_init=False``: build with
-    the defaults and assign every weight afterwards (the reference in tests).
-    """
-    keras = _keras()
-    s = stack.shape
-    dtype = s.dtype
-    base = _identifier(name or stack.name)
-    x_in = keras.Input((None, s.input_size), dtype=dtype, name="inputs")
-    inputs = [x_in]
-    states_in = []
-    from ..model.canonical import CELLS
-
-    states = CELLS[s.cell].states  # h (and c): one initial-state input each, per pseudo-layer
-    named = len(states) > 1  # an LSTM's state inputs are named ..._h / ..._c, a GRU's by the layer alone
-    if initial_state:
-        for layer in range(s.num_layers):
-            for d in range(s.num_directions):
-                name = f"initial_state_l{layer}_{'bw' if d else 'fw'}"
-                for t in [keras.Input((s.units,), dtype=dtype, name=f"{name}_{st}" if named else name)
-                          for st in states]:
-                    states_in.append(t)
-                    inputs.append(t)
-    mask = None
-    if mask_input:
-        mask = keras.Input((None,), dtype="bool", name="mask")
-        inputs.append(mask)
-    x = x_in
-    finals = []
-    weight = layer_weights or released_weights(stack)
-    pending: set = set()
-    grus = {}  # (layer, direction) -> GRU or LSTM
-    layer_cls = getattr(keras.layers, CELLS[s.cell].title)  # GRU / LSTM: the cell table's name is Keras's
-    settings = CUDNN_COMPATIBLE[s.cell]
-    per_dir = len(s.cell_spec.states)  # initial states per pseudo-layer
-
-    def given(gru, layer, d):
-        grus[layer, d] = gru
-        for i in range(len(_GRU_INITIALIZERS)):  # kernel, recurrent_kernel, bias
-            pending.add((layer, d, i))
-            if given_init:
-                setattr(gru.cell, _GRU_INITIALIZERS[i], _Given(weight, (layer, d, i), pending))
-        if given_init and getattr(gru.cell, "unit_forget_bias", False):
-            gru.cell.unit_forget_bias = False  # else LSTMCell.build slices our bias initializer
-
-    for layer in range(s.num_layers):
-        def gru(suffix=""):
-            return layer_cls(
-                s.units, return_sequences=True, return_state=return_state, dtype=dtype,
-                name=f"{base}_l{layer}{suffix}", **settings)
-        n = s.num_directions * per_dir
-        init = states_in[layer * n:(layer + 1) * n] or None
-        if s.bidirectional:
-            fw, bw = gru("_fw"), layer_cls(
-                s.units, return_sequences=True, return_state=return_state, go_backwards=True,
-                dtype=dtype, name=f"{base}_l{layer}_bw", **settings)
-            wrapper = keras.layers.Bidirectional(fw, backward_layer=bw, merge_mode="concat",
-                                                 dtype=dtype, name=f"{base}_l{layer}")
-            # the wrapper rebuilt its forward layer from fw's config: set the layers it builds
-            given(wrapper.forward_layer, layer, 0)
-            given(wrapper.backward_layer, layer, 1)
-            out = wrapper(x, initial_state=init, mask=mask)
-        else:
-            g = gru()
-            given(g, layer, 0)
-            out = g(x, initial_state=init, mask=mask)
-        if return_state:
-            x, states = out[0], list(out[1:])
-            finals.extend(states)
-        else:
-            x = out
-    outputs = [x] + finals if return_state else x
-    model = keras.Model(inputs if len(inputs) > 1 else x_in, outputs, name=base)
-    if given_init:
-        _restore_gru_defaults(keras, grus.values())
-    for layer, d, i in sorted(pending):  # not created from its initializer: assign it
-        var = grus[layer, d].weights[i]
-        value = weight(layer, d, i)
-        if tuple(value.shape) != tuple(var.shape):
-            raise ValueError(f"{s.cell_spec.title} {grus[layer, d].name!r} weight {var.path!r} has shape "
-                             f"{tuple(var.shape)}, "
-                             f"got {tuple(value.shape)}")
-        var.assign(value)
-        del value
-    return model
 
 
 # --------------------------------------------------------------------------- the GPU path

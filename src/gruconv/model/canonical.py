@@ -274,14 +274,11 @@ class KerasGraph(Protocol):
     def weight_names(self, group) -> list:
         """A layer group's weight names, checked."""
 
-    def legacy_config(self, *, zero_init: bool = False) -> dict:
+    def legacy_config(self) -> dict:
         """The model config with every cuDNN layer replaced by its GRU / LSTM config (Keras 2 form)."""
 
     def other_weights(self):
         """``("<layer>/<weight name>", array)`` for every stored weight of no cuDNN layer, in file order."""
-
-    def build_model(self):
-        """``(Keras 3 model, {layer: NaN/Inf count})``: the Keras-built route."""
 
 
 class KerasGraphV3(KerasGraph, Protocol):

@@ -94,21 +94,6 @@ class TfKerasZipModel(keras_h5.KerasH5Model):
                 if name not in ours:
                     yield name, h5safe.read_dataset(h5safe.resolve(f, name, self.path, "dataset"), self.path)
 
-    def build_model(self):
-        """The converted model in Keras 3: the streamed ``.keras`` written to a private directory and
-        loaded by ``keras.saving.load_model`` (this layout has no legacy file for Keras's legacy loader
-        to build from).  Returns ``(model, nonfinite)`` like :meth:`KerasH5Model.build_model`."""
-        import tempfile
-
-        from ..keras3 import archive, runtime
-
-        nonfinite: dict = {}
-        with tempfile.TemporaryDirectory(prefix="gruconv-") as td:
-            work = Path(td) / "converted.keras"
-            archive.write_keras_h5_doc(self, work, nonfinite=nonfinite)
-            model = runtime.load(work)
-        return model, nonfinite
-
 
 # --------------------------------------------------------------------------- weights
 
@@ -251,7 +236,7 @@ def nothing_to_verify(doc: TfKerasZipModel) -> Optional[str]:
 
 def verify_subjects(doc: TfKerasZipModel, converted, opts: Options):
     """As for the HDF5 twin (:func:`gruconv.readers.keras_h5.verify_subjects`); without ``converted``
-    the model is built by :meth:`TfKerasZipModel.build_model`."""
+    the model is built by :func:`gruconv.writers.keras_route.built` (weights from this layout's stream)."""
     return keras_h5.verify_subjects(doc, converted, opts)
 
 

@@ -107,8 +107,9 @@ def verify(input, converted=None, options: Optional[Options] = None, *, toleranc
            **kw) -> VerifyReport:
     """Run the original parameters through the reference and the converted model on the CPU; compare.
 
-    Without ``converted``, the model ``convert`` would write, built in memory (a Keras graph: from the
-    streamed writer's own config and weights, :func:`gruconv.writers.keras_route.built`).  Never raises for a
+    Without ``converted``, the model ``convert`` would write, built in memory (a Keras graph: from the one
+    translated config, :func:`gruconv.keras3.config.translate`, and the streamed writer's weight stream,
+    :func:`gruconv.writers.keras_route.built`).  Never raises for a
     parity failure: the report says; the CLI decides.
     """
     from ..keras3 import runtime as keras3

@@ -90,11 +90,10 @@ def _keras3_plan(doc, converted) -> Optional[dict]:
     ``.weights.h5``), in the layer's Keras 3 weights order; None for a legacy-layout ``.h5`` or no file."""
     from ..keras3 import config as keras3_config
     from ..keras3.archive import is_keras3_weights
-    from ..readers.keras_h5 import converted_config
 
     if converted is None or Path(converted).is_dir() or not is_keras3_weights(converted):
         return None
-    config = keras3_config.model_config(converted_config(doc.model_config))
+    config = keras3_config.translate(doc.model_config)
     _groups, tops = keras3_config.saveable_plan(config)
     return {t.name: [f"{slot.group}/{slot.index}" for slot in t.slots] for t in tops}
 

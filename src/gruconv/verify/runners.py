@@ -1,5 +1,5 @@
 """How ``verify`` drives a converted stack of a non-Keras target (torch, onnx): the same inputs and
-outputs as the ``.keras`` stack model (:func:`gruconv.keras3.runtime.build_stack_model`), so the per-stack
+outputs as the ``.keras`` stack model (:func:`gruconv.keras3.build.build_stack_model`), so the per-stack
 checks and verdicts are one code path for every target.  The writers of those targets hand their
 stacks over as :class:`StackRunner` (their ``runners`` verb); the gate packing they need is
 :mod:`gruconv.model.target_gates`."""
@@ -49,7 +49,7 @@ class StackRunner:
 
     ``inputs``: ``x``, then (``state_inputs``) one ``initial_state_*`` per pseudo-layer state (h, and
     c for an LSTM, pseudo-layer by pseudo-layer: cuDNN's order, as
-    :func:`gruconv.keras3.runtime.build_stack_model` names them), then (``mask_input``) ``mask``.
+    :func:`gruconv.keras3.build.build_stack_model` names them), then (``mask_input``) ``mask``.
     Calling it with those arrays (batch-major; ``mask`` right-padded booleans) returns
     ``[y (batch, time, dirs*units), h_0 (, c_0), h_1 ...]``: the sequence, then every final state.
 

@@ -18,11 +18,12 @@ class names the ``custom_objects`` a load needs, and ``--check-load`` loads with
 
 A layer, argument or training config outside the streaming writer's vocabulary raises
 :class:`~gruconv.errors.UnsupportedError` before anything is written; then, if Keras and a backend are
-installed, the Keras-built route (:func:`write_with_keras`: build, save, load back) writes the file
+installed, the Keras-built route (:func:`write_with_keras`: Keras builds the SAME translated config,
+:func:`gruconv.keras3.config.translate`, with the same weights stream, saves, loads back) writes the file
 and one warning line says so; without Keras, that error is the one-line refusal (exit 3).
 
-A bare stack becomes the model of :func:`gruconv.keras3.config.stack_model_config` (the same model
-:func:`gruconv.keras3.runtime.build_stack_model` builds), with the model-interface options (initial
+A bare stack becomes the model of :func:`gruconv.keras3.config.stack_model_config` (the one stack
+description: :func:`gruconv.keras3.build.build_stack_model` builds from it), with the model-interface options (initial
 states, final states, a mask input); a document carrying a Keras graph keeps its own interface, so those
 options do not apply to it.
 """
@@ -91,28 +92,45 @@ def _write_graph(document, target, options, warnings: list, *, final) -> dict:
 
 
 def _graph_with_keras(document, target, options, warnings: list, *, final) -> dict:
-    """A Keras graph as a ``.keras`` model: built (``graph.build_model()``), compiled from the
-    original training config where Keras 3 can, saved, loaded back (digests compared); a compiled
-    model that does not load back is saved again uncompiled, with a warning.  Returns NaN/Inf
-    counts per layer."""
+    """A Keras graph as a ``.keras`` model, built by Keras (:func:`gruconv.writers.keras_route.built`:
+    ``model_from_json`` of the one translated config, the streamed writer's weights), compiled from
+    :func:`gruconv.keras3.config.compile_config` where Keras 3 takes it, saved with that same config
+    (:func:`gruconv.keras3.runtime.save`), loaded back (digests compared); a compiled model that does not
+    load back is saved again uncompiled, with a warning.  Returns NaN/Inf counts per layer."""
     from ..errors import UnsupportedError
+    from ..keras3 import config as keras3_config
     from ..keras3 import runtime as keras3
+    from .keras_route import built
 
     graph = document.graph
-    model, nonfinite = graph.build_model()
+    info: dict = {}
+    model, nonfinite = built(graph, info=info)
+    config = info["config"]
     _graph_notes(graph, warnings)
+    compiled = None
     if graph.training_config:
-        warnings.extend(keras3.compile_from_training_config(model, graph.training_config))
-    digests = keras3.save(model, target)
+        try:
+            compiled = keras3_config.compile_config(graph.training_config, len(model.outputs), keras_built=True)
+            if compiled is None:
+                warnings.append("training config is not a JSON object; model written uncompiled")
+            else:
+                keras3.compile(model, compiled)
+        except UnsupportedError as e:
+            compiled = None
+            warnings.append(f"{e.message}; model written uncompiled")
+        if compiled is not None:
+            warnings.extend(compiled.warnings)
+    saved = dict(config, compile_config=compiled.compile_config) if compiled is not None else config
+    digests = keras3.save(model, target, config=saved)
     del model  # the load-back check below holds Keras's copy; never two at once
     try:
         keras3.check_reload(target, digests)
     except UnsupportedError as e:
-        if not graph.training_config:
+        if compiled is None:
             raise
         # the compiled file does not load back: save the model without its training setup
-        model, _ = graph.build_model()
-        digests = keras3.save(model, target)
+        model, _ = built(graph)
+        digests = keras3.save(model, target, config=config)
         del model
         keras3.check_reload(target, digests)
         warnings.append(f"training config dropped: the compiled model did not load back "
@@ -136,15 +154,18 @@ def _write_stack(document, entry, target, options, name: str) -> None:
 
 def _stack_with_keras(document, entry, target, options, name: str) -> None:
     """The Keras-built route for one stack (kept for comparison, ``tests/test_streaming_writer.py``):
-    built one layer at a time from the stack's params (``document.drop()`` after each array), saved,
-    and loaded back (digests compared)."""
+    :func:`gruconv.keras3.build.build_stack_model` of the one stack description
+    (:func:`gruconv.keras3.config.stack_model_config`; ``document.drop()`` after each pseudo-layer),
+    saved with that config, and loaded back (digests compared)."""
     from ..keras3 import runtime as keras3
+    from ..keras3.build import build_stack_model
+    from ..keras3.config import stack_model_config
 
-    model = keras3.build_stack_model(entry.stack, initial_state=options.initial_state,
-                                     return_state=options.return_state, mask_input=options.mask_input,
-                                     name=name, layer_weights=keras3.released_weights(entry.stack, document.drop))
+    config = stack_model_config(entry.stack.shape, name, initial_state=options.initial_state,
+                                return_state=options.return_state, mask_input=options.mask_input)
+    model = build_stack_model(entry.stack, config, release=document.drop)
     document.drop()
-    digests = keras3.save(model, target)
+    digests = keras3.save(model, target, config=config)
     del model  # the load-back check holds Keras's copy; never two at once
     keras3.check_reload(target, digests)
 

@@ -6,7 +6,9 @@ writer itself (it is not in :data:`gruconv.writers.WRITERS`)."""
 
 from __future__ import annotations
 
-from ..errors import UnsupportedError
+from typing import Optional
+
+from ..errors import UnsupportedError, UsageError
 
 
 def keras_installed() -> bool:
@@ -46,27 +48,44 @@ def streamed(graph, warnings: list, write):
         return BUILD
 
 
-def built(graph):
-    """The converted model of a Keras graph in memory, for ``verify`` without a converted file: the
-    streamed writer's own config and weights (a ``.weights.h5`` in a private directory, loaded into
-    :func:`gruconv.keras3.runtime.from_config` of the config it wrote), so ``verify in.h5`` checks what
-    ``convert in.h5 out.keras`` writes (issue 28: it checked the Keras-built route while convert wrote
-    the streamed one).  Where the streaming writer refuses the graph, the Keras-built route, as
-    ``convert`` does.  Returns ``(model, {layer: NaN/Inf count})``."""
-    import tempfile
-    from pathlib import Path
+def built(graph, *, info: Optional[dict] = None):
+    """The converted model of a Keras graph in memory, built by Keras from THE translation
+    (:func:`gruconv.keras3.config.translate`, the dict the streamed writer writes; a Keras built-in
+    class outside its vocabulary carried for Keras to build, ``outside=CARRY``):
+    ``model_from_json`` of it with zero initializers (:func:`gruconv.keras3.runtime.from_config`), then
+    the weights of the streamed writer's own array stream (:func:`gruconv.keras3.archive.legacy_h5_arrays`
+    against the model's layers, or :func:`~gruconv.keras3.archive.v3_arrays` for a tf_keras ``.keras``)
+    assigned in place (:func:`gruconv.keras3.build.assign`).  No legacy ``.h5`` intermediate, no
+    legacy loader.  Used by the Keras-built fallback of both Keras writers and by ``verify`` without a
+    converted file, so ``verify in.h5`` and ``verify in.h5 out.keras`` check the same model (issue 28).
+    Returns ``(model, {layer: NaN/Inf count})``; ``info["config"]`` receives the translated dict."""
+    from ..errors import InputError
+    from ..keras3 import archive, build, runtime
+    from ..keras3 import config as keras3_config
 
-    from ..keras3 import archive, runtime
-
-    with tempfile.TemporaryDirectory(prefix="gruconv-") as td:
-        target, info, nonfinite = Path(td) / "converted.weights.h5", {}, {}
-        wrote = streamed(graph, [], lambda: archive.write_keras_h5_doc(graph, target, weights_only=True,
-                                                                       nonfinite=nonfinite, info=info))
-        if wrote is BUILD:
-            return graph.build_model()
-        model = runtime.from_config(info["config"])
-        runtime.load_weights(model, target)
-        return model, nonfinite
+    if graph.model_config is None:
+        raise UsageError("a weights-only file needs --config ARCH.json (the model's to_json()) to become "
+                         "a Keras model", path=graph.path)
+    try:
+        archive.check_rnn_inputs(graph)
+        config = keras3_config.translate(graph.model_config, outside=keras3_config.CARRY)
+        if info is not None:
+            info["config"] = config
+        model = runtime.from_config(config)
+        nonfinite: dict = {}
+        if graph.layout == "legacy":
+            tops = build.layer_tops(model)
+            arrays = archive.legacy_h5_arrays(graph, tops, nonfinite)
+        else:  # a tf_keras .keras: its weights sit under the streamed writer's object paths
+            groups, tops = keras3_config.saveable_plan(config)
+            archive.custom_slots(graph, config, groups, tops)
+            arrays = archive.v3_arrays(graph, config, tops, nonfinite)
+        build.assign(model, tops, arrays, source=graph.path)
+    except (UnsupportedError, InputError) as e:
+        if e.path is None:
+            raise type(e)(e.message, path=graph.path) from None
+        raise
+    return model, nonfinite
 
 
 def custom_notes(config: dict, warnings: list, *, weights_only: bool = False) -> dict:

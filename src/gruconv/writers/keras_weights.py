@@ -47,11 +47,13 @@ def _write_graph(document, target, options, warnings: list, *, final) -> dict:
 
 
 def _graph_with_keras(document, target, options, warnings: list, *, final) -> dict:
-    """The Keras-built route: the converted model built in Keras, ``model.save_weights`` (checked by
-    loading it back into the same model)."""
+    """The Keras-built route: the converted model built by Keras from the one translated config
+    (:func:`gruconv.writers.keras_route.built`), ``model.save_weights`` (checked by loading it back into
+    the same model)."""
     from ..keras3 import runtime as keras3
+    from .keras_route import built
 
-    model, nonfinite = document.graph.build_model()
+    model, nonfinite = built(document.graph)
     keras3.save_weights(model, target)
     return nonfinite
 
@@ -71,12 +73,15 @@ def _write_stack(document, entry, target, options, name: str) -> None:
 
 
 def _stack_with_keras(document, entry, target, options, name: str) -> None:
-    """The Keras-built route for one stack's weights (kept for comparison)."""
+    """The Keras-built route for one stack's weights (kept for comparison): the model of the one stack
+    description, built by Keras (:func:`gruconv.keras3.build.build_stack_model`)."""
     from ..keras3 import runtime as keras3
+    from ..keras3.build import build_stack_model
+    from ..keras3.config import stack_model_config
 
-    model = keras3.build_stack_model(entry.stack, initial_state=options.initial_state,
-                                     return_state=options.return_state, mask_input=options.mask_input,
-                                     name=name, layer_weights=keras3.released_weights(entry.stack, document.drop))
+    config = stack_model_config(entry.stack.shape, name, initial_state=options.initial_state,
+                                return_state=options.return_state, mask_input=options.mask_input)
+    model = build_stack_model(entry.stack, config, release=document.drop)
     document.drop()
     keras3.save_weights(model, target)
 

@@ -1,8 +1,8 @@
 """The legacy Keras HDF5 file of a Keras graph with every CuDNNGRU / CuDNNLSTM replaced by GRU / LSTM.
 
 Not a registered writer (it is not in :data:`gruconv.writers.registry.WRITERS`): the ``h5-weights``
-writer writes a graph's weights with it, and the Keras-built route (``KerasH5Model.build_model``) hands
-the file to Keras 3's own legacy loader.  The graph is read through its accessors only
+writer writes a graph's weights with it (the Keras-built route no longer goes through a legacy file: it
+builds from :func:`gruconv.keras3.config.translate`, :mod:`gruconv.writers.keras_route`).  The graph is read through its accessors only
 (:class:`gruconv.model.canonical.KerasGraph`: ``open_file``, ``weight_group``, ``weight_names``,
 ``legacy_config``); every other layer, weight and attribute is copied unchanged (tf_keras
 ``saving/legacy/hdf5_format.py`` layout).
@@ -18,8 +18,7 @@ from ..model.keras_layout import WEIGHT_ROLES
 from ..model.keras_layout import to_keras as keras_arrays
 
 
-def write(doc, out_path, *, include_model: bool = True, include_training: bool = True,
-          zero_init: bool = False) -> dict:
+def write(doc, out_path, *, include_model: bool = True, include_training: bool = True) -> dict:
     """Write a legacy Keras HDF5 file with GRUs / LSTMs in place of CuDNNGRUs / CuDNNLSTMs.
 
     ``include_model``: write ``model_config`` (a full model file); otherwise a
@@ -64,7 +63,7 @@ def write(doc, out_path, *, include_model: bool = True, include_training: bool =
                 dst.attrs["keras_version"] = doc.keras_version or "2.x"
                 dst.attrs["backend"] = doc.backend or "tensorflow"
                 dst.attrs["model_config"] = json.dumps(
-                    doc.legacy_config(zero_init=zero_init)).encode("utf-8")
+                    doc.legacy_config()).encode("utf-8")
                 if include_training and doc.training_config:
                     dst.attrs["training_config"] = doc.training_config.encode("utf-8")
                 droot = dst.create_group("model_weights")

@@ -57,7 +57,7 @@ def _layer_weight_names(stack, lname: str) -> list:
 
 def _write_stack(document, entry, target, options, name: str) -> None:
     """The stack's Keras weights, one group per layer of the model
-    :func:`gruconv.keras3.runtime.build_stack_model` builds (its names; the input layer with no
+    :func:`gruconv.keras3.build.build_stack_model` builds (its names; the input layer with no
     weights), one direction's arrays at a time (``document.drop()`` after each)."""
     from ..model.keras_layout import to_keras as keras_arrays
     from ..files.outputs import hdf5_file

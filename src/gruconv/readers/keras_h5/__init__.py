@@ -33,15 +33,14 @@ Registry verbs (:mod:`gruconv.readers`): :func:`sniff`, :func:`read`, :func:`ins
 :mod:`gruconv.writers.planning` from the document's plan facts (:func:`plan_facts`).  The model read is the Keras-graph passthrough of its
 :class:`~gruconv.model.canonical.Document` (:meth:`KerasH5Model.document`): writers that express a
 Keras graph read it through its accessors (:class:`gruconv.model.canonical.KerasGraph`: ``open_file``,
-``weight_group``, ``weight_names``, ``legacy_config``, ``other_weights``) or ask for
-:meth:`~KerasH5Model.build_model` (the Keras 3 model in memory); the legacy file above is written by
-:mod:`gruconv.writers.legacy_graph`.  The Keras 2 config rewriting still lives here.
+``weight_group``, ``weight_names``, ``legacy_config``, ``other_weights``); the legacy file above is
+written by :mod:`gruconv.writers.legacy_graph`, and a Keras 3 model is built from
+:func:`gruconv.keras3.config.translate` (:func:`gruconv.writers.keras_route.built`).  The legacy config
+mends live in :mod:`gruconv.keras3.legacy`.
 """
 
 from __future__ import annotations
 
-import copy
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
@@ -51,10 +50,10 @@ from ...files import hdf5 as h5safe
 from ... import writers
 from ...model.canonical import CELLS, Document, RNNStack, StackShape, Subject
 from ...model.cudnn_layout import params_size
-from ...errors import GruconvError, InputError, OutputError, UnsupportedError, UsageError, first_line
-from ...model.keras_layout import (CUDNN_COMPATIBLE, KERAS3_BIAS_ROWS, WEIGHT_ROLES, describe_keras_layer, from_cudnn,
-                                   keras3_bias_shape)
-from ...model.keras_layout import to_keras as keras_arrays  # this module's own to_keras is the registry verb
+from ...errors import GruconvError, InputError, UnsupportedError, first_line
+from ...model.keras_layout import KERAS3_BIAS_ROWS, WEIGHT_ROLES, describe_keras_layer, from_cudnn, keras3_bias_shape
+from ...keras3.legacy import (CONTAINER_CLASSES as _CONTAINER_CLASSES, CUDNN_CLASSES, TARGET_CLASS as _TARGET_CLASS,
+                              class_name_of, config_of, converted_config, layers_of as _layers_of, name_of)
 from ...options import Options
 
 FORMAT = "keras-h5"
@@ -69,23 +68,8 @@ GRAPH = True
 #: Input name endings (batch mode names an output after the input without them).
 SUFFIXES = (".h5", ".hdf5")
 
-#: CuDNNGRU config keys that GRU also takes (and CuDNNLSTM keys LSTM takes, with
-#: ``unit_forget_bias``: :data:`_CARRIED`); anything else is dropped or refused.
-_CARRIED_KEYS = (
-    "name", "trainable", "dtype", "batch_input_shape", "input_shape", "batch_size", "units",
-    "kernel_initializer", "recurrent_initializer", "bias_initializer",
-    "kernel_regularizer", "recurrent_regularizer", "bias_regularizer", "activity_regularizer",
-    "kernel_constraint", "recurrent_constraint", "bias_constraint",
-    "return_sequences", "return_state", "go_backwards", "stateful",
-)
-#: The Keras 2 / tf.keras / tf_keras cuDNN-only layer classes, and the cell each holds.
-CUDNN_CLASSES = {"CuDNNGRU": "gru", "CuDNNLSTM": "lstm"}
-#: Per cell: the Keras 3 layer class it becomes, and the config keys carried over.  CuDNNLSTM's
-#: ``unit_forget_bias`` (an initializer option, tf_keras ``cudnn_lstm.py``) is kept.
-_TARGET_CLASS = {"gru": "GRU", "lstm": "LSTM"}
-_CARRIED = {"gru": _CARRIED_KEYS, "lstm": _CARRIED_KEYS + ("unit_forget_bias",)}
-#: Weight-name prefixes tf_keras gives unnamed cuDNN layers (``cu_dnngru``, ``cu_dnnlstm_1``).
-_CONTAINER_CLASSES = {"Sequential", "Model", "Functional"}
+#: The cuDNN class table and the config accessors live with the legacy mends (one copy each).
+_class_name, _conf, _name = class_name_of, config_of, name_of
 _CUDNN_CLASS_OF = {"gru": "CuDNNGRU", "lstm": "CuDNNLSTM"}
 _WRAPPERS = {"Bidirectional", "TimeDistributed"}
 _UNSAFE_CLASSES = {"Lambda"}
@@ -178,20 +162,16 @@ class KerasH5Model:
         """A layer group's ``weight_names``, checked (:func:`weight_names_of`)."""
         return weight_names_of(group, self.path)
 
-    def legacy_config(self, *, zero_init: bool = False) -> dict:
+    def legacy_config(self) -> dict:
         """The model config with every CuDNNGRU / CuDNNLSTM replaced by its GRU / LSTM config (still in
-        Keras 2 form: :func:`converted_config`)."""
-        return converted_config(self.model_config, zero_init=zero_init)
+        Keras 2 form: :func:`gruconv.keras3.legacy.converted_config`)."""
+        return converted_config(self.model_config)
 
     def document(self) -> Document:
         """The canonical :class:`~gruconv.model.canonical.Document`: the cuDNN layers as stacks (read
         lazily), this model as the Keras graph passthrough, no other tensors; and the plan facts
         (:func:`plan_facts`)."""
         return plan_facts(self, Document(source=str(self.path), reader=FORMAT, stacks=list(self.rnns), graph=self))
-
-    def build_model(self):
-        """The graph as a Keras 3 model in memory, and the NaN/Inf count per layer (:func:`to_keras`)."""
-        return to_keras(self)
 
     def other_weights(self):
         """Every stored weight that belongs to no cuDNN layer, as ``("<layer>/<weight name>", array)``
@@ -215,36 +195,6 @@ def open_model_file(path: Path):
     """Every read of the file goes through :func:`gruconv.files.hdf5.open_hdf5` (regular file, global-heap
     guard, same inode, a budget on the bytes datasets may declare)."""
     return h5safe.open_hdf5(path, "a Keras HDF5 file")
-
-
-def _class_name(cfg) -> Optional[str]:
-    name = cfg.get("class_name") if isinstance(cfg, dict) else None
-    return name if isinstance(name, str) else None
-
-
-def _conf(cfg) -> dict:
-    """A layer's ``config`` object, or ``{}`` when it is missing or not an object."""
-    c = cfg.get("config") if isinstance(cfg, dict) else None
-    return c if isinstance(c, dict) else {}
-
-
-def _layers_of(cfg: dict) -> list:
-    inner = cfg.get("config")
-    if isinstance(inner, list):  # Keras 2.0–2.2.2 Sequential: config is the layer list
-        return inner
-    if isinstance(inner, dict) and isinstance(inner.get("layers"), list):
-        return inner["layers"]
-    return []
-
-
-def _name(cfg: dict) -> str:
-    c = cfg.get("config")
-    name = (c.get("name") if isinstance(c, dict) else None) or cfg.get("name")
-    return str(name) if name is not None else "?"
-
-
-#: The config accessors under public names, for other readers of Keras 2 configs (tf_keras_zip).
-class_name_of, config_of, name_of = _class_name, _conf, _name
 
 
 def walk_layers(cfg: dict, top: Optional[str] = None, prefix: str = ""):
@@ -630,217 +580,7 @@ def _rnns_without_config(path: Path, groups: dict) -> list:
 
 # --------------------------------------------------------------------------- writing
 
-_INITIALIZERS = ("kernel_initializer", "recurrent_initializer", "bias_initializer")
 
-
-def gru_config(cudnn_cfg: dict, *, wrapped: bool = False, zero_init: bool = False) -> dict:
-    """The GRU (or LSTM) layer config equivalent to a CuDNNGRU (CuDNNLSTM) config, same serialization style.
-
-    The target follows the config's class: ``CuDNNGRU`` -> ``GRU``
-    (:data:`gruconv.model.keras_layout.CUDNN_COMPATIBLE_GRU`), ``CuDNNLSTM`` ->
-    ``LSTM`` (:data:`gruconv.model.keras_layout.CUDNN_COMPATIBLE_LSTM`, with
-    ``unit_forget_bias`` kept from the original).
-
-    Keras 3 picks its deserializer per config: with a ``module`` key the new
-    one (``serialization_lib``, which rejects legacy keys such as
-    ``batch_input_shape``), without it the legacy one
-    (``keras/src/models/sequential.py`` ``from_config``).  So the GRU keeps the
-    CuDNNGRU's style — except inside ``Bidirectional``/``TimeDistributed``,
-    whose ``from_config`` always uses the new deserializer and so needs
-    ``module`` (``keras/src/layers/rnn/bidirectional.py``).
-
-    ``zero_init``: build-time initializers set to ``Zeros`` — for a file that
-    is only loaded to be saved again, whose weights are overwritten at once;
-    the caller puts the original initializers back on the built layers
-    (:func:`gruconv.keras3.runtime.restore_initializers`).  Orthogonal
-    initialisation of large recurrent kernels (a QR per layer) otherwise costs
-    seconds (``docs/benchmarks.md``).
-    """
-    conf = _conf(cudnn_cfg)
-    cell = CUDNN_CLASSES.get(_class_name(cudnn_cfg), "gru")
-    target = _TARGET_CLASS[cell]
-    new = {k: copy.deepcopy(conf[k]) for k in _CARRIED[cell] if k in conf}
-    new.update(CUDNN_COMPATIBLE[cell])
-    if zero_init:
-        for k in _INITIALIZERS:
-            new[k] = {"class_name": "Zeros", "config": {}}
-    if wrapped:
-        for k in ("batch_input_shape", "input_shape", "batch_size"):
-            new.pop(k, None)
-    out = {"class_name": target, "config": new}
-    if wrapped or "module" in cudnn_cfg:
-        out = {"module": "keras.layers", "class_name": target, "config": new, "registered_name": None}
-    for k in ("name", "inbound_nodes"):
-        if k in cudnn_cfg:
-            out[k] = copy.deepcopy(cudnn_cfg[k])
-    return out
-
-
-def converted_config(model_config: dict, *, zero_init: bool = False) -> dict:
-    """A deep copy of ``model_config`` with every CuDNNGRU / CuDNNLSTM replaced by its GRU / LSTM config."""
-    new = copy.deepcopy(model_config)
-
-    def visit(node, wrapped=False):
-        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
-        for key, value in list(items):
-            if isinstance(value, dict) and _class_name(value) in CUDNN_CLASSES:
-                node[key] = gru_config(value, wrapped=wrapped and key in ("layer", "backward_layer"),
-                                       zero_init=zero_init)
-            elif isinstance(value, (dict, list)):
-                is_wrapper = isinstance(value, dict) and isinstance(value.get("config"), dict) \
-                    and "layer" in value["config"]
-                if is_wrapper:
-                    visit(value["config"], wrapped=True)
-                else:
-                    visit(value)
-
-    if _class_name(new) in CUDNN_CLASSES:
-        return gru_config(new, zero_init=zero_init)
-    visit(new)
-    _normalise_for_keras3(new)
-    return new
-
-
-_RNN_CLASSES = {"GRU", "LSTM", "SimpleRNN", "RNN"}
-
-
-def _normalise_for_keras3(cfg: dict) -> None:
-    """Mend three Keras 2 / tf.keras-isms that Keras 3's legacy loader (3.15) fails on, in place.
-
-    * a Sequential config that is a bare layer list (Keras 2.0–2.2.2; Keras
-      2.2.3 made it ``{"name", "layers"}``, the only form Keras 3 reads), and
-      a Sequential whose first layer carries ``batch_input_shape`` with no
-      ``InputLayer`` before it (Keras 3 then adds a second batch axis): an
-      explicit ``InputLayer`` is put in front, as tf.keras 2.x itself writes;
-    * ``time_major`` in RNN configs (tf.keras 2.x writes ``time_major: false``;
-      Keras 3 layers reject the unknown argument);
-    * node indices of nested models: tf.keras gives a nested model's first call
-      in the outer graph node index 1 (node 0 is the model's own graph), Keras 3
-      rebuilds it as node 0 and then reports "disconnected nodes".  Seen with
-      nested Sequential and Functional models (``fixtures/keras/nested.h5``).
-    """
-    if isinstance(cfg, dict):
-        if _class_name(cfg) == "Sequential" and isinstance(cfg.get("config"), list):
-            cfg["config"] = {"name": cfg.get("name") or "sequential", "layers": cfg["config"]}
-        if _class_name(cfg) == "Sequential":
-            _explicit_input_layer(cfg)
-            for layer in _layers_of(cfg)[1:]:
-                _drop_new_style_batch_shape(layer)
-        elif _class_name(cfg) in ("Model", "Functional"):
-            for layer in _layers_of(cfg):
-                _drop_new_style_batch_shape(layer)
-        conf = cfg.get("config")
-        if isinstance(conf, dict) and isinstance(conf.get("dtype"), dict):
-            _policy_to_name(conf)
-        if isinstance(conf, dict) and isinstance(conf.get("layers"), list) and _class_name(cfg) != "Sequential":
-            for layer in conf["layers"]:
-                if isinstance(layer, dict) and _class_name(layer) in _STATEFUL_CALLS:
-                    initial_state_as_kwargs(layer)
-        if _class_name(cfg) in _RNN_CLASSES and isinstance(cfg.get("config"), dict):
-            if cfg["config"].get("time_major") is True:
-                raise UnsupportedError(f"{cfg['class_name']} {_name(cfg)} has time_major=True")
-            cfg["config"].pop("time_major", None)
-        layers = _layers_of(cfg)
-        nested = {_name(l) for l in layers if isinstance(l, dict)
-                  and (_class_name(l) in _CONTAINER_CLASSES or _layers_of(l))}
-        if nested and isinstance(cfg.get("config"), dict):
-            for layer in layers:
-                nodes = layer.get("inbound_nodes") if isinstance(layer, dict) else None
-                for node in (nodes if isinstance(nodes, list) else []):
-                    for ref in (node if isinstance(node, list) else []):
-                        _shift_ref(ref, nested)
-            for key in ("input_layers", "output_layers"):
-                refs = cfg["config"].get(key) or []
-                if not isinstance(refs, list):
-                    continue
-                if refs and isinstance(refs[0], str):  # a single [name, node, tensor]
-                    refs = [refs]
-                for ref in refs:
-                    _shift_ref(ref, nested)
-        for value in cfg.values():
-            if isinstance(value, (dict, list)):
-                _normalise_for_keras3(value)
-    elif isinstance(cfg, list):
-        for value in cfg:
-            _normalise_for_keras3(value)
-
-
-#: Layers that tf.keras called with ``initial_state`` appended to their inputs.
-_STATEFUL_CALLS = {"GRU", "LSTM", "SimpleRNN", "RNN", "Bidirectional", "CuDNNGRU", "CuDNNLSTM"}
-
-
-def _policy_to_name(conf: dict) -> None:
-    """A tf.keras dtype policy object (``{"class_name": "Policy", "config": {"name": "mixed_float16"}}``)
-    becomes its name, which every Keras 3 layer accepts as ``dtype``; Keras 3's legacy loader fails on
-    the object itself ("'str' object has no attribute 'quantization_mode'", Keras 3.15)."""
-    policy = conf["dtype"]
-    name = _conf(policy).get("name")
-    if _class_name(policy) in ("Policy", "DTypePolicy", "PolicyV1", "FloatDTypePolicy") and isinstance(name, str):
-        conf["dtype"] = name
-
-
-def _drop_new_style_batch_shape(layer) -> None:
-    """tf.keras 2.13+ serializes the layers of a nested Sequential, and ``to_json()`` every layer,
-    in the new style (with ``module``) and leaves ``batch_input_shape`` on them; Keras 3 hands a
-    new-style config straight to the constructor, which rejects it.  In a Functional model, or
-    after a Sequential's first layer, the shape is redundant: the model's inputs fix it."""
-    if isinstance(layer, dict) and "module" in layer and _class_name(layer) != "InputLayer":
-        conf = layer.get("config")
-        if isinstance(conf, dict):
-            conf.pop("batch_input_shape", None)
-
-
-def tensor_ref(ref: list) -> dict:
-    return {"class_name": "__keras_tensor__",
-            "config": {"shape": [None], "dtype": "float32", "keras_history": [ref[0], ref[1], ref[2]]}}
-
-
-def initial_state_as_kwargs(layer: dict) -> None:
-    """tf.keras recorded ``rnn(x, initial_state=s)`` as one inbound node with inputs ``[x, s...]``
-    (Keras 2 ``RNN.__call__`` appends the states to the inputs); Keras 3 reads a legacy node's
-    tensors as ONE positional argument, so the layer gets ``[x, s]`` and refuses it ("expects 1
-    input(s), but it received 2").  Such nodes are rewritten in Keras 3's own node format
-    (``{"args": [x], "kwargs": {"initial_state": [s...]}}``, ``keras/src/models/functional.py``
-    ``deserialize_node``), which Keras 3.0+ reads."""
-    nodes = layer.get("inbound_nodes")
-    if not isinstance(nodes, list):
-        return
-    for i, node in enumerate(nodes):
-        if not (isinstance(node, list) and len(node) > 1 and all(
-                isinstance(r, list) and len(r) >= 3 and isinstance(r[0], str) for r in node)):
-            continue
-        kwargs = {}
-        for ref in node:
-            if len(ref) > 3 and isinstance(ref[3], dict):
-                kwargs.update({k: v for k, v in ref[3].items() if k != "initial_state"})
-        kwargs["initial_state"] = [tensor_ref(r) for r in node[1:]]
-        nodes[i] = {"args": [tensor_ref(node[0])], "kwargs": kwargs}
-
-
-def _explicit_input_layer(seq_cfg: dict) -> None:
-    layers = _layers_of(seq_cfg)
-    if not layers or not isinstance(layers[0], dict) or _class_name(layers[0]) == "InputLayer":
-        return
-    first = layers[0].get("config")
-    if not isinstance(first, dict) or "batch_input_shape" not in first:
-        return
-    shape = first.pop("batch_input_shape")
-    input_layer = {"class_name": "InputLayer",
-                   "config": {"batch_input_shape": shape, "dtype": first.get("dtype", "float32"),
-                              "name": f"{first.get('name', 'layer')}_input"}}
-    layers.insert(0, input_layer)
-
-
-def _shift_ref(ref, nested: set) -> None:
-    if (isinstance(ref, list) and len(ref) >= 3 and isinstance(ref[0], str) and ref[0] in nested
-            and isinstance(ref[1], int) and ref[1] >= 1):
-        ref[1] -= 1
-
-
-def original_initializers(doc: KerasH5Model) -> dict:
-    """{CuDNNGRU/CuDNNLSTM path: {initializer argument: its legacy config}} (for ``zero_init`` writes)."""
-    return {r.path: {k: _conf(r.config).get(k) for k in _INITIALIZERS if _conf(r.config).get(k) is not None}
-            for r in doc.rnns}
 
 
 # --------------------------------------------------------------------------- registry verbs
@@ -948,36 +688,6 @@ def input_files(path: Path) -> list:
     return [Path(path)]
 
 
-def to_keras(doc: KerasH5Model, opts: Optional[Options] = None):
-    """The converted Keras 3 model, in memory: the model ``convert`` saves, built the same way.
-
-    A legacy file with GRUs in place of CuDNNGRUs is written to a private
-    directory, Keras 3's own legacy loader builds the model (every other layer
-    is rebuilt by Keras itself), and the original initializers are put back.
-    Returns ``(model, nonfinite)``: NaN/Inf counts per CuDNNGRU, counted while
-    the weights were transformed (read once).
-    """
-    import tempfile
-
-    from ...keras3 import runtime as keras3
-    from ...writers import legacy_graph
-
-    if doc.model_config is None:
-        raise UsageError("a weights-only file needs --config ARCH.json (the model's to_json()) to become "
-                         "a Keras model", path=doc.path)
-    with tempfile.TemporaryDirectory(prefix="gruconv-") as td:
-        legacy = Path(td) / "converted.h5"
-        try:
-            nonfinite = legacy_graph.write(doc, legacy, include_model=True, include_training=False, zero_init=True)
-        except OutputError as e:  # the working copy, not the output: say where it was (issue 23)
-            if e.path is None or os.fspath(e.path) != os.fspath(legacy):
-                raise
-            why = e.message.rsplit(" (", 1)[-1].rstrip(")")
-            raise OutputError(f"cannot write a working copy in the temporary directory {tempfile.gettempdir()} "
-                              f"(TMPDIR): {why}", path=doc.path) from None
-        model = keras3.load_legacy(legacy, compile=False, source=doc.path)
-    keras3.restore_initializers(model, original_initializers(doc), source=doc.path)
-    return model, nonfinite
 
 
 def nothing_to_verify(doc: KerasH5Model) -> Optional[str]:
@@ -1061,8 +771,13 @@ def verify_subjects(doc: KerasH5Model, converted, opts: Options):
     if converted is None:  # verify builds what convert writes (writers.keras_route.built)
         yield Subject(name=str(doc.path), model=None, graph=doc, in_memory=True, custom_objects=objects)
         return
+    def rebuild():  # the converted architecture (weights are loaded into it): the one translation
+        from ...keras3 import config as keras3_config
+
+        return keras3.from_config(keras3_config.translate(doc.model_config, outside=keras3_config.CARRY))
+
     with keras3.custom_scope(objects):
-        model = writers.load(Path(converted), lambda: doc.build_model()[0])
+        model = writers.load(Path(converted), rebuild)
     yield Subject(name=str(doc.path), model=model, graph=doc)
 
 

@@ -32,12 +32,14 @@ def to_keras(doc: CheckpointDoc, opts: Optional[Options] = None) -> list:
 
     Built with every optional input and output (initial states, final states)
     so verification can drive them all; ``convert`` adds only what was asked."""
-    from ...keras3 import runtime as keras3
+    from ...keras3.build import build_stack_model
+    from ...keras3.config import stack_model_config
 
     out = []
     for e in doc.stacks:
         require_shape(e, doc.reader.where)
-        out.append((e, keras3.build_stack_model(e.stack, initial_state=True, return_state=True, name=e.scope)))
+        config = stack_model_config(e.stack.shape, e.scope or e.stack.name, initial_state=True, return_state=True)
+        out.append((e, build_stack_model(e.stack, config)))
     return out
 
 
@@ -78,10 +80,12 @@ def verify_subjects(doc: CheckpointDoc, converted, opts: Options):
             model = matching_runner(runners, found.stack, only=len(doc.stacks) == 1 or bool(targets),
                                     path=converted)
         else:
-            def rebuild(e=found):
-                return keras3.build_stack_model(e.stack, initial_state=opts.initial_state,
-                                                return_state=opts.return_state, mask_input=opts.mask_input,
-                                                name=e.scope or f"{e.stack.shape.cell}_stack")
+            def rebuild(e=found):  # the architecture the weights are loaded into
+                from ...keras3.config import stack_model_config
+
+                return keras3.from_config(stack_model_config(
+                    e.stack.shape, e.scope or f"{e.stack.shape.cell}_stack", initial_state=opts.initial_state,
+                    return_state=opts.return_state, mask_input=opts.mask_input))
 
             model = writers.load(targets.get(id(found), Path(converted)), rebuild)
         opaque = None

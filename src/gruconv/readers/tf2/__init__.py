@@ -271,7 +271,8 @@ def nothing_to_verify(doc: TF2CheckpointDoc) -> Optional[str]:
 
 def verify_subjects(doc: TF2CheckpointDoc, converted, opts: Options):
     """With ``--config``: the whole converted model (as the Keras HDF5 reader checks it).  Without:
-    each stack on its own, a Keras 3 model of that one layer (:func:`gruconv.keras3.runtime.build_stack_model`)
+    each stack on its own, a Keras 3 model of that one layer (:func:`gruconv.keras3.build.build_stack_model` of
+    :func:`gruconv.keras3.config.stack_model_config`)
     holding the converted weights -- from ``converted`` (the legacy ``.h5`` this reader writes: the
     layer's group, arrays in its ``weight_names`` order) when given, else from the conversion itself --
     checked against the cuDNN oracle on the checkpoint's own weights."""
@@ -281,7 +282,8 @@ def verify_subjects(doc: TF2CheckpointDoc, converted, opts: Options):
         except GruconvError as e:
             raise _fix(e, doc.keras, doc.path) from None
         return
-    from ...keras3 import runtime as keras3
+    from ...keras3.build import build_stack_model
+    from ...keras3.config import stack_model_config
 
     runners = None
     if converted is not None:
@@ -305,8 +307,9 @@ def verify_subjects(doc: TF2CheckpointDoc, converted, opts: Options):
                           stack=stack)
             rnn.release()
             continue
+        config = stack_model_config(stack.shape, _model_name(name))
         if converted is None:
-            model = keras3.build_stack_model(stack, name=_model_name(name))
+            model = build_stack_model(stack, config)
         else:
             arrays = _converted_arrays(converted, rnn)
             per = 3
@@ -314,7 +317,7 @@ def verify_subjects(doc: TF2CheckpointDoc, converted, opts: Options):
             def layer_weights(layer, direction, i, arrays=arrays):
                 return arrays[direction * per + i]
 
-            model = keras3.build_stack_model(stack, name=_model_name(name), layer_weights=layer_weights)
+            model = build_stack_model(stack, config, layer_weights=layer_weights)
         yield Subject(name=name, model=model, stack=stack)
         rnn.release()
 

@@ -1,0 +1,252 @@
+"""The legacy mends: a Keras 2 / tf.keras ``model_config`` made ready for the Keras 3 translation
+(:func:`gruconv.keras3.config.translate` starts here): CuDNNGRU / CuDNNLSTM become the cuDNN-compatible
+GRU / LSTM (:func:`gru_config`), and the Keras 2-isms Keras 3 cannot read are mended
+(:func:`converted_config`).  Also the config accessors and the cuDNN class table the Keras HDF5 reader
+shares (:mod:`gruconv.readers.keras_h5` imports them from here: one copy).
+
+No framework import: JSON in, JSON out.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Optional
+
+from ..errors import UnsupportedError
+from ..model.keras_layout import CUDNN_COMPATIBLE
+
+#: CuDNNGRU config keys that GRU also takes (and CuDNNLSTM keys LSTM takes, with
+#: ``unit_forget_bias``: :data:`CARRIED`); anything else is dropped or refused.
+_CARRIED_KEYS = (
+    "name", "trainable", "dtype", "batch_input_shape", "input_shape", "batch_size", "units",
+    "kernel_initializer", "recurrent_initializer", "bias_initializer",
+    "kernel_regularizer", "recurrent_regularizer", "bias_regularizer", "activity_regularizer",
+    "kernel_constraint", "recurrent_constraint", "bias_constraint",
+    "return_sequences", "return_state", "go_backwards", "stateful",
+)
+#: The Keras 2 / tf.keras / tf_keras cuDNN-only layer classes, and the cell each holds.
+CUDNN_CLASSES = {"CuDNNGRU": "gru", "CuDNNLSTM": "lstm"}
+#: Per cell: the Keras 3 layer class it becomes, and the config keys carried over.  CuDNNLSTM's
+#: ``unit_forget_bias`` (an initializer option, tf_keras ``cudnn_lstm.py``) is kept.
+TARGET_CLASS = {"gru": "GRU", "lstm": "LSTM"}
+CARRIED = {"gru": _CARRIED_KEYS, "lstm": _CARRIED_KEYS + ("unit_forget_bias",)}
+CONTAINER_CLASSES = {"Sequential", "Model", "Functional"}
+
+
+def class_name_of(cfg) -> Optional[str]:
+    name = cfg.get("class_name") if isinstance(cfg, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def config_of(cfg) -> dict:
+    """A layer's ``config`` object, or ``{}`` when it is missing or not an object."""
+    c = cfg.get("config") if isinstance(cfg, dict) else None
+    return c if isinstance(c, dict) else {}
+
+
+def layers_of(cfg: dict) -> list:
+    inner = cfg.get("config")
+    if isinstance(inner, list):  # Keras 2.0–2.2.2 Sequential: config is the layer list
+        return inner
+    if isinstance(inner, dict) and isinstance(inner.get("layers"), list):
+        return inner["layers"]
+    return []
+
+
+def name_of(cfg: dict) -> str:
+    c = cfg.get("config")
+    name = (c.get("name") if isinstance(c, dict) else None) or cfg.get("name")
+    return str(name) if name is not None else "?"
+
+
+def gru_config(cudnn_cfg: dict, *, wrapped: bool = False) -> dict:
+    """The GRU (or LSTM) layer config equivalent to a CuDNNGRU (CuDNNLSTM) config, same serialization style.
+
+    The target follows the config's class: ``CuDNNGRU`` -> ``GRU``
+    (:data:`gruconv.model.keras_layout.CUDNN_COMPATIBLE_GRU`), ``CuDNNLSTM`` ->
+    ``LSTM`` (:data:`gruconv.model.keras_layout.CUDNN_COMPATIBLE_LSTM`, with
+    ``unit_forget_bias`` kept from the original).
+
+    Keras 3 picks its deserializer per config: with a ``module`` key the new
+    one (``serialization_lib``, which rejects legacy keys such as
+    ``batch_input_shape``), without it the legacy one
+    (``keras/src/models/sequential.py`` ``from_config``).  So the GRU keeps the
+    CuDNNGRU's style — except inside ``Bidirectional``/``TimeDistributed``,
+    whose ``from_config`` always uses the new deserializer and so needs
+    ``module`` (``keras/src/layers/rnn/bidirectional.py``).
+    """
+    conf = config_of(cudnn_cfg)
+    cell = CUDNN_CLASSES.get(class_name_of(cudnn_cfg), "gru")
+    target = TARGET_CLASS[cell]
+    new = {k: copy.deepcopy(conf[k]) for k in CARRIED[cell] if k in conf}
+    new.update(CUDNN_COMPATIBLE[cell])
+    if wrapped:
+        for k in ("batch_input_shape", "input_shape", "batch_size"):
+            new.pop(k, None)
+    out = {"class_name": target, "config": new}
+    if wrapped or "module" in cudnn_cfg:
+        out = {"module": "keras.layers", "class_name": target, "config": new, "registered_name": None}
+    for k in ("name", "inbound_nodes"):
+        if k in cudnn_cfg:
+            out[k] = copy.deepcopy(cudnn_cfg[k])
+    return out
+
+
+def converted_config(model_config: dict) -> dict:
+    """A deep copy of ``model_config`` with every CuDNNGRU / CuDNNLSTM replaced by its GRU / LSTM config."""
+    new = copy.deepcopy(model_config)
+
+    def visit(node, wrapped=False):
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for key, value in list(items):
+            if isinstance(value, dict) and class_name_of(value) in CUDNN_CLASSES:
+                node[key] = gru_config(value, wrapped=wrapped and key in ("layer", "backward_layer"))
+            elif isinstance(value, (dict, list)):
+                is_wrapper = isinstance(value, dict) and isinstance(value.get("config"), dict) \
+                    and "layer" in value["config"]
+                if is_wrapper:
+                    visit(value["config"], wrapped=True)
+                else:
+                    visit(value)
+
+    if class_name_of(new) in CUDNN_CLASSES:
+        return gru_config(new)
+    visit(new)
+    _normalise_for_keras3(new)
+    return new
+
+
+_RNN_CLASSES = {"GRU", "LSTM", "SimpleRNN", "RNN"}
+
+
+def _normalise_for_keras3(cfg: dict) -> None:
+    """Mend three Keras 2 / tf.keras-isms that Keras 3's legacy loader (3.15) fails on, in place.
+
+    * a Sequential config that is a bare layer list (Keras 2.0–2.2.2; Keras
+      2.2.3 made it ``{"name", "layers"}``, the only form Keras 3 reads), and
+      a Sequential whose first layer carries ``batch_input_shape`` with no
+      ``InputLayer`` before it (Keras 3 then adds a second batch axis): an
+      explicit ``InputLayer`` is put in front, as tf.keras 2.x itself writes;
+    * ``time_major`` in RNN configs (tf.keras 2.x writes ``time_major: false``;
+      Keras 3 layers reject the unknown argument);
+    * node indices of nested models: tf.keras gives a nested model's first call
+      in the outer graph node index 1 (node 0 is the model's own graph), Keras 3
+      rebuilds it as node 0 and then reports "disconnected nodes".  Seen with
+      nested Sequential and Functional models (``fixtures/keras/nested.h5``).
+    """
+    if isinstance(cfg, dict):
+        if class_name_of(cfg) == "Sequential" and isinstance(cfg.get("config"), list):
+            cfg["config"] = {"name": cfg.get("name") or "sequential", "layers": cfg["config"]}
+        if class_name_of(cfg) == "Sequential":
+            _explicit_input_layer(cfg)
+            for layer in layers_of(cfg)[1:]:
+                _drop_new_style_batch_shape(layer)
+        elif class_name_of(cfg) in ("Model", "Functional"):
+            for layer in layers_of(cfg):
+                _drop_new_style_batch_shape(layer)
+        conf = cfg.get("config")
+        if isinstance(conf, dict) and isinstance(conf.get("dtype"), dict):
+            _policy_to_name(conf)
+        if isinstance(conf, dict) and isinstance(conf.get("layers"), list) and class_name_of(cfg) != "Sequential":
+            for layer in conf["layers"]:
+                if isinstance(layer, dict) and class_name_of(layer) in _STATEFUL_CALLS:
+                    initial_state_as_kwargs(layer)
+        if class_name_of(cfg) in _RNN_CLASSES and isinstance(cfg.get("config"), dict):
+            if cfg["config"].get("time_major") is True:
+                raise UnsupportedError(f"{cfg['class_name']} {name_of(cfg)} has time_major=True")
+            cfg["config"].pop("time_major", None)
+        layers = layers_of(cfg)
+        nested = {name_of(l) for l in layers if isinstance(l, dict)
+                  and (class_name_of(l) in CONTAINER_CLASSES or layers_of(l))}
+        if nested and isinstance(cfg.get("config"), dict):
+            for layer in layers:
+                nodes = layer.get("inbound_nodes") if isinstance(layer, dict) else None
+                for node in (nodes if isinstance(nodes, list) else []):
+                    for ref in (node if isinstance(node, list) else []):
+                        _shift_ref(ref, nested)
+            for key in ("input_layers", "output_layers"):
+                refs = cfg["config"].get(key) or []
+                if not isinstance(refs, list):
+                    continue
+                if refs and isinstance(refs[0], str):  # a single [name, node, tensor]
+                    refs = [refs]
+                for ref in refs:
+                    _shift_ref(ref, nested)
+        for value in cfg.values():
+            if isinstance(value, (dict, list)):
+                _normalise_for_keras3(value)
+    elif isinstance(cfg, list):
+        for value in cfg:
+            _normalise_for_keras3(value)
+
+
+#: Layers that tf.keras called with ``initial_state`` appended to their inputs.
+_STATEFUL_CALLS = {"GRU", "LSTM", "SimpleRNN", "RNN", "Bidirectional", "CuDNNGRU", "CuDNNLSTM"}
+
+
+def _policy_to_name(conf: dict) -> None:
+    """A tf.keras dtype policy object (``{"class_name": "Policy", "config": {"name": "mixed_float16"}}``)
+    becomes its name, which every Keras 3 layer accepts as ``dtype``; Keras 3's legacy loader fails on
+    the object itself ("'str' object has no attribute 'quantization_mode'", Keras 3.15)."""
+    policy = conf["dtype"]
+    name = config_of(policy).get("name")
+    if class_name_of(policy) in ("Policy", "DTypePolicy", "PolicyV1", "FloatDTypePolicy") and isinstance(name, str):
+        conf["dtype"] = name
+
+
+def _drop_new_style_batch_shape(layer) -> None:
+    """tf.keras 2.13+ serializes the layers of a nested Sequential, and ``to_json()`` every layer,
+    in the new style (with ``module``) and leaves ``batch_input_shape`` on them; Keras 3 hands a
+    new-style config straight to the constructor, which rejects it.  In a Functional model, or
+    after a Sequential's first layer, the shape is redundant: the model's inputs fix it."""
+    if isinstance(layer, dict) and "module" in layer and class_name_of(layer) != "InputLayer":
+        conf = layer.get("config")
+        if isinstance(conf, dict):
+            conf.pop("batch_input_shape", None)
+
+
+def tensor_ref(ref: list) -> dict:
+    return {"class_name": "__keras_tensor__",
+            "config": {"shape": [None], "dtype": "float32", "keras_history": [ref[0], ref[1], ref[2]]}}
+
+
+def initial_state_as_kwargs(layer: dict) -> None:
+    """tf.keras recorded ``rnn(x, initial_state=s)`` as one inbound node with inputs ``[x, s...]``
+    (Keras 2 ``RNN.__call__`` appends the states to the inputs); Keras 3 reads a legacy node's
+    tensors as ONE positional argument, so the layer gets ``[x, s]`` and refuses it ("expects 1
+    input(s), but it received 2").  Such nodes are rewritten in Keras 3's own node format
+    (``{"args": [x], "kwargs": {"initial_state": [s...]}}``, ``keras/src/models/functional.py``
+    ``deserialize_node``), which Keras 3.0+ reads."""
+    nodes = layer.get("inbound_nodes")
+    if not isinstance(nodes, list):
+        return
+    for i, node in enumerate(nodes):
+        if not (isinstance(node, list) and len(node) > 1 and all(
+                isinstance(r, list) and len(r) >= 3 and isinstance(r[0], str) for r in node)):
+            continue
+        kwargs = {}
+        for ref in node:
+            if len(ref) > 3 and isinstance(ref[3], dict):
+                kwargs.update({k: v for k, v in ref[3].items() if k != "initial_state"})
+        kwargs["initial_state"] = [tensor_ref(r) for r in node[1:]]
+        nodes[i] = {"args": [tensor_ref(node[0])], "kwargs": kwargs}
+
+
+def _explicit_input_layer(seq_cfg: dict) -> None:
+    layers = layers_of(seq_cfg)
+    if not layers or not isinstance(layers[0], dict) or class_name_of(layers[0]) == "InputLayer":
+        return
+    first = layers[0].get("config")
+    if not isinstance(first, dict) or "batch_input_shape" not in first:
+        return
+    shape = first.pop("batch_input_shape")
+    input_layer = {"class_name": "InputLayer",
+                   "config": {"batch_input_shape": shape, "dtype": first.get("dtype", "float32"),
+                              "name": f"{first.get('name', 'layer')}_input"}}
+    layers.insert(0, input_layer)
+
+
+def _shift_ref(ref, nested: set) -> None:
+    if (isinstance(ref, list) and len(ref) >= 3 and isinstance(ref[0], str) and ref[0] in nested
+            and isinstance(ref[1], int) and ref[1] >= 1):
+        ref[1] -= 1
