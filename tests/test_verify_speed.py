@@ -40,6 +40,25 @@ def test_in_place_perturbation_is_bit_identical(dtype, ulps):
     assert np.array_equal(got.view(np.uint8), want.view(np.uint8))  # bit for bit, NaN payloads included
 
 
+
+@pytest.mark.parametrize("block", [1, 7, 4096, 1 << 20])
+def test_blocked_int32_perturbation_is_the_whole_int64_draw(monkeypatch, block):
+    """The floor's steps drawn as int32 blocks (issue 30) are the whole-shape int64 draw, element for
+    element, and leave the generator where that draw left it (the next array's steps are the same too);
+    a non-contiguous input is perturbed in its C order as before."""
+    from gruconv.verify import floor
+
+    monkeypatch.setattr(floor, "PERTURB_BLOCK", block)
+    gen = np.random.default_rng(11)
+    a = gen.standard_normal((61, 40))[:, ::3]  # a strided view
+    b = gen.standard_normal((5, 3, 7)).astype(np.float32)
+    r_before, r_after = np.random.default_rng([0x5E75, 2]), np.random.default_rng([0x5E75, 2])
+    for arr in (a, b, np.zeros((0, 4))):
+        want = _perturb_before(arr, r_before)
+        got = floor.perturb(arr, r_after)
+        assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+    assert np.array_equal(r_before.integers(0, 1 << 30, 8), r_after.integers(0, 1 << 30, 8))
+
 def _direction_before(step_fn, p, x, h, c, lengths, reverse, dt=np.float64):
     """:func:`gruconv.verify.reference.oracle._direction`'s products as they were before issue 30: the
     weights transposed into contiguous copies, ``h @ RT`` and ``x @ WT``."""

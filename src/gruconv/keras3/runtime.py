@@ -155,6 +155,9 @@ def load(path: Path, *, compile: bool = True, custom_objects: Optional[dict] = N
     models with ``stateful`` layers (their states would carry over), models with the user's classes,
     and files whose weights exceed :data:`_MODEL_CACHE_BYTES`."""
     k = keras()
+    handed = take_handed(path) if compile and not custom_objects else None  # convert --verify: see hand_over
+    if handed is not None:
+        return handed
     key, cacheable = _model_cache_key(path, compile) if not custom_objects else (None, False)
     cached = _MODELS.get(key) if key is not None else None
     try:
@@ -1073,3 +1076,169 @@ def masks_received(model, layers: list, feed: list) -> dict:
         for layer in layers:
             layer.__dict__.pop("call", None)
     return seen
+
+
+# --------------------------------------------------------------------------- recorded forward pass (verify)
+# Issue 30: verify fed each converted recurrent layer by re-running the model up to it (layer_call, one
+# sub-model per layer, the earlier layers run again each time), then the layer, then the whole model for
+# the end-to-end check and once more for the masks: five Keras forward passes for a two-layer model.  One
+# run of the model, each checked layer's call recorded, gives the same arrays.
+
+class LayerCall:
+    """One recorded call of a layer in a model run (:func:`record_calls`), as NumPy arrays: ``args`` and
+    ``kwargs`` as the model handed them to the layer (before the layer's own input conversion: a float16
+    layer fed float32 activations records float32, as :func:`layer_call` gave them), the ``mask`` Keras
+    passed on to its ``call`` (None without one) and ``outputs`` (a list, in the layer's output order)."""
+
+    __slots__ = ("layer", "args", "kwargs", "mask", "outputs")
+
+    def __init__(self, layer, args, kwargs, mask, outputs):
+        self.layer, self.args, self.kwargs, self.mask, self.outputs = layer, args, kwargs, mask, outputs
+
+
+def _as_arrays(value):
+    """Tensors (possibly in lists) as NumPy arrays, structure kept; None and plain values unchanged."""
+    if isinstance(value, (list, tuple)):
+        return [_as_arrays(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return to_numpy(value)
+
+
+def record_calls(model, layers: list, feed: list) -> tuple:
+    """``({id(layer): LayerCall}, model outputs)`` of ONE run of ``model`` on ``feed``: for each of ``layers``
+    its first call in that run (inputs, the mask Keras gave it, outputs), and the model's own outputs (a
+    list of arrays).  The same arrays :func:`layer_call`, :func:`masks_received`, a call of the layer on
+    those inputs and a call of the model give (eager Keras on the same device: the same operations on the
+    same values), from one forward pass instead of one per checked layer plus two.
+
+    Each layer is watched for the one run: its class is swapped for a subclass whose ``__call__`` records
+    (arguments before the layer's autocast, outputs after), and its ``call`` is wrapped for the mask;
+    both are restored before returning, whatever happens."""
+    seen: dict = {}
+    masks: dict = {}
+    swapped = []
+
+    def watch(layer):
+        cls = type(layer)
+
+        def __call__(self, *a, **kw):
+            out = cls.__call__(self, *a, **kw)
+            if id(self) not in seen:
+                given = {k: _as_arrays(v) for k, v in kw.items() if k in ("initial_state", "mask") and v is not None}
+                outs = out if isinstance(out, (list, tuple)) else [out]
+                seen[id(self)] = LayerCall(self, [_as_arrays(x) for x in a], given, None,
+                                           [to_numpy(o) for o in outs])
+            return out
+
+        original = layer.call
+
+        def call(*a, _layer=layer, _original=original, **kw):
+            if id(_layer) not in masks:
+                m = kw.get("mask")
+                masks[id(_layer)] = None if m is None else np.asarray(to_numpy(m)).astype(bool)
+            return _original(*a, **kw)
+
+        spy = type(cls.__name__, (cls,), {"__call__": __call__, "__module__": cls.__module__})
+        object.__setattr__(layer, "__class__", spy)
+        layer.call = call
+        swapped.append((layer, cls))
+
+    import numpy as np
+
+    try:
+        for layer in layers:
+            if id(layer) not in {id(l) for l, _ in swapped}:
+                watch(layer)
+        out = model(feed if len(feed) > 1 else feed[0])
+        outputs = [to_numpy(o) for o in (out if isinstance(out, (list, tuple)) else [out])]
+    finally:
+        for layer, cls in reversed(swapped):
+            object.__setattr__(layer, "__class__", cls)
+            layer.__dict__.pop("call", None)
+    for key, rec in seen.items():
+        rec.mask = masks.get(key)
+    return seen, outputs
+
+
+# --------------------------------------------------------------------------- hand-over (convert --verify)
+# Issue 30: ``convert --verify`` loads the output twice: ``--check-load``'s plain ``load_model`` (the output
+# contract, proved on the written file, every weight compared by digest) and then verify's load of the same
+# file.  The first model is handed to the second when nothing can tell them apart.
+
+#: The one model handed over: ``(file identity, sha256 of the file, backend, device scope, model)``.
+_HANDED: list = []
+#: Only files this small are handed over (the model's weights are held from the check until verify).
+HAND_OVER_BYTES = 16 << 20
+
+
+def _file_identity(path) -> Optional[tuple]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _file_sha256(path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def hand_over(path, model) -> None:
+    """Keep ``model``, just opened from ``path`` by a plain ``keras.saving.load_model(path)`` (default
+    arguments, no ``custom_objects``) and checked weight by weight against what was written, for the next
+    :func:`load` of the same file (:func:`take_handed`).  Files over :data:`HAND_OVER_BYTES` and models with
+    ``stateful`` layers are not kept; a later hand-over replaces an earlier one."""
+    _HANDED.clear()
+    ident = _file_identity(path)
+    if ident is None or ident[2] > HAND_OVER_BYTES or _stateful(model):
+        return
+    _HANDED.append((ident, _file_sha256(path), keras().backend.backend(), _SCOPE.get(), model))
+
+
+def _stateful(model) -> bool:
+    todo = list(getattr(model, "layers", []))
+    while todo:
+        layer = todo.pop()
+        if getattr(layer, "stateful", False):
+            return True
+        todo.extend(getattr(layer, "layers", []) or [])
+        todo.extend(l for l in (getattr(layer, a, None) for a in ("layer", "forward_layer", "backward_layer"))
+                    if l is not None)
+    return False
+
+
+_NO_GPU: list = []
+
+
+def _no_gpu() -> bool:
+    """The backend sees no GPU (then the CPU scope and no scope place variables alike)."""
+    if not _NO_GPU:
+        _NO_GPU.append(not gpu_status()[0])
+    return _NO_GPU[0]
+
+
+def take_handed(path):
+    """The model :func:`hand_over` kept for ``path``, given once, or None: only when ``path`` is the same
+    file (device, inode, size, modification time) with the same contents (SHA-256), under the same backend
+    and a device scope that places variables alike (the same scope; or the CPU scope where the model was
+    loaded without one on a machine whose backend sees no GPU).  Such a model is what a second
+    ``load_model`` of the file would build: the same code on the same bytes, and its weights were just
+    compared with the written file's."""
+    if not _HANDED:
+        return None
+    ident, digest, backend, scope, model = _HANDED[0]
+    if _file_identity(path) != ident:
+        return None
+    _HANDED.clear()
+    here = _SCOPE.get()
+    same_place = scope == here or (scope is None and here == "cpu" and _no_gpu())
+    if backend != keras().backend.backend() or not same_place or _file_sha256(path) != digest:
+        return None
+    return model
