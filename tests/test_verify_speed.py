@@ -239,3 +239,70 @@ def test_float16_weights_only_verifies_and_cached_layers_take_each_files_weights
     assert not planted.passed
     assert {c.name.split(":")[0] for c in planted.checks if not c.passed} == {"cu_dnnlstm"}
     assert all(graph._SHELLS[k] is v for k, v in shells.items()) and len(shells) == 2  # GRU pair, LSTM
+
+
+@pytest.mark.parametrize("fixture", ["keras/sequential.h5", "keras_user/seq2seq.h5", "keras/float16.h5"])
+def test_compiled_pass_gives_the_eager_passs_report(tmp_path, fixture):
+    """Verify's recorded forward pass run compiled (:func:`gruconv.keras3.runtime.compiled_calls`, from the
+    second model of a config on TensorFlow, always on JAX) gives the report the eager pass gives, number
+    for number, and each file's own weights are the ones run (a planted error still fails)."""
+    from gruconv import api
+    from gruconv.keras3 import runtime as keras3
+    from gruconv.verify import verify
+
+    src = FIXTURES / fixture
+    good = tmp_path / "good.keras"
+    api.convert(src, good)
+    keras3._PROBES.clear()
+    keras3._PROBES_SEEN.clear()
+    plain = keras3.compiled_calls
+    try:
+        keras3.compiled_calls = lambda *a: None  # the eager pass only
+        eager = verify(src, good, reference="oracle").to_json()
+    finally:
+        keras3.compiled_calls = plain
+    runs = [verify(src, good, reference="oracle").to_json() for _ in range(2)]
+    assert keras3._PROBES, "the compiled pass did not run"
+    for rep in runs:
+        for r in (rep, eager):
+            r.pop("floor_seconds", None)
+        assert rep == eager
+    if fixture == "keras/sequential.h5":
+        bad = tmp_path / "bad.keras"
+        _plant_in_keras_zip(good, bad)
+        assert not verify(src, bad, reference="oracle").passed
+
+
+def test_convert_verify_takes_the_check_loads_model(tmp_path, monkeypatch):
+    """``convert --verify`` loads its output once (the check-load's plain ``load_model``, handed to verify:
+    :func:`gruconv.keras3.runtime.hand_over`); a file changed after the hand-over is loaded again."""
+    from gruconv import api
+    from gruconv.keras3 import runtime as keras3
+
+    k = keras3.keras()
+    calls = []
+    plain = k.saving.load_model
+    monkeypatch.setattr(k.saving, "load_model", lambda *a, **kw: calls.append(a) or plain(*a, **kw))
+    keras3._MODELS.clear()
+    res = api.convert(KERAS / "sequential.h5", tmp_path / "out.keras", verify=True)
+    assert res.verification["passed"] and len(calls) == 1
+    out = tmp_path / "other.keras"
+    api.convert(KERAS / "sequential.h5", out)
+    with keras3.cpu():
+        model = k.saving.load_model(str(out))
+        keras3.hand_over(out, model)
+        bad = tmp_path / "bad.keras"
+        _plant_in_keras_zip(out, bad)
+        import os
+
+        os.replace(bad, out)  # another file now: another inode
+        assert keras3.load(out) is not model
+        keras3.hand_over(out, model)
+        with open(out, "r+b") as f:  # the same inode, other bytes, same size and mtime
+            st = os.stat(out)
+            data = bytearray(f.read())
+            data[-1] ^= 1
+            f.seek(0)
+            f.write(data)
+        os.utime(out, ns=(st.st_atime_ns, st.st_mtime_ns))
+        assert keras3.take_handed(out) is None

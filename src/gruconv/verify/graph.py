@@ -218,7 +218,7 @@ def verify_graph(doc, model, engine, report, rng, tolerance, user_inputs):
         report.steps = int(feed[0].shape[1]) if feed[0].ndim > 1 else 0
     else:
         feed = _random_inputs(keras, model, report.batch, report.steps, rng)
-    from ..keras3.runtime import mask_producers, record_calls
+    from ..keras3.runtime import compiled_calls, mask_producers, record_calls
 
     targets = []
     for rnn in doc.rnns:
@@ -233,17 +233,27 @@ def verify_graph(doc, model, engine, report, rng, tolerance, user_inputs):
                     l.reset_states()
         targets.append(layer)
     # ONE run of the model: every checked layer's inputs, mask and outputs, and the model's outputs
-    calls, model_outputs = record_calls(model, targets, feed)
+    # (compiled where a model of this config was run before: a batch's models; else eager)
+    calls, model_outputs = compiled_calls(model, targets, feed) or record_calls(model, targets, feed)
     masked = bool(mask_producers(model))
-    for n, (rnn, layer) in enumerate(zip(doc.rnns, targets), 1):
+    end_to_end = isinstance(model, keras.Sequential) and doc.rnns and all(
+        "/" not in r.path or r.wrapper and r.path.count("/") == 1 for r in doc.rnns)
+    names = [(id(layer), layer.name) for layer in targets]
+    for rec in calls.values():
+        rec.layer = None
+    del targets
+    if not end_to_end:  # everything of the converted model is recorded: its weights go before the
+        del model       # reference and floor runs (the large model's peak memory, issue 30)
+        keras3.release_memory()
+    for n, (rnn, (key, name)) in enumerate(zip(doc.rnns, names), 1):
         step("verify", n, len(doc.rnns), rnn.path)
         bad = rnn.stack.nonfinite_count()
         if bad:
             report.notes.append(f"{rnn.path}: {bad} NaN/Inf weight value(s) in the original; NaN outputs "
                                 "at the same places on both sides count as equal")
-        rec = calls.get(id(layer))
+        rec = calls.get(key)
         if rec is None:
-            raise InputError(f"converted model: layer {layer.name!r} is not reachable from the model inputs")
+            raise InputError(f"converted model: layer {name!r} is not reachable from the model inputs")
         args, kwargs = rec.args, rec.kwargs
         mask = rec.mask if masked else None
         if mask is not None:
@@ -269,8 +279,7 @@ def verify_graph(doc, model, engine, report, rng, tolerance, user_inputs):
             report.checks.append(Check(f"{rnn.path}: output count", float("inf"), float("inf"), tolerance,
                                        False, None, (len(got), len(ref)), bound="none",
                                        reason=f"{len(got)} outputs where the reference has {len(ref)}"))
-    if isinstance(model, keras.Sequential) and doc.rnns and all("/" not in r.path or r.wrapper and
-                                                               r.path.count("/") == 1 for r in doc.rnns):
+    if end_to_end:
         _end_to_end_sequential(keras, doc, model, engine, report, feed, tolerance, model_outputs[0])
 
 
