@@ -68,23 +68,6 @@ def _all_layers(keras, model) -> list:
     return out
 
 
-def _masks_reaching(keras, model, doc, feed) -> dict:
-    """{id(layer): mask array} for the converted recurrent layers that receive a mask when the
-    whole model runs on ``feed`` (:func:`gruconv.keras3.runtime.masks_received`; a CuDNNGRU never
-    used one)."""
-    from ..keras3.runtime import find_layer, masks_received
-
-    targets = []
-    for rnn in doc.rnns:
-        parts = rnn.path.split("/")
-        if rnn.wrapper is not None:
-            parts = parts[:-1]
-        layer = find_layer(model, parts)
-        if layer is not None:
-            targets.append(layer)
-    return masks_received(model, targets, feed)
-
-
 def _reference_rnn(rnn, x_bt: np.ndarray, engine: Engine, initial_state=None) -> tuple:
     """The ORIGINAL CuDNNGRU / CuDNNLSTM (or Bidirectional of one) outputs, as the original layer returned them.
 
