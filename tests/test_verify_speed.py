@@ -244,7 +244,7 @@ def test_float16_weights_only_verifies_and_cached_layers_take_each_files_weights
 @pytest.mark.parametrize("fixture", ["keras/sequential.h5", "keras_user/seq2seq.h5", "keras/float16.h5"])
 def test_compiled_pass_gives_the_eager_passs_report(tmp_path, fixture):
     """Verify's recorded forward pass run compiled (:func:`gruconv.keras3.runtime.compiled_calls`, from the
-    second model of a config on TensorFlow, always on JAX) gives the report the eager pass gives, number
+    second model of a config on TensorFlow) gives the report the eager pass gives, number
     for number, and each file's own weights are the ones run (a planted error still fails)."""
     from gruconv import api
     from gruconv.keras3 import runtime as keras3
@@ -262,7 +262,8 @@ def test_compiled_pass_gives_the_eager_passs_report(tmp_path, fixture):
     finally:
         keras3.compiled_calls = plain
     runs = [verify(src, good, reference="oracle").to_json() for _ in range(2)]
-    assert keras3._PROBES, "the compiled pass did not run"
+    if keras3.keras().backend.backend() in keras3.COMPILED_BACKENDS:
+        assert keras3._PROBES, "the compiled pass did not run"
     for rep in runs:
         for r in (rep, eager):
             r.pop("floor_seconds", None)
