@@ -40,6 +40,25 @@ def test_in_place_perturbation_is_bit_identical(dtype, ulps):
     assert np.array_equal(got.view(np.uint8), want.view(np.uint8))  # bit for bit, NaN payloads included
 
 
+
+@pytest.mark.parametrize("block", [1, 7, 4096, 1 << 20])
+def test_blocked_int32_perturbation_is_the_whole_int64_draw(monkeypatch, block):
+    """The floor's steps drawn as int32 blocks (issue 30) are the whole-shape int64 draw, element for
+    element, and leave the generator where that draw left it (the next array's steps are the same too);
+    a non-contiguous input is perturbed in its C order as before."""
+    from gruconv.verify import floor
+
+    monkeypatch.setattr(floor, "PERTURB_BLOCK", block)
+    gen = np.random.default_rng(11)
+    a = gen.standard_normal((61, 40))[:, ::3]  # a strided view
+    b = gen.standard_normal((5, 3, 7)).astype(np.float32)
+    r_before, r_after = np.random.default_rng([0x5E75, 2]), np.random.default_rng([0x5E75, 2])
+    for arr in (a, b, np.zeros((0, 4))):
+        want = _perturb_before(arr, r_before)
+        got = floor.perturb(arr, r_after)
+        assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+    assert np.array_equal(r_before.integers(0, 1 << 30, 8), r_after.integers(0, 1 << 30, 8))
+
 def _direction_before(step_fn, p, x, h, c, lengths, reverse, dt=np.float64):
     """:func:`gruconv.verify.reference.oracle._direction`'s products as they were before issue 30: the
     weights transposed into contiguous copies, ``h @ RT`` and ``x @ WT``."""
@@ -220,3 +239,71 @@ def test_float16_weights_only_verifies_and_cached_layers_take_each_files_weights
     assert not planted.passed
     assert {c.name.split(":")[0] for c in planted.checks if not c.passed} == {"cu_dnnlstm"}
     assert all(graph._SHELLS[k] is v for k, v in shells.items()) and len(shells) == 2  # GRU pair, LSTM
+
+
+@pytest.mark.parametrize("fixture", ["keras/sequential.h5", "keras_user/seq2seq.h5", "keras/float16.h5"])
+def test_compiled_pass_gives_the_eager_passs_report(tmp_path, fixture):
+    """Verify's recorded forward pass run compiled (:func:`gruconv.keras3.runtime.compiled_calls`, from the
+    second model of a config on TensorFlow) gives the report the eager pass gives, number
+    for number, and each file's own weights are the ones run (a planted error still fails)."""
+    from gruconv import api
+    from gruconv.keras3 import runtime as keras3
+    from gruconv.verify import verify
+
+    src = FIXTURES / fixture
+    good = tmp_path / "good.keras"
+    api.convert(src, good)
+    keras3._PROBES.clear()
+    keras3._PROBES_SEEN.clear()
+    plain = keras3.compiled_calls
+    try:
+        keras3.compiled_calls = lambda *a: None  # the eager pass only
+        eager = verify(src, good, reference="oracle").to_json()
+    finally:
+        keras3.compiled_calls = plain
+    runs = [verify(src, good, reference="oracle").to_json() for _ in range(2)]
+    if keras3.keras().backend.backend() in keras3.COMPILED_BACKENDS:
+        assert keras3._PROBES, "the compiled pass did not run"
+    for rep in runs:
+        for r in (rep, eager):
+            r.pop("floor_seconds", None)
+        assert rep == eager
+    if fixture == "keras/sequential.h5":
+        bad = tmp_path / "bad.keras"
+        _plant_in_keras_zip(good, bad)
+        assert not verify(src, bad, reference="oracle").passed
+
+
+def test_convert_verify_takes_the_check_loads_model(tmp_path, monkeypatch):
+    """``convert --verify`` loads its output once (the check-load's plain ``load_model``, handed to verify:
+    :func:`gruconv.keras3.runtime.hand_over`); a file changed after the hand-over is loaded again."""
+    from gruconv import api
+    from gruconv.keras3 import runtime as keras3
+
+    k = keras3.keras()
+    calls = []
+    plain = k.saving.load_model
+    monkeypatch.setattr(k.saving, "load_model", lambda *a, **kw: calls.append(a) or plain(*a, **kw))
+    keras3._MODELS.clear()
+    res = api.convert(KERAS / "sequential.h5", tmp_path / "out.keras", verify=True)
+    assert res.verification["passed"] and len(calls) == 1
+    out = tmp_path / "other.keras"
+    api.convert(KERAS / "sequential.h5", out)
+    with keras3.cpu():
+        model = k.saving.load_model(str(out))
+        keras3.hand_over(out, model)
+        bad = tmp_path / "bad.keras"
+        _plant_in_keras_zip(out, bad)
+        import os
+
+        os.replace(bad, out)  # another file now: another inode
+        assert keras3.load(out) is not model
+        keras3.hand_over(out, model)
+        with open(out, "r+b") as f:  # the same inode, other bytes, same size and mtime
+            st = os.stat(out)
+            data = bytearray(f.read())
+            data[-1] ^= 1
+            f.seek(0)
+            f.write(data)
+        os.utime(out, ns=(st.st_atime_ns, st.st_mtime_ns))
+        assert keras3.take_handed(out) is None

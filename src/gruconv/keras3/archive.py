@@ -1294,4 +1294,6 @@ def check_load(path, manifest: list, *, config: Optional[dict] = None, custom_ob
             a = keras3.to_numpy(v)
             if tuple(a.shape) != tuple(shape) or str(a.dtype) != dtype or _digest(a) != digest:
                 raise UnsupportedError(f"optimizer variable {ds_path} does not load back unchanged; nothing written")
+    if config is None and not custom_objects:  # the plain load_model a following verify would repeat
+        keras3.hand_over(path, loaded)
     del loaded

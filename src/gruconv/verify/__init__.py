@@ -216,7 +216,7 @@ def _run_checks(module, doc, converted, opts, engine, report, rng, tolerance, us
         if subject.graph is not None:
             if user_inputs:
                 check_user_inputs(keras3.keras(), subject.model, user_inputs, report.input)
-            verify_graph(subject.graph, subject.model, engine, report, rng, tolerance, user_inputs)
+            verify_graph(subject.graph, _take_model(subject), engine, report, rng, tolerance, user_inputs)
             continue
         if subject.opaque is None and engine.kind == "cudnn" and report.notes.count(_NO_BUFFER % subject.name) == 0:
             report.notes.append(_NO_BUFFER % subject.name)
@@ -226,6 +226,13 @@ def _run_checks(module, doc, converted, opts, engine, report, rng, tolerance, us
             if subject.model.engine not in ran:
                 ran.append(subject.model.engine)
     return False
+
+
+def _take_model(subject):
+    """``subject.model``, no longer held by ``subject``: the graph checks let it go once its forward pass
+    is recorded (:func:`.graph.verify_graph`)."""
+    model, subject.model = subject.model, None
+    return model
 
 
 def _load_inputs(path) -> list:

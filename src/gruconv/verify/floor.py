@@ -51,6 +51,8 @@ DEFAULT_K = 8.0
 #: on every trained fixture at 25 and 400 steps; 3 seeds of a 400-step stack take 0.1-1.8 s here.
 DEFAULT_SEEDS = 3
 DEFAULT_ULPS = 1
+#: Elements perturbed per block (:func:`perturb`): 4 MiB of float32 values and 4 MiB of drawn steps.
+PERTURB_BLOCK = 1 << 20
 
 BOUNDS = ("tolerance", "rtol", "floor")
 
@@ -74,15 +76,24 @@ def perturb(a, rng: np.random.Generator, ulps: int = DEFAULT_ULPS, dtype=np.floa
     if a is None:
         return None
     v = np.asarray(a, dtype=dtype)
-    steps = rng.integers(-ulps, ulps + 1, size=v.shape)
-    # v + steps * spacing(|v|), computed in place (one array of v's size, not six: a large model's floor
-    # runs perturb 47 M weights each).  Bit-identical to that expression: steps * spacing is a small whole
-    # number times a power of two, exact in any precision, and the sum is one float32 rounding as before.
-    out = np.abs(v)
-    np.spacing(out, out=out)
-    np.multiply(out, steps, out=out, casting="unsafe")
-    del steps
-    np.add(out, v, out=out)
+    out = np.empty(v.shape, dtype=v.dtype)
+    flat_v, flat_out = v.reshape(-1), out.reshape(-1)
+    # out = v + steps * spacing(|v|), one block of PERTURB_BLOCK elements at a time (a large model's floor
+    # runs perturb 47 M weights each: no whole-size temporaries).  The steps are drawn as int32 blocks: the
+    # same numbers, in the same order, as one int64 draw of the whole shape (NumPy's bounded draws of a
+    # range under 2**32 take one 32-bit value per element whatever the output type, and a split draw
+    # continues the stream; ``tests/test_verify_speed.py``), half the bytes.  Bit-identical to the
+    # expression: steps * spacing is a small whole number times a power of two, exact in any precision
+    # (so the steps in v's own dtype change nothing), and the sum is one rounding as before.
+    block = np.empty(min(flat_v.size, PERTURB_BLOCK), dtype=v.dtype)
+    for i in range(0, flat_v.size, PERTURB_BLOCK):
+        src, dst = flat_v[i:i + PERTURB_BLOCK], flat_out[i:i + PERTURB_BLOCK]
+        steps = block[:src.size]
+        steps[...] = rng.integers(-ulps, ulps + 1, size=src.size, dtype=np.int32)
+        np.abs(src, out=dst)
+        np.spacing(dst, out=dst)
+        np.multiply(dst, steps, out=dst)
+        np.add(dst, src, out=dst)
     return out
 
 

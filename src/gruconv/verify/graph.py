@@ -13,7 +13,7 @@ import numpy as np
 
 from ..model.canonical import RNNStack, StackShape
 from ..model.cudnn_layout import unpack
-from ..errors import UsageError
+from ..errors import InputError, UsageError
 from ..progress import step
 from ..keras3 import runtime as keras3
 from ..keras3.runtime import to_numpy
@@ -66,23 +66,6 @@ def _all_layers(keras, model) -> list:
             if isinstance(inner, keras.layers.Layer):
                 out.append(inner)
     return out
-
-
-def _masks_reaching(keras, model, doc, feed) -> dict:
-    """{id(layer): mask array} for the converted recurrent layers that receive a mask when the
-    whole model runs on ``feed`` (:func:`gruconv.keras3.runtime.masks_received`; a CuDNNGRU never
-    used one)."""
-    from ..keras3.runtime import find_layer, masks_received
-
-    targets = []
-    for rnn in doc.rnns:
-        parts = rnn.path.split("/")
-        if rnn.wrapper is not None:
-            parts = parts[:-1]
-        layer = find_layer(model, parts)
-        if layer is not None:
-            targets.append(layer)
-    return masks_received(model, targets, feed)
 
 
 def _reference_rnn(rnn, x_bt: np.ndarray, engine: Engine, initial_state=None) -> tuple:
@@ -218,30 +201,48 @@ def verify_graph(doc, model, engine, report, rng, tolerance, user_inputs):
         report.steps = int(feed[0].shape[1]) if feed[0].ndim > 1 else 0
     else:
         feed = _random_inputs(keras, model, report.batch, report.steps, rng)
-    from ..keras3.runtime import layer_call, mask_producers
+    from ..keras3.runtime import compiled_calls, mask_producers, record_calls
 
-    masks = _masks_reaching(keras, model, doc, feed) if mask_producers(model) else {}
-    for n, rnn in enumerate(doc.rnns, 1):
+    targets = []
+    for rnn in doc.rnns:
+        parts = rnn.path.split("/")
+        if rnn.wrapper is not None:
+            parts = parts[:-1]
+        layer = _checked_layer(model, parts)
+        inner = getattr(layer, "layer", None)
+        if getattr(layer, "stateful", False) or getattr(inner, "stateful", False):
+            for l in (layer, inner):  # each checked from a zero state, as the reference runs it
+                if hasattr(l, "reset_states"):
+                    l.reset_states()
+        targets.append(layer)
+    # ONE run of the model: every checked layer's inputs, mask and outputs, and the model's outputs
+    # (compiled where a model of this config was run before: a batch's models; else eager)
+    calls, model_outputs = compiled_calls(model, targets, feed) or record_calls(model, targets, feed)
+    masked = bool(mask_producers(model))
+    end_to_end = isinstance(model, keras.Sequential) and doc.rnns and all(
+        "/" not in r.path or r.wrapper and r.path.count("/") == 1 for r in doc.rnns)
+    names = [(id(layer), layer.name) for layer in targets]
+    for rec in calls.values():
+        rec.layer = None
+    del targets
+    if not end_to_end:  # everything of the converted model is recorded: its weights go before the
+        del model       # reference and floor runs (the large model's peak memory, issue 30)
+        keras3.release_memory()
+    for n, (rnn, (key, name)) in enumerate(zip(doc.rnns, names), 1):
         step("verify", n, len(doc.rnns), rnn.path)
         bad = rnn.stack.nonfinite_count()
         if bad:
             report.notes.append(f"{rnn.path}: {bad} NaN/Inf weight value(s) in the original; NaN outputs "
                                 "at the same places on both sides count as equal")
-        parts = rnn.path.split("/")
-        if rnn.wrapper is not None:
-            parts = parts[:-1]
-        layer, args, kwargs = layer_call(model, parts, feed)
-        if getattr(layer, "stateful", False) or getattr(getattr(layer, "layer", None), "stateful", False):
-            for l in (layer, getattr(layer, "layer", None)):
-                if hasattr(l, "reset_states"):
-                    l.reset_states()
-        mask = masks.get(id(layer))
+        rec = calls.get(key)
+        if rec is None:
+            raise InputError(f"converted model: layer {name!r} is not reachable from the model inputs")
+        args, kwargs = rec.args, rec.kwargs
+        mask = rec.mask if masked else None
         if mask is not None:
-            kwargs = dict(kwargs, mask=mask)
             report.notes.append(f"{rnn.path}: the converted layer receives a mask ({int((~mask).sum())} padded "
                                 "step(s) in the inputs); the original cuDNN layer ignored masks")
-        got = layer(*args, **kwargs)
-        got = [to_numpy(g) for g in (got if isinstance(got, (list, tuple)) else [got])]
+        got = rec.outputs
         x = np.asarray(args[0])
         states = kwargs.get("initial_state")
         states = None if states is None else [np.asarray(a, dtype=np.float64) for a in
@@ -261,9 +262,20 @@ def verify_graph(doc, model, engine, report, rng, tolerance, user_inputs):
             report.checks.append(Check(f"{rnn.path}: output count", float("inf"), float("inf"), tolerance,
                                        False, None, (len(got), len(ref)), bound="none",
                                        reason=f"{len(got)} outputs where the reference has {len(ref)}"))
-    if isinstance(model, keras.Sequential) and doc.rnns and all("/" not in r.path or r.wrapper and
-                                                               r.path.count("/") == 1 for r in doc.rnns):
-        _end_to_end_sequential(keras, doc, model, engine, report, feed, tolerance)
+    if end_to_end:
+        _end_to_end_sequential(keras, doc, model, engine, report, feed, tolerance, model_outputs[0])
+
+
+def _checked_layer(model, parts: list):
+    """The layer at ``parts`` (nested model names first), or the one-line error the layer lookup gives."""
+    from ..keras3.runtime import find_layer
+
+    layer = find_layer(model, parts)
+    if layer is None:
+        for i in range(1, len(parts) + 1):
+            if find_layer(model, parts[:i]) is None:
+                raise InputError(f"converted model has no layer {'/'.join(parts[:i])!r}")
+    return layer
 
 
 def _output_names(rnn) -> list:
@@ -282,7 +294,7 @@ def _output_names(rnn) -> list:
     return names
 
 
-def _end_to_end_sequential(keras, doc, model, engine, report, feed, tolerance):
+def _end_to_end_sequential(keras, doc, model, engine, report, feed, tolerance, got):
     """The Sequential model's output vs the reference: each original recurrent layer run by the
     reference, every other layer by the converted model's own (unchanged) layers.  Its floor: the
     same chain with the recurrent layers run by :class:`gruconv.verify.floor.PerturbedEngine`."""
@@ -301,7 +313,6 @@ def _end_to_end_sequential(keras, doc, model, engine, report, feed, tolerance):
     ref = chain(engine)
     alts = ReferenceVariants(engine, lambda e: [chain(e)])
     fl = measure_floors(report, lambda e: [chain(e)], [ref], key=("end to end", *feed), cache=floor_cache(engine))
-    got = to_numpy(model(feed[0]))
     report.checks.append(judge(report, "end to end: model output", got, ref, None, tolerance, "float32", fl[0],
                                alts.at(0)))
 
