@@ -278,11 +278,12 @@ ENTRY_CONFIG = {"gru": (), "lstm": ("unit_forget_bias",)}
 KERAS_BIAS_SHAPE = {"gru": lambda G, H: (2, G * H), "lstm": lambda G, H: (G * H,)}
 
 
-@pytest.mark.parametrize("cell, name", [p for p in CONVERTIBLE if p.values[0] == "gru"])
+@pytest.mark.parametrize("cell, name", CONVERTIBLE)
 def test_converted_model_keeps_names_and_signature(cell, name, converted, keras):
     import tf_keras  # the original framework, to compare model signatures (never runs a cuDNN layer)
 
     from tf_keras.src.layers.rnn.cudnn_gru import CuDNNGRU  # noqa: F401 - registers the class
+    from tf_keras.src.layers.rnn.cudnn_lstm import CuDNNLSTM  # noqa: F401 - registers the class
 
     original = tf_keras.models.load_model(DIRS[cell] / name, compile=False)
     model = keras.saving.load_model(converted[cell, name].outputs[0])
@@ -290,10 +291,14 @@ def test_converted_model_keeps_names_and_signature(cell, name, converted, keras)
     assert [l.name for l in model.layers] == [l.name for l in original.layers]
     assert [tuple(t.shape) for t in model.inputs] == [tuple(t.shape) for t in original.inputs]
     assert [tuple(t.shape) for t in model.outputs] == [tuple(t.shape) for t in original.outputs]
+    checked = 0
     for layer in keras_layers_deep(keras, model):
-        if isinstance(layer, keras.layers.GRU):
-            cfg = layer.get_config()
-            assert {k: cfg[k] for k in CUDNN_CONFIG["gru"]} == CUDNN_CONFIG["gru"]
+        for layer_cell, spec in CELLS.items():
+            if isinstance(layer, getattr(keras.layers, spec.title)):
+                cfg = layer.get_config()
+                assert {k: cfg[k] for k in CUDNN_CONFIG[layer_cell]} == CUDNN_CONFIG[layer_cell], layer.name
+                checked += 1
+    assert checked >= len(LAYERS[cell, name])
 
 
 @pytest.mark.parametrize("cell", CELLS)
