@@ -149,7 +149,10 @@ def keras_rows(fixture, steps, seeds, batch=2, alone=False):
             parts = rnn.path.split("/")
             if rnn.wrapper is not None:
                 parts = parts[:-1]
-            layer, args, kwargs = keras3.layer_call(model, parts, feed)
+            # the layer's call in one recorded run of the model (verify's own route: runtime.record_calls)
+            found = keras3.find_layer(model, parts)
+            calls, _ = keras3.record_calls(model, [found], feed)
+            layer, args, kwargs = calls[id(found)].layer, calls[id(found)].args, calls[id(found)].kwargs
             x = np.asarray(args[0])
             if alone:
                 x = np.random.default_rng(1).uniform(-1, 1, x.shape).astype(np.float32)
@@ -241,11 +244,11 @@ def weights_only_rows(fixture, steps, seeds, batch=2):
 def tf1_rows(fixture, steps, seeds, batch=2):
     from gruconv.verify import floor as sensitivity
     from gruconv.keras3 import runtime as keras3
-    from gruconv.readers.tf1 import reading, writing
+    from gruconv.readers.tf1 import reading, verifying
     from gruconv.verify.reference.oracle import run_stack
 
     doc = reading.read(TRAINED / f"{fixture}.tf1")
-    (entry, model), = writing.to_keras(doc)
+    (entry, model), = verifying.to_keras(doc)
     s = entry.stack.shape
     rng = np.random.default_rng(0)  # verify._verify_stack's calls, in order
     x = rng.uniform(-1, 1, (batch, steps, s.input_size)).astype(s.dtype)
