@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..keras_h5.by_shape import classify
+from ...keras3.legacy import class_name_of, config_of
 from ...errors import GruconvError, InputError, UnsupportedError
 
 GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
@@ -94,14 +95,7 @@ def _model_roots(owners: dict) -> list:
 
 # --------------------------------------------------------------------------- with an architecture
 
-def _class(cfg) -> Optional[str]:
-    c = cfg.get("class_name") if isinstance(cfg, dict) else None
-    return c if isinstance(c, str) else None
-
-
-def _conf(cfg) -> dict:
-    c = cfg.get("config") if isinstance(cfg, dict) else None
-    return c if isinstance(c, dict) else {}
+_class, _conf = class_name_of, config_of  # the legacy config accessors (keras3/legacy.py), one place
 
 
 def _layers(cfg) -> list:
