@@ -41,6 +41,29 @@ def test_in_place_perturbation_is_bit_identical(dtype, ulps):
 
 
 
+def test_float32_spacing_from_exponent_bits_is_numpys():
+    """The floor's ulp of ``|v|`` from the exponent bits (issue 30) is ``np.spacing(np.abs(v))`` bit for
+    bit: every float32 exponent (zero, subnormals, normals, the maximum, inf, NaN), both signs, the
+    edge mantissas and 2048 random ones each; a planted off-by-one exponent is caught."""
+    from gruconv.verify.floor import _spacing_of_abs
+
+    gen = np.random.default_rng(5)
+    e = np.arange(256, dtype=np.uint32)[:, None]
+    mant = np.concatenate([[0, 1, 2, 0x400000, 0x7FFFFE, 0x7FFFFF],
+                           gen.integers(0, 1 << 23, 2048)]).astype(np.uint32)[None, :]
+    bits = ((e << np.uint32(23)) | mant).reshape(-1)
+    v = np.concatenate([bits, bits | np.uint32(1 << 31)]).view(np.float32)
+    with np.errstate(all="ignore"):
+        want = np.spacing(np.abs(v))
+    got = np.empty_like(v)
+    _spacing_of_abs(v, got)
+    same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
+    assert same.all(), v[~same][:5]
+    planted = got.copy()
+    planted.view(np.uint32)[1000] += np.uint32(1 << 23)  # one element's spacing doubled
+    assert not np.array_equal(planted.view(np.uint32), want.view(np.uint32))
+
+
 @pytest.mark.parametrize("block", [1, 7, 4096, 1 << 20])
 def test_blocked_int32_perturbation_is_the_whole_int64_draw(monkeypatch, block):
     """The floor's steps drawn as int32 blocks (issue 30) are the whole-shape int64 draw, element for

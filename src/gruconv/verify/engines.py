@@ -20,6 +20,9 @@ class Engine:
     (None for a GRU) after each :meth:`run`.
     """
 
+    #: runs are given the buffer the original layer gave cuDNN (``opaque``); :class:`gruconv.verify.floor.PerturbedEngine`'s are not
+    uses_buffer = True
+
     def __init__(self, kind: str, allow_tf32: bool):
         self.kind = kind
         self.allow_tf32 = allow_tf32
