@@ -330,3 +330,40 @@ def test_convert_verify_takes_the_check_loads_model(tmp_path, monkeypatch):
             f.write(data)
         os.utime(out, ns=(st.st_atime_ns, st.st_mtime_ns))
         assert keras3.take_handed(out) is None
+
+
+def test_check_load_of_a_config_loaded_before_loads_this_files_weights(tmp_path, monkeypatch):
+    """A batch's check-load of a file whose ``config.json`` bytes were loaded before reuses that model
+    (:func:`gruconv.keras3.runtime.load_like_before`) with THIS file's weights: they equal a fresh plain
+    ``load_model``'s; the manifest of another file of the same config is refused (a planted difference on
+    the reuse path); a model handed over for the first file is withdrawn once it holds another's weights."""
+    from gruconv import api
+    from gruconv.errors import UnsupportedError
+    from gruconv.keras3 import archive
+    from gruconv.keras3 import runtime as keras3
+
+    k = keras3.keras()
+    manifests = []
+    real = archive.check_load
+    monkeypatch.setattr(archive, "check_load",
+                        lambda path, manifest, **kw: manifests.append(manifest) or real(path, manifest, **kw))
+    keras3._MODELS.clear()
+    a = tmp_path / "a.keras"
+    api.convert(KERAS / "sequential.h5", a, check_load=True)
+    kept = list(keras3._MODELS.values())
+    assert len(kept) == 1
+    b = tmp_path / "b.keras"
+    _plant_in_keras_zip(a, b)  # same config bytes, one recurrent weight moved
+    loads = []
+    plain = k.saving.load_model
+    monkeypatch.setattr(k.saving, "load_model", lambda *x, **kw: loads.append(x) or plain(*x, **kw))
+    with pytest.raises(UnsupportedError, match="does not load back unchanged"):
+        real(b, manifests[0])  # b's weights are not a's: the reused model must show b's
+    assert loads == [] and keras3.take_handed(a) is None
+    model = keras3.load_like_before(b)
+    assert model is kept[0]
+    monkeypatch.setattr(k.saving, "load_model", plain)
+    fresh = plain(str(b))
+    for got, want in zip(model.get_weights(), fresh.get_weights()):
+        assert np.array_equal(got, want)
+    assert not all(np.array_equal(x, y) for x, y in zip(model.get_weights(), plain(str(a)).get_weights()))

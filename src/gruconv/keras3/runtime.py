@@ -147,30 +147,68 @@ def load(path: Path, *, compile: bool = True, custom_objects: Optional[dict] = N
     A ``.keras`` file whose ``config.json`` is byte-identical to one loaded before in this process
     (same backend, device scope and ``compile``; no ``custom_objects``) gets that model back with this
     file's weights (``model.load_weights``: every weight assigned from the file, by the same saving
-    code): ``verify`` in a batch worker loads many converted files of few architectures, and rebuilding
-    one cost about a third of a small model's verify (``docs/benchmarks.md``, issue 30).  Not cached:
+    code; :func:`load_like_before`): ``verify`` in a batch worker loads many converted files of few
+    architectures, and rebuilding one cost about a third of a small model's verify (``docs/benchmarks.md``,
+    issue 30).  Not cached:
     models with ``stateful`` layers (their states would carry over), models with the user's classes,
     and files whose weights exceed :data:`_MODEL_CACHE_BYTES`."""
     k = keras()
     handed = take_handed(path) if compile and not custom_objects else None  # convert --verify: see hand_over
     if handed is not None:
         return handed
-    key, cacheable = _model_cache_key(path, compile) if not custom_objects else (None, False)
-    cached = _MODELS.get(key) if key is not None else None
+    model = None if custom_objects else load_like_before(path, compile=compile)
+    if model is not None:
+        return model
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            if cached is not None:
-                cached.load_weights(str(path))
-                return cached
             model = k.saving.load_model(str(path), compile=compile, safe_mode=True, custom_objects=custom_objects)
     except Exception as e:  # noqa: BLE001 - any Keras failure means an unreadable model
         raise InputError(f"cannot load converted model ({first_line(e, 200)})", path=path) from None
-    if cacheable:
-        if len(_MODELS) >= _MODEL_CACHE_SIZE:
-            _MODELS.pop(next(iter(_MODELS)))
-        _MODELS[key] = model
+    if not custom_objects:
+        remember(path, model, compile=compile)
     return model
+
+
+def load_like_before(path, *, compile: bool = True):
+    """The model a plain ``load_model(path, compile=compile)`` builds, without building it again, or None:
+    a ``.keras`` file whose ``config.json`` is byte-identical to one this process loaded before
+    (:func:`remember`; same backend and device scope) gets that model back with this file's weights,
+    loaded by Keras's own ``Model.load_weights(path)`` (``saving_lib.load_weights_only``: the archive's
+    ``model.weights.h5`` by the object walk ``load_model`` loads it with, a compiled model's optimizer
+    included).  The layers, compile and build configs are all in those bytes, so the same code builds
+    the same model; what two such files can differ in is their weights.  The check-load compares every
+    variable with what was written (:func:`gruconv.keras3.archive.check_load`), so a variable a file
+    left unset cannot pass for loaded there.  When ``load_weights`` raises, the entry is dropped and None
+    returned: the plain ``load_model`` then gives the verdict and its message.  A model handed over for
+    its previous file (:func:`hand_over`) is no longer that file's: the hand-over is withdrawn."""
+    key, _ = _model_cache_key(path, compile)
+    model = _MODELS.pop(key, None) if key is not None else None
+    if model is None:
+        return None
+    if _HANDED and _HANDED[0][-1] is model:
+        _HANDED.clear()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model.load_weights(str(path))
+    except Exception:  # noqa: BLE001 - the plain load_model decides, with its own message
+        return None
+    _MODELS[key] = model
+    return model
+
+
+def remember(path, model, *, compile: bool = True) -> None:
+    """Keep ``model``, just built by a plain ``load_model(path, compile=compile)``, for
+    :func:`load_like_before` of files of the same config (not: files over :data:`_MODEL_CACHE_BYTES` of
+    weights, stateful layers, anything but a ``.keras`` archive)."""
+    key, cacheable = _model_cache_key(path, compile)
+    if not cacheable:
+        return
+    _MODELS.pop(key, None)
+    while len(_MODELS) >= _MODEL_CACHE_SIZE:
+        _MODELS.pop(next(iter(_MODELS)))
+    _MODELS[key] = model
 
 
 #: Models of :func:`load` by (backend, device scope, compile, sha256 of ``config.json``); at most
