@@ -343,17 +343,41 @@ def test_lstm_bad_inputs_are_input_errors():
 LSTM_GOLDEN_DIR = next((d for d in (Path(__file__).resolve().parents[1] / "fixtures" / "cudnn-golden-lstm",
                                     Path(__file__).resolve().parents[2] / "shared" / "cudnn-golden-lstm")
                         if d.is_dir() and any(d.glob("*.npz"))), None)
-LSTM_GOLDEN = sorted(p.name for p in LSTM_GOLDEN_DIR.glob("*.npz")) if LSTM_GOLDEN_DIR else []
+
+
+def _lstm_golden_config(path: Path) -> dict:
+    with np.load(path) as d:
+        return json.loads(str(d["config"]))
+
+
+def _stack_shape(c: dict) -> StackShape:
+    return StackShape(c["I"], c["H"], c["L"], c["bidir"], "skip" if c["skip"] else "linear", "float32", "lstm")
+
+
+#: Split by what gruconv reads: a projected LSTM (cuDNN's P < H, no Keras counterpart) must be refused, the
+#: rest must match cuDNN exactly.
+_LSTM_CONFIGS = {p.name: _lstm_golden_config(p) for p in LSTM_GOLDEN_DIR.glob("*.npz")} if LSTM_GOLDEN_DIR else {}
+LSTM_GOLDEN = sorted(n for n, c in _LSTM_CONFIGS.items() if c.get("P", c["H"]) == c["H"])
+LSTM_PROJECTED = sorted(n for n, c in _LSTM_CONFIGS.items() if c.get("P", c["H"]) != c["H"])
 
 
 def load_lstm_golden(name: str):
     with np.load(LSTM_GOLDEN_DIR / name) as d:
         g = {k: d[k] for k in d.files}
     g["config"] = json.loads(str(g["config"]))
-    c = g["config"]
-    if c.get("P", c["H"]) != c["H"]:
-        pytest.skip(f"{name}: projection (P={c['P']} < H={c['H']}) is not a gruconv shape")
-    return g, StackShape(c["I"], c["H"], c["L"], c["bidir"], "skip" if c["skip"] else "linear", "float32", "lstm")
+    return g, _stack_shape(g["config"])
+
+
+@pytest.mark.skipif(not LSTM_PROJECTED, reason="no projected LSTM golden file (fixtures/cudnn-golden-lstm)")
+@pytest.mark.parametrize("name", LSTM_PROJECTED or ["none"])
+def test_a_projected_lstm_buffer_is_refused_as_another_shape(name):
+    """cuDNN's projection (``P < H``, real cuDNN 9.19 buffer) has no Keras LSTM counterpart: the buffer read
+    as the unprojected stack of the same I/H/L must be an input error, never weights cut to fit."""
+    g, shape = load_lstm_golden(name)
+    with pytest.raises(InputError, match="needs"):
+        unpack(g["opaque"], shape)
+    with pytest.raises(InputError, match="another shape"):
+        run(g["opaque"], shape, g["x"], g["h0"], g["c0"], g["seq_lengths"])
 
 
 @pytest.mark.skipif(not LSTM_GOLDEN, reason="no LSTM golden files (fixtures/cudnn-golden-lstm)")

@@ -3,7 +3,7 @@
 :func:`convert_many` is what ``gruconv convert INPUT... --out-dir DIR`` runs:
 
 1. **Discover** inputs: files, directories (searched recursively; every file's format is detected
-   from its content with :func:`gruconv.formats.detect`; a TF1 checkpoint directory or prefix is
+   from its content with :func:`gruconv.readers.detect`; a TF1 checkpoint directory or prefix is
    one input and is not descended into) and glob patterns (``**`` allowed), expanded by
    :meth:`_Discovery.walk`, not :mod:`glob`: no symlink leads out of the argument's directory
    (a symlinked directory outside is a failed input, "not followed"), loops are cut, the walk is

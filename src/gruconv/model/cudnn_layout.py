@@ -70,7 +70,7 @@ def unpack(buffer: np.ndarray, shape: StackShape) -> list:
     """Split an opaque buffer into canonical :class:`GateParams`, one per pseudo-layer.
 
     Each returned array is a fresh stack of the gate blocks (a copy); for
-    mapped zero-copy views see ``formats.tf1.reading``.
+    mapped zero-copy views see ``readers.tf1.reading``.
     """
     flat = np.asarray(buffer)
     if flat.ndim != 1:

@@ -14,7 +14,7 @@ TensorBundle whose keys follow the object graph, not layer names (checked on
 ``layer_with_weights-N`` is the N-th layer *that has weights* of its model, in ``model.layers`` order
 (tf_keras ``engine/functional.py`` / ``training.py``, ``_trackable_children``); plain ``GRU``/``LSTM``
 keep their variables on ``cell/``.  This module turns such a checkpoint into the legacy Keras HDF5
-weights layout (``layer_names``, per-layer ``weight_names``) that :mod:`gruconv.formats.keras_h5`
+weights layout (``layer_names``, per-layer ``weight_names``) that :mod:`gruconv.readers.keras_h5`
 reads: with an architecture (``--config``, the model's ``to_json()``) every layer gets its real name
 and weight order; without one, each top-level object becomes a group named after its object path and
 cuDNN layers are found by shape (:mod:`gruconv.readers.keras_h5.by_shape`).  Shapes are checked against the config
