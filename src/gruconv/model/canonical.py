@@ -368,3 +368,33 @@ class Subject:
     in_memory: bool = False
     #: the user's Keras 3 classes of the model's custom layers (``--custom-objects``), for that build
     custom_objects: Optional[dict] = None
+
+
+#: What a reader's document holds, in the words planning and verify decide by: a reader states which
+#: (:class:`InputFacts`, ``doc.content``) and never decides from it.  Each kind is a key of
+#: :data:`gruconv.writers.planning.NATURAL_FORMAT` (the output it goes to when none is named) and of
+#: :data:`gruconv.verify.subjects.CHECKS` (what ``verify`` checks of it).
+CONTENTS = {
+    "graph": "a Keras model: its architecture (in the file, or --config) and its weights",
+    "weights": "a Keras weights-only file and no --config: the layers' weights, no architecture",
+    "stacks": "bare cuDNN stacks (a TF1 checkpoint) and the input's other tensors",
+    "staged-graph": "a Keras graph read through a legacy weights file staged from the input, with --config",
+    "staged-weights": "the recurrent layers' weights staged from the input, no architecture (no --config)",
+    "final": "already a Keras 3 file: nothing to convert",
+}
+
+
+@dataclass(frozen=True)
+class InputFacts:
+    """What a reader states about an input before converting it (``input_facts(path, options)``, cheap:
+    batch mode asks it of every input to name its output); :mod:`gruconv.writers.planning` decides from it.
+
+    ``content``: a :data:`CONTENTS` kind; ``stacks``: how many bare stacks a conversion writes (more
+    than one: one file each, in a directory); a Keras graph is one model whatever its RNNs."""
+
+    content: str
+    stacks: int = 1
+
+    def __post_init__(self) -> None:
+        if self.content not in CONTENTS:
+            raise ValueError(f"content must be one of {tuple(CONTENTS)}, got {self.content!r}")

@@ -40,7 +40,7 @@ from typing import Optional
 
 import numpy as np
 
-from ...model.canonical import Document, GateParams, RNNStack, StackShape
+from ...model.canonical import Document, GateParams, InputFacts, RNNStack, StackShape
 from ...model.cudnn_layout import iter_matrix_regions, params_size, solve_shapes
 from ...errors import GruconvError, InputError, UnsupportedError, UsageError
 from ...model.keras_layout import describe_keras_stack
@@ -144,6 +144,21 @@ class CheckpointDoc:
     warnings: list = field(default_factory=list)
     reader: object = field(default=None, repr=False, compare=False)
     prefer: Optional[str] = None                           # --prefer: where the weights were taken from
+
+    #: what the document holds (:data:`gruconv.model.canonical.CONTENTS`)
+    content = "stacks"
+
+    def require_shape(self, entry: CheckpointStack) -> None:
+        """The one-line refusal of ``entry`` when its shape is ambiguous or unknown (:func:`require_shape`)."""
+        require_shape(entry, self.reader.where)
+
+    def opaque_buffer(self, entry: CheckpointStack) -> Optional[np.ndarray]:
+        """``entry``'s stored opaque buffer, copied out of the mapped bundle (None: it has none)."""
+        if not entry.opaque_key:
+            return None
+        buf = np.array(self.reader.view(entry.opaque_key))
+        self.reader.release()
+        return buf
 
     def document(self) -> Document:
         """The canonical :class:`~gruconv.model.canonical.Document` writers consume: the stacks, no Keras
@@ -980,30 +995,17 @@ def glob_escape(name: str) -> str:
     return glob.escape(name)
 
 
-def natural_output(path, opts: Options) -> tuple:
-    """Batch mode: ``(format, many)``: ``.keras`` models, ``many`` when several stacks convert at
-    once (no ``--rnn``), so that the output is a directory of them."""
+def input_facts(path, opts: Options) -> InputFacts:
+    """Bare stacks (:class:`~gruconv.model.canonical.InputFacts`), how many a conversion writes: all
+    the checkpoint's (no ``--rnn``) or the one named."""
     if opts.rnn is None:
         try:
             # From the index alone first (issue 20: the full read, weights and cross-check, cost ~10 ms
             # per checkpoint in the batch's serial planning); at most one stack is one output whatever
             # reading it would find.  Several: the full read decides, as before (a stack that fails to
             # read leaves one file-named output, whose conversion reports the failure).
-            if _read(path, Options.of(opts), count_only=True) <= 1:
-                return "keras", False
-            if len(read(path, opts).stacks) > 1:
-                return "keras", True
+            if _read(path, Options.of(opts), count_only=True) > 1:
+                return InputFacts("stacks", stacks=len(read(path, opts).stacks) or 1)
         except GruconvError:
             pass  # reported by the conversion itself
-    return "keras", False
-
-
-def output_name(path, opts: Options, stem: str) -> str:
-    """Batch mode: the output name (:func:`gruconv.writers.output_name`): ``stem`` plus the writer's
-    suffix, or ``stem`` itself as a directory when several stacks go to a writer writing one file
-    per stack."""
-    from ... import writers
-
-    one_per_stack = opts.format is None or writers.module(opts.format).MANY
-    fmt, many = natural_output(path, opts) if one_per_stack else (opts.format, False)
-    return writers.output_name(stem, opts.format or fmt, many=many)
+    return InputFacts("stacks")
