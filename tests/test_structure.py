@@ -320,6 +320,39 @@ def test_the_reader_verb_check_finds_a_planted_writer_verb():
     assert _reader_breaches(r) == ["no inspect", "convert is a writer verb", "verify_subjects is a writer verb"]
 
 
+def test_planning_and_verify_decide_every_content_kind():
+    """Readers state what a document holds (``doc.content``, ``input_facts``); planning's
+    ``NATURAL_FORMAT`` and verify's ``CHECKS`` each decide every kind, and nothing else (issue 28)."""
+    from gruconv import writers
+    from gruconv.model.canonical import CONTENTS, InputFacts
+    from gruconv.verify.subjects import CHECKS
+    from gruconv.writers.planning import NATURAL_FORMAT
+
+    assert set(NATURAL_FORMAT) == set(CONTENTS) == set(CHECKS)
+    assert set(NATURAL_FORMAT.values()) <= set(writers.WRITERS)
+    with pytest.raises(ValueError):
+        InputFacts("sound")
+
+
+def test_cell_tables_fail_loudly_on_an_unknown_cell():
+    """Cell switches are tables keyed by cell (issue 28): a third cell is a KeyError, never sent down the
+    GRU or LSTM branch."""
+    from gruconv import eligibility
+    from gruconv.model.canonical import CELLS
+    from gruconv.readers.tf1 import reading
+    from gruconv.readers.tf1.cells import TF_CELLS
+
+    for bad in (lambda: reading._not_fitting_hint("rnn_tanh"),
+                lambda: eligibility._defaults("SimpleRNN", {}, False),
+                lambda: CELLS["rnn_tanh"].shape_prefix):
+        with pytest.raises(KeyError):
+            bad()
+    assert reading._not_fitting_hint("gru") != reading._not_fitting_hint("lstm")
+    assert all(c.input_want and c.not_fitting for c in TF_CELLS.values())
+    assert eligibility._defaults("GRU", {}, True)["reset_after"] is False
+    assert "reset_after" not in eligibility._defaults("LSTM", {}, False)
+
+
 def _reader_imports(mods: dict, packages) -> list:
     """``module -> gruconv.readers...`` imports (any depth) from the modules under ``packages``."""
     found = []

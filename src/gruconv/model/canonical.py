@@ -54,12 +54,15 @@ class Cell:
     (``hx``/``hy``, then ``cx``/``cy``).  Evidence: cuDNN's
     ``cudnnGetRNNWeightParams`` documentation for ``CUDNN_GRU`` /
     ``CUDNN_LSTM``; the GRU row is proven by ``shared/cudnn-golden``.
+    ``shape_prefix``: what :meth:`StackShape.describe` says before the sizes (the GRU, gruconv's
+    first cell, says nothing: its messages predate the others).
     """
 
     name: str
     title: str
     gates: tuple
     states: tuple
+    shape_prefix: str = ""
 
     @property
     def num_gates(self) -> int:
@@ -73,7 +76,7 @@ class Cell:
 #: The cell table.  A new cell is a row here plus its equations in the oracle.
 CELLS = {
     "gru": Cell("gru", "GRU", ("reset", "update", "candidate"), ("h",)),
-    "lstm": Cell("lstm", "LSTM", ("input", "forget", "cell", "output"), ("h", "c")),
+    "lstm": Cell("lstm", "LSTM", ("input", "forget", "cell", "output"), ("h", "c"), shape_prefix="LSTM, "),
 }
 INPUT_MODES = ("linear", "skip")
 DTYPES = ("float16", "float32", "float64")
@@ -136,13 +139,8 @@ class StackShape:
 
     def describe(self) -> str:
         d = "bidirectional" if self.bidirectional else "unidirectional"
-        return (
-            f"{self.num_layers} layer(s) x {self.units} units, {d}, input size {self.input_size}, "
-            f"{self.input_mode} input, {self.dtype}"
-        ) if self.cell == "gru" else (
-            f"{CELLS[self.cell].title}, {self.num_layers} layer(s) x {self.units} units, {d}, input size "
-            f"{self.input_size}, {self.input_mode} input, {self.dtype}"
-        )
+        return (f"{CELLS[self.cell].shape_prefix}{self.num_layers} layer(s) x {self.units} units, {d}, "
+                f"input size {self.input_size}, {self.input_mode} input, {self.dtype}")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -661,8 +661,8 @@ def _read(path, opts: Options, *, count_only: bool = False):
         scope = scope_of_buffer(k)
         kind = layer_kind(scope)
         cell = h.get("cell") or (kind if kind in TF_CELLS else None)
-        if (cell == "lstm" and kind == "lstm" and k != variable and not shape_hinted
-                and not solve_shapes(info.shape[0], dtype=info.dtype, cell="lstm")):
+        if (cell is not None and cell == kind and TF_CELLS[cell].leaves_unfitting and k != variable
+                and not shape_hinted and not solve_shapes(info.shape[0], dtype=info.dtype, cell=cell)):
             warnings.append(f"{k}: the buffer of a {scope.rsplit('/', 1)[-1]} layer, not a GRU, and its "
                             f"{info.shape[0]} values fit no cuDNN LSTM shape either; left with the other tensors")
             continue
@@ -846,11 +846,9 @@ def cells_text(entries: list) -> str:
 
 
 def _not_fitting_hint(cell: Optional[str]) -> str:
-    if cell == "gru":
-        return "an LSTM or plain RNN buffer? pass --cell lstm for an LSTM"
-    if cell == "lstm":
-        return "a GRU, a plain RNN or a projection LSTM buffer?"
-    return "a plain RNN or a projection LSTM buffer?"
+    """What an unfitting buffer may be instead: the cell's own hint (:data:`TF_CELLS`), or, for a buffer
+    of no known cell (every cell was tried), what no cell covers."""
+    return TF_CELLS[cell].not_fitting if cell else "a plain RNN or a projection LSTM buffer?"
 
 
 def _add_forget_bias(entry: CheckpointStack, forget_bias: float, where: str, warnings: list) -> None:
@@ -860,7 +858,7 @@ def _add_forget_bias(entry: CheckpointStack, forget_bias: float, where: str, war
     nothing; a canonical-only checkpoint trained with ``LSTMBlockCell(forget_bias=1)`` computes
     ``f = σ(... + b_f + forget_bias)`` and does not record it (``docs/lstm-format-facts.md``)."""
     s = entry.stack.shape
-    if s.cell != "lstm":
+    if "forget" not in s.cell_spec.gates:
         raise UsageError(f"forget_bias applies to LSTM stacks only; {entry.scope!r} is a "
                          f"{s.cell_spec.title}", path=where)
     forget = s.cell_spec.gates.index("forget")
@@ -931,7 +929,8 @@ def rnn_entry(e: CheckpointStack) -> dict:
                            f"{'/--cell' if mixed else ''})")
     if e.slots:
         details.append(f"optimizer slots (dropped by convert): {', '.join(e.slots)}")
-    if sh is not None and sh.cell == "lstm" and e.opaque_key is None and "forget_bias" not in e.stack.provenance:
+    if (sh is not None and "forget" in sh.cell_spec.gates and e.opaque_key is None
+            and "forget_bias" not in e.stack.provenance):
         details.append("note: canonical LSTM tensors only, converted with forget_bias 0 (cuDNN, "
                        "CudnnCompatibleLSTMCell); weights trained with TF's LSTMCell/LSTMBlockCell and its "
                        "default forget_bias=1 need --forget-bias 1")
