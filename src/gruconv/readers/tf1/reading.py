@@ -560,7 +560,7 @@ def read(path, options: Optional[Options] = None, **kw) -> CheckpointDoc:
 
 def _read(path, opts: Options, *, count_only: bool = False):
     """:func:`read`; with ``count_only``, the number of stacks :func:`read` would convert, found from
-    the index alone (no tensor read: what batch planning needs, :func:`natural_output`)."""
+    the index alone (no tensor read: what batch planning needs, :func:`input_facts`)."""
     h, prefer, rnn = _norm_hints(opts.hints), opts.prefer, opts.rnn
     r = _Reader(path)
     b = r.bundle
