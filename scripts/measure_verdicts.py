@@ -9,7 +9,7 @@ The numbers behind :data:`gruconv.verify.floor.DEFAULT_RTOL`/``DEFAULT_K``/``DEF
   converted model, ``verify._random_inputs`` / ``_activations_into``); also (``layer alone``)
   the same layer fed uniform(-1, 1) inputs directly, as per-layer verification of a
   weights-only file would;
-* TF1 checkpoint (``X.tf1``): the model ``to_keras`` builds, fed verify's random ``x``, ``h0``,
+* TF1 checkpoint (``X.tf1``): the model ``verify.subjects.stack_models`` builds, fed verify's random ``x``, ``h0``,
   ``c0`` (the same generator calls as ``verify._verify_stack``).
 
 Reference: the float64 oracle (what ``verify --reference oracle`` compares with).  Per check:
@@ -244,11 +244,12 @@ def weights_only_rows(fixture, steps, seeds, batch=2):
 def tf1_rows(fixture, steps, seeds, batch=2):
     from gruconv.verify import floor as sensitivity
     from gruconv.keras3 import runtime as keras3
-    from gruconv.readers.tf1 import reading, verifying
+    from gruconv.readers.tf1 import reading
+    from gruconv.verify.subjects import stack_models
     from gruconv.verify.reference.oracle import run_stack
 
     doc = reading.read(TRAINED / f"{fixture}.tf1")
-    (entry, model), = verifying.to_keras(doc)
+    (entry, model), = stack_models(doc)
     s = entry.stack.shape
     rng = np.random.default_rng(0)  # verify._verify_stack's calls, in order
     x = rng.uniform(-1, 1, (batch, steps, s.input_size)).astype(s.dtype)

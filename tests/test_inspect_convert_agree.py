@@ -3,7 +3,7 @@
 Issue 31 found a tf_keras ``.keras`` zip that ``inspect`` said converts to GRU while ``convert`` said
 "already a Keras 3 file, nothing to convert".  Here every file under ``fixtures/`` (every format; a
 checkpoint once, by its prefix) goes through both, converted to the output batch mode would pick for it
-(``natural_output``), and:
+(:func:`gruconv.writers.planning.batch_output_name`), and:
 
 * a file ``inspect`` calls nothing-to-convert (``nothing_to_convert``, or a detail saying so) converts
   to nothing and writes nothing, and a file ``convert`` finds nothing in is one ``inspect`` says so of;
@@ -28,6 +28,7 @@ from conftest import FIXTURES
 from gruconv import api, readers
 from gruconv.errors import GruconvError, UsageError
 from gruconv.options import Options
+from gruconv.writers.planning import batch_output_name
 
 CUDNN = ("CuDNNGRU", "CuDNNLSTM")
 
@@ -105,7 +106,7 @@ def test_inspect_and_convert_agree(path, tmp_path):
         return
     module = readers.module(fmt)
     info = api.inspect(path)
-    output = tmp_path / module.output_name(path, Options(), "out")
+    output = tmp_path / batch_output_name(module, path, Options(), "out")
     try:
         result = api.convert(path, output)
     except UsageError as e:  # wants more than the file says: inspect said so first

@@ -283,12 +283,14 @@ def test_the_writer_protocol_check_finds_planted_breaches():
         writers.hook(w, "sneaky")
 
 
-#: What a reader module offers; nothing else public is a verb of its own.
-READER_VERBS = ("DESCRIPTION", "OPTIONS", "GRAPH", "SUFFIXES", "sniff", "read", "inspect", "input_files",
-                "extra_outputs", "output_name", "natural_output", "nothing_to_verify", "verify_subjects")
-#: Writer or driver verbs a reader once had (issue 28): planning and writing are the writers' and api's.
+#: What a reader module offers: reading verbs only.
+READER_VERBS = ("DESCRIPTION", "OPTIONS", "GRAPH", "SUFFIXES", "sniff", "read", "inspect", "input_facts",
+                "input_files")
+#: Writer, planning, verify or driver verbs a reader once had (issue 28): writing and planning are the
+#: writers' (``writers.planning``), what to verify is ``verify.subjects``', driving is api's.
 NOT_READER_VERBS = ("convert", "check_outputs", "output_format", "write", "write_stack", "write_graph",
-                    "stack_targets")
+                    "stack_targets", "extra_outputs", "output_name", "natural_output", "nothing_to_verify",
+                    "verify_subjects", "to_keras")
 
 
 def _reader_breaches(r) -> list:
@@ -313,8 +315,42 @@ def test_the_reader_verb_check_finds_a_planted_writer_verb():
     r = types.ModuleType("planted_reader")
     vars(r).update(vars(readers.module("keras-h5")))
     r.convert = lambda doc, output, opts: None
+    r.verify_subjects = lambda doc, converted, opts: iter(())
     del r.inspect
-    assert _reader_breaches(r) == ["no inspect", "convert is a writer verb"]
+    assert _reader_breaches(r) == ["no inspect", "convert is a writer verb", "verify_subjects is a writer verb"]
+
+
+def test_planning_and_verify_decide_every_content_kind():
+    """Readers state what a document holds (``doc.content``, ``input_facts``); planning's
+    ``NATURAL_FORMAT`` and verify's ``CHECKS`` each decide every kind, and nothing else (issue 28)."""
+    from gruconv import writers
+    from gruconv.model.canonical import CONTENTS, InputFacts
+    from gruconv.verify.subjects import CHECKS
+    from gruconv.writers.planning import NATURAL_FORMAT
+
+    assert set(NATURAL_FORMAT) == set(CONTENTS) == set(CHECKS)
+    assert set(NATURAL_FORMAT.values()) <= set(writers.WRITERS)
+    with pytest.raises(ValueError):
+        InputFacts("sound")
+
+
+def test_cell_tables_fail_loudly_on_an_unknown_cell():
+    """Cell switches are tables keyed by cell (issue 28): a third cell is a KeyError, never sent down the
+    GRU or LSTM branch."""
+    from gruconv import eligibility
+    from gruconv.model.canonical import CELLS
+    from gruconv.readers.tf1 import reading
+    from gruconv.readers.tf1.cells import TF_CELLS
+
+    for bad in (lambda: reading._not_fitting_hint("rnn_tanh"),
+                lambda: eligibility._defaults("SimpleRNN", {}, False),
+                lambda: CELLS["rnn_tanh"].shape_prefix):
+        with pytest.raises(KeyError):
+            bad()
+    assert reading._not_fitting_hint("gru") != reading._not_fitting_hint("lstm")
+    assert all(c.input_want and c.not_fitting for c in TF_CELLS.values())
+    assert eligibility._defaults("GRU", {}, True)["reset_after"] is False
+    assert "reset_after" not in eligibility._defaults("LSTM", {}, False)
 
 
 def _reader_imports(mods: dict, packages) -> list:

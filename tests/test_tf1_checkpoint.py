@@ -24,7 +24,7 @@ from gruconv.readers import tfbundle
 from gruconv.model.canonical import StackShape
 from gruconv.errors import InputError, OutputError, UsageError
 from gruconv.readers import tf1 as _t1
-from gruconv.readers.tf1 import reading as _t1_reading, verifying as _t1_verifying
+from gruconv.readers.tf1 import reading as _t1_reading
 from gruconv.options import Options
 
 
@@ -32,7 +32,7 @@ class _Verbs:
     """The TF1 reader's verbs, called from a path as :mod:`gruconv.api` calls them (``convert``: the api's)."""
 
     def __getattr__(self, name):  # everything else: the package's own function (or a module's helper)
-        for m in (_t1, _t1_reading, _t1_verifying):
+        for m in (_t1, _t1_reading):
             if hasattr(m, name):
                 return getattr(m, name)
         raise AttributeError(name)

@@ -39,9 +39,9 @@ def safe_output(out_dir: Path, rel: str) -> Path:
     return target
 
 
-# ----- format facts: the only place batch knows anything about a format; each asks the format's
-# module first (``output_name(path, options) -> str``, the registry verb) and falls back to the
-# knowledge below until every format module has the verb.
+# ----- format facts: batch knows nothing about a format; the writers' planning decides each output's
+# name and what is written beside it from the facts the input's reader states
+# (:func:`gruconv.writers.planning.batch_output_name`, :func:`gruconv.writers.planning.extra_outputs`).
 
 
 
@@ -60,8 +60,10 @@ def _stem(name: str) -> str:
 
 def output_name(path: Path, fmt: str, options: dict) -> str:
     """The file (or, for a TF1 checkpoint with several stacks, directory) name the output of input
-    ``path`` gets, from ``path.name``: the format's own ``output_name`` verb decides."""
-    return format_module(fmt).output_name(path, options_record(options), _stem(path.name))
+    ``path`` gets, from ``path.name``: planning decides from the reader's facts about the input."""
+    from ..writers.planning import batch_output_name
+
+    return batch_output_name(format_module(fmt), path, options_record(options), _stem(path.name))
 
 
 def _output_rel(item: Input, options: dict) -> str:
@@ -73,11 +75,13 @@ def _output_rel(item: Input, options: dict) -> str:
 
 
 def _extra_outputs(out: Path, fmt: Optional[str]) -> list:
-    """Files written beside ``out`` (for the overlap check), as the reader says (``extra_outputs``:
-    a checkpoint's other tensors in ``OUT.rest.npz``)."""
+    """Files written beside ``out`` (for the overlap check), as planning says
+    (:func:`gruconv.writers.planning.extra_outputs`: a checkpoint's other tensors in ``OUT.rest.npz``)."""
     if fmt is None:
         return []
-    return list(format_module(fmt).extra_outputs(out))
+    from ..writers.planning import extra_outputs
+
+    return extra_outputs(format_module(fmt), out)
 
 
 

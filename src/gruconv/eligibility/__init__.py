@@ -136,6 +136,11 @@ RUNTIME = {
 
 RECURRENT = ("GRU", "LSTM")
 LEGACY_CUDNN = {"CuDNNGRU": "GRU", "CuDNNLSTM": "LSTM"}
+#: Per recurrent class, the fields the rules read beyond the ones every class has: ``{field: (default in a
+#: legacy Keras 2 file, Keras 3 default, what ``gruconv convert`` writes)}`` (GRU ``reset_after``: False
+#: before Keras 2.3, keras/src/layers/rnn/gru.py).  Indexed, never defaulted: a class outside it fails.
+CLASS_FIELDS = {"GRU": {"reset_after": (False, True, True)}, "LSTM": {}}
+assert set(CLASS_FIELDS) == set(RECURRENT)
 # Layers that pass a Keras mask on (supports_masking = True in keras/src/layers/**, 3.15.1; RNNs only
 # with return_sequences); anything else drops it (Layer.compute_mask is only called when supported).
 _MASK_PASSES = {
@@ -197,8 +202,8 @@ def _defaults(cls: str, cfg: dict, legacy: bool) -> dict:
            "recurrent_activation": cfg.get("recurrent_activation", "hard_sigmoid" if legacy else "sigmoid"),
            "use_bias": cfg.get("use_bias", True), "unroll": cfg.get("unroll", False),
            "recurrent_dropout": cfg.get("recurrent_dropout", 0.0), "use_cudnn": cfg.get("use_cudnn", "auto")}
-    if cls == "GRU":
-        out["reset_after"] = cfg.get("reset_after", not legacy)
+    for f, (legacy_default, default, _written) in CLASS_FIELDS[cls].items():
+        out[f] = cfg.get(f, legacy_default if legacy else default)
     return out
 
 
@@ -296,9 +301,8 @@ class _Walker:
         as_cls = LEGACY_CUDNN.get(cls, cls)
         if converted:  # gruconv convert writes GRU/LSTM(tanh, sigmoid, reset_after=True, use_bias=True)
             fields = {"activation": "tanh", "recurrent_activation": "sigmoid", "use_bias": True, "unroll": False,
-                      "recurrent_dropout": 0.0, "use_cudnn": "auto"}
-            if as_cls == "GRU":
-                fields["reset_after"] = True
+                      "recurrent_dropout": 0.0, "use_cudnn": "auto",
+                      **{f: written for f, (_l, _d, written) in CLASS_FIELDS[as_cls].items()}}
         else:
             fields = _defaults(as_cls, cfg, self.legacy)
         per = {be: verdict_for(as_cls, fields, be, mask) for be in BACKENDS}
@@ -308,7 +312,8 @@ class _Walker:
         if converted:
             entry["note"] = (f"{cls} does not exist in Keras 3; `gruconv convert` writes it as {as_cls}("
                              "activation='tanh', recurrent_activation='sigmoid', use_bias=True"
-                             + (", reset_after=True" if as_cls == "GRU" else "") + "): verdicts are for that")
+                             + "".join(f", {f}={written!r}" for f, (_l, _d, written) in CLASS_FIELDS[as_cls].items())
+                             + "): verdicts are for that")
         else:
             entry["to_become_eligible"] = _what_it_takes(as_cls, fields, per)
         self.out.append(entry)

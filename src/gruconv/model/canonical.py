@@ -54,12 +54,15 @@ class Cell:
     (``hx``/``hy``, then ``cx``/``cy``).  Evidence: cuDNN's
     ``cudnnGetRNNWeightParams`` documentation for ``CUDNN_GRU`` /
     ``CUDNN_LSTM``; the GRU row is proven by ``shared/cudnn-golden``.
+    ``shape_prefix``: what :meth:`StackShape.describe` says before the sizes (the GRU, gruconv's
+    first cell, says nothing: its messages predate the others).
     """
 
     name: str
     title: str
     gates: tuple
     states: tuple
+    shape_prefix: str = ""
 
     @property
     def num_gates(self) -> int:
@@ -73,7 +76,7 @@ class Cell:
 #: The cell table.  A new cell is a row here plus its equations in the oracle.
 CELLS = {
     "gru": Cell("gru", "GRU", ("reset", "update", "candidate"), ("h",)),
-    "lstm": Cell("lstm", "LSTM", ("input", "forget", "cell", "output"), ("h", "c")),
+    "lstm": Cell("lstm", "LSTM", ("input", "forget", "cell", "output"), ("h", "c"), shape_prefix="LSTM, "),
 }
 INPUT_MODES = ("linear", "skip")
 DTYPES = ("float16", "float32", "float64")
@@ -136,13 +139,8 @@ class StackShape:
 
     def describe(self) -> str:
         d = "bidirectional" if self.bidirectional else "unidirectional"
-        return (
-            f"{self.num_layers} layer(s) x {self.units} units, {d}, input size {self.input_size}, "
-            f"{self.input_mode} input, {self.dtype}"
-        ) if self.cell == "gru" else (
-            f"{CELLS[self.cell].title}, {self.num_layers} layer(s) x {self.units} units, {d}, input size "
-            f"{self.input_size}, {self.input_mode} input, {self.dtype}"
-        )
+        return (f"{CELLS[self.cell].shape_prefix}{self.num_layers} layer(s) x {self.units} units, {d}, "
+                f"input size {self.input_size}, {self.input_mode} input, {self.dtype}")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -368,3 +366,33 @@ class Subject:
     in_memory: bool = False
     #: the user's Keras 3 classes of the model's custom layers (``--custom-objects``), for that build
     custom_objects: Optional[dict] = None
+
+
+#: What a reader's document holds, in the words planning and verify decide by: a reader states which
+#: (:class:`InputFacts`, ``doc.content``) and never decides from it.  Each kind is a key of
+#: :data:`gruconv.writers.planning.NATURAL_FORMAT` (the output it goes to when none is named) and of
+#: :data:`gruconv.verify.subjects.CHECKS` (what ``verify`` checks of it).
+CONTENTS = {
+    "graph": "a Keras model: its architecture (in the file, or --config) and its weights",
+    "weights": "a Keras weights-only file and no --config: the layers' weights, no architecture",
+    "stacks": "bare cuDNN stacks (a TF1 checkpoint) and the input's other tensors",
+    "staged-graph": "a Keras graph read through a legacy weights file staged from the input, with --config",
+    "staged-weights": "the recurrent layers' weights staged from the input, no architecture (no --config)",
+    "final": "already a Keras 3 file: nothing to convert",
+}
+
+
+@dataclass(frozen=True)
+class InputFacts:
+    """What a reader states about an input before converting it (``input_facts(path, options)``, cheap:
+    batch mode asks it of every input to name its output); :mod:`gruconv.writers.planning` decides from it.
+
+    ``content``: a :data:`CONTENTS` kind; ``stacks``: how many bare stacks a conversion writes (more
+    than one: one file each, in a directory); a Keras graph is one model whatever its RNNs."""
+
+    content: str
+    stacks: int = 1
+
+    def __post_init__(self) -> None:
+        if self.content not in CONTENTS:
+            raise ValueError(f"content must be one of {tuple(CONTENTS)}, got {self.content!r}")

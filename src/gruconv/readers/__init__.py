@@ -18,16 +18,21 @@ always a :class:`gruconv.options.Options`):
     the one inspect schema (``file``, ``format``, ``kind``, ``summary``, ``rnns`` [``name``,
     ``cell``, ``kind``, ``shape``, ``params``, ``converts_to``, ``nonfinite_weights``,
     ``details``], ``details``);
-``nothing_to_verify(doc)``, ``verify_subjects(doc, converted, options)``
-    what ``verify`` checks (:class:`gruconv.model.canonical.Subject`), loaded through the writers;
-``natural_output(path, options)``, ``output_name(path, options, stem)``
-    batch mode's output format and name (through :func:`gruconv.writers.output_name`);
-``input_files(path)``, ``extra_outputs(output)``, ``input_prefix(path)`` (multi-file inputs only)
-    every file a conversion reads, the files it writes beside the output, and batch mode's
-    "what is one input here".
+``input_facts(path, options) -> InputFacts``
+    what the input holds (:class:`gruconv.model.canonical.InputFacts`: a
+    :data:`~gruconv.model.canonical.CONTENTS` kind, how many bare stacks), read cheaply: batch mode
+    asks it of every input; the reader's document says the same kind (``doc.content``);
+``input_files(path)``, ``input_prefix(path)`` (multi-file inputs only)
+    every file a conversion reads, and batch mode's "what is one input here".
 
-A reader writes nothing and offers no writer verb (``convert``, ``check_outputs``,
-``output_format``: :mod:`gruconv.api` drives read -> plan -> write; ``tests/test_structure.py``).
+A reader states facts and decides nothing from them: the output a conversion writes, its name in
+batch mode and the files written beside it are :mod:`gruconv.writers.planning`'s
+(``NATURAL_FORMAT``, ``BESIDE``); what ``verify`` checks of a document is
+:mod:`gruconv.verify.subjects`' (``CHECKS``, keyed by ``doc.content``).
+
+A reader writes nothing and offers no writer, planning or verify verb (``convert``, ``check_outputs``,
+``output_format``, ``output_name``, ``verify_subjects``, ...: :mod:`gruconv.api` drives read -> plan ->
+write -> verify; ``tests/test_structure.py``).
 A new reader is one module and one line in :data:`READERS`.
 """
 

@@ -36,7 +36,7 @@ from typing import Optional
 from .. import eligibility
 from ..files import hdf5 as h5safe, inputs
 from ..errors import GruconvError, InputError, UsageError, first_line
-from ..model.canonical import Document
+from ..model.canonical import Document, InputFacts
 from ..options import Options
 
 FORMAT = "keras3"
@@ -72,6 +72,9 @@ class Keras3File:
     config_source: Optional[str] = None         # the --config path, for weights
     cells: list = field(default_factory=list)   # weights: [(path, "GRU"|"LSTM", units)]
     eligibility: Optional[dict] = None
+
+    #: what the document holds (:data:`gruconv.model.canonical.CONTENTS`)
+    content = "final"
 
     def document(self) -> Document:
         """Nothing to convert (``--force`` included: copying a Keras 3 file is not a conversion)."""
@@ -292,32 +295,9 @@ def inspect(doc: Keras3File) -> dict:
     }
 
 
-def nothing_to_verify(doc: Keras3File):
-    """``verify`` of a Keras 3 file is a usage error (exit 2): there is no cuDNN-era original to
-    compare it with."""
-    raise UsageError(f"{NOTHING}, so nothing to verify (gruconv verify checks a CuDNNGRU/CuDNNLSTM or TF1 "
-                     "cudnn_rnn input against its conversion: gruconv verify OLD.h5 NEW.keras); "
-                     "`gruconv inspect` says whether it runs on cuDNN", path=doc.path)
-
-
-def verify_subjects(doc: Keras3File, converted, opts: Options):
-    nothing_to_verify(doc)
-    return iter(())
-
-
-def natural_output(path: Path, opts: Options) -> tuple:
-    """Batch mode: the output a conversion would be named for (none is written)."""
-    return "keras", False
-
-
-def output_name(path: Path, opts: Options, stem: str) -> str:
-    from .. import writers
-
-    return writers.output_name(stem, opts.format or "keras", many=False)
-
-
-def extra_outputs(output: Path) -> list:
-    return []
+def input_facts(path: Path, opts: Options) -> InputFacts:
+    """Already a Keras 3 file (:class:`~gruconv.model.canonical.InputFacts`): nothing converts."""
+    return InputFacts("final")
 
 
 def input_files(path: Path) -> list:

@@ -40,7 +40,7 @@ from typing import Optional
 from .. import eligibility
 from ..errors import GruconvError, InputError, UnsupportedError, UsageError
 from ..files import hdf5 as h5safe, inputs
-from ..model.canonical import Document
+from ..model.canonical import Document, InputFacts
 from ..model.keras_layout import WEIGHT_ROLES
 from ..options import Options
 from . import keras_h5
@@ -230,28 +230,9 @@ def inspect(doc: TfKerasZipModel) -> dict:
     return info
 
 
-def nothing_to_verify(doc: TfKerasZipModel) -> Optional[str]:
-    return keras_h5.nothing_to_verify(doc)
-
-
-def verify_subjects(doc: TfKerasZipModel, converted, opts: Options):
-    """As for the HDF5 twin (:func:`gruconv.readers.keras_h5.verify_subjects`); without ``converted``
-    the model is built by :func:`gruconv.writers.keras_route.built` (weights from this layout's stream)."""
-    return keras_h5.verify_subjects(doc, converted, opts)
-
-
-def natural_output(path: Path, opts: Options) -> tuple:
-    return "keras", False
-
-
-def output_name(path: Path, opts: Options, stem: str) -> str:
-    from .. import writers
-
-    return writers.output_name(stem, opts.format or "keras", many=False)
-
-
-def extra_outputs(output: Path) -> list:
-    return []
+def input_facts(path: Path, opts: Options) -> InputFacts:
+    """A tf_keras ``.keras`` zip always holds a model (:class:`~gruconv.model.canonical.InputFacts`)."""
+    return InputFacts("graph")
 
 
 def input_files(path: Path) -> list:

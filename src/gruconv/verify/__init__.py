@@ -33,8 +33,8 @@ final states), plus end to end where the reference can produce the model's
 outputs (a TF1 stack; a Sequential model).
 
 The package: :mod:`.verdicts` (comparison and verdict rules), :mod:`.engines` (reference engines),
-:mod:`.graph` (graph checks), :mod:`.stacks` (stack checks); this module runs them as the reader
-says (``nothing_to_verify``, ``verify_subjects``) on every device asked for.
+:mod:`.graph` (graph checks), :mod:`.stacks` (stack checks), :mod:`.subjects` (what each kind of
+document is checked by, :data:`.subjects.CHECKS`); this module runs them on every device asked for.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ from .run import CURRENT_RUN
 from .graph import check_user_inputs, verify_alone, verify_graph
 from .partial import verify_partial
 from .stacks import verify_stack
+from .subjects import nothing_to_verify, refuse_early, verify_subjects
 from .verdicts import FLOAT16_TOLERANCE_FLOOR, Check, VerifyReport, compare
 
 __all__ = ["verify", "Check", "VerifyReport", "compare", "FLOAT16_TOLERANCE_FLOOR", "DEVICES", "MAX_RANDOM_STEPS"]
@@ -145,8 +146,7 @@ def verify(input, converted=None, options: Optional[Options] = None, *, toleranc
 
     readers.refuse_unread(opts, readers.accepted_options(module.FORMAT, list(writers.WRITERS)), module.DESCRIPTION)
     doc = module.read(input, opts)
-    if not getattr(module, "CONVERTS", True):  # a reader of files that need no conversion says so now,
-        module.nothing_to_verify(doc)           # before Keras and its backend are imported (seconds)
+    refuse_early(doc)  # a document that never has anything to check says so before Keras is imported
     keras = keras3.keras()
     report.environment = {"keras": keras.__version__, "backend": keras.backend.backend(), **engine.info}
     probe = writers.gpu_probe(converted) if converted is not None else None
@@ -158,7 +158,7 @@ def verify(input, converted=None, options: Optional[Options] = None, *, toleranc
         with warnings.catch_warnings(), scope, keras3.rnn_kernel_probe() as kernels:
             warnings.simplefilter("ignore")
             try:
-                done = _run_checks(module, doc, converted, opts, engine, report,
+                done = _run_checks(doc, converted, opts, engine, report,
                                    np.random.default_rng(seed), tolerance, user_inputs)
             finally:
                 CURRENT_RUN.reset(token)
@@ -187,20 +187,20 @@ def _kernel_summary(seen: list) -> dict:
     return out
 
 
-def _run_checks(module, doc, converted, opts, engine, report, rng, tolerance, user_inputs) -> bool:
+def _run_checks(doc, converted, opts, engine, report, rng, tolerance, user_inputs) -> bool:
     """One run of every check on the current device; True when there was nothing to check.
 
-    The reader says what to check (``nothing_to_verify``, ``verify_subjects``: bare stacks, or a
-    whole model with its Keras graph) and the writers how to load what they wrote; no format is
-    named here."""
+    What to check is decided by what the document holds (:mod:`.subjects`: bare stacks, or a whole
+    model with its Keras graph) and the writers say how to load what they wrote; no format is named
+    here."""
     from ..keras3 import runtime as keras3
 
-    note = module.nothing_to_verify(doc)
+    note = nothing_to_verify(doc)
     if note is not None:
         report.notes.append(note)
         report.nothing_to_convert = True
         return True
-    for n, subject in enumerate(module.verify_subjects(doc, converted, opts), 1):
+    for n, subject in enumerate(verify_subjects(doc, converted, opts), 1):
         if subject.graph is None:  # a bare stack (the graph checks report their layers themselves)
             step("verify", n, None, subject.name)
         if subject.in_memory:  # no converted file: the model convert would write, built here

@@ -13,8 +13,11 @@ alone (its stacks, its Keras graph, and the plan facts its reader put in it: ``i
   stacks to one file, a directory that is not empty, an output that is an input.
 
 :mod:`gruconv.api` then opens one output transaction (:class:`gruconv.files.outputs.Outputs`) and hands
-each target to its writer.  Batch mode names its outputs with :func:`gruconv.writers.output_name`, the
-same rule.  Nothing here writes or reads a file (``exists``/``is_dir`` checks on the output aside).
+each target to its writer.  Batch mode names its outputs with :func:`batch_output_name` (through
+:func:`gruconv.writers.output_name`, the same rule) and learns what is written beside an output from
+:func:`extra_outputs`: decided here from the facts a reader states about its input
+(:class:`gruconv.model.canonical.InputFacts`, :data:`NATURAL_FORMAT`), never by the reader.  Nothing
+here writes or reads a file (``exists``/``is_dir`` checks on the output aside).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import OutputError, UnsupportedError, UsageError
-from . import registry as writers
+from . import registry as writers, rest_npz
 
 #: Output name endings that cannot name a directory of per-stack models (a checkpoint's several
 #: stacks with no writer given one file): the user meant a file.
@@ -81,6 +84,51 @@ def output_format(graph: bool, output, options) -> Optional[str]:
     if not graph:
         return _stack_format(output, options) or _directory_format(options)
     return writers.output_format(output, options)
+
+
+#: The writer an input goes to when the user names none (batch mode), by what its document holds
+#: (:data:`gruconv.model.canonical.CONTENTS`): a model to a ``.keras`` model, weights without an
+#: architecture to legacy ``.h5`` weights, bare stacks to ``.keras`` models (one per stack), a Keras 3
+#: file to the name a conversion would have (none is written).
+NATURAL_FORMAT = {
+    "graph": "keras",
+    "weights": "h5-weights",
+    "stacks": "keras",
+    "staged-graph": "keras",
+    "staged-weights": "h5-weights",
+    "final": "keras",
+}
+
+#: Files a conversion may write beside a one-file output, by content: bare stacks leave the input's
+#: other tensors in ``OUT.rest.npz`` (:func:`gruconv.writers.rest_npz.beside`); a Keras graph keeps
+#: its other weights inside the output.  Batch checks them against every input and output.
+BESIDE = {"stacks": (rest_npz.beside,)}
+
+
+def natural_format(facts) -> str:
+    """The writer of an input with these :class:`~gruconv.model.canonical.InputFacts` when no
+    ``--format`` is given."""
+    return NATURAL_FORMAT[facts.content]
+
+
+def batch_output_name(reader, path, options, stem: str) -> str:
+    """Batch mode: the output name of input ``path`` (read by reader module ``reader``) whose mirrored
+    name without suffix is ``stem``: ``--format``'s, else the natural writer's suffix
+    (:data:`NATURAL_FORMAT`), or ``stem`` itself as a directory when several bare stacks go to a writer
+    writing one file per stack.  The reader is asked its facts only when they can change the name."""
+    fmt = options.format
+    if fmt is not None and not writers.module(fmt).MANY:
+        return writers.output_name(stem, fmt, many=False)
+    facts = reader.input_facts(path, options)
+    return writers.output_name(stem, fmt or natural_format(facts), many=facts.stacks > 1)
+
+
+def extra_outputs(reader, output) -> list:
+    """Files a conversion of an input read by ``reader`` may write beside the one-file ``output``
+    (:data:`BESIDE`; asked before the input is read: a reader whose documents carry no Keras graph
+    gives bare stacks)."""
+    content = "graph" if reader.GRAPH else "stacks"
+    return [where(Path(output)) for where in BESIDE.get(content, ())]
 
 
 def plan(document, output, options) -> Plan:
@@ -184,7 +232,6 @@ def file_stem(scope: str, default: str = "gru_stack") -> str:
 
 def _plan_stacks(document, output: Path, options) -> Plan:
     from ..files.outputs import check_outputs as never_an_input, check_target
-    from . import rest_npz
 
     force = options.force
     never_an_input([output], document.inputs)  # first: whatever else is wrong, say this

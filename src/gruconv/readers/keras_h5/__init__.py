@@ -28,9 +28,9 @@ model with a ``Lambda`` layer (marshalled Python bytecode) is refused as a
 h5-weights`` still writes its converted weights, which carry no code.
 
 Registry verbs (:mod:`gruconv.readers`): :func:`sniff`, :func:`read`, :func:`inspect`,
-:func:`nothing_to_verify`, :func:`verify_subjects`, :func:`natural_output`, :func:`output_name`,
-:func:`input_files`, :func:`extra_outputs`; what a conversion writes is planned by
-:mod:`gruconv.writers.planning` from the document's plan facts (:func:`plan_facts`).  The model read is the Keras-graph passthrough of its
+:func:`input_facts`, :func:`input_files`; what a conversion writes is planned by
+:mod:`gruconv.writers.planning` from the document's plan facts (:func:`plan_facts`) and the input's
+facts, what ``verify`` checks by :mod:`gruconv.verify.subjects` from ``KerasH5Model.content``.  The model read is the Keras-graph passthrough of its
 :class:`~gruconv.model.canonical.Document` (:meth:`KerasH5Model.document`): writers that express a
 Keras graph read it through its accessors (:class:`gruconv.model.canonical.KerasGraph`: ``open_file``,
 ``weight_group``, ``weight_names``, ``legacy_config``, ``other_weights``); the legacy file above is
@@ -47,8 +47,7 @@ from typing import Callable, Optional
 
 
 from ...files import hdf5 as h5safe
-from ... import writers
-from ...model.canonical import CELLS, Document, RNNStack, StackShape, Subject
+from ...model.canonical import CELLS, Document, InputFacts, RNNStack, StackShape
 from ...model.cudnn_layout import params_size
 from ...errors import GruconvError, InputError, UnsupportedError, first_line
 from ...model.keras_layout import KERAS3_BIAS_ROWS, WEIGHT_ROLES, describe_keras_layer, from_cudnn, keras3_bias_shape
@@ -142,6 +141,12 @@ class KerasH5Model:
     #: where the weights are and how they are named: ``"legacy"`` (``model_weights/<layer>`` with
     #: ``weight_names``); tf_keras's ``.keras`` zip has ``"v3"`` (:mod:`gruconv.readers.tf_keras_zip`)
     layout = "legacy"
+
+    @property
+    def content(self) -> str:
+        """What the document holds (:data:`gruconv.model.canonical.CONTENTS`): a ``"graph"``, or
+        ``"weights"`` without an architecture."""
+        return "graph" if self.model_config is not None else "weights"
 
     @property
     def weights_root(self) -> str:
@@ -657,30 +662,17 @@ def inspect(doc: KerasH5Model) -> dict:
     }
 
 
-def natural_output(path: Path, opts: Options) -> tuple:
-    """Batch mode: ``(format, many)`` of the output ``path`` converts to without ``--format``: a
-    weights-only file (and no ``--config``) to legacy ``.h5`` weights, anything else to a ``.keras``
-    model; never several files."""
+def input_facts(path: Path, opts: Options) -> InputFacts:
+    """What ``path`` holds, read from its attributes alone (:class:`~gruconv.model.canonical.InputFacts`):
+    a weights-only file (and no ``--config``) is ``"weights"``, anything else a ``"graph"``."""
     if opts.config is not None:
-        return "keras", False
+        return InputFacts("graph")
     try:
         with open_model_file(Path(path)) as f:
             weights_only = "model_config" not in f.attrs and "layer_names" in f.attrs
     except GruconvError:
         weights_only = False  # the conversion itself reports what is wrong
-    return ("h5-weights" if weights_only else "keras"), False
-
-
-def output_name(path: Path, opts: Options, stem: str) -> str:
-    """Batch mode: the output file name for an input whose mirrored name without suffix is ``stem``
-    (:func:`gruconv.writers.output_name`)."""
-    fmt, many = natural_output(path, opts)
-    return writers.output_name(stem, opts.format or fmt, many=many)
-
-
-def extra_outputs(output: Path) -> list:
-    """Files a conversion writes beside ``output``: none."""
-    return []
+    return InputFacts("weights" if weights_only else "graph")
 
 
 def input_files(path: Path) -> list:
@@ -688,11 +680,6 @@ def input_files(path: Path) -> list:
     return [Path(path)]
 
 
-
-
-def nothing_to_verify(doc: KerasH5Model) -> Optional[str]:
-    """``verify``'s note when the file holds nothing to check, else None."""
-    return None if doc.rnns else "nothing to convert: no CuDNNGRU or CuDNNLSTM layers"
 
 
 def custom_classes(doc: KerasH5Model) -> dict:
@@ -740,45 +727,6 @@ def _custom_layer_entries(doc: KerasH5Model) -> list:
                             "them as they are")
                 entries.append({"path": rpath, "class": cls, "weights": weights, "convert": what})
     return entries
-
-
-def verify_subjects(doc: KerasH5Model, converted, opts: Options):
-    """What ``verify`` checks: the whole converted model with this file's graph (its recurrent
-    layers are ``doc.rnns``).  Without ``converted``, the model ``convert`` would save, built by the
-    same code but not saved and re-loaded (a float16 ``.keras`` does not load on the torch backend:
-    Keras's Orthogonal initializer has no QR for Half); else what the writer its name claims loads
-    (:func:`gruconv.writers.load`), weights into the rebuilt architecture."""
-    if converted is not None and not Path(converted).exists():
-        raise InputError("converted model not found", path=converted)
-    runners = writers.stack_runners(Path(converted)) if converted is not None else None
-    if runners is not None:  # torch / onnx: every cuDNN RNN checked as a bare stack, run by the target
-        from ...verify.runners import matching_runner
-
-        for rnn in doc.rnns:
-            runner = matching_runner(runners, rnn.stack, only=len(doc.rnns) == 1, path=Path(converted))
-            yield Subject(name=rnn.path, model=runner, stack=rnn.stack)
-        return
-    if doc.model_config is None:  # weights-only, no --config: verify checks each layer alone (issue 19)
-        yield Subject(name=str(doc.path), model=None, graph=doc)
-        return
-    custom = custom_classes(doc)
-    if custom and opts.custom_objects is None:  # Keras cannot rebuild it: each layer alone (issue 29)
-        yield Subject(name=str(doc.path), model=None, graph=doc)
-        return
-    from ...keras3 import runtime as keras3
-
-    objects = keras3.custom_objects_from(opts.custom_objects, custom) if custom else None
-    if converted is None:  # verify builds what convert writes (writers.keras_route.built)
-        yield Subject(name=str(doc.path), model=None, graph=doc, in_memory=True, custom_objects=objects)
-        return
-    def rebuild():  # the converted architecture (weights are loaded into it): the one translation
-        from ...keras3 import config as keras3_config
-
-        return keras3.from_config(keras3_config.translate(doc.model_config, outside=keras3_config.CARRY))
-
-    with keras3.custom_scope(objects):
-        model = writers.load(Path(converted), rebuild)
-    yield Subject(name=str(doc.path), model=model, graph=doc)
 
 
 def plan_facts(doc: KerasH5Model, d: Document) -> Document:

@@ -11,20 +11,18 @@ The registry verbs (:mod:`gruconv.readers`) over four modules:
 :mod:`.reading`
     find the stacks, read, cross-check the opaque buffer against the
     canonical tensors, solve opaque-only shapes, inspect (no TensorFlow,
-    no Keras);
-:mod:`.verifying`
-    what ``verify`` checks (every stack, its stored opaque buffer, its converted model).
+    no Keras).
 
 Writing is the writers' (:mod:`gruconv.writers`): what a conversion writes is planned by
-:mod:`gruconv.writers.planning` from the document's plan facts (:meth:`CheckpointDoc.document`).
+:mod:`gruconv.writers.planning` from the document's plan facts (:meth:`CheckpointDoc.document`) and
+the input's facts (:func:`input_facts`); what ``verify`` checks (every stack, its stored opaque
+buffer, its converted model) is decided by :mod:`gruconv.verify.subjects`.
 """
 
 from __future__ import annotations
 
 from .names import FORMAT
-from .reading import (CheckpointDoc, CheckpointStack, CrossCheck, input_files, inspect, natural_output,
-                      output_name, read, sniff)
-from .verifying import nothing_to_verify, to_keras, verify_subjects
+from .reading import CheckpointDoc, CheckpointStack, CrossCheck, input_facts, input_files, inspect, read, sniff
 
 #: What this reader reads, for messages.
 DESCRIPTION = "a TensorFlow checkpoint"
@@ -46,12 +44,5 @@ def input_prefix(path):
     return resolve_prefix(path)
 
 
-def extra_outputs(output):
-    """Files a conversion writes beside the one-file ``output``: the other tensors' ``rest.npz``."""
-    from ...writers import rest_npz
-
-    return [rest_npz.beside(output)]
-
-
-__all__ = ["DESCRIPTION", "OPTIONS", "GRAPH", "SUFFIXES", "input_prefix", "extra_outputs", "nothing_to_verify", "verify_subjects", "FORMAT", "sniff", "read", "inspect", "to_keras", "output_name",
-           "natural_output", "input_files", "CheckpointDoc", "CheckpointStack", "CrossCheck"]
+__all__ = ["DESCRIPTION", "OPTIONS", "GRAPH", "SUFFIXES", "input_prefix", "FORMAT", "sniff", "read", "inspect",
+           "input_facts", "input_files", "CheckpointDoc", "CheckpointStack", "CrossCheck"]

@@ -86,6 +86,11 @@ class TfCell:
     units_from: tuple = ()   # (tensor name, divisor): H = shape[0] // divisor of that 1-D tensor
     input_from: tuple = ()   # (tensor name, f(shape, H) -> in)
     refused: dict = field(default_factory=dict)   # tensor name -> why such a stack cannot convert
+    input_want: str = ""     # the input tensor's expected shape, for messages ({H}, {G}: units, G*units)
+    not_fitting: str = ""    # what a buffer of this cell that fits no shape may be instead (a hint)
+    #: a buffer under a layer scope named for this cell that fits none of its shapes is another layer's,
+    #: left with the other tensors (a warning), rather than a cuDNN buffer refused for its size
+    leaves_unfitting: bool = False
 
     @property
     def title(self) -> str:
@@ -119,7 +124,7 @@ class TfCell:
         ishape = tuple(shape_of(iname))
         n_in = fn(ishape, H) if len(ishape) == 2 and ishape[1] == self.row(iname).shape(1, H)[1] else 0
         if n_in < 1:
-            want = "[input_size, %d]" % H if self.cell == "gru" else "[input_size + %d, %d]" % (H, 4 * H)
+            want = self.input_want.format(H=H, G=CELLS[self.cell].num_gates * H)
             raise ShapeMismatch(iname, ishape, want)
         return H, n_in
 
@@ -142,6 +147,8 @@ GRU = TfCell(
     ),
     units_from=("gates/bias", 2),
     input_from=("candidate/input_projection/kernel", lambda shape, H: shape[0]),
+    input_want="[input_size, {H}]",
+    not_fitting="an LSTM or plain RNN buffer? pass --cell lstm for an LSTM",
 )
 
 _J = tuple(enumerate(TF_LSTM_GATE_ORDER))
@@ -161,6 +168,9 @@ LSTM = TfCell(
     input_from=("kernel", lambda shape, H: shape[0] - H),
     refused={"projection/kernel": "an LSTM with a projection (num_proj): Keras 3 LSTM has no projection, "
                                   "so it cannot be converted"},
+    input_want="[input_size + {H}, {G}]",
+    not_fitting="a GRU, a plain RNN or a projection LSTM buffer?",
+    leaves_unfitting=True,
 )
 
 #: cell name -> its TF table.

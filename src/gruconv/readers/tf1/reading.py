@@ -40,7 +40,7 @@ from typing import Optional
 
 import numpy as np
 
-from ...model.canonical import Document, GateParams, RNNStack, StackShape
+from ...model.canonical import Document, GateParams, InputFacts, RNNStack, StackShape
 from ...model.cudnn_layout import iter_matrix_regions, params_size, solve_shapes
 from ...errors import GruconvError, InputError, UnsupportedError, UsageError
 from ...model.keras_layout import describe_keras_stack
@@ -144,6 +144,21 @@ class CheckpointDoc:
     warnings: list = field(default_factory=list)
     reader: object = field(default=None, repr=False, compare=False)
     prefer: Optional[str] = None                           # --prefer: where the weights were taken from
+
+    #: what the document holds (:data:`gruconv.model.canonical.CONTENTS`)
+    content = "stacks"
+
+    def require_shape(self, entry: CheckpointStack) -> None:
+        """The one-line refusal of ``entry`` when its shape is ambiguous or unknown (:func:`require_shape`)."""
+        require_shape(entry, self.reader.where)
+
+    def opaque_buffer(self, entry: CheckpointStack) -> Optional[np.ndarray]:
+        """``entry``'s stored opaque buffer, copied out of the mapped bundle (None: it has none)."""
+        if not entry.opaque_key:
+            return None
+        buf = np.array(self.reader.view(entry.opaque_key))
+        self.reader.release()
+        return buf
 
     def document(self) -> Document:
         """The canonical :class:`~gruconv.model.canonical.Document` writers consume: the stacks, no Keras
@@ -545,7 +560,7 @@ def read(path, options: Optional[Options] = None, **kw) -> CheckpointDoc:
 
 def _read(path, opts: Options, *, count_only: bool = False):
     """:func:`read`; with ``count_only``, the number of stacks :func:`read` would convert, found from
-    the index alone (no tensor read: what batch planning needs, :func:`natural_output`)."""
+    the index alone (no tensor read: what batch planning needs, :func:`input_facts`)."""
     h, prefer, rnn = _norm_hints(opts.hints), opts.prefer, opts.rnn
     r = _Reader(path)
     b = r.bundle
@@ -646,8 +661,8 @@ def _read(path, opts: Options, *, count_only: bool = False):
         scope = scope_of_buffer(k)
         kind = layer_kind(scope)
         cell = h.get("cell") or (kind if kind in TF_CELLS else None)
-        if (cell == "lstm" and kind == "lstm" and k != variable and not shape_hinted
-                and not solve_shapes(info.shape[0], dtype=info.dtype, cell="lstm")):
+        if (cell is not None and cell == kind and TF_CELLS[cell].leaves_unfitting and k != variable
+                and not shape_hinted and not solve_shapes(info.shape[0], dtype=info.dtype, cell=cell)):
             warnings.append(f"{k}: the buffer of a {scope.rsplit('/', 1)[-1]} layer, not a GRU, and its "
                             f"{info.shape[0]} values fit no cuDNN LSTM shape either; left with the other tensors")
             continue
@@ -831,11 +846,9 @@ def cells_text(entries: list) -> str:
 
 
 def _not_fitting_hint(cell: Optional[str]) -> str:
-    if cell == "gru":
-        return "an LSTM or plain RNN buffer? pass --cell lstm for an LSTM"
-    if cell == "lstm":
-        return "a GRU, a plain RNN or a projection LSTM buffer?"
-    return "a plain RNN or a projection LSTM buffer?"
+    """What an unfitting buffer may be instead: the cell's own hint (:data:`TF_CELLS`), or, for a buffer
+    of no known cell (every cell was tried), what no cell covers."""
+    return TF_CELLS[cell].not_fitting if cell else "a plain RNN or a projection LSTM buffer?"
 
 
 def _add_forget_bias(entry: CheckpointStack, forget_bias: float, where: str, warnings: list) -> None:
@@ -845,7 +858,7 @@ def _add_forget_bias(entry: CheckpointStack, forget_bias: float, where: str, war
     nothing; a canonical-only checkpoint trained with ``LSTMBlockCell(forget_bias=1)`` computes
     ``f = σ(... + b_f + forget_bias)`` and does not record it (``docs/lstm-format-facts.md``)."""
     s = entry.stack.shape
-    if s.cell != "lstm":
+    if "forget" not in s.cell_spec.gates:
         raise UsageError(f"forget_bias applies to LSTM stacks only; {entry.scope!r} is a "
                          f"{s.cell_spec.title}", path=where)
     forget = s.cell_spec.gates.index("forget")
@@ -916,7 +929,8 @@ def rnn_entry(e: CheckpointStack) -> dict:
                            f"{'/--cell' if mixed else ''})")
     if e.slots:
         details.append(f"optimizer slots (dropped by convert): {', '.join(e.slots)}")
-    if sh is not None and sh.cell == "lstm" and e.opaque_key is None and "forget_bias" not in e.stack.provenance:
+    if (sh is not None and "forget" in sh.cell_spec.gates and e.opaque_key is None
+            and "forget_bias" not in e.stack.provenance):
         details.append("note: canonical LSTM tensors only, converted with forget_bias 0 (cuDNN, "
                        "CudnnCompatibleLSTMCell); weights trained with TF's LSTMCell/LSTMBlockCell and its "
                        "default forget_bias=1 need --forget-bias 1")
@@ -980,30 +994,17 @@ def glob_escape(name: str) -> str:
     return glob.escape(name)
 
 
-def natural_output(path, opts: Options) -> tuple:
-    """Batch mode: ``(format, many)``: ``.keras`` models, ``many`` when several stacks convert at
-    once (no ``--rnn``), so that the output is a directory of them."""
+def input_facts(path, opts: Options) -> InputFacts:
+    """Bare stacks (:class:`~gruconv.model.canonical.InputFacts`), how many a conversion writes: all
+    the checkpoint's (no ``--rnn``) or the one named."""
     if opts.rnn is None:
         try:
             # From the index alone first (issue 20: the full read, weights and cross-check, cost ~10 ms
             # per checkpoint in the batch's serial planning); at most one stack is one output whatever
             # reading it would find.  Several: the full read decides, as before (a stack that fails to
             # read leaves one file-named output, whose conversion reports the failure).
-            if _read(path, Options.of(opts), count_only=True) <= 1:
-                return "keras", False
-            if len(read(path, opts).stacks) > 1:
-                return "keras", True
+            if _read(path, Options.of(opts), count_only=True) > 1:
+                return InputFacts("stacks", stacks=len(read(path, opts).stacks) or 1)
         except GruconvError:
             pass  # reported by the conversion itself
-    return "keras", False
-
-
-def output_name(path, opts: Options, stem: str) -> str:
-    """Batch mode: the output name (:func:`gruconv.writers.output_name`): ``stem`` plus the writer's
-    suffix, or ``stem`` itself as a directory when several stacks go to a writer writing one file
-    per stack."""
-    from ... import writers
-
-    one_per_stack = opts.format is None or writers.module(opts.format).MANY
-    fmt, many = natural_output(path, opts) if one_per_stack else (opts.format, False)
-    return writers.output_name(stem, opts.format or fmt, many=many)
+    return InputFacts("stacks")

@@ -20,7 +20,8 @@ in a private staging directory, and that file is read by the Keras HDF5 reader
   under its object path; the converted stacks go to a legacy ``.h5`` weights file (the other layers'
   weights have no architecture to be placed in, so a ``.keras`` model or Keras 3 ``.weights.h5`` —
   both need the layers' names and order — is refused with a pointer to ``--config``).  ``verify`` then
-  checks each stack on its own (a Keras 3 model of that one layer against the cuDNN oracle).
+  checks each stack on its own (a Keras 3 model of that one layer against the cuDNN oracle;
+  :mod:`gruconv.verify.subjects` decides so from :attr:`TF2CheckpointDoc.content`).
 
 Messages name the checkpoint, never the staging file.
 """
@@ -35,9 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from ... import writers
-from ...model.canonical import Subject
-from ...errors import GruconvError, InputError, UsageError, said_of
+from ...model.canonical import InputFacts
+from ...errors import GruconvError, InputError, said_of
 from ...options import Options
 from .. import keras_h5
 
@@ -113,11 +113,6 @@ def input_prefix(path):
     return resolve(path)
 
 
-def extra_outputs(output) -> list:
-    """Files a conversion writes beside ``output``: none (non-Keras variables are not carried)."""
-    return []
-
-
 # --------------------------------------------------------------------------- the document
 
 @dataclass
@@ -136,6 +131,11 @@ class TF2CheckpointDoc:
     @property
     def rnns(self) -> list:
         return self.keras.rnns
+
+    @property
+    def content(self) -> str:
+        """What the document holds (:data:`gruconv.model.canonical.CONTENTS`)."""
+        return "staged-graph" if self.config_given else "staged-weights"
 
     def document(self):
         """The staged legacy file's document, said of the checkpoint: its files are the inputs, the
@@ -255,104 +255,7 @@ def inspect(doc: TF2CheckpointDoc) -> dict:
     return info
 
 
-def natural_output(path, opts: Options) -> tuple:
-    """Batch mode: a ``.keras`` model with ``--config``, else legacy ``.h5`` weights."""
-    return ("keras" if opts.config is not None else "h5-weights"), False
-
-
-def output_name(path, opts: Options, stem: str) -> str:
-    fmt, many = natural_output(path, opts)
-    return writers.output_name(stem, opts.format or fmt, many=many)
-
-
-def nothing_to_verify(doc: TF2CheckpointDoc) -> Optional[str]:
-    return keras_h5.nothing_to_verify(doc.keras)
-
-
-def verify_subjects(doc: TF2CheckpointDoc, converted, opts: Options):
-    """With ``--config``: the whole converted model (as the Keras HDF5 reader checks it).  Without:
-    each stack on its own, a Keras 3 model of that one layer (:func:`gruconv.keras3.build.build_stack_model` of
-    :func:`gruconv.keras3.config.stack_model_config`)
-    holding the converted weights -- from ``converted`` (the legacy ``.h5`` this reader writes: the
-    layer's group, arrays in its ``weight_names`` order) when given, else from the conversion itself --
-    checked against the cuDNN oracle on the checkpoint's own weights."""
-    if doc.config_given:
-        try:
-            yield from keras_h5.verify_subjects(doc.keras, converted, opts)
-        except GruconvError as e:
-            raise _fix(e, doc.keras, doc.path) from None
-        return
-    from ...keras3.build import build_stack_model
-    from ...keras3.config import stack_model_config
-
-    runners = None
-    if converted is not None:
-        converted = Path(converted)
-        if not converted.is_file():
-            raise InputError("converted weights file not found", path=converted)
-        # torch / onnx outputs run their stacks themselves, as for every other reader (issue 28: this
-        # reader's own list of what it writes said "legacy .h5 only" while convert asked the writers)
-        runners = writers.stack_runners(converted)
-        if runners is None and writers.claimed_by(converted) not in (None, "h5-weights"):
-            raise UsageError("without --config a TF2 checkpoint converts to legacy .h5 weights, .safetensors or "
-                             ".onnx: verify such a file, or pass --config ARCH.json to verify a model",
-                             path=converted)
-    for rnn in doc.rnns:
-        stack = rnn.stack
-        name = rnn.path
-        if runners is not None:
-            from ...verify.runners import matching_runner
-
-            yield Subject(name=name, model=matching_runner(runners, stack, only=len(doc.rnns) == 1, path=converted),
-                          stack=stack)
-            rnn.release()
-            continue
-        config = stack_model_config(stack.shape, _model_name(name))
-        if converted is None:
-            model = build_stack_model(stack, config)
-        else:
-            arrays = _converted_arrays(converted, rnn)
-            per = 3
-
-            def layer_weights(layer, direction, i, arrays=arrays):
-                return arrays[direction * per + i]
-
-            model = build_stack_model(stack, config, layer_weights=layer_weights)
-        yield Subject(name=name, model=model, stack=stack)
-        rnn.release()
-
-
-def _model_name(name: str) -> str:
-    import re
-
-    return re.sub(r"[^A-Za-z0-9_]+", "_", name).strip("_") or "rnn"
-
-
-def _converted_arrays(converted: Path, rnn) -> list:
-    """The converted layer's arrays (forward then backward; kernel, recurrent_kernel, bias each) from the
-    legacy ``.h5`` this reader wrote: the group of the layer, datasets in ``weight_names`` order."""
-    import h5py
-    import numpy as np
-
-    from ...files import hdf5 as h5safe
-
-    group = rnn.top_layer
-    try:
-        with h5py.File(converted, "r") as f:
-            if group not in f:
-                raise InputError(f"has no group {group!r}: not the legacy .h5 this checkpoint converts to",
-                                 path=converted)
-            g = f[group]
-            names = [n.decode() if isinstance(n, bytes) else str(n) for n in g.attrs.get("weight_names", [])]
-            found = []
-            for direction in rnn.datasets:
-                for role in ("kernel", "recurrent_kernel", "bias"):
-                    src = direction[role].lstrip("/").split("/", 1)[1]
-                    if src not in names:
-                        raise InputError(f"group {group!r} has no weight {src!r}", path=converted)
-                    found.append(np.asarray(h5safe.resolve(g, src, converted, "dataset")[...]))
-            return found
-    except GruconvError:
-        raise
-    except (OSError, KeyError, ValueError) as e:
-        raise InputError(f"cannot read the converted weights ({e})", path=converted) from None
+def input_facts(path, opts: Options) -> InputFacts:
+    """With ``--config`` a graph (through the staged legacy file), else the converted layers' weights
+    alone (:class:`~gruconv.model.canonical.InputFacts`); nothing is read."""
+    return InputFacts("staged-graph" if opts.config is not None else "staged-weights")

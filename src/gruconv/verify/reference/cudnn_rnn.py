@@ -49,7 +49,7 @@ from typing import Optional
 import numpy as np
 
 from . import cudnn_lib
-from ...model.canonical import StackShape
+from ...model.canonical import CELLS, StackShape
 from ...model.cudnn_layout import params_size
 from .cudnn_lib import CudaCallError, Libraries, Resources
 from ...errors import InputError
@@ -464,7 +464,10 @@ def _golden_shape(g: dict, dtype: str = "float32") -> Optional[StackShape]:
     c = g["config"]
     if int(c.get("P", c["H"])) != int(c["H"]):
         return None
-    cell = "lstm" if "c0" in g else "gru"
+    states = tuple(s for s in ("h", "c") if f"{s}0" in g)
+    cell = next((name for name, spec in CELLS.items() if spec.states == states), None)
+    if cell is None:
+        raise ValueError(f"golden file with states {states} matches no cell of {tuple(CELLS)}")
     return StackShape(c["I"], c["H"], c["L"], c["bidir"], "skip" if c["skip"] else "linear", dtype, cell)
 
 

@@ -1,0 +1,324 @@
+"""What ``verify`` checks of a document, decided here from what the document holds (issue 28).
+
+A reader states what its document holds (``doc.content``, a :data:`gruconv.model.canonical.CONTENTS`
+kind) and reads; which checks that calls for, and the converted models they compare against, are
+decided by :data:`CHECKS`, keyed by that kind:
+
+``graph`` / ``weights``
+    the whole converted model with the document's Keras graph (:func:`graph_subjects`); weights
+    without an architecture (or custom layers Keras cannot rebuild) each layer alone;
+``stacks``
+    every bare stack with the opaque buffer the original ran (:func:`stack_subjects`), its converted
+    model built in memory (:func:`stack_models`) or loaded from what ``convert`` wrote;
+``staged-graph``
+    a graph read through a staged legacy file: as ``graph``, messages said of the input;
+``staged-weights``
+    each staged layer as a bare stack, a one-layer Keras 3 model holding the converted weights
+    (:func:`staged_weights_subjects`);
+``final``
+    a Keras 3 file: nothing to verify, a usage error before Keras is imported.
+
+Converted files are loaded through the writers (:func:`gruconv.writers.load`,
+:func:`gruconv.writers.stack_runners`); no format is named here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+
+from .. import writers
+from ..errors import GruconvError, InputError, UsageError, said_of
+from ..model.canonical import InputFacts, Subject
+from ..options import Options
+from ..writers import planning
+
+
+@dataclass(frozen=True)
+class Checks:
+    """One row of :data:`CHECKS`: ``nothing(doc)`` is verify's note when there is nothing to check
+    (None otherwise; it may raise the one-line refusal), ``subjects(doc, converted, options)`` yields
+    each :class:`~gruconv.model.canonical.Subject`; ``early``: ``nothing`` is asked before Keras and
+    its backend are imported (seconds), for a document that never has anything to check."""
+
+    nothing: Callable
+    subjects: Callable
+    early: bool = False
+
+
+def nothing_to_verify(doc) -> Optional[str]:
+    """``verify``'s note when ``doc`` holds nothing to check, else None (:data:`CHECKS`)."""
+    return _checks(doc).nothing(doc)
+
+
+def refuse_early(doc) -> None:
+    """The refusal of a document that never has anything to check, before Keras is imported."""
+    if _checks(doc).early:
+        _checks(doc).nothing(doc)
+
+
+def verify_subjects(doc, converted, opts: Options):
+    """What ``verify`` checks of ``doc`` against ``converted`` (None: the conversion, built in memory)."""
+    return _checks(doc).subjects(doc, converted, opts)
+
+
+def _checks(doc) -> Checks:
+    return CHECKS[doc.content]  # every CONTENTS kind has a row (tests/test_structure.py)
+
+
+# --------------------------------------------------------------------------- a Keras graph
+
+def _graph_nothing(doc) -> Optional[str]:
+    return None if doc.rnns else "nothing to convert: no CuDNNGRU or CuDNNLSTM layers"
+
+
+def graph_subjects(doc, converted, opts: Options):
+    """The whole converted model with this file's graph (its recurrent layers are ``doc.rnns``).
+    Without ``converted``, the model ``convert`` would save, built by the same code but not saved and
+    re-loaded (a float16 ``.keras`` does not load on the torch backend: Keras's Orthogonal initializer
+    has no QR for Half); else what the writer its name claims loads (:func:`gruconv.writers.load`),
+    weights into the rebuilt architecture."""
+    from ..readers.keras_h5 import custom_classes
+
+    if converted is not None and not Path(converted).exists():
+        raise InputError("converted model not found", path=converted)
+    runners = writers.stack_runners(Path(converted)) if converted is not None else None
+    if runners is not None:  # torch / onnx: every cuDNN RNN checked as a bare stack, run by the target
+        from .runners import matching_runner
+
+        for rnn in doc.rnns:
+            runner = matching_runner(runners, rnn.stack, only=len(doc.rnns) == 1, path=Path(converted))
+            yield Subject(name=rnn.path, model=runner, stack=rnn.stack)
+        return
+    if doc.model_config is None:  # weights-only, no --config: verify checks each layer alone (issue 19)
+        yield Subject(name=str(doc.path), model=None, graph=doc)
+        return
+    custom = custom_classes(doc)
+    if custom and opts.custom_objects is None:  # Keras cannot rebuild it: each layer alone (issue 29)
+        yield Subject(name=str(doc.path), model=None, graph=doc)
+        return
+    from ..keras3 import runtime as keras3
+
+    objects = keras3.custom_objects_from(opts.custom_objects, custom) if custom else None
+    if converted is None:  # verify builds what convert writes (writers.keras_route.built)
+        yield Subject(name=str(doc.path), model=None, graph=doc, in_memory=True, custom_objects=objects)
+        return
+
+    def rebuild():  # the converted architecture (weights are loaded into it): the one translation
+        from ..keras3 import config as keras3_config
+
+        return keras3.from_config(keras3_config.translate(doc.model_config, outside=keras3_config.CARRY))
+
+    with keras3.custom_scope(objects):
+        model = writers.load(Path(converted), rebuild)
+    yield Subject(name=str(doc.path), model=model, graph=doc)
+
+
+# --------------------------------------------------------------------------- bare stacks
+
+def _stacks_nothing(doc) -> Optional[str]:
+    """A 1-D tensor that may be an opaque buffer is a usage error naming it (the user passes hints)."""
+    if doc.stacks:
+        return None
+    if doc.possible_buffers:
+        keys = ", ".join(b["key"] for b in doc.possible_buffers[:5])
+        raise UsageError(f"no cuDNN GRU or LSTM found by name; possible opaque buffers: {keys} "
+                         "(pass --variable KEY and shape hints)", path=Path(doc.path))
+    return "nothing to convert: no cuDNN GRU or LSTM stacks"
+
+
+def stack_models(doc, opts: Optional[Options] = None) -> list:
+    """``[(stack entry, model)]``: each bare stack of ``doc`` as the Keras 3 model ``convert`` saves, in
+    memory.  Built with every optional input and output (initial states, final states) so
+    verification can drive them all; ``convert`` adds only what was asked."""
+    from ..keras3.build import build_stack_model
+    from ..keras3.config import stack_model_config
+
+    out = []
+    for e in doc.stacks:
+        doc.require_shape(e)
+        config = stack_model_config(e.stack.shape, e.scope or e.stack.name, initial_state=True, return_state=True)
+        out.append((e, build_stack_model(e.stack, config)))
+    return out
+
+
+def stack_targets(doc, directory: Path, fmt: str) -> list:
+    """The file each stack got in a directory output (:func:`gruconv.writers.planning.stack_targets`,
+    the rule ``convert`` followed)."""
+    return planning.stack_targets([e.scope for e in doc.stacks], [e.stack.shape.cell for e in doc.stacks],
+                                  directory, fmt)
+
+
+def stack_subjects(doc, converted, opts: Options):
+    """Every stack, with the opaque buffer the original ran (when stored and of the stack's size) and
+    its converted model: built in memory with every optional input and output (:func:`stack_models`),
+    or what ``convert`` wrote (a directory: the file :func:`stack_targets` names; loaded by the
+    writer the name claims, :func:`gruconv.writers.load`)."""
+    from ..model.cudnn_layout import params_size
+    from ..keras3 import runtime as keras3
+
+    built = dict((id(e), m) for e, m in stack_models(doc, opts)) if converted is None else {}
+    targets = {}
+    if converted is not None and Path(converted).is_dir():
+        targets = dict(zip((id(e) for e in doc.stacks), stack_targets(doc, Path(converted),
+                                                                       _written_format(doc, Path(converted)))))
+    whole = writers.stack_runners(converted) if converted is not None and not targets else None
+    for found in doc.stacks:
+        # a torch/onnx output runs its stacks itself (writers.stack_runners); a Keras one is loaded
+        runners = whole if whole is not None or not targets else writers.stack_runners(targets[id(found)])
+        if converted is None:
+            model = built.pop(id(found))
+        elif runners is not None:
+            from .runners import matching_runner
+
+            model = matching_runner(runners, found.stack, only=len(doc.stacks) == 1 or bool(targets),
+                                    path=converted)
+        else:
+            def rebuild(e=found):  # the architecture the weights are loaded into
+                from ..keras3.config import stack_model_config
+
+                return keras3.from_config(stack_model_config(
+                    e.stack.shape, e.scope or f"{e.stack.shape.cell}_stack", initial_state=opts.initial_state,
+                    return_state=opts.return_state, mask_input=opts.mask_input))
+
+            model = writers.load(targets.get(id(found), Path(converted)), rebuild)
+        opaque = None
+        buf = doc.opaque_buffer(found)
+        if buf is not None and buf.size == params_size(found.stack.shape):
+            opaque = buf.astype(found.stack.shape.dtype, copy=False)
+        yield Subject(name=found.scope, model=model, stack=found.stack, opaque=opaque)
+
+
+def _written_format(doc, directory: Path) -> str:
+    """The writer whose files a directory output holds: the first writing one file per stack whose
+    names (:func:`stack_targets`) are all there (the natural one when none is complete)."""
+    for name in writers.WRITERS:
+        if writers.module(name).MANY and all(p.is_file() for p in stack_targets(doc, directory, name)):
+            return name
+    return planning.natural_format(InputFacts("stacks"))
+
+
+# --------------------------------------------------------------------------- staged from the input
+
+def _staged_nothing(doc) -> Optional[str]:
+    return _graph_nothing(doc.keras)
+
+
+def staged_graph_subjects(doc, converted, opts: Options):
+    """The whole converted model, as for a Keras graph, with messages said of the input rather than
+    of the staged file (:func:`gruconv.errors.said_of`)."""
+    try:
+        yield from graph_subjects(doc.keras, converted, opts)
+    except GruconvError as e:
+        raise said_of(e, doc.keras.path, doc.path) from None
+
+
+def staged_weights_subjects(doc, converted, opts: Options):
+    """Each staged layer on its own, a Keras 3 model of that one layer
+    (:func:`gruconv.keras3.build.build_stack_model` of :func:`gruconv.keras3.config.stack_model_config`)
+    holding the converted weights -- from ``converted`` (the legacy ``.h5`` such an input converts to:
+    the layer's group, arrays in its ``weight_names`` order) when given, else from the conversion
+    itself -- checked against the cuDNN reference on the input's own weights."""
+    from ..keras3.build import build_stack_model
+    from ..keras3.config import stack_model_config
+
+    runners = None
+    if converted is not None:
+        converted = Path(converted)
+        if not converted.is_file():
+            raise InputError("converted weights file not found", path=converted)
+        # torch / onnx outputs run their stacks themselves, as for every other input (issue 28: the TF2
+        # reader's own list of what it writes said "legacy .h5 only" while convert asked the writers)
+        runners = writers.stack_runners(converted)
+        if runners is None and writers.claimed_by(converted) not in (None, planning.natural_format(
+                InputFacts("staged-weights"))):
+            raise UsageError("without --config a TF2 checkpoint converts to legacy .h5 weights, .safetensors or "
+                             ".onnx: verify such a file, or pass --config ARCH.json to verify a model",
+                             path=converted)
+    for rnn in doc.rnns:
+        stack = rnn.stack
+        name = rnn.path
+        if runners is not None:
+            from .runners import matching_runner
+
+            yield Subject(name=name, model=matching_runner(runners, stack, only=len(doc.rnns) == 1, path=converted),
+                          stack=stack)
+            rnn.release()
+            continue
+        config = stack_model_config(stack.shape, _model_name(name))
+        if converted is None:
+            model = build_stack_model(stack, config)
+        else:
+            arrays = _converted_arrays(converted, rnn)
+            per = 3
+
+            def layer_weights(layer, direction, i, arrays=arrays):
+                return arrays[direction * per + i]
+
+            model = build_stack_model(stack, config, layer_weights=layer_weights)
+        yield Subject(name=name, model=model, stack=stack)
+        rnn.release()
+
+
+def _model_name(name: str) -> str:
+    import re
+
+    return re.sub(r"[^A-Za-z0-9_]+", "_", name).strip("_") or "rnn"
+
+
+def _converted_arrays(converted: Path, rnn) -> list:
+    """The converted layer's arrays (forward then backward; kernel, recurrent_kernel, bias each) from the
+    legacy ``.h5`` written for a staged layer: the group of the layer, datasets in ``weight_names`` order."""
+    import h5py
+
+    from ..files import hdf5 as h5safe
+
+    group = rnn.top_layer
+    try:
+        with h5py.File(converted, "r") as f:
+            if group not in f:
+                raise InputError(f"has no group {group!r}: not the legacy .h5 this checkpoint converts to",
+                                 path=converted)
+            g = f[group]
+            names = [n.decode() if isinstance(n, bytes) else str(n) for n in g.attrs.get("weight_names", [])]
+            found = []
+            for direction in rnn.datasets:
+                for role in ("kernel", "recurrent_kernel", "bias"):
+                    src = direction[role].lstrip("/").split("/", 1)[1]
+                    if src not in names:
+                        raise InputError(f"group {group!r} has no weight {src!r}", path=converted)
+                    found.append(np.asarray(h5safe.resolve(g, src, converted, "dataset")[...]))
+            return found
+    except GruconvError:
+        raise
+    except (OSError, KeyError, ValueError) as e:
+        raise InputError(f"cannot read the converted weights ({e})", path=converted) from None
+
+
+# --------------------------------------------------------------------------- already final
+
+def _final_nothing(doc) -> Optional[str]:
+    """``verify`` of a Keras 3 file is a usage error (exit 2): there is no cuDNN-era original to
+    compare it with."""
+    raise UsageError(f"{doc.document().reason}, so nothing to verify (gruconv verify checks a CuDNNGRU/CuDNNLSTM "
+                     "or TF1 cudnn_rnn input against its conversion: gruconv verify OLD.h5 NEW.keras); "
+                     "`gruconv inspect` says whether it runs on cuDNN", path=doc.path)
+
+
+def _final_subjects(doc, converted, opts: Options):
+    _final_nothing(doc)
+    return iter(())
+
+
+#: What ``verify`` checks, by what the document holds (:data:`gruconv.model.canonical.CONTENTS`).
+CHECKS = {
+    "graph": Checks(_graph_nothing, graph_subjects),
+    "weights": Checks(_graph_nothing, graph_subjects),
+    "stacks": Checks(_stacks_nothing, stack_subjects),
+    "staged-graph": Checks(_staged_nothing, staged_graph_subjects),
+    "staged-weights": Checks(_staged_nothing, staged_weights_subjects),
+    "final": Checks(_final_nothing, _final_subjects, early=True),
+}
