@@ -7,7 +7,7 @@ Every test here needs an NVIDIA GPU and libcudnn: they are marked ``gpu``
 would look green with the GPU hidden, issue 31).  ``available()`` is asked by a
 fixture, never at import: collecting this file (in every process, ``-m 'not gpu'``
 included) must not load libcudart/libcudnn or call ``cudaGetDeviceCount``.  Also
-runnable as ``python3 tests/test_cudnn_gpu.py``.
+runnable as ``python3 tests/verify/test_cudnn_gpu.py``.
 """
 
 from __future__ import annotations
@@ -18,6 +18,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+if __name__ == "__main__":  # run as a script: conftest and the support modules live in tests/
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from conftest import GOLDEN_FILES, load_golden
 from gruconv.model.canonical import GateParams, RNNStack, StackShape
@@ -340,8 +343,8 @@ def test_lstm_bad_inputs_are_input_errors():
 
 
 # LSTM golden files (scripts/make_lstm_golden.py, real cuDNN 9.19), where this checkout has them.
-LSTM_GOLDEN_DIR = next((d for d in (Path(__file__).resolve().parents[1] / "fixtures" / "cudnn-golden-lstm",
-                                    Path(__file__).resolve().parents[2] / "shared" / "cudnn-golden-lstm")
+LSTM_GOLDEN_DIR = next((d for d in (Path(__file__).resolve().parents[2] / "fixtures" / "cudnn-golden-lstm",
+                                    Path(__file__).resolve().parents[3] / "shared" / "cudnn-golden-lstm")
                         if d.is_dir() and any(d.glob("*.npz"))), None)
 LSTM_GOLDEN = sorted(p.name for p in LSTM_GOLDEN_DIR.glob("*.npz")) if LSTM_GOLDEN_DIR else []
 

@@ -24,7 +24,7 @@ from gruconv import eligibility as el
 
 pytestmark = pytest.mark.gpu
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/: the support modules
 K3 = FIXTURES / "keras3"
 
 

@@ -34,7 +34,7 @@ from gruconv.keras3 import archive as keras_archive
 from gruconv.errors import OutputError, UnsupportedError
 from gruconv.readers import keras_h5, tf1
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "fixtures"
 
 # xdist_group (docs/testing.md): the module fixture `outputs` converts every fixture twice (~50 s); one worker

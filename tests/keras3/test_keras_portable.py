@@ -113,7 +113,7 @@ def test_streamed_batchnorm_model_carries_no_key_older_keras_refuses(tmp_path):
     import sys
     from pathlib import Path
 
-    src = Path(__file__).resolve().parent.parent / "fixtures" / "keras_user" / "batchnorm_dropout.h5"
+    src = Path(__file__).resolve().parents[2] / "fixtures" / "keras_user" / "batchnorm_dropout.h5"
     out = tmp_path / "bn.keras"
     r = subprocess.run([sys.executable, "-m", "gruconv", "convert", str(src), str(out)], capture_output=True,
                        text=True, timeout=300)

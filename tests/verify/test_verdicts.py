@@ -120,7 +120,7 @@ def test_a_parity_failure_says_so_on_stderr_once(tmp_path):
 import shutil  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-TRAINED = Path(__file__).resolve().parents[1] / "fixtures" / "trained"
+TRAINED = Path(__file__).resolve().parents[2] / "fixtures" / "trained"
 FAMILIES = ("gru2", "lstm2", "bilstm")
 FORMS = {"full": "{}.h5", "weights-only": "{}_weights.h5", "tf1": "{}.tf1"}
 BOUNDS = {"tolerance", "rtol", "floor"}
@@ -131,7 +131,7 @@ def _plant_fn():
     import importlib.util
     import sys
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "measure_verdicts.py"
+    path = Path(__file__).resolve().parents[2] / "scripts" / "measure_verdicts.py"
     spec = importlib.util.spec_from_file_location("measure_verdicts", path)
     mod = sys.modules.get("measure_verdicts")
     if mod is None:

@@ -16,7 +16,7 @@ from conftest import FIXTURES
 from gruconv import progress
 from gruconv.cli import main
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 SEQ = FIXTURES / "keras" / "sequential.h5"
 
 

@@ -33,6 +33,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+if __name__ == "__main__":  # run as a script: conftest and the support modules live in tests/
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from conftest import FIXTURES
 
 # xdist_group (docs/testing.md): the module fixtures run batched TensorFlow children; one worker runs them once.

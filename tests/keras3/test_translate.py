@@ -24,7 +24,7 @@ from gruconv.errors import InputError, UnsupportedError
 from gruconv.keras3 import config as keras3_config
 from gruconv.verify import verify
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "fixtures"
 
 ATTENTION = {"class_name": "Attention", "config": {"name": "attention", "trainable": True, "dtype": "float32",

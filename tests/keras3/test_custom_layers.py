@@ -31,7 +31,7 @@ pytestmark = pytest.mark.xdist_group("test_custom_layers")
 
 CUSTOM = FIXTURES / "keras_custom"
 TEXTGEN, BIDIR = CUSTOM / "textgenrnn.h5", CUSTOM / "bidir_attention.h5"
-CLASSES = Path(__file__).parent / "custom_layers.py"
+CLASSES = Path(__file__).resolve().parents[1] / "custom_layers.py"
 LOAD_LINE = 'keras.saving.load_model(path, custom_objects={"AttentionWeightedAverage": <your Keras 3 class>})'
 
 

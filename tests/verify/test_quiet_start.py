@@ -17,7 +17,7 @@ from conftest import FIXTURES
 from gruconv.verify.engines import choose_reference
 from gruconv.verify.reference import cudnn_lib
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 NOISE = ("oneDNN custom operations", "cuInit", "CUDA driver version is insufficient", "Could not find cuda drivers",
          "absl::InitializeLog", "cudart_stub", "computation placer", "Unable to register", "TF-TRT Warning",
          "This TensorFlow binary is optimized")

@@ -20,7 +20,7 @@ import pytest
 
 from conftest import FIXTURES
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "ci.md"
 MODELS = {"sequential.h5": "sequential.h5", "sub/bidir_concat.h5": "bidir_concat.h5",
           "sub/return_state.h5": "return_state.h5"}

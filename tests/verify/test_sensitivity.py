@@ -21,7 +21,7 @@ from gruconv.verify import floor as sensitivity
 from gruconv.model.canonical import GateParams, RNNStack, StackShape
 from gruconv.verify.reference.oracle import run_stack
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TRAINED = ROOT / "fixtures" / "trained"
 TOL = 1e-5  # verify's default --tolerance
 

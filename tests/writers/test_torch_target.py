@@ -30,7 +30,7 @@ import torch  # noqa: E402 - the [torch] extra, in `dev`: these tests need it an
 
 import gruconv.torch as gtorch  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OTHER = {"global_step": np.array(1234, np.int64), "dense/kernel": np.arange(6, dtype=np.float32).reshape(2, 3),
          "rnn/opaque_kernel/Adam": np.linspace(0, 1, 5).astype(np.float32)}
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "fixtures" / "keras"
 GRUCONV = Path(sys.executable).with_name("gruconv")
 MB = 2**20
@@ -238,7 +238,7 @@ def test_claimed_sizes_are_refused_from_the_header_within_32_mib(bomb, command, 
 def test_checkpoint_claiming_terabytes_is_refused_within_32_mib(reader_baseline, tmp_path):
     """A TF1 index entry claiming a 4 TiB opaque buffer (the data file holds 2 KB): peak RSS under
     32 MiB above the reader-only baseline (same margin argument as the HDF5 claims above)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the support modules
     from make_bad_inputs import read_bundle, write_bundle
 
     ts = read_bundle(ROOT / "fixtures" / "tf1" / "opaque_only_skip_uni")

@@ -35,7 +35,7 @@ import pytest
 # Tiers (docs/testing.md): every test that starts ``gruconv convert`` children (TensorFlow each) is
 # marked ``slow`` (``make test-all``); the cleanup rules themselves are checked in-process in ``make test``.
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "fixtures" / "keras"
 GRUCONV = Path(sys.executable).with_name("gruconv")
 SEED = 20240611

@@ -37,10 +37,8 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
+import contract_cases as cases
 from gruconv.cli import main
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import contract_cases as cases  # noqa: E402
 
 QUICK_CASES = int(os.environ.get("GRUCONV_GENERATIVE_CASES", "4"))
 LONG_CASES = int(os.environ.get("GRUCONV_GENERATIVE_LONG_CASES", "60"))
@@ -48,7 +46,7 @@ LONG_CASES = int(os.environ.get("GRUCONV_GENERATIVE_LONG_CASES", "60"))
 #: (``make fuzz``): a CI tier must not go red on a case no change of its commit brought; a new class of
 #: counterexample is for the fuzz run to find and for a test of its own to keep.
 RANDOM_LONG = os.environ.get("GRUCONV_GENERATIVE_RANDOM") == "1"
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/: the support modules
 NAN, INF = float("nan"), float("inf")
 CONFIGS = {p: cases.read_config(p) for p in cases.CORPUS}
 

@@ -29,7 +29,7 @@ from gruconv import api
 # xdist_group (docs/testing.md): the module fixtures run batched TensorFlow children; one worker runs them once.
 pytestmark = pytest.mark.xdist_group("test_tf1_h5_weights")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures"
 
 # name: (checkpoint dir, cell, input size, units, layers, bidirectional, layer-name base)

@@ -22,13 +22,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+import contract_cases as cases
 from gruconv.cli import main
 from gruconv.keras3.validation_table import TABLE
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import contract_cases as cases  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: The classes of issue 31's cases (default tier); the slow tier compares every class.
 QUICK = ["Dropout", "Bidirectional", "InputLayer", "Concatenate", "MaxPooling1D"]
 

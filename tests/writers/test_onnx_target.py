@@ -24,7 +24,7 @@ from gruconv.model import target_gates
 from gruconv.errors import OutputError, UsageError
 from gruconv.verify.reference.oracle import run_stack
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _dims(value_info) -> list:

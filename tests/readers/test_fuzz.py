@@ -43,7 +43,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KERAS = ROOT / "fixtures" / "keras"
 TF1 = ROOT / "fixtures" / "tf1"
 
@@ -131,7 +131,7 @@ def build_case(reader: str, case: int, work: Path) -> tuple:
 def _tensor_case(fixture: Path, rng: random.Random, work: Path) -> tuple:
     import numpy as np
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the support modules
     from make_bad_inputs import read_bundle, write_bundle
 
     ts = read_bundle(fixture)

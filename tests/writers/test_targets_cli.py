@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from conftest import assert_parity_failure
 from gruconv.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "fixtures"
 
 #: Shape hints a user must give where a checkpoint stores no shape (as tests/test_tf1_*.py give them).

@@ -37,13 +37,11 @@ from typing import Optional
 import pytest
 from click.testing import CliRunner
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_bad_inputs import Case, make_corpus  # noqa: E402
-
-from gruconv.cli import main # noqa: E402
+from gruconv.cli import main
+from make_bad_inputs import Case, make_corpus
 
 GRUCONV = Path(sys.executable).with_name("gruconv")
-ROOT_DIR = Path(__file__).resolve().parents[1]
+ROOT_DIR = Path(__file__).resolve().parents[2]
 FIXTURE_SEQ = ROOT_DIR / "fixtures" / "keras" / "sequential.h5"
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 
@@ -330,7 +328,7 @@ def test_corpus_is_large_and_every_case_has_an_expectation():
 
 @pytest.mark.slow  # rebuilds the whole corpus in a child process; the fixture already builds it in-process
 def test_make_bad_inputs_script(tmp_path):
-    r = subprocess.run([sys.executable, str(Path(__file__).with_name("make_bad_inputs.py")), str(tmp_path / "c")],
+    r = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[1] / "make_bad_inputs.py"), str(tmp_path / "c")],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert f"{len(CASE_NAMES)} cases in" in r.stdout

@@ -34,7 +34,6 @@ import os
 import re
 import shutil
 import stat
-import sys
 import tempfile
 import types
 import zipfile
@@ -43,8 +42,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from hostile_cases import (  # noqa: E402
+from hostile_cases import (
     HANG_TIMEOUT, HOSTILE_NAMES, IS_ROOT, SETPRIV, TIMEOUT, Spec, check_contract, copy_fixture, fifo,
     h5_gzip_bomb, npz_deflate_bomb, npz_header_claims_huge, npz_pickle_bait, npz_write, npy_bytes, run_cli,
     snapshot, sparse_file, tf1_with_names, unsafe_member_names, zip_members,
@@ -424,7 +422,7 @@ def config_sparse_2gb(w, ctx):
 @case("memory")
 def config_sparse_2gb_spaces(w, ctx):  # 2 GB of valid JSON whitespace around a real config
     copy_fixture(WO, w / "w.h5")
-    real = (Path(__file__).resolve().parents[1] / "fixtures" / WOJ).read_bytes()
+    real = (Path(__file__).resolve().parents[2] / "fixtures" / WOJ).read_bytes()
     with open(w / "arch.json", "wb") as f:
         f.write(b" " * 1024)
         f.seek(2 * GIB)
