@@ -1,9 +1,14 @@
-"""TF 1.x cudnn_rnn GRU checkpoints: stack discovery, weights, conversion and parity.
+"""TF 1.x cudnn_rnn checkpoints, GRU and LSTM: stack discovery, weights, conversion and parity.
 
-Every fixture in ``fixtures/tf1`` (``manifest.json`` says what it holds) is
-read, checked against the golden cuDNN weights it was made from, converted to
-``.keras``, loaded by plain ``keras.saving.load_model`` and run on the CPU
-against cuDNN's own outputs (``y``/``hy``, strict fp32) and the float64 oracle.
+One module for both cells (issue #28 item 6: it was ``test_tf1_checkpoint.py`` for CudnnGRU and
+``test_tf1_lstm.py`` for CudnnLSTM).  Every fixture in ``fixtures/tf1`` (CudnnGRU) and
+``fixtures/tf1_lstm`` (CudnnLSTM, real cuDNN 9.19 weights) -- each directory's ``manifest.json``
+says what it holds -- is read, checked against the golden cuDNN weights it was made from, converted
+to ``.keras``, loaded by plain ``keras.saving.load_model`` and run on the CPU against cuDNN's own
+outputs (``y``/``hy``, and ``cy`` for LSTM: strict fp32 and float64) and the float64 oracle.  Those
+tests are parametrized by cell (ids ``gru-CASE`` / ``lstm-CASE``); a test that only makes sense for
+one cell's checkpoints (crafted GRU checkpoints, the LSTM gate order, ...) is a plain test naming its
+directory (``TF1`` / ``TF1_LSTM``).
 """
 
 from __future__ import annotations
@@ -20,12 +25,15 @@ import pytest
 
 from conftest import FIXTURES, ROOT, load_golden
 from gruconv import api, report
-from gruconv.readers import tfbundle
+from gruconv.errors import InputError, OutputError, UnsupportedError, UsageError
 from gruconv.model.canonical import StackShape
-from gruconv.errors import InputError, OutputError, UsageError
-from gruconv.readers import tf1 as _t1
-from gruconv.readers.tf1 import reading as _t1_reading, verifying as _t1_verifying
 from gruconv.options import Options
+from gruconv.readers import tf1 as _t1
+from gruconv.readers import tfbundle
+from gruconv.readers.tf1 import cells, names
+from gruconv.readers.tf1 import reading as _t1_reading, verifying as _t1_verifying
+from gruconv.verify.reference.oracle import run_stack
+from gruconv.writers import rest_npz
 
 
 class _Verbs:
@@ -51,22 +59,48 @@ class _Verbs:
 
 
 t1 = _Verbs()
-from gruconv.verify.reference.oracle import run_stack
+
 
 TF1 = FIXTURES / "tf1"
-MANIFEST = json.loads((TF1 / "manifest.json").read_text())["cases"]
+TF1_LSTM = FIXTURES / "tf1_lstm"
+DIRS = {"gru": TF1, "lstm": TF1_LSTM}
+GOLDEN_LSTM = FIXTURES / "cudnn-golden-lstm"
+MANIFESTS = {cell: json.loads((d / "manifest.json").read_text())["cases"] for cell, d in DIRS.items()}
+MANIFEST = MANIFESTS["gru"]
 CASES = sorted(MANIFEST)
+#: Gates per cell (cuDNN: matrices W0..W{G-1} input side, W{G}..W{2G-1} recurrent side, biases alike).
+GATES = {"gru": 3, "lstm": 4}
+#: Where TF 1.5+ stores b_W + b_R summed (on the input side): GRU r and z (the candidate gate's two
+#: biases stay apart, ``candidate/*_projection/bias``), every LSTM gate.
+SUMMED_GATES = {"gru": (0, 1), "lstm": (0, 1, 2, 3)}
+#: The state inputs of layer 0, forward, in a converted model with ``--initial-state``.
+STATE_INPUTS = {"gru": ["initial_state_l0_fw"], "lstm": ["initial_state_l0_fw_h", "initial_state_l0_fw_c"]}
 
-#: Hints a user must give where the checkpoint stores no shape.
+#: Hints a user must give where the checkpoint stores no shape (or, LSTM, no cell).
 HINTS = {
-    "tf14_opaque_only": {"variable": "encoder/cudnn_params", "num_units": 7, "input_size": 5},
-    "opaque_only_skip_uni": {"input_mode": "skip"},
-    "opaque_only_skip_bidir": {"input_mode": "skip"},
+    "gru": {
+        "tf14_opaque_only": {"variable": "encoder/cudnn_params", "num_units": 7, "input_size": 5},
+        "opaque_only_skip_uni": {"input_mode": "skip"},
+        "opaque_only_skip_bidir": {"input_mode": "skip"},
+    },
+    "lstm": {
+        "tf14_opaque_only": {"variable": "decoder/lstm_params", "cell": "lstm", "num_units": 7, "input_size": 5},
+        "opaque_only_skip_uni": {"input_mode": "skip"},
+        "opaque_only_skip_bidir": {"input_mode": "skip", "num_units": 8},
+    },
 }
-#: Expected "defined by" text (the start of CheckpointStack.source).
+#: Expected "defined by" text (CheckpointStack.source), by the stack's style.  (The TF 1.3 bias halves
+#: are named ``bias_cudnn 0`` for GRU, ``bias_cudnn_0`` for LSTM: TensorFlow's own names.)
 SOURCE = {
-    "1.5": "canonical tensors (TF 1.5+ CudnnGRU layer)",
-    "1.3": "canonical tensors (TF 1.3 RNNParamsSaveable, unsummed biases from 'bias_cudnn 0/1')",
+    "gru": {
+        "1.5": "canonical tensors (TF 1.5+ CudnnGRU layer)",
+        "1.3": "canonical tensors (TF 1.3 RNNParamsSaveable, unsummed biases from 'bias_cudnn 0/1')",
+    },
+    "lstm": {
+        "1.5": "canonical tensors (TF 1.5+ CudnnLSTM layer)",
+        "1.4": "canonical tensors (TF 1.4+ CudnnLSTMSaveable)",
+        "1.3": "canonical tensors (TF 1.3 RNNParamsSaveable, unsummed biases from 'bias_cudnn_0/1')",
+    },
     "opaque": "opaque buffer (cuDNN 9.19 layout), shape from hints",
 }
 TOL = 1e-5
@@ -77,23 +111,33 @@ TOL = 1e-5
 TOL_F16 = 3e-3
 
 
+def _cases(skip=None) -> list:
+    """Every (cell, case) of both fixture directories but ``skip[cell]``, with ids ``cell-case``."""
+    skip = skip or {}
+    return [pytest.param(cell, case, id=f"{cell}-{case}") for cell in DIRS for case in sorted(MANIFESTS[cell])
+            if case not in skip.get(cell, ())]
+
+
 def _shape(d: dict) -> StackShape:
     return StackShape(**{k: v for k, v in d.items() if k != "tf_input_mode"})
 
 
-def _read(case, **kw):
-    kw.setdefault("hints", HINTS.get(case))
-    return t1.read(TF1 / case, **kw)
+def _read(case, cell="gru", **kw):
+    kw.setdefault("hints", HINTS[cell].get(case))
+    return t1.read(DIRS[cell] / case, **kw)
 
 
-def _golden_params(g: dict, shape: StackShape, dtype) -> list:
-    """The golden cuDNN weights as per-pseudo-layer dicts of arrays in ``dtype``."""
-    out = []
-    for p in range(shape.num_pseudo_layers):
-        W = {k: g[f"W{p}_{k}"].astype(dtype) for k in range(6) if f"W{p}_{k}" in g}
-        b = {k: g[f"b{p}_{k}"].astype(dtype) for k in range(6)}
-        out.append((W, b))
-    return out
+def _convert(case, out, cell="gru", **kw):
+    kw.setdefault("hints", HINTS[cell].get(case))
+    return t1.convert(DIRS[cell] / case, out, **kw)
+
+
+def _golden(cell, name) -> dict:
+    """A golden cuDNN run: ``fixtures/cudnn-golden`` (GRU, conftest's) or ``fixtures/cudnn-golden-lstm``."""
+    if cell == "gru":
+        return load_golden(name)
+    with np.load(GOLDEN_LSTM / name) as z:
+        return {k: z[k] for k in z.files}
 
 
 # --------------------------------------------------------------------------- sniff
@@ -119,22 +163,28 @@ def test_sniff(tmp_path):
 # --------------------------------------------------------------------------- discovery
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_stacks_found(case):
-    m = MANIFEST[case]
-    doc = _read(case)
+@pytest.mark.parametrize("cell, case", _cases())
+def test_stacks_found(cell, case):
+    m = MANIFESTS[cell][case]
+    doc = _read(case, cell)
     assert len(doc.stacks) == len(m["stacks"])
+    # natural order of the scopes (creation order: cudnn_lstm before cudnn_lstm_1 before cudnn_lstm_10)
+    assert [e.scope for e in doc.stacks] == sorted((s["scope"] for s in m["stacks"]), key=names.natural_key)
     by_scope = {e.scope: e for e in doc.stacks}
     for ms in m["stacks"]:
         e = by_scope[ms["scope"]]
         assert e.shape == _shape(ms["shape"])
-        assert e.opaque_key == ms["opaque"]["name"]
-        assert e.opaque_size == ms["opaque"]["size"]
+        assert {k: v for k, v in ms["shape"].items() if k != "tf_input_mode"}.items() <= e.shape.to_dict().items()
+        assert e.shape.cell == cell
+        # a user-named buffer (tf14_opaque_only) stores no cell: the stack's is the --cell hint, if any
+        assert e.cell == (HINTS[cell][case].get("cell") if case == "tf14_opaque_only" else cell)
+        assert e.opaque_key == (ms["opaque"]["name"] if ms["opaque"] else None)
+        assert e.opaque_size == (ms["opaque"]["size"] if ms["opaque"] else None)
         assert sorted(e.canonical_keys) == sorted(ms["canonical_tensors"])
         assert e.slots == sorted(ms["optimizer_slots"])
         assert e.cross_check.status == ms["cross_check"]
         if ms["canonical"]:
-            assert e.source == SOURCE[ms["canonical_style"]]
+            assert e.source == SOURCE[cell][e.style]
             assert e.style == ms["style"]
         else:
             assert e.source == SOURCE["opaque"] and e.style == "opaque-only"
@@ -145,41 +195,45 @@ def test_stacks_found(case):
     assert not doc.warnings
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_weights_equal_golden(case):
-    """Extracted weights are the golden cuDNN weights bit for bit (canonical: up to the summed gate bias)."""
-    doc = _read(case)
+@pytest.mark.parametrize("cell, case", _cases())
+def test_weights_equal_golden(cell, case):
+    """Extracted weights are the golden cuDNN weights bit for bit (canonical: up to the summed gate
+    biases, which sit on the input side); an agreeing buffer holds the unsummed biases exactly."""
+    doc = _read(case, cell)
+    G = GATES[cell]
     by_scope = {e.scope: e for e in doc.stacks}
-    for ms in MANIFEST[case]["stacks"]:
+    for ms in MANIFESTS[cell][case]["stacks"]:
         e = by_scope[ms["scope"]]
-        shape = e.shape
-        dtype = np.dtype(shape.dtype)
-        gold = _golden_params(load_golden(ms["golden"]), shape, dtype)
+        dtype = np.dtype(e.shape.dtype)
+        D = e.shape.num_directions
+        g = _golden(cell, ms["golden"])
         summed = ms["canonical"] and ms["canonical_style"] != "1.3"
-        for p, (W, b) in zip(e.stack.params, gold):
-            assert p.recurrent_weights.dtype == dtype and p.input_bias.dtype == dtype
-            if 0 in W:
-                for k in range(3):
-                    np.testing.assert_array_equal(p.input_weights[k], W[k])
-            else:
-                assert p.input_weights is None  # skip input
-            for k in range(3):
-                np.testing.assert_array_equal(p.recurrent_weights[k], W[k + 3])
-            np.testing.assert_array_equal(p.input_bias[2], b[2])
-            np.testing.assert_array_equal(p.recurrent_bias[2], b[5])
-            for k in range(2):
-                if summed:  # TF stored b_W + b_R (in the tensor's dtype): all of it on the input side
-                    np.testing.assert_array_equal(p.input_bias[k], b[k] + b[k + 3])
-                    assert not p.recurrent_bias[k].any()
+        # golden_layers: which layers of the golden run a stack holds (one-layer modules of a 2-layer run)
+        layers = ms.get("golden_layers", range(e.shape.num_layers))
+        for i, layer in enumerate(layers):
+            for d in range(D):
+                p, q = e.stack.params[i * D + d], layer * D + d
+                assert p.recurrent_weights.dtype == dtype and p.input_bias.dtype == dtype
+                if f"W{q}_0" in g:
+                    for k in range(G):
+                        np.testing.assert_array_equal(p.input_weights[k], g[f"W{q}_{k}"].astype(dtype))
                 else:
-                    np.testing.assert_array_equal(p.input_bias[k], b[k])
-                    np.testing.assert_array_equal(p.recurrent_bias[k], b[k + 3])
-        if e.opaque_params is not None and ms["cross_check"] == "agree":
-            # the unpacked buffer holds the unsummed biases, exactly
-            for p, (W, b) in zip(e.opaque_params, gold):
-                for k in range(3):
-                    np.testing.assert_array_equal(p.input_bias[k], b[k])
-                    np.testing.assert_array_equal(p.recurrent_bias[k], b[k + 3])
+                    assert p.input_weights is None  # skip input
+                for k in range(G):
+                    np.testing.assert_array_equal(p.recurrent_weights[k], g[f"W{q}_{k + G}"].astype(dtype))
+                    bw, br = g[f"b{q}_{k}"].astype(dtype), g[f"b{q}_{k + G}"].astype(dtype)
+                    if summed and k in SUMMED_GATES[cell]:  # TF stored b_W + b_R (in the tensor's dtype)
+                        np.testing.assert_array_equal(p.input_bias[k], bw + br)
+                        assert not p.recurrent_bias[k].any()
+                    else:
+                        np.testing.assert_array_equal(p.input_bias[k], bw)
+                        np.testing.assert_array_equal(p.recurrent_bias[k], br)
+                if e.opaque_params is not None and ms["cross_check"] == "agree":
+                    # the unpacked buffer holds the unsummed biases, exactly
+                    o = e.opaque_params[i * D + d]
+                    for k in range(G):
+                        np.testing.assert_array_equal(o.input_bias[k], g[f"b{q}_{k}"].astype(dtype))
+                        np.testing.assert_array_equal(o.recurrent_bias[k], g[f"b{q}_{k + G}"].astype(dtype))
 
 
 # --------------------------------------------------------------------------- conversion and parity
@@ -191,76 +245,90 @@ def _keras():
     return keras()
 
 
-def _run(path, x_tm, h0, mask=None):
-    """Load a converted .keras with plain Keras and run it: returns time-major y and stacked hy."""
-    keras = _keras()
-    model = keras.saving.load_model(str(path))
-    x = np.transpose(x_tm, (1, 0, 2))
-    inputs = [x] + [h0[p] for p in range(h0.shape[0])]
-    out = model(inputs) if mask is None else model(inputs, mask=[mask] + [None] * h0.shape[0])
+def _run(path, x_tm, h0, c0=None, mask=None):
+    """Load a converted .keras with plain Keras and run it on (x, the states of each pseudo-layer: h, or
+    h and c [, the mask as an input]): returns time-major y and the stacked hy, cy (None for a GRU)."""
+    model = _keras().saving.load_model(str(path))
+    inputs = [np.transpose(x_tm, (1, 0, 2))]
+    for p in range(h0.shape[0]):
+        inputs += [h0[p]] if c0 is None else [h0[p], c0[p]]
+    if mask is not None:
+        inputs.append(mask)
+    out = model(inputs)
     y = np.transpose(np.asarray(out[0]), (1, 0, 2))
-    hy = np.stack([np.asarray(o) for o in out[1:]])
-    return y, hy
+    states = [np.asarray(o) for o in out[1:]]
+    if c0 is None:
+        return y, np.stack(states), None
+    return y, np.stack(states[0::2]), np.stack(states[1::2])
 
 
-def _errors(y, hy, ref_y, ref_hy) -> float:
-    return float(max(np.abs(y.astype(np.float64) - ref_y).max(), np.abs(hy.astype(np.float64) - ref_hy).max()))
+def _err(a, b) -> float:
+    return float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max())
 
 
-MEASURED: dict = {}
+def _errors(y, hy, ref_y, ref_hy, cy=None, ref_cy=None) -> float:
+    return max(_err(y, ref_y), _err(hy, ref_hy), 0.0 if cy is None else _err(cy, ref_cy))
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c not in ("layer_varlen", "float16")])
-def test_convert_matches_cudnn(case, tmp_path):
-    m = MANIFEST[case]
+@pytest.mark.parametrize("cell, case", _cases({"gru": ("layer_varlen", "float16"),
+                                               "lstm": ("float16", "layer_varlen", "canonical_only_stacked",
+                                                        "disagree")}))
+def test_convert_matches_cudnn(cell, case, tmp_path):
+    m = MANIFESTS[cell][case]
     multi = len(m["stacks"]) > 1
     out = tmp_path / ("out" if multi else "model.keras")
-    res = t1.convert(TF1 / case, out, hints=HINTS.get(case), initial_state=True, return_state=True)
-    doc = _read(case)
-    by_scope = {e.scope: e for e in doc.stacks}
+    res = _convert(case, out, cell, initial_state=True, return_state=True)
+    by_scope = {e.scope: e for e in _read(case, cell).stacks}
     assert len(res.rnns) == len(m["stacks"])
     for ms in m["stacks"]:
         entry = next(s for s in res.rnns if s["name"] == ms["scope"])
         path = Path(entry["output"])
         assert path == (out / (ms["scope"].replace("/", "__") + ".keras") if multi else out)
-        assert entry["kind"] == "cuDNN GRU" and entry["shape"] == _shape(ms["shape"]).to_dict()
+        assert entry["kind"] == f"cuDNN {cell.upper()}" and entry["cell"] == cell
+        assert entry["shape"] == _shape(ms["shape"]).to_dict()
         sh = ms["shape"]
-        layer = f"Bidirectional(GRU({sh['units']}), merge_mode='concat')" if sh["bidirectional"] \
-            else f"GRU({sh['units']})"
+        rnn = f"{cell.upper()}({sh['units']})"
+        layer = f"Bidirectional({rnn}, merge_mode='concat')" if sh["bidirectional"] else rnn
         assert entry["converts_to"].startswith(f"{sh['num_layers']} x {layer}")
-        g = load_golden(ms["golden"])
-        y, hy = _run(path, g["x"], g["h0"])
-        err_cudnn = _errors(y, hy, g["y"], g["hy"])
-        err_f64 = _errors(y, hy, g["y_f64"], g["hy_f64"])
-        oy, ohy, _ = run_stack(by_scope[ms["scope"]].stack, g["x"], g["h0"])
-        err_oracle = _errors(y, hy, oy, ohy)
-        MEASURED[f"{case}:{ms['scope']}"] = (err_cudnn, err_f64, err_oracle)
-        print(f"{case} {ms['scope']}: vs cuDNN fp32 {err_cudnn:.2e}, vs cuDNN f64 {err_f64:.2e}, "
+        model = _keras().saving.load_model(str(path))
+        n_bias = len([w for w in model.weights if "bias" in w.path])
+        assert n_bias == sh["num_layers"] * (2 if sh["bidirectional"] else 1)
+        states = STATE_INPUTS[cell]
+        assert [t.name.split(":")[0] for t in model.inputs][1:1 + len(states)] == states
+        g = _golden(cell, ms["golden"])
+        c0 = g["c0"] if cell == "lstm" else None
+        y, hy, cy = _run(path, g["x"], g["h0"], c0)
+        err_cudnn = _errors(y, hy, g["y"], g["hy"], cy, g.get("cy"))
+        err_f64 = _errors(y, hy, g["y_f64"], g["hy_f64"], cy, g.get("cy_f64"))
+        oy, ohy, ocy = run_stack(by_scope[ms["scope"]].stack, g["x"], g["h0"], c0=c0)
+        err_oracle = _errors(y, hy, oy, ohy, cy, ocy)
+        print(f"{cell} {case} {ms['scope']}: vs cuDNN fp32 {err_cudnn:.2e}, vs cuDNN f64 {err_f64:.2e}, "
               f"vs oracle {err_oracle:.2e}")
         assert err_cudnn <= TOL and err_f64 <= TOL and err_oracle <= TOL
 
 
-def test_float16(tmp_path):
-    ms = MANIFEST["float16"]["stacks"][0]
+@pytest.mark.parametrize("cell", list(DIRS))
+def test_float16(cell, tmp_path):
+    ms = MANIFESTS[cell]["float16"]["stacks"][0]
     out = tmp_path / "f16.keras"
-    t1.convert(TF1 / "float16", out, initial_state=True, return_state=True)
-    keras = _keras()
-    model = keras.saving.load_model(str(out))
+    _convert("float16", out, cell, initial_state=True, return_state=True)
+    model = _keras().saving.load_model(str(out))
     assert all(w.dtype == "float16" for w in model.weights)
-    g = load_golden(ms["golden"])
+    g = _golden(cell, ms["golden"])
     x16, h16 = g["x"].astype(np.float16), g["h0"].astype(np.float16)
-    y, hy = _run(out, x16, h16)
+    c16 = g["c0"].astype(np.float16) if cell == "lstm" else None
+    y, hy, cy = _run(out, x16, h16, c16)
     assert y.dtype == np.float16
-    stack = _read("float16").stacks[0].stack
-    oy, ohy, _ = run_stack(stack, x16, h16)  # float64 run of the float16 weights and inputs
-    err_oracle = _errors(y, hy, oy, ohy)
-    err_cudnn = _errors(y, hy, g["y"], g["hy"])  # cuDNN fp32 on the unrounded weights
-    print(f"float16: vs oracle(f16 weights) {err_oracle:.2e}, vs cuDNN fp32 {err_cudnn:.2e}")
+    stack = _read("float16", cell).stacks[0].stack
+    oy, ohy, ocy = run_stack(stack, x16, h16, c0=c16)  # float64 run of the float16 weights and inputs
+    err_oracle = _errors(y, hy, oy, ohy, cy, ocy)
+    err_cudnn = _errors(y, hy, g["y"], g["hy"], cy, g.get("cy"))  # cuDNN fp32 on the unrounded weights
+    print(f"{cell} float16: vs oracle(f16 weights) {err_oracle:.2e}, vs cuDNN fp32 {err_cudnn:.2e}")
     assert err_oracle <= TOL_F16 and err_cudnn <= TOL_F16
 
 
-def _varlen():
-    g = load_golden(MANIFEST["layer_varlen"]["stacks"][0]["golden"])
+def _varlen(cell="gru"):
+    g = _golden(cell, MANIFESTS[cell]["layer_varlen"]["stacks"][0]["golden"])
     T = g["x"].shape[0]
     mask = np.arange(T)[None, :] < g["seq_lengths"][:, None]  # (batch, time), right-padded
     return g, mask
@@ -310,23 +378,63 @@ def test_varlen_with_initial_state_matches_cudnn(tmp_path):
     assert err_cudnn <= TOL and err_f64 <= TOL
 
 
-def test_varlen_mask_input_with_initial_state(tmp_path):
+@pytest.mark.parametrize("cell", list(DIRS))
+def test_varlen_mask_input_with_initial_state(cell, tmp_path):
     """--mask-input: an explicit (batch, time) mask input reaches every layer, initial states too.
 
     (Keras 3 drops a model-level ``mask=`` once a layer also gets initial states: that is why
     the converted model takes the mask as an input.)"""
-    g, mask = _varlen()
+    g, mask = _varlen(cell)
     out = tmp_path / "v.keras"
-    t1.convert(TF1 / "layer_varlen", out, initial_state=True, return_state=True, mask_input=True)
-    keras = _keras()
-    model = keras.saving.load_model(str(out))
-    h0 = g["h0"]
-    res = model([np.transpose(g["x"], (1, 0, 2))] + [h0[p] for p in range(h0.shape[0])] + [mask])
-    hy = np.stack([np.asarray(o) for o in res[1:]])
-    y = np.transpose(np.asarray(res[0]), (1, 0, 2))
+    _convert("layer_varlen", out, cell, initial_state=True, return_state=True, mask_input=True)
+    y, hy, cy = _run(out, g["x"], g["h0"], g["c0"] if cell == "lstm" else None, mask=mask)
     valid = np.transpose(mask)[:, :, None]
-    assert np.abs(hy - g["hy"]).max() <= TOL
-    assert np.abs(np.where(valid, y - g["y"], 0)).max() <= TOL
+    assert _err(hy, g["hy"]) <= TOL
+    assert _err(np.where(valid, y, 0), np.where(valid, g["y"], 0)) <= TOL
+    if cell == "lstm":
+        assert _err(cy, g["cy"]) <= TOL
+
+
+def test_canonical_only_stacked_modules_chain(tmp_path):
+    """Two one-layer modules ('cudnn_lstm', 'cudnn_lstm_1', cell_0 only, no buffer): two models that,
+    chained, are cuDNN's 2-layer stack."""
+    out = tmp_path / "out"
+    res = _convert("canonical_only_stacked", out, "lstm", initial_state=True, return_state=True)
+    assert sorted(p.name for p in out.iterdir()) == ["cudnn_lstm.keras", "cudnn_lstm_1.keras", "rest.npz"]
+    assert [r["name"] for r in res.rnns] == ["cudnn_lstm", "cudnn_lstm_1"]
+    assert all(r["cross_check"] == "not checked (no opaque buffer found)" for r in res.rnns)
+    assert any("--forget-bias 1" in d for d in res.rnns[0]["details"])
+    g = _golden("lstm", "lstm_2l_uni.npz")
+    y0, h0, c0 = _run(out / "cudnn_lstm.keras", g["x"], g["h0"][:1], g["c0"][:1])
+    y1, h1, c1 = _run(out / "cudnn_lstm_1.keras", y0, g["h0"][1:], g["c0"][1:])
+    assert max(_err(y1, g["y"]), _err(np.concatenate([h0, h1]), g["hy"]),
+               _err(np.concatenate([c0, c1]), g["cy"])) <= TOL
+
+
+def test_return_state_only_and_plain(tmp_path):
+    """Without --initial-state the model takes x alone; --return-state adds h, c per pseudo-layer."""
+    out = tmp_path / "b.keras"
+    _convert("layer_bidir", out, "lstm", return_state=True)
+    model = _keras().saving.load_model(str(out))
+    assert len(model.inputs) == 1 and len(model.outputs) == 1 + 2 * 4
+    g = _golden("lstm", "lstm_2l_bidir.npz")
+    from gruconv.verify.reference.oracle import run_stack
+
+    (e,) = _read("layer_bidir", "lstm").stacks
+    res = model(np.transpose(g["x"], (1, 0, 2)))
+    oy, ohy, ocy = run_stack(e.stack, g["x"])  # zero initial states
+    assert _err(np.transpose(np.asarray(res[0]), (1, 0, 2)), oy) <= TOL
+    assert _err(np.stack([np.asarray(o) for o in res[1::2]]), ohy) <= TOL
+    assert _err(np.stack([np.asarray(o) for o in res[2::2]]), ocy) <= TOL
+
+
+def test_verify_reports_h_and_c():
+    from gruconv.verify import verify
+
+    rep = verify(TF1_LSTM / "layer_bidir", reference="oracle", initial_state=True, return_state=True)
+    names = [c.name for c in rep.checks]
+    assert "encoder/cudnn_lstm: final state l0 fw h" in names and "encoder/cudnn_lstm: final state l1 bw c" in names
+    assert len(names) == 1 + 2 * 4 and rep.passed, [(c.name, c.max_abs) for c in rep.checks]
 
 
 # --------------------------------------------------------------------------- outputs
@@ -403,26 +511,28 @@ def test_existing_output_refused(tmp_path):
 # --------------------------------------------------------------------------- cross-check
 
 
-def test_disagree(tmp_path):
-    ms = MANIFEST["disagree"]["stacks"][0]
-    (e,) = _read("disagree").stacks
+@pytest.mark.parametrize("cell", list(DIRS))
+def test_disagree(cell, tmp_path):
+    ms = MANIFESTS[cell]["disagree"]["stacks"][0]
+    (e,) = _read("disagree", cell).stacks
     assert e.cross_check.status == "disagree" and e.cross_check.max_abs_diff > 0.1
-    assert e.cross_check.where.startswith("rnn/cudnn_gru/rnn/multi_rnn_cell/")
-    res = t1.convert(TF1 / "disagree", tmp_path / "c.keras", initial_state=True, return_state=True)
+    assert e.cross_check.where.startswith(f"rnn/cudnn_{cell}/rnn/multi_rnn_cell/")
+    res = _convert("disagree", tmp_path / "c.keras", cell, initial_state=True, return_state=True)
     (w,) = [w for w in res.warnings if "disagrees" in w]
     assert f"max abs diff {e.cross_check.max_abs_diff:.6g}" in w and "canonical tensors" in w
-    g = load_golden(ms["golden"])
-    y, hy = _run(tmp_path / "c.keras", g["x"], g["h0"])
-    assert _errors(y, hy, g["y"], g["hy"]) <= TOL  # canonical tensors are right
+    g = _golden(cell, ms["golden"])
+    c0 = g["c0"] if cell == "lstm" else None
+    y, hy, cy = _run(tmp_path / "c.keras", g["x"], g["h0"], c0)
+    assert _errors(y, hy, g["y"], g["hy"], cy, g.get("cy")) <= TOL  # the canonical tensors are right
 
-    (o,) = _read("disagree", prefer="opaque").stacks
+    (o,) = _read("disagree", cell, prefer="opaque").stacks
     assert o.source.startswith("opaque buffer")
     assert not np.array_equal(o.stack.params[0].recurrent_weights, e.stack.params[0].recurrent_weights)
-    res = t1.convert(TF1 / "disagree", tmp_path / "o.keras", prefer="opaque", initial_state=True,
-                     return_state=True)
+    res = _convert("disagree", tmp_path / "o.keras", cell, prefer="opaque", initial_state=True,
+                   return_state=True)
     assert any("Weights taken from the opaque buffer" in w for w in res.warnings)
-    y, hy = _run(tmp_path / "o.keras", g["x"], g["h0"])
-    assert _errors(y, hy, g["y"], g["hy"]) > 0.01
+    y, hy, cy = _run(tmp_path / "o.keras", g["x"], g["h0"], c0)
+    assert _err(y, g["y"]) > 0.01
 
 
 def test_prefer_opaque_agrees_when_layouts_agree():
@@ -492,7 +602,7 @@ def test_variable_selects_stack():
 
 @pytest.mark.parametrize("case", CASES)
 def test_inspect_json_and_text(case):
-    info = t1.inspect(TF1 / case, hints=HINTS.get(case) or {})
+    info = t1.inspect(TF1 / case, hints=HINTS["gru"].get(case) or {})
     json.dumps(info)
     m = MANIFEST[case]
     assert info["format"] == "tf1-checkpoint" and info["tensor_count"] == len(m["tensors"])
@@ -540,9 +650,9 @@ def _save(tf, prefix: Path, tensors: dict) -> Path:
     return prefix
 
 
-def _tensors(case: str) -> dict:
-    b = tfbundle.open_bundle(TF1 / case)
-    return {k: b.read(k) for k in b.keys()}
+def _tensors(case: str, cell="gru") -> dict:
+    b = tfbundle.open_bundle(DIRS[cell] / case)
+    return {k: np.array(b.read(k)) for k in b.keys()}
 
 
 def test_inspect_big_checkpoint_reads_only_the_gru_tensors(tf, tmp_path, monkeypatch):
@@ -907,12 +1017,13 @@ def test_convert_big_stack_matches_oracle(tf, tmp_path):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((5, 3, 24)).astype(np.float32)
     h0 = rng.standard_normal((4, 3, 96)).astype(np.float32)
-    y, hy = _run(tmp_path / "b.keras", x, h0)
+    y, hy, _ = _run(tmp_path / "b.keras", x, h0)
     oy, ohy, _ = run_stack(e.stack, x, h0)
     assert _errors(y, hy, oy, ohy) <= TOL
 
 
 # --------------------------------------------------------------------------- declared options (issue 16)
+
 
 def test_config_with_a_checkpoint_is_refused(tmp_path):
     """``--config`` is read by no TF1 reader or writer: one usage line, exit 2, nothing written (it
@@ -969,3 +1080,160 @@ def test_inspect_and_verify_refuse_options_their_reader_does_not_read(tmp_path):
     with pytest.raises(UsageError, match="--rnn does not apply to a Keras HDF5 file"):
         api.inspect(FIXTURES / "keras" / "sequential.h5", rnn="x")
     assert api.inspect(TF1 / "layer_uni", rnn="rnn/cudnn_gru")["rnns"]
+
+
+# --------------------------------------------------------------------------- LSTM: cross-check, planted errors
+
+
+CELL0 = "rnn/cudnn_lstm/rnn/multi_rnn_cell/cell_1/cudnn_compatible_lstm_cell/"
+
+
+def test_planted_gate_order_swap_is_caught(tf, tmp_path):
+    """A kernel written in cuDNN's i, f, c, o order instead of TF's i, c, f, o: the cross-check
+    points at the kernel; the converted model is off."""
+    t = _tensors("layer_uni", "lstm")
+    k = t[CELL0 + "kernel"].copy()
+    H = k.shape[1] // 4
+    k[:, H:2 * H], k[:, 2 * H:3 * H] = t[CELL0 + "kernel"][:, 2 * H:3 * H], t[CELL0 + "kernel"][:, H:2 * H]
+    t[CELL0 + "kernel"] = k
+    (e,) = _t1.read(_save(tf, tmp_path / "swap.ckpt", t)).stacks
+    assert e.cross_check.status == "disagree" and e.cross_check.where.startswith(CELL0 + "kernel[")
+    b = t[CELL0 + "bias"].copy()
+    b[H:2 * H], b[2 * H:3 * H] = t[CELL0 + "bias"][2 * H:3 * H], t[CELL0 + "bias"][H:2 * H]
+    t[CELL0 + "bias"] = b
+    (e,) = _t1.read(_save(tf, tmp_path / "swap2.ckpt", t)).stacks
+    assert e.cross_check.status == "disagree"
+
+
+def test_planted_unsummed_bias_is_caught(tf, tmp_path):
+    """A bias holding only the input-side half (not b_W + b_R): the cross-check points at it."""
+    t = _tensors("layer_uni", "lstm")
+    g = _golden("lstm", "lstm_2l_uni.npz")
+    t[CELL0 + "bias"] = np.concatenate([g[f"b1_{k}"] for k in cells.TF_LSTM_GATE_ORDER]).astype(np.float32)
+    (e,) = _t1.read(_save(tf, tmp_path / "b.ckpt", t)).stacks
+    assert e.cross_check.status == "disagree" and e.cross_check.where.startswith(CELL0 + "bias[")
+    assert e.cross_check.max_abs_diff > 0.01
+
+
+def test_tf13_halves_that_do_not_sum_warn(tf, tmp_path):
+    t = _tensors("tf13", "lstm")
+    key = "encoder/multi_rnn_cell/cell_0/cudnn_compatible_lstm_cell/bias_cudnn_1"
+    t[key] = t[key] + np.float32(0.5)
+    doc = _t1.read(_save(tf, tmp_path / "h.ckpt", t))
+    assert any("'bias_cudnn_0' + 'bias_cudnn_1' differs from bias by up to 0.5" in w for w in doc.warnings)
+
+
+def test_table_round_trip():
+    """cells.from_params is the inverse of cells.to_params, for both cells and TF 1.3 halves."""
+    from gruconv.model.canonical import GateParams
+
+    rng = np.random.default_rng(1)
+    for spec, G in ((cells.GRU, 3), (cells.LSTM, 4)):
+        n_in, H = 5, 3
+        p = GateParams(rng.standard_normal((G, H, n_in)), rng.standard_normal((G, H, H)),
+                       rng.standard_normal((G, H)), rng.standard_normal((G, H)))
+        t = cells.from_params(spec, p, n_in, H, tf13=True)
+        assert {k: v.shape for k, v in t.items()} == spec.expected_shapes(n_in, H)
+        q, diff = cells.to_params(spec, t, n_in, H)
+        assert diff is None
+        for a in ("input_weights", "recurrent_weights", "input_bias", "recurrent_bias"):
+            np.testing.assert_array_equal(getattr(q, a), getattr(p, a))
+
+
+# --------------------------------------------------------------------------- LSTM: hints, refusals
+
+
+def test_opaque_only_cell_unknown_lists_both_cells(tf, tmp_path):
+    """A user-named buffer stores no cell: without --cell every cell's shapes are listed."""
+    t = _tensors("layer_uni_1l_h1", "lstm")
+    prefix = _save(tf, tmp_path / "u.ckpt", {"params": t["cudnn_lstm/opaque_kernel"]})  # 24 values
+    info = _t1.inspect(_t1.read(prefix, Options(hints={"variable": "params"})))
+    (r,) = info["rnns"]
+    assert r["cell"] is None and {c["cell"] for c in r["candidates"]} == {"gru", "lstm"}
+    text = report.inspect_text(info)
+    assert "GRU, input 5, units 1" in text and "LSTM, input 3, units 1" in text
+    with pytest.raises(UsageError, match="Pass --cell"):
+        from gruconv.writers.planning import plan
+
+        plan(_t1.read(prefix, Options(hints={"variable": "params"})).document(), tmp_path / "x.keras", Options())
+    doc = _t1.read(prefix, Options(hints={"variable": "params", "cell": "lstm", "num_layers": 1,
+                                         "direction": "uni"}))
+    assert doc.stacks[0].shape.to_dict() == MANIFESTS["lstm"]["layer_uni_1l_h1"]["stacks"][0]["shape"]
+
+
+def test_hint_cell_contradicts_canonical():
+    with pytest.raises(UsageError, match=r"cell=gru \(stored: lstm\)"):
+        _read("layer_uni", "lstm", hints={"cell": "gru"})
+    with pytest.raises(UsageError, match="hint cell must be one of gru, lstm"):
+        _read("layer_uni", "lstm", hints={"cell": "rnn"})
+
+
+def test_projection_refused(tf, tmp_path):
+    t = _tensors("layer_uni", "lstm")
+    t[CELL0 + "projection/kernel"] = np.zeros((6, 3), np.float32)
+    with pytest.raises(UnsupportedError, match="projection.*Keras 3 LSTM has no projection"):
+        _t1.read(_save(tf, tmp_path / "p.ckpt", t))
+
+
+def test_forget_bias_hint(tmp_path):
+    plain = _read("canonical_only_stacked", "lstm").stacks
+    fb = _read("canonical_only_stacked", "lstm", hints={"forget_bias": 1.0})
+    for a, b in zip(plain, fb.stacks):
+        np.testing.assert_array_equal(b.stack.params[0].input_bias[1],
+                                      (a.stack.params[0].input_bias[1].astype(np.float64) + 1).astype(np.float32))
+        np.testing.assert_array_equal(b.stack.params[0].input_bias[0], a.stack.params[0].input_bias[0])
+        assert "forget_bias 1" in b.source
+    assert sum("forget_bias 1 added" in w for w in fb.warnings) == 2
+    with pytest.raises(UsageError, match="forget_bias applies to LSTM stacks only"):
+        _t1.read(FIXTURES / "tf1" / "layer_uni_1l", Options(hints={"forget_bias": 1.0}))
+    assert _read("canonical_only_stacked", "lstm", hints={"forget_bias": 0}).warnings == []
+
+
+def test_mis_sized_lstm_buffer_left_alone(tf, tmp_path):
+    t = _tensors("layer_uni_1l_h1", "lstm")
+    t["lm/cudnn_lstm/opaque_kernel"] = np.ones(1234, np.float32)
+    doc = _t1.read(_save(tf, tmp_path / "m.ckpt", t))
+    assert [e.scope for e in doc.stacks] == ["cudnn_lstm"]
+    assert "lm/cudnn_lstm/opaque_kernel" in doc.other_keys
+
+
+def test_natural_scope_order():
+    scopes = ["cudnn_lstm_10", "cudnn_lstm_9", "cudnn_lstm", "cudnn_lstm_1"]
+    assert sorted(scopes, key=names.natural_key) == ["cudnn_lstm", "cudnn_lstm_1", "cudnn_lstm_9", "cudnn_lstm_10"]
+
+
+# --------------------------------------------------------------------------- rest.npz member names
+
+
+CRAFTED = ["../../x", "/etc/x", "a\x1bb", "line\nbreak", "dense/kernel", "dense__kernel", "Dense/Kernel",
+           "back\\slash", ".hidden", "ünïcode", "", "__manifest__", "x" * 400]
+
+
+def test_npz_member_names_are_safe_and_unique():
+    got = rest_npz.npz_member_names(CRAFTED)
+    assert len({n.lower() for n in got}) == len(got)
+    for n in got:
+        assert n and n.isascii() and n.isprintable() and "/" not in n and "\\" not in n and ".." not in n
+        assert not n.startswith(".") and len(n) <= 180 and n.lower() != "__manifest__"
+    assert got[4] == "dense__kernel" and got[5] == "dense__kernel_2"
+
+
+def test_rest_npz_with_crafted_names(tf, tmp_path):
+    t = _tensors("layer_uni_1l_h1", "lstm")
+    extra = {name: np.full(2, i, np.float32) for i, name in enumerate(CRAFTED) if name}
+    prefix = _save(tf, tmp_path / "c.ckpt", {**t, **extra})
+    from gruconv import api
+
+    api.convert(prefix, tmp_path / "m.keras", Options())
+    rest = tmp_path / "m.keras.rest.npz"
+    with zipfile.ZipFile(rest) as z:
+        members = z.namelist()
+        manifest = json.loads(z.read(rest_npz.REST_MANIFEST))["tensors"]
+    assert rest_npz.REST_MANIFEST in members
+    for m in members:
+        assert "/" not in m and "\\" not in m and ".." not in m and m.isascii() and m.isprintable()
+    with np.load(rest) as z:
+        arrays = {manifest[k]: z[k] for k in z.files if k != rest_npz.REST_MANIFEST}
+    assert sorted(arrays) == sorted(list(extra) + ["global_step"])
+    for name, v in extra.items():
+        np.testing.assert_array_equal(arrays[name], v)
