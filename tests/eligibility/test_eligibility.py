@@ -2,7 +2,7 @@
 
 Fixtures come from the real writers (``fixtures/make_keras3_fixtures.py``: Keras 3 ``model.save`` /
 ``save_weights`` on TensorFlow, tf_keras ``model.save`` for legacy HDF5).  The rules are checked against
-what Keras does on a GPU in ``tests/test_eligibility_gpu.py``.
+what Keras does on a GPU in ``tests/eligibility/test_eligibility_gpu.py``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The static cuDNN verdicts (gruconv.eligibility) equal the kernel Keras takes on a GPU (issue 22).
 
-Run on a GPU machine: ``pytest -m gpu tests/test_eligibility_gpu.py``.  Each backend runs in its own
+Run on a GPU machine: ``pytest -m gpu tests/eligibility/test_eligibility_gpu.py``.  Each backend runs in its own
 subprocess (``KERAS_BACKEND`` is fixed at import): torch and JAX always; TensorFlow when it is installed
 and sees a GPU.  The subprocess (``tests/eligibility_probe.py``) builds or loads every case, runs it on
 the GPU and records which kernel each recurrent layer took; this file evaluates the *same* model config

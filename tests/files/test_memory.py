@@ -151,7 +151,7 @@ def test_conversion_peaks_within_one_and_a_half_models_of_loading_its_output(big
     + 0.5 x model)`` above the import baseline, sat inside the measured spread (a clean run
     measured 4.44 x against a 4.38 x bound, issue 17).
 
-    Measured spread (``.venv/bin/python tests/test_memory.py RUNS DIR``: import, convert, load, each a
+    Measured spread (``.venv/bin/python tests/files/test_memory.py RUNS DIR``: import, convert, load, each a
     fresh process; 2-core machine shared with other test runs), in multiples of the 44.5 MB model:
     10 runs, 1-min load average 5.6-9.5, 2026-11-27:
     convert peak - load peak: min -0.06, median 0.25, max 0.57 (the asserted quantity);
@@ -288,5 +288,5 @@ def _spread(runs: int, work: Path) -> None:
         print(f"{k}: min {min(v):.3f} median {statistics.median(v):.3f} max {max(v):.3f}")
 
 
-if __name__ == "__main__":  # .venv/bin/python tests/test_memory.py RUNS WORK_DIR
+if __name__ == "__main__":  # .venv/bin/python tests/files/test_memory.py RUNS WORK_DIR
     _spread(int(sys.argv[1]), Path(sys.argv[2]))

@@ -23,7 +23,7 @@ Seed: ``GRUCONV_FUZZ_SEED`` (default fixed); ``GRUCONV_FUZZ_READERS=keras-h5,tf1
 those.  A failure prints the reader, case number, fixture
 and mutation; reproduce one case with::
 
-    .venv/bin/python tests/test_fuzz.py --reproduce READER CASE OUT_DIR   # writes the mutated input
+    .venv/bin/python tests/readers/test_fuzz.py --reproduce READER CASE OUT_DIR   # writes the mutated input
 
 A second test feeds hypothesis-generated JSON into ``model_config`` (random values spliced into
 a real config at random places) through the same read / write path.
@@ -308,7 +308,7 @@ def _check(runners: list) -> None:
                      f"refused {refused}, problems {len(failures)}, {time.monotonic() - r.t0:.1f}s")
         for f in failures:
             problems.append(f"{r.reader} case {f['case']} ({f['what']}), {f['stage']}:\n{f['traceback']}"
-                            f"reproduce: GRUCONV_FUZZ_SEED={SEED} .venv/bin/python tests/test_fuzz.py --reproduce "
+                            f"reproduce: GRUCONV_FUZZ_SEED={SEED} .venv/bin/python tests/readers/test_fuzz.py --reproduce "
                             f"{r.reader} {f['case']} /tmp/fuzzcase")
     summary = "\n".join(lines)
     assert not problems, (summary + "\n\n" + "\n\n".join(problems[:10])

@@ -7,7 +7,7 @@ tf_keras 2.21 both as ``NAME.keras`` (its ``saving_lib`` zip, ``metadata.json`` 
 
 * Same output: the Keras 3 ``.keras`` gruconv writes from the zip equals the one it writes from the
   HDF5 twin -- ``config.json`` equal, every weight bit for bit (the HDF5 route is tested against
-  Keras and the float64 oracle elsewhere: ``tests/test_keras_h5.py``, ``tests/test_streaming_writer.py``).
+  Keras and the float64 oracle elsewhere: ``tests/readers/test_keras_h5.py``, ``tests/writers/test_streaming_writer.py``).
 * Independent reference (no gruconv code): tf_keras itself, in a subprocess, builds the zip's
   ``config.json`` and loads its ``model.weights.h5`` with its own reader (``load_weights`` of a
   ``.weights.h5``; building runs no cuDNN op; tf_keras's ``load_model`` cannot resolve the CuDNN

@@ -190,7 +190,7 @@ def make_inputs(name: str) -> list[np.ndarray]:
 #: tf_keras's own outputs on :func:`make_inputs`, stored (``<stem>/y<i>``): computing them takes a
 #: TensorFlow process and ~37 CPU-seconds, half this module's cost, so the quick tier reads them and
 #: the slow tier (:func:`test_stored_references_are_tf_keras_own_outputs`) recomputes them.
-#: Rewrite with ``python tests/test_user_models.py --write-references`` after changing the corpus.
+#: Rewrite with ``python tests/readers/test_user_models.py --write-references`` after changing the corpus.
 REFERENCES = USER / "reference_outputs.npz"
 
 
@@ -345,7 +345,7 @@ def test_stored_references_are_tf_keras_own_outputs(tmp_path):
     assert not compare(live["text_classifier.h5"], planted, 1e-6)[0]
 
 
-if __name__ == "__main__":  # python tests/test_user_models.py --write-references
+if __name__ == "__main__":  # python tests/readers/test_user_models.py --write-references
     import argparse
     import tempfile
 

@@ -1,6 +1,6 @@
 """The ctypes cuDNN binding where no GPU is needed: availability probing, input checks, cell modes.
 
-The numerics need a GPU (``tests/test_cudnn_gpu.py``, marked ``gpu``); everything here runs anywhere,
+The numerics need a GPU (``tests/verify/test_cudnn_gpu.py``, marked ``gpu``); everything here runs anywhere,
 including on a GPU machine (the failure paths are forced by resetting the loader's cached state).
 """
 

@@ -3,7 +3,7 @@
 Run on a GPU machine with a Keras backend that sees the GPU (``scripts/gpu_session.sh`` runs this file
 once with ``KERAS_BACKEND=torch`` and once with ``KERAS_BACKEND=jax``); results are recorded in
 ``docs/gpu-verification.md``.  The CPU side of the same rules (rows, verdicts, the note when no GPU is
-usable) is tested in ``tests/test_verify.py`` / ``tests/test_verdicts.py``.
+usable) is tested in ``tests/verify/test_verify.py`` / ``tests/verify/test_verdicts.py``.
 """
 
 from __future__ import annotations

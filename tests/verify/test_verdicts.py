@@ -1,6 +1,6 @@
 """Verdict rules of ``verify`` (issue 12), on the CPU: what counts, what is only shown, what never passes.
 
-The GPU rows themselves are exercised on a GPU machine (``tests/test_gpu_path.py``); here the rules that
+The GPU rows themselves are exercised on a GPU machine (``tests/verify/test_gpu_path.py``); here the rules that
 turn rows into a verdict and a report, and what a machine without a usable GPU says.
 """
 

@@ -166,7 +166,7 @@ def test_json_report_schema(tmp_path):
         assert c["bound"] == "tolerance" and c["floor"] > 0 and set(c["limits"]) == {"tolerance", "rtol", "floor"}
         assert c["limits"]["floor"] == pytest.approx(data["floor_k"] * c["floor"])
         assert c["limits"]["rtol"] == pytest.approx(data["rtol"] * c["magnitude"])
-        # the float64 oracle has no algorithms to choose from (cuDNN's: tests/test_verdicts.py)
+        # the float64 oracle has no algorithms to choose from (cuDNN's: tests/verify/test_verdicts.py)
         assert c["reference_algorithm"] is None and c["by_algorithm"] == {}
     assert data["floor_seconds"] > 0
 

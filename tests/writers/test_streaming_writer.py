@@ -644,7 +644,7 @@ def test_gate_wise_transform_equals_keras_layout(tmp_path, cell, gates):
 @pytest.mark.slow  # a 44.5 MB model generated and converted 3 times; a measurement
 def test_streamed_convert_peaks_under_half_the_model_above_its_imports(tmp_path):
     """``gruconv convert big.h5 out.keras`` (3 x Bidirectional(CuDNNGRU(512)), 44.5 MB of weights, the
-    model of ``tests/test_memory.py``) peaks at most 0.5 x the weight bytes above a process that only
+    model of ``tests/files/test_memory.py``) peaks at most 0.5 x the weight bytes above a process that only
     imports what convert imports (gruconv's CLI, reader, streaming writer; NumPy, h5py): the writer holds
     about one gate block, never a layer or the model.
 

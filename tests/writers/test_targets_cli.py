@@ -24,7 +24,7 @@ from gruconv.cli import main
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "fixtures"
 
-#: Shape hints a user must give where a checkpoint stores no shape (as tests/test_tf1_*.py give them).
+#: Shape hints a user must give where a checkpoint stores no shape (as tests/readers/test_tf1_checkpoint.py gives them).
 HINTS = {
     "tf1/tf14_opaque_only": ["--variable", "encoder/cudnn_params", "--num-units", "7", "--input-size", "5"],
     "tf1/opaque_only_skip_uni": ["--input-mode", "skip"],
