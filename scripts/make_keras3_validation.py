@@ -551,7 +551,7 @@ def write(table: dict) -> None:
         f.write('"""Values Keras 3 accepts on load, per class and argument (generated: do not edit).\n\n'
                 f'Written by ``scripts/make_keras3_validation.py`` from Keras {table["keras_version"]} (rules and\n'
                 'their Keras sources are listed there); read by :mod:`gruconv.keras3.validate`; compared with\n'
-                'Keras value by value in ``tests/keras3/test_validation.py``.\n"""\n\n'
+                'Keras value by value in ``tests/test_validation.py``.\n"""\n\n'
                 "null, true, false = None, True, False\nNaN = float('nan')\n\n")
         f.write("TABLE = " + pprint.pformat(table, width=110, sort_dicts=False) + "\n")
     print("wrote", TARGET, file=sys.stderr)
