@@ -8,7 +8,8 @@ over its loosest bound.  Usage: ``PYTHONPATH=src .venv/bin/python scripts/measur
 """
 import sys, time, tempfile, warnings
 from pathlib import Path
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+TESTS = Path(__file__).resolve().parents[1] / "tests"
+sys.path[:0] = [str(TESTS / "verify"), str(TESTS)]  # test_verdicts (tests/verify/), its conftest (tests/)
 warnings.simplefilter("ignore")
 import numpy as np
 from gruconv.verify import verify
