@@ -385,7 +385,7 @@ def cmd_original(args):
     project venv rebuilds the original model with each CuDNNGRU/CuDNNLSTM as the equivalent GRU/LSTM
     and loads the original file with its own legacy HDF5 loader, which converts the cuDNN weights
     itself (``_convert_rnn_weights`` in ``tf_keras/src/saving/legacy/hdf5_format.py``; the method of
-    ``tests/test_user_models.py``), runs it on the reference inputs and compares with the reference
+    ``tests/readers/test_user_models.py``), runs it on the reference inputs and compares with the reference
     outputs -> ``.compat/ref/original.json``.  TF1/TF2 checkpoints have no such independent route here."""
     jobs = {}
     for name, src, extra in conversions():

@@ -41,22 +41,22 @@ fi
 if [ "$STAGE" = trained ]; then
   B=${BACKEND:-torch}
   KERAS_BACKEND=$B XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 560 python3 -m pytest -q -m gpu -p no:cacheprovider -rs -s \
-    tests/test_verify.py::test_gpu_trained_fixtures_pass_on_cpu_and_strict_gpu_against_cudnn \
-    tests/test_verdicts.py::test_gpu_every_planted_error_fails_on_the_strict_gpu_rows_too \
+    tests/verify/test_verify.py::test_gpu_trained_fixtures_pass_on_cpu_and_strict_gpu_against_cudnn \
+    tests/verify/test_verdicts.py::test_gpu_every_planted_error_fails_on_the_strict_gpu_rows_too \
     2>&1 | tee "$OUT/pytest-gpu-trained-$B.txt" | grep -E "passed|failed|FAILED|Error" | tail -40
   exit 0
 fi
 if [ "$STAGE" = more ]; then
-  timeout 540 python3 -m pytest -q -m gpu -p no:cacheprovider -rs -v tests/test_eligibility_gpu.py \
-    tests/test_torch_target.py tests/test_targets_cli.py tests/test_verify.py::test_gpu_trained_fixtures_pass_on_cpu_and_strict_gpu_against_cudnn \
+  timeout 540 python3 -m pytest -q -m gpu -p no:cacheprovider -rs -v tests/eligibility/test_eligibility_gpu.py \
+    tests/writers/test_torch_target.py tests/writers/test_targets_cli.py tests/verify/test_verify.py::test_gpu_trained_fixtures_pass_on_cpu_and_strict_gpu_against_cudnn \
     2>&1 | tee "$OUT/pytest-gpu-more.txt" | tail -60
   exit 0
 fi
-[ "$STAGE" = jax ] || timeout 500 python3 -m pytest -q -m gpu -p no:cacheprovider -rs -s tests/test_cudnn_gpu.py tests/test_verify.py \
-  tests/test_gpu_path.py 2>&1 | tee "$OUT/pytest-gpu-torch.txt" | tail -40
+[ "$STAGE" = jax ] || timeout 500 python3 -m pytest -q -m gpu -p no:cacheprovider -rs -s tests/verify/test_cudnn_gpu.py tests/verify/test_verify.py \
+  tests/verify/test_gpu_path.py 2>&1 | tee "$OUT/pytest-gpu-torch.txt" | tail -40
 [ "$STAGE" = torch ] && exit 0
 KERAS_BACKEND=jax XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 400 python3 -m pytest -q -m gpu -p no:cacheprovider \
-  -rs -s tests/test_gpu_path.py 2>&1 | tee "$OUT/pytest-gpu-jax.txt" | tail -25
+  -rs -s tests/verify/test_gpu_path.py 2>&1 | tee "$OUT/pytest-gpu-jax.txt" | tail -25
 for f in fixtures/keras/bidir_concat.h5 fixtures/keras_lstm/mixed.h5 fixtures/tf1/layer_80x256; do
   python3 -m gruconv verify "$f" --reference cudnn --device both --steps 50 --batch 4; echo "exit=$?"
 done 2>&1 | tee "$OUT/verify-cli.txt" | tail -30

@@ -45,9 +45,9 @@ fi
 echo "== self-report: python -m gruconv.cudnn_rnn $GOLDEN $LSTM_GOLDEN --maps"
 "$PY" -m gruconv.cudnn_rnn "$GOLDEN" $LSTM_GOLDEN --maps
 
-echo "== pytest tests/test_cudnn_lib.py (no GPU needed) and -m gpu tests/test_cudnn_gpu.py"
-"$PY" -m pytest -q tests/test_cudnn_lib.py
-CUDNN_LOGERR_DBG=1 CUDNN_LOGDEST_DBG=stderr "$PY" -m pytest -q -m gpu -s -rA tests/test_cudnn_gpu.py
+echo "== pytest tests/verify/test_cudnn_lib.py (no GPU needed) and -m gpu tests/verify/test_cudnn_gpu.py"
+"$PY" -m pytest -q tests/verify/test_cudnn_lib.py
+CUDNN_LOGERR_DBG=1 CUDNN_LOGDEST_DBG=stderr "$PY" -m pytest -q -m gpu -s -rA tests/verify/test_cudnn_gpu.py
 rc=$?
 
 echo "== without preloading (GRUCONV_CUDNN_PRELOAD=0): does cuDNN find its sub-libraries itself?"

@@ -10,7 +10,7 @@ name); the name lists (dtypes, activations, initializers, ...) are the candidate
 below names the file and function it mirrors.
 
 The same module holds the probe (:func:`keras_verdict`) and the battery of values
-(:func:`battery`) with which ``tests/test_validation.py`` compares the table with Keras, argument by
+(:func:`battery`) with which ``tests/keras3/test_validation.py`` compares the table with Keras, argument by
 argument; ``--check`` runs that comparison here and prints every disagreement.
 
 Run: ``PYTHONPATH=src .venv/bin/python scripts/make_keras3_validation.py [--check]``.
@@ -551,7 +551,7 @@ def write(table: dict) -> None:
         f.write('"""Values Keras 3 accepts on load, per class and argument (generated: do not edit).\n\n'
                 f'Written by ``scripts/make_keras3_validation.py`` from Keras {table["keras_version"]} (rules and\n'
                 'their Keras sources are listed there); read by :mod:`gruconv.keras3.validate`; compared with\n'
-                'Keras value by value in ``tests/test_validation.py``.\n"""\n\n'
+                'Keras value by value in ``tests/keras3/test_validation.py``.\n"""\n\n'
                 "null, true, false = None, True, False\nNaN = float('nan')\n\n")
         f.write("TABLE = " + pprint.pformat(table, width=110, sort_dicts=False) + "\n")
     print("wrote", TARGET, file=sys.stderr)

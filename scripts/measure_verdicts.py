@@ -36,7 +36,7 @@ import numpy as np
 
 def cpu_environment() -> None:
     """The measurement's environment (TensorFlow backend, CPU only, quiet), set when run as a script,
-    before Keras is imported.  Never at import: ``tests/test_sensitivity.py`` imports this module,
+    before Keras is imported.  Never at import: ``tests/verify/test_sensitivity.py`` imports this module,
     and a ``CUDA_VISIBLE_DEVICES=""`` set during collection hid the GPU from every test of a
     ``pytest -m gpu`` run (issue 31)."""
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")

@@ -3,12 +3,13 @@
 "Wired into verify").  ``correct``: each fixture (full .h5, weights-only .h5 without --config, TF1) at
 8/100/400 steps on the CPU against the float64 oracle: max diff, max diff/floor, which bounds decided,
 the floor's time against the whole run's.  ``planted``: each planted error of scripts/measure_verdicts.py
-in the CLI-converted file (tests/test_verdicts.py's helpers), 8 and 100 steps: how far the worst check is
+in the CLI-converted file (tests/verify/test_verdicts.py's helpers), 8 and 100 steps: how far the worst check is
 over its loosest bound.  Usage: ``PYTHONPATH=src .venv/bin/python scripts/measure_verify.py correct|planted``
 """
 import sys, time, tempfile, warnings
 from pathlib import Path
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+TESTS = Path(__file__).resolve().parents[1] / "tests"
+sys.path[:0] = [str(TESTS / "verify"), str(TESTS)]  # test_verdicts (tests/verify/), its conftest (tests/)
 warnings.simplefilter("ignore")
 import numpy as np
 from gruconv.verify import verify

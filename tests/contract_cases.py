@@ -1,4 +1,4 @@
-"""Shared by ``tests/test_validation.py`` and ``tests/test_contract_generative.py``: a legacy HDF5
+"""Shared by ``tests/keras3/test_validation.py`` and ``tests/keras3/test_contract_generative.py``: a legacy HDF5
 fixture with one config value replaced (a copy of the file, h5py, root attr ``model_config``), the
 CLI run on it, and Keras 3's own verdict on an output (plain ``keras.saving.load_model``).
 

@@ -1,4 +1,4 @@
-"""Child process of ``tests/test_contract_generative.py`` (tf_keras, ``TF_USE_LEGACY_KERAS=1``): for
+"""Child process of ``tests/keras3/test_contract_generative.py`` (tf_keras, ``TF_USE_LEGACY_KERAS=1``): for
 each spec in ``OUT/specs.json`` write a model with CuDNNGRU/CuDNNLSTM layers by tf_keras's legacy
 HDF5 writer, and its reference: the same architecture with tf_keras's non-cuDNN GRU/LSTM (the
 settings cuDNN computes: ``reset_after=True``, sigmoid / tanh) loading that file (tf_keras converts

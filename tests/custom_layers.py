@@ -1,6 +1,6 @@
 """A Keras 3 port of textgenrnn's ``AttentionWeightedAverage`` (the tf_keras original is in
 ``fixtures/make_custom_layer_fixtures.py``): the same weight ``W (features, 1)``, created in ``build`` as
-the original does, and the same arithmetic in ``keras.ops``.  Used by ``tests/test_custom_layers.py`` and
+the original does, and the same arithmetic in ``keras.ops``.  Used by ``tests/keras3/test_custom_layers.py`` and
 usable as ``gruconv ... --custom-objects tests/custom_layers.py``: a user's own Keras 3 class, imported only
 when named."""
 

@@ -1,4 +1,4 @@
-"""Harness and file builders for ``tests/test_hostile.py`` (hostile use of the real CLI).
+"""Harness and file builders for ``tests/cli/test_hostile.py`` (hostile use of the real CLI).
 
 * :func:`run_cli` runs the installed ``gruconv`` console script in a child process with a
   virtual-memory cap (``RLIMIT_AS``) and a wall-clock timeout; a hang is killed (the whole

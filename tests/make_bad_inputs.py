@@ -5,7 +5,7 @@ Nothing here is committed as data: every case is derived, in a second or two, fr
 
     .venv/bin/python tests/make_bad_inputs.py /tmp/bad      # writes the corpus, prints one line per case
 
-``tests/test_bad_inputs.py`` calls :func:`make_corpus` into ``tmp_path`` and holds
+``tests/files/test_bad_inputs.py`` calls :func:`make_corpus` into ``tmp_path`` and holds
 the expected outcome of every case in a table.  Each :class:`Case` says what to
 run (``command``, ``input``, ``extra`` options, which kind of ``output`` target)
 and notes anything environment-dependent — e.g. ``chmod 000`` does not stop
@@ -169,7 +169,7 @@ def write_bundle(prefix: Path, tensors: dict, *, override: Optional[dict] = None
 
     ``override[key] = (shape, size)`` writes an entry that *claims* another shape/size
     than the bytes stored (for shape-bomb cases).  The layout (data blocks, empty
-    metaindex, index block, 48-byte footer) is that of ``tests/test_tfbundle.py``'s
+    metaindex, index block, 48-byte footer) is that of ``tests/readers/test_tfbundle.py``'s
     writer, which TensorFlow itself reads back.
     """
     import google_crc32c

@@ -1,5 +1,5 @@
 """Write a legacy tf_keras HDF5 model with one layer outside the streaming writer's vocabulary
-(``UnitNormalization``, which Keras 3 has) after a CuDNNGRU, for ``tests/test_streaming_writer.py``'s
+(``UnitNormalization``, which Keras 3 has) after a CuDNNGRU, for ``tests/writers/test_streaming_writer.py``'s
 fallback tests.  Written by tf_keras's own legacy HDF5 writer.  Usage:
 ``python make_outside_vocabulary_model.py OUT.h5``.
 """

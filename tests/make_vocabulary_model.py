@@ -1,5 +1,5 @@
 """Write a legacy tf_keras HDF5 model using most of the streaming writer's layer vocabulary (for
-``tests/test_streaming_writer.py``): LayerNormalization, GaussianNoise, ZeroPadding1D, Cropping1D, Conv1D with
+``tests/writers/test_streaming_writer.py``): LayerNormalization, GaussianNoise, ZeroPadding1D, Cropping1D, Conv1D with
 an L2 regularizer and a MaxNorm constraint, MaxPooling1D, UpSampling1D, LeakyReLU, Add / Maximum / Average /
 Minimum / Concatenate, Permute, Bidirectional(CuDNNGRU, merge_mode="sum"), SimpleRNN, PReLU, AveragePooling1D,
 Flatten, Dense, Reshape, Softmax, RepeatVector, CuDNNLSTM, Dot, GaussianDropout, AlphaDropout; two inputs,

@@ -59,8 +59,8 @@ def test_collecting_the_gpu_tests_probes_nothing_and_changes_nothing():
     """The reproduction of issue 31: collecting the GPU tests with the sensitivity harness used to leave
     ``CUDA_VISIBLE_DEVICES=''``; now nothing changes and cuDNN is never loaded while collecting."""
     env = {k: v for k, v in _env().items() if k != "CUDA_VISIBLE_DEVICES"}
-    files = ["tests/test_sensitivity.py", "tests/test_cudnn_gpu.py", "tests/test_eligibility_gpu.py",
-             "tests/test_gpu_path.py"]
+    files = ["tests/verify/test_sensitivity.py", "tests/verify/test_cudnn_gpu.py",
+             "tests/eligibility/test_eligibility_gpu.py", "tests/verify/test_gpu_path.py"]
     p = subprocess.run([sys.executable, "-c", _COLLECT, *files], capture_output=True, text=True, env=env,
                        cwd=ROOT, timeout=300)
     assert "RESULT 0 [] False" in p.stdout, p.stdout[-3000:] + p.stderr[-3000:]

@@ -3,7 +3,10 @@ source: no import cycle (function-level imports included), no private name used 
 format name in ``verify`` or ``batch``, and every registered reader and writer offering its verbs.
 
 Each check is an AST walk over ``src/gruconv``; a planted violation is shown failing in
-:func:`test_the_cycle_finder_finds_a_planted_cycle`."""
+:func:`test_the_cycle_finder_finds_a_planted_cycle`.  The tests mirror the packages: every test
+module lives in ``tests/PACKAGE/`` (or ``tests/MODULE/``, e.g. ``tests/cli/``) but for this module and
+``test_process_state.py`` (:func:`test_every_test_module_lives_in_a_mirrored_folder`, proven on a
+planted tree)."""
 
 from __future__ import annotations
 
@@ -436,3 +439,69 @@ def test_the_keras_graph_check_finds_a_planted_gap():
     gaps = _graph_gaps(Half)
     assert "weight_names" in gaps and "stored_weights" in gaps and "open_file" not in gaps and "path" not in gaps
     assert _graph_gaps(TfKerasZipModel) == []
+
+
+# --------------------------------------------------------------------------- the tests mirror the packages
+
+#: Test modules allowed in ``tests/`` itself: rules over the whole source tree (this module) and over
+#: the whole test suite (collection leaves the process as it found it).  Every other test module lives
+#: in a folder named after the package or module of ``src/gruconv`` it tests (docs/testing.md).
+ROOT_TEST_MODULES = ("test_structure.py", "test_process_state.py")
+
+
+def _misplaced_tests(tests: Path, pkg: Path) -> list:
+    """What breaks the layout rule under ``tests``, for the package at ``pkg``: a ``test_*.py`` in
+    ``tests/`` itself but for :data:`ROOT_TEST_MODULES`; one in a folder that mirrors no package
+    (``pkg/FOLDER/__init__.py``) or module (``pkg/FOLDER.py``, e.g. ``cli/`` for ``cli.py``); two
+    test modules of the same name (without ``__init__.py`` pytest imports each folder's modules by
+    their bare name, so names are unique over the tree); an ``__init__.py``, a ``conftest.py`` or a
+    support module in a folder (support modules live in ``tests/``, on ``sys.path`` through pyproject's
+    ``pythonpath``)."""
+    out, seen = [], {}
+    for p in sorted(tests.rglob("*.py")):
+        rel = p.relative_to(tests)
+        if "__pycache__" in rel.parts:
+            continue
+        folder = rel.parent
+        if folder == Path("."):
+            if rel.name.startswith("test_") and rel.name not in ROOT_TEST_MODULES:
+                out.append(f"{rel}: a test module in tests/ itself (it belongs in the folder of the package it tests)")
+            continue
+        if not rel.name.startswith("test_"):
+            out.append(f"{rel}: not a test module (support modules, conftest.py and no __init__.py: tests/ itself)")
+            continue
+        if not ((pkg / folder / "__init__.py").is_file() or (pkg / folder).with_suffix(".py").is_file()):
+            out.append(f"{rel}: {folder.as_posix()}/ mirrors no package or module of {pkg.name}")
+        if rel.name in seen:
+            out.append(f"{rel}: the same name as {seen[rel.name]}")
+        seen.setdefault(rel.name, rel)
+    return out
+
+
+def test_every_test_module_lives_in_a_mirrored_folder():
+    assert _misplaced_tests(ROOT / "tests", PKG) == []
+
+
+def test_the_test_layout_check_finds_planted_violations(tmp_path):
+    pkg, tests = tmp_path / "src" / "gruconv", tmp_path / "tests"
+    for f in ("__init__.py", "cli.py", "readers/__init__.py", "readers/tf1/__init__.py", "verify/__init__.py"):
+        (pkg / f).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / f).write_text("")
+    good = ["test_structure.py", "test_process_state.py", "conftest.py", "make_things.py", "readers/test_a.py",
+            "readers/tf1/test_b.py", "cli/test_c.py"]
+    bad = ["test_loose.py", "writer/test_d.py", "verify/test_a.py", "readers/helper.py", "readers/__init__.py",
+           "verify/conftest.py"]
+    for f in good + bad:
+        (tests / f).parent.mkdir(parents=True, exist_ok=True)
+        (tests / f).write_text("")
+    assert _misplaced_tests(tests, pkg) == [
+        "readers/__init__.py: not a test module (support modules, conftest.py and no __init__.py: tests/ itself)",
+        "readers/helper.py: not a test module (support modules, conftest.py and no __init__.py: tests/ itself)",
+        "test_loose.py: a test module in tests/ itself (it belongs in the folder of the package it tests)",
+        "verify/conftest.py: not a test module (support modules, conftest.py and no __init__.py: tests/ itself)",
+        "verify/test_a.py: the same name as readers/test_a.py",
+        "writer/test_d.py: writer/ mirrors no package or module of gruconv",
+    ]
+    for f in bad:
+        (tests / f).unlink()
+    assert _misplaced_tests(tests, pkg) == []

@@ -2,7 +2,7 @@
 
 Importing :mod:`gruconv.cli` (Click, the regex compiles in ``click._compat``) takes a measurable time
 on a loaded machine; a SIGINT in that window used to end in Python's ``KeyboardInterrupt`` traceback
-(seen in ``tests/test_signals.py`` at 0.3 s under a load average of 10).  Here the handlers of
+(seen in ``tests/cli/test_signals.py`` at 0.3 s under a load average of 10).  Here the handlers of
 :mod:`gruconv.signals` are installed first, and an interruption before the command starts is the same
 one line and ``128 + signal`` exit code as one during it.  Nothing is written before the command runs.
 """
@@ -17,7 +17,7 @@ def main() -> None:
 
     try:
         # inside the try: a signal that lands while install() is still setting the later handlers
-        # raises Interrupted from inside it (seen once in tests/test_signals.py at delay 0.0)
+        # raises Interrupted from inside it (seen once in tests/cli/test_signals.py at delay 0.0)
         install()
         from .cli import main as command
     except Interrupted as e:
@@ -58,7 +58,7 @@ def _hold_signals() -> None:
     puts the default action back for signals that have a Python handler (CPython's ``_PySignal_Fini``;
     ``SIG_IGN`` it leaves alone), so a signal in the last ~0.1-0.4 s of the process (module teardown,
     libhdf5's exit handlers) killed it (exit -2 / -15, no message) after a successful conversion;
-    ``tests/test_signals.py`` hit that window once conversions got faster (issue 20).  Ignored, not
+    ``tests/cli/test_signals.py`` hit that window once conversions got faster (issue 20).  Ignored, not
     blocked: a mask is per thread, and NumPy's BLAS threads would take the signal instead."""
     import signal
 

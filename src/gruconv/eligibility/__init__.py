@@ -30,7 +30,7 @@ Verdicts: ``cudnn`` (cuDNN's RNN kernel), ``fused`` (the backend's own whole-seq
 ``fallback`` (Keras's step loop, ~20x slower on a GPU, ``shared/DESIGN.md``).  The verdict is what
 Keras does *on a GPU*; on a CPU every backend runs ``fused`` or ``fallback``.
 
-The rules are checked against what Keras actually does on a GPU by ``tests/test_eligibility_gpu.py``.
+The rules are checked against what Keras actually does on a GPU by ``tests/eligibility/test_eligibility_gpu.py``.
 """
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ def check_global_heaps(path) -> None:
 
     libhdf5 (1.14.6, ``H5HG__cache_heap_deserialize`` in ``H5HGcache.c``) walks a collection's
     objects with ``p = begin + need``, where ``need`` comes from the file: a zeroed object header
-    (index 0, size 0) makes ``need`` 0 and the loop never ends (found by ``tests/test_fuzz.py``: a
+    (index 0, size 0) makes ``need`` 0 and the loop never ends (found by ``tests/readers/test_fuzz.py``: a
     zeroed run of bytes over a ``layer_names`` or ``model_config`` string hangs ``attrs[...]``
     forever), and a huge size wraps the pointer.  HDF5 reads a collection the first time any
     variable-length string in it is read, so this walks every collection first, the same way,

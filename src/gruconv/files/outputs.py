@@ -217,7 +217,7 @@ def defer_sync(on: bool = True):
 
     What this keeps: a killed or crashed process still leaves each output complete or absent (the
     rename is atomic and the page cache outlives the process: the SIGKILL tests in
-    ``tests/test_safety_round3.py``).  What it gives up: after a *power loss* during the run, an output
+    ``tests/files/test_safety_round3.py``).  What it gives up: after a *power loss* during the run, an output
     renamed since the last sync may be empty or partial; the run's record was not written then, so it
     lists none of them, and the rerun (``--skip-existing`` included) converts them again.  Why: the
     data fsyncs (one per output file; a TF1 checkpoint writes two) cost ~6 ms a model in

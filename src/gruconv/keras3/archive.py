@@ -279,7 +279,7 @@ class Pieces:
     """A weight written piece by piece (one gate block at a time) into a dataset of ``shape`` and
     ``dtype``: ``pieces()`` yields ``(index expression, array)``.  Its manifest digest is taken by reading
     the written dataset back in row blocks, so the self-check of the archive proves the zip's copy equals
-    the staged file for it; that the values are right is proven by ``tests/test_streaming_writer.py``
+    the staged file for it; that the values are right is proven by ``tests/writers/test_streaming_writer.py``
     (bit-identical to :func:`gruconv.model.keras_layout.to_keras` of :func:`gruconv.model.keras_layout.from_cudnn`,
     and to the Keras-built route, on every fixture)."""
 
@@ -310,7 +310,7 @@ def _staged(target: Path, suffix: str):
     next conversion to the same output (:func:`gruconv.files.outputs.remove_stale_temps`).  ``target`` is
     usually already such a temporary (``convert`` writes through ``atomic_path``): its name is kept as
     the prefix then.  The first version's ``..NAME.PID-XXXX.tmp.keras.YYYY.h5.tmp`` matched no pattern
-    and stayed behind (``tests/test_crash_safety.py``, seen in the fresh-clone slow tier)."""
+    and stayed behind (``tests/files/test_crash_safety.py``, seen in the fresh-clone slow tier)."""
     target = Path(target)
     name = target.name
     prefix = name + "." if re.match(r"^\..+\.\d+-[A-Za-z0-9_]+\.tmp", name) else f".{name}.{os.getpid()}-"
@@ -739,7 +739,7 @@ def cudnn_direction(src, path, rnn, d: int, nonfinite: Optional[dict] = None) ->
     transposed, with ``order`` = :data:`~gruconv.model.keras_layout.KERAS_GATE_ORDER`; so Keras block ``k`` is
     stored block ``order[order[k]]``, reshaped ``(H, I)`` and transposed.  The bias is small: whole, by
     :func:`keras_bias`.  NaN/Inf are counted on the raw blocks (the same values as the canonical arrays).
-    ``tests/test_streaming_writer.py`` checks the result against ``to_keras(from_cudnn(...))`` for both
+    ``tests/writers/test_streaming_writer.py`` checks the result against ``to_keras(from_cudnn(...))`` for both
     cells and dtypes."""
     from ..files import hdf5 as h5safe
     from ..model.canonical import CELLS
@@ -841,7 +841,7 @@ def canonical_direction(p, cell: str, input_size: Optional[int] = None, release:
     them; a skip-input pseudo-layer gets its identity blocks), and ``release`` (the reader's: drop the
     mapped pages) runs after each block, so about one gate block of the file is resident at a time.
     The bias follows :func:`gruconv.model.keras_layout.to_keras_gru` / ``to_keras_lstm`` (GRU: input then
-    recurrent half; LSTM: the sum in float64, rounded once).  ``tests/test_streaming_writer.py`` checks the
+    recurrent half; LSTM: the sum in float64, rounded once).  ``tests/writers/test_streaming_writer.py`` checks the
     result against ``to_keras`` for both cells, and the files against the Keras-built route."""
     import numpy as np
 

@@ -14,7 +14,7 @@ the user supplies the class at load time).  A name is custom when it is in neith
   ``tf_keras/src/layers/core/tf_op_layer.py``) plus Keras 1/2 names (``Merge``, ``Highway``,
   ``MaxoutDense``).
 
-``tests/test_custom_layers.py`` compares both sets with what the installed Keras 3 and tf_keras export.
+``tests/keras3/test_custom_layers.py`` compares both sets with what the installed Keras 3 and tf_keras export.
 No framework import here.
 """
 

@@ -13,7 +13,7 @@ legacy tf.keras ``model_config`` into Keras 3 objects and ``Model.save`` seriali
   Keras 3.15.1's ``get_config()`` reports (:mod:`gruconv.keras3.defaults`, generated from Keras by
   ``scripts/make_keras3_defaults.py``), then :func:`gruconv.keras3.portable.portable_config` (Keras 3.8+).
 
-Evidence that the two agree: ``tests/test_streaming_writer.py`` loads this config and the one
+Evidence that the two agree: ``tests/writers/test_streaming_writer.py`` loads this config and the one
 ``gruconv.api.convert`` writes through Keras with ``keras.saving.load_model`` and compares
 ``get_config()`` of the model and of every layer, for every fixture that converts.
 
@@ -174,7 +174,7 @@ CARRY = "carry"
 #: through its legacy path).
 _CARRY_DROPPED = ("batch_input_shape", "input_shape", "batch_size", "input_dim")
 #: Layer classes whose config holds code (marshalled bytecode): never carried (Keras 3's safe mode refuses
-#: them; ``tests/test_bad_inputs.py``).
+#: them; ``tests/files/test_bad_inputs.py``).
 _CODE_CLASSES = {"Lambda"}
 
 

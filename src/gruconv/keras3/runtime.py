@@ -80,7 +80,7 @@ def keras():
     """Import and return the ``keras`` module (Keras 3), quietly.
 
     ``gruconv --help`` and ``gruconv inspect`` never get here
-    (``tests/test_cli.py`` checks ``sys.modules``)."""
+    (``tests/cli/test_cli.py`` checks ``sys.modules``)."""
     if "keras" in sys.modules and hasattr(sys.modules["keras"], "saving"):
         return sys.modules["keras"]
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -364,7 +364,7 @@ def save(model, out_tmp: Path, *, config: Optional[dict] = None) -> list:
     path is used.  Keras puts that temporary file beside the file it is
     given, so the model is saved inside a private ``.gruconv-*`` directory
     and then moved onto ``out_tmp``: a killed process leaves no Keras
-    ``tmpXXXX`` file among the user's files (``tests/test_crash_safety.py``).
+    ``tmpXXXX`` file among the user's files (``tests/files/test_crash_safety.py``).
 
     The written ``config.json`` is made portable (:mod:`gruconv.keras3.portable`: keys that hold
     their defaults and that Keras 3.8-3.14 do not know, backend-specific optimizer classes, and
@@ -448,7 +448,7 @@ def _save_in(model, staged: Path, td) -> None:
 def _release_freed_memory() -> None:
     """Hand the converted model's freed buffers back to the OS (glibc ``malloc_trim``) before Keras
     loads the written file: the load-back check then peaks at what a plain ``load_model`` of the
-    output needs, not at that plus the freed model (``tests/test_memory.py``)."""
+    output needs, not at that plus the freed model (``tests/files/test_memory.py``)."""
     import ctypes
     import ctypes.util
 

@@ -2,7 +2,7 @@
 
 Written by ``scripts/make_keras3_validation.py`` from Keras 3.15.1 (rules and
 their Keras sources are listed there); read by :mod:`gruconv.keras3.validate`; compared with
-Keras value by value in ``tests/test_validation.py``.
+Keras value by value in ``tests/keras3/test_validation.py``.
 """
 
 null, true, false = None, True, False

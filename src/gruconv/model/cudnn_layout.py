@@ -3,7 +3,7 @@
 Layout (cuDNN 9.19, measured; evidence: every file in ``shared/cudnn-golden``,
 whose ``opaque`` was read back after copying each canonical matrix/bias to the
 address ``cudnnGetRNNWeightParams(pseudoLayer, linLayerID)`` returned, and
-``tests/test_cudnn_layout.py`` which reproduces all of them bit for bit):
+``tests/model/test_cudnn_layout.py`` which reproduces all of them bit for bit):
 
 1. all matrices first, pseudo-layer by pseudo-layer (layer 0 fw, layer 0 bw,
    layer 1 fw, ...), each pseudo-layer's matrices in ``linLayerID`` order

@@ -65,7 +65,7 @@ DEVICES = ("auto", "cpu", "gpu", "both")
 
 
 #: Random-input size bound (batch x steps): a parity check needs a few steps, and an unbounded request
-#: would allocate before anything ran (``tests/test_hostile.py``, ``verify_steps_huge``).
+#: would allocate before anything ran (``tests/cli/test_hostile.py``, ``verify_steps_huge``).
 MAX_RANDOM_STEPS = 1_000_000
 
 

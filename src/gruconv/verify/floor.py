@@ -82,7 +82,7 @@ def perturb(a, rng: np.random.Generator, ulps: int = DEFAULT_ULPS, dtype=np.floa
     # runs perturb 47 M weights each: no whole-size temporaries).  The steps are drawn as int32 blocks: the
     # same numbers, in the same order, as one int64 draw of the whole shape (NumPy's bounded draws of a
     # range under 2**32 take one 32-bit value per element whatever the output type, and a split draw
-    # continues the stream; ``tests/test_verify_speed.py``), half the bytes.  Bit-identical to the
+    # continues the stream; ``tests/verify/test_verify_speed.py``), half the bytes.  Bit-identical to the
     # expression: steps * spacing is a small whole number times a power of two, exact in any precision
     # (so the steps in v's own dtype change nothing), and the sum is one rounding as before.
     block = np.empty(min(flat_v.size, PERTURB_BLOCK), dtype=v.dtype)
@@ -102,7 +102,7 @@ def _spacing_of_abs(src: np.ndarray, dst: np.ndarray) -> None:
     ``e >= 24``, else the subnormal bit ``e - 1``) and ``2**-149`` for ``e == 0``; ``e >= 254`` (the
     float32 maximum's spacing is inf, NaN/inf's NaN) goes to ``np.spacing`` itself.  Bit-identical to
     ``np.spacing(np.abs(v))`` on all 2**32 float32 bit patterns (checked by hand, NumPy 2, 2026-11-28;
-    ``tests/test_verify_speed.py`` checks every exponent); 2.0 ms instead of 11.2 ms per Mi elements here
+    ``tests/verify/test_verify_speed.py`` checks every exponent); 2.0 ms instead of 11.2 ms per Mi elements here
     (``np.spacing`` calls ``nextafter`` per element), about 1 s of the large model's floors (issue 30)."""
     if src.dtype != np.float32:
         np.abs(src, out=dst)

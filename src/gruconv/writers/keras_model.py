@@ -5,7 +5,7 @@ Streamed by default (issue 20, ``docs/streaming.md``): the Keras 3 config is gen
 :mod:`gruconv.keras3.config` and the weights go input -> transform -> HDF5 one gate block at a time
 (:mod:`gruconv.keras3.archive`), with h5py and NumPy only: no Keras, TensorFlow, JAX or torch is
 imported.  The archive is structurally self-checked before it is placed (members, CRC, config, every
-weight's shape, dtype and SHA-256).  ``tests/test_streaming_writer.py`` proves the streamed file equal to
+weight's shape, dtype and SHA-256).  ``tests/writers/test_streaming_writer.py`` proves the streamed file equal to
 what Keras itself saves (config after load, every weight bit for bit) on every fixture.
 
 ``--check-load`` (implied by ``--verify``) adds what the Keras-built route did on every run: plain
@@ -153,7 +153,7 @@ def _write_stack(document, entry, target, options, name: str) -> None:
 
 
 def _stack_with_keras(document, entry, target, options, name: str) -> None:
-    """The Keras-built route for one stack (kept for comparison, ``tests/test_streaming_writer.py``):
+    """The Keras-built route for one stack (kept for comparison, ``tests/writers/test_streaming_writer.py``):
     :func:`gruconv.keras3.build.build_stack_model` of the one stack description
     (:func:`gruconv.keras3.config.stack_model_config`; ``document.drop()`` after each pseudo-layer),
     saved with that config, and loaded back (digests compared)."""

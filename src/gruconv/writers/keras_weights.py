@@ -4,7 +4,7 @@ requires the name to end in ``.weights.h5``), for ``model.load_weights`` into th
 Streamed like the ``keras`` writer (:mod:`gruconv.writers.keras_model`): the object paths come from the
 generated Keras 3 config (:func:`gruconv.keras3.config.saveable_plan`), the weights are written one
 layer at a time with h5py (:func:`gruconv.keras3.archive.write_weights`), no Keras imported;
-``tests/test_streaming_writer.py`` compares the file bit for bit with Keras's ``save_weights``.  Outside
+``tests/writers/test_streaming_writer.py`` compares the file bit for bit with Keras's ``save_weights``.  Outside
 the vocabulary, the Keras-built route (``model.save_weights``) when Keras is installed, said in one line.
 """
 

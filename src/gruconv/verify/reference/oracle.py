@@ -2,7 +2,7 @@
 
 For GRU it reproduces cuDNN's own float64 outputs (``y_f64``/``hy_f64`` in
 ``shared/cudnn-golden``) to ~1e-15 on every golden file, variable lengths
-included (``tests/test_oracle.py``).  Semantics follow cuDNN's
+included (``tests/verify/test_oracle.py``).  Semantics follow cuDNN's
 ``CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED`` with padded I/O: outputs past a
 sequence's length are 0, its final states are the states at its last valid
 step, and the backward direction starts at each sequence's own last valid step.
@@ -60,7 +60,7 @@ def _direction(step_fn, p, x: np.ndarray, h: np.ndarray, c, lengths: np.ndarray,
     The weights are converted to ``dt`` only where they are not already in it (a float32 floor run
     of float32 weights copies nothing).  Against the transposed-copy products the results differ
     only by BLAS's summation order: bit-identical in float32 on the 1024-unit case measured, 1e-13
-    in float64 there (``tests/test_verify_speed.py``)."""
+    in float64 there (``tests/verify/test_verify_speed.py``)."""
     T, B, _ = x.shape
     R = np.asarray(p.recurrent_weights, dtype=dt)
     bW = np.asarray(p.input_bias, dtype=dt)

@@ -1,0 +1,321 @@
+"""The streamed writer's validation table (``gruconv.keras3.validation_table``) against Keras 3 itself.
+
+For every class and argument in the table, the values of ``scripts/make_keras3_validation.py``'s
+battery (the default, wrong types, out of range, NaN/Infinity, unknown names, zero/negative sizes,
+wrong nesting, every enumeration member and its upper-case twin) are judged twice: by the table
+(:func:`gruconv.keras3.validate.problem`) and by Keras (the object deserialized from its config in
+safe mode and built on a symbolic input, as ``load_model`` does).  Any disagreement fails, listed.
+A planted table bug is shown caught.  The default tier compares five classes of issue 31's measured
+cases; the slow tier every class.
+
+Issue 31's measured cases go through the CLI on both routes: the streamed writer and the Keras-built
+fallback (forced) each exit 3 with one line and leave nothing; valid values pass both.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import contract_cases as cases
+from gruconv.cli import main
+from gruconv.keras3.validation_table import TABLE
+
+ROOT = Path(__file__).resolve().parents[2]
+#: The classes of issue 31's cases (default tier); the slow tier compares every class.
+QUICK = ["Dropout", "Bidirectional", "InputLayer", "Concatenate", "MaxPooling1D"]
+
+
+@pytest.fixture(scope="module")
+def gen():
+    """The generator module (imports Keras): its probe, battery and comparison."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        return importlib.import_module("make_keras3_validation")
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+
+
+@pytest.mark.parametrize("cls", QUICK)
+def test_table_agrees_with_keras_quick(gen, cls):
+    assert gen.compare(classes=[cls]) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("section,cls", [(s, c) for s in ("layers", "initializers", "regularizers", "constraints")
+                                         for c in TABLE[s] if not (s == "layers" and c in QUICK)])
+def test_table_agrees_with_keras(gen, section, cls):
+    assert gen.compare(classes=[cls], section=section) == []
+
+
+@pytest.mark.slow
+def test_table_is_what_the_generator_writes(gen):
+    """The committed table is the generator's output for the installed Keras (not hand-edited)."""
+    assert gen.build() == TABLE
+
+
+@pytest.mark.parametrize("cls,arg,mutate,caught", [
+    ("Dense", "units", lambda r: r.update(min=0), "Dense.units = 0: table accepts, Keras refuses"),
+    ("Dropout", "rate", lambda r: r.update(max=3), "Dropout.rate = 2.5: table accepts, Keras refuses"),
+    ("Bidirectional", "merge_mode", lambda r: r["values"].remove("ave"),
+     "Bidirectional.merge_mode = 'ave': table refuses, Keras accepts"),
+    # TensorFlow takes a negative seed, JAX does not (uint32): only the every-backend comparison sees it
+    ("Dropout", "seed", lambda r: r.pop("min"), "Dropout.seed = -3: table accepts, Keras refuses on jax"),
+])
+def test_planted_table_bug_is_caught(gen, cls, arg, mutate, caught):
+    table = copy.deepcopy(TABLE)
+    mutate(table["layers"][cls][arg])
+    bad = gen.compare(table=table, classes=[cls], args=[arg])
+    assert any(line.endswith(caught) or caught in line for line in bad), bad
+
+
+def _case(tmp_path, i):
+    fx, cls, arg, value = cases.USER_CASES[i]
+    src = cases.FIX / fx
+    return cases.write_config(src, tmp_path / f"case{i}.h5", cases.set_value(cases.read_config(src), cls, arg, value))
+
+
+@pytest.mark.parametrize("i", range(len(cases.USER_CASES)))
+def test_measured_case_refused_by_streamed_writer(tmp_path, i):
+    """Issue 31: each measured value is refused before anything is written, one line naming layer,
+    argument and value; no Keras is imported for it (no fallback)."""
+    fx, cls, arg, value = cases.USER_CASES[i]
+    src = _case(tmp_path, i)
+    out = tmp_path / "out.keras"
+    r = CliRunner().invoke(main, ["convert", str(src), str(out)])
+    assert r.exit_code == 3 and r.exception is None or isinstance(r.exception, SystemExit), r.output
+    line = r.output.strip()
+    assert "\n" not in line and line.startswith("gruconv: error:")
+    shown_arg = "batch_shape" if arg == "batch_input_shape" else arg  # Keras 3's name for it
+    assert f"({cls}): {shown_arg} must " in line and "streaming writer" not in line, line
+    assert str(value if not isinstance(value, list) else value[-1]) in line, line
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == [src.name]
+
+
+def _forced_fallback(monkeypatch):
+    """The Keras-built route, as ``writers/keras_model._write_graph`` takes it when the streamed
+    writer raises UnsupportedError (a layer or training config outside its vocabulary)."""
+    from gruconv.errors import UnsupportedError
+    from gruconv.keras3 import archive
+
+    def refuse(*a, **k):
+        raise UnsupportedError("forced for the test")
+
+    monkeypatch.setattr(archive, "write_keras_h5_doc", refuse)
+
+
+FALLBACK = [1, 2, pytest.param(6, marks=pytest.mark.slow), pytest.param(9, marks=pytest.mark.slow),
+            pytest.param(10, marks=pytest.mark.slow)]  # Dense units, Dropout rate; Embedding input_dim, dtype, activation
+
+
+@pytest.mark.parametrize("i", FALLBACK)
+def test_fallback_route_refuses_the_same(tmp_path, monkeypatch, i):
+    """The Keras-built route judges a value the streamed writer refuses the same way: exit 3, one
+    line, nothing written (Keras's own refusal, not a traceback or an internal error)."""
+    src = _case(tmp_path, i)
+    _forced_fallback(monkeypatch)
+    out = tmp_path / "out.keras"
+    r = CliRunner().invoke(main, ["convert", str(src), str(out)])
+    assert r.exit_code == 3 and (r.exception is None or isinstance(r.exception, SystemExit)), r.output
+    err = [l for l in r.output.strip().splitlines() if l.startswith("gruconv: error:")]
+    assert len(err) == 1 and "Traceback" not in r.output, r.output
+    assert not out.exists()
+
+
+#: Values Keras 3 takes on TensorFlow and refuses on JAX or torch (the long generative profile's
+#: counterexamples of session 29, and what the every-backend table comparison found after them).
+TF_ONLY = [
+    ("keras_user/text_classifier.h5", "Dense", "kernel_initializer",
+     {"class_name": "GlorotUniform", "config": {"seed": -3}}, "seed"),
+    ("keras_lstm/sequential.h5", "CuDNNLSTM", "recurrent_initializer",
+     {"class_name": "Orthogonal", "config": {"gain": [-2.0], "seed": None}}, "gain"),
+    ("keras_user/text_classifier.h5", "Dense", "kernel_initializer",
+     {"class_name": "RandomNormal", "config": {"mean": 0.0, "stddev": -1.0, "seed": None}}, "stddev"),
+    ("keras_user/batchnorm_dropout.h5", "BatchNormalization", "synchronized", True, "synchronized"),
+    ("keras/sequential.h5", "InputLayer", "ragged", True, "ragged"),
+    ("keras/sequential.h5", "InputLayer", "sparse", True, "sparse"),
+]
+
+
+def test_a_value_only_tensorflow_loads_is_refused(tmp_path):
+    """The output must load on every backend: each value is refused (exit 3, one line naming the
+    argument, nothing written) although TensorFlow's Keras loads the file converted with the check
+    off, and JAX's or torch's Keras refuses that same file (so the refusal is not the table's whim)."""
+    from gruconv.keras3 import validate
+
+    unchecked = []
+    for i, (fx, cls, arg, value, named) in enumerate(TF_ONLY):
+        src = cases.FIX / fx
+        mutated = cases.write_config(src, tmp_path / f"in{i}.h5", cases.set_value(cases.read_config(src), cls, arg, value))
+        out = tmp_path / f"out{i}.keras"
+        r = CliRunner().invoke(main, ["convert", str(mutated), str(out)])
+        assert r.exit_code == 3 and (r.exception is None or isinstance(r.exception, SystemExit)), r.output
+        line = r.output.strip()
+        assert "\n" not in line and line.startswith("gruconv: error:") and f"{named} must" in line, line
+        assert not out.exists()
+        original = validate.check_model
+        validate.check_model = lambda doc: None
+        try:
+            r = CliRunner().invoke(main, ["convert", str(mutated), str(out)])
+        finally:
+            validate.check_model = original
+        assert r.exit_code == 0, r.output
+        assert cases.load_verdict(out) is None, (fx, arg)  # TensorFlow's Keras loads it
+        unchecked.append(str(out))
+    refused = cases.refusals_elsewhere(unchecked)
+    assert all(refused[p] for p in unchecked), refused
+
+
+@pytest.mark.parametrize("fx,cls,arg,value", [
+    ("keras_user/conv1d_gru.h5", "Conv1D", "padding", "SAME"),
+    ("keras_user/batchnorm_dropout.h5", "Dropout", "rate", 0.0),
+    ("keras_user/text_classifier.h5", "Dense", "activation", "gelu"),
+])
+def test_valid_value_passes_both_routes(tmp_path, monkeypatch, fx, cls, arg, value):
+    """A changed but valid value: both routes write a file plain ``load_model`` opens."""
+    src = cases.FIX / fx
+    cfg = cases.set_value(cases.read_config(src), cls, arg, value)
+    mutated = cases.write_config(src, tmp_path / "in.h5", cfg)
+    verdicts = []
+    for route in ("streamed", "fallback"):
+        if route == "fallback":
+            _forced_fallback(monkeypatch)
+        out = tmp_path / f"{route}.keras"
+        r = CliRunner().invoke(main, ["convert", str(mutated), str(out)])
+        verdicts.append((r.exit_code, out.exists() and cases.load_verdict(out) is None))
+    assert verdicts[0] == verdicts[1] == (0, True), verdicts
+
+
+@pytest.mark.parametrize("cls", [c if c in ("GRU", "Conv1D", "Dense") else pytest.param(c, marks=pytest.mark.slow)
+                                 for c in sorted(TABLE["input_ndim"])])
+def test_input_rank_rule_agrees_with_keras(gen, cls):
+    """The input ranks each class takes (its constructor's ``input_spec``): the table's verdict and
+    Keras's build agree for ranks 1 to 4."""
+    from gruconv.errors import InputError
+    from gruconv.keras3 import validate
+
+    obj = gen.base_config("layers", cls)
+    for rank in (1, 2, 3, 4):
+        try:
+            validate.check_layer(obj, "", rank)
+            ours = True
+        except InputError:
+            ours = False
+        assert ours == gen.rank_verdict(cls, rank), f"{cls} on a rank-{rank} input"
+
+
+@pytest.mark.parametrize("layer_cls, arg, value", [("Embedding", "input_dim", 50000), ("Embedding", "output_dim", 3),
+                                                   ("Dense", "units", 7), ("Conv1D", "filters", 9),
+                                                   ("Conv1D", "kernel_size", [4])])
+def test_a_config_that_no_longer_fits_its_stored_weights_is_refused(tmp_path, layer_cls, arg, value):
+    """The generative test's open counterexample (docs/testing.md): a value Keras accepts, but one the
+    stored weights of that layer no longer fit (``Embedding input_dim: 50000`` over a stored (1000, 16)
+    table) converted with exit 0 into a file ``load_model`` refuses.  The shapes a config fixes are
+    checked against the stored weights first: exit 3, one line, nothing written."""
+    import json
+    import shutil
+
+    import h5py
+
+    src = next(p for p in sorted((cases.FIX / "keras_user").glob("*.h5"))
+               if f'"class_name": "{layer_cls}"' in h5py.File(p, "r").attrs.get("model_config", ""))
+    path = tmp_path / src.name
+    shutil.copy(src, path)
+    with h5py.File(path, "r+") as f:
+        cfg = json.loads(f.attrs["model_config"])
+        layers = cfg["config"]["layers"] if isinstance(cfg["config"], dict) else cfg["config"]
+        layer = next(l for l in layers if l["class_name"] == layer_cls)
+        layer["config"][arg] = value
+        f.attrs["model_config"] = json.dumps(cfg)
+    out = tmp_path / "out.keras"
+    r = CliRunner().invoke(main, ["convert", str(path), str(out)])
+    assert r.exit_code == 3 and not isinstance(r.exception, (AssertionError, TypeError)), r.output
+    # refused here, or (a size the next cuDNN layer reads) by the writer's features check before it
+    assert ("has shape" in r.output or "should be" in r.output) and r.output.count("\n") == 1, r.output
+    assert not out.exists() and not list(tmp_path.glob(".*tmp*"))
+
+
+@pytest.mark.parametrize("name", ["keras/bidir_ave.h5", "keras/stateful.h5"])
+def test_stateful_needs_a_fixed_batch_size(tmp_path, name):
+    """The generative test's counterexample: ``stateful: true`` planted in a model whose inputs have a
+    free batch size converted with exit 0, and Keras 3 refuses to build it.  Now exit 3, one line; the
+    real stateful fixture (a fixed batch size) still converts."""
+    import json
+    import shutil
+
+    import h5py
+
+    path = tmp_path / "in.h5"
+    shutil.copy(cases.FIX / name, path)
+    planted = name.endswith("bidir_ave.h5")
+    if planted:
+        with h5py.File(path, "r+") as f:
+            cfg = json.loads(f.attrs["model_config"])
+            text = json.dumps(cfg).replace('"stateful": false', '"stateful": true')
+            assert text != json.dumps(cfg)
+            f.attrs["model_config"] = text
+    out = tmp_path / "out.keras"
+    r = CliRunner().invoke(main, ["convert", str(path), str(out)])
+    if planted:
+        assert r.exit_code == 3 and "stateful" in r.output and r.output.count("\n") == 1, r.output
+        assert not out.exists()
+    else:
+        assert r.exit_code == 0 and out.exists(), r.output
+
+
+def test_a_bool_size_is_the_int_keras_takes():
+    """``Dense(units=True)`` builds a one-unit kernel in Keras (a bool is an int there): the stored-weight
+    check compares against 1, so a file whose Dense has more units is refused, one with one unit is not."""
+    from gruconv.keras3.config import _own_vars, fits
+
+    (role, _, kernel), (_, _, bias) = _own_vars("Dense", {"units": True})
+    assert kernel == (None, 1) and bias == (1,)
+    assert fits(kernel, (8, 1)) and not fits(kernel, (8, 3))
+
+
+def test_return_state_inside_a_sequential_is_refused(tmp_path):
+    """The generative test's counterexample: ``return_state: true`` planted on a CuDNNGRU of a Sequential
+    converted with exit 0, and Keras 3 cannot build the model (the next layer gets two tensors)."""
+    import json
+    import shutil
+
+    import h5py
+
+    path = tmp_path / "in.h5"
+    shutil.copy(cases.FIX / "keras" / "sequential.h5", path)
+    with h5py.File(path, "r+") as f:
+        cfg = json.loads(f.attrs["model_config"])
+        layer = next(l for l in cfg["config"]["layers"] if l["class_name"] == "CuDNNGRU")
+        layer["config"]["return_state"] = True
+        f.attrs["model_config"] = json.dumps(cfg)
+    out = tmp_path / "out.keras"
+    r = CliRunner().invoke(main, ["convert", str(path), str(out)])
+    assert r.exit_code == 3 and "return_state" in r.output and r.output.count("\n") == 1, r.output
+    assert not out.exists()
+
+
+def test_a_reference_to_a_state_the_layer_no_longer_returns_is_refused(tmp_path):
+    """The generative test's counterexample: ``return_state: null`` planted on a CuDNNLSTM whose states feed
+    the next layers converted with exit 0, and Keras 3 cannot rebuild the graph ("list index out of range")."""
+    import json
+    import shutil
+
+    import h5py
+
+    path = tmp_path / "in.h5"
+    shutil.copy(cases.FIX / "keras_lstm" / "return_state.h5", path)
+    with h5py.File(path, "r+") as f:
+        cfg = json.loads(f.attrs["model_config"])
+        layer = next(l for l in cfg["config"]["layers"] if l["class_name"] == "CuDNNLSTM"
+                     and l["config"].get("return_state"))
+        layer["config"]["return_state"] = None
+        f.attrs["model_config"] = json.dumps(cfg)
+    out = tmp_path / "out.keras"
+    r = CliRunner().invoke(main, ["convert", str(path), str(out)])
+    assert r.exit_code == 3 and "returns 1" in r.output and r.output.count("\n") == 1, r.output
+    assert not out.exists()

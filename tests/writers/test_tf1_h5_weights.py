@@ -1,0 +1,205 @@
+"""TF1 checkpoint -> legacy-layout Keras weights (``gruconv convert CKPT out.h5``, issue 10).
+
+Independent reference: tf_keras.  In a subprocess with ``TF_USE_LEGACY_KERAS=1`` the model the
+``.keras`` output describes is rebuilt by hand -- ``Input((None, input_size))`` then per layer
+``GRU``/``LSTM(units, return_sequences=True, reset_after=True, recurrent_activation="sigmoid")``,
+wrapped in ``Bidirectional(..., merge_mode="concat")`` for a bidirectional stack, with
+gruconv's layer names -- ``model.load_weights(out.h5)`` and ``predict`` on fixed inputs.  That must
+equal Keras 3 ``load_model(out.keras).predict`` (1e-5).  Keras 3's ``load_weights`` of the same
+``.h5`` and of a ``.weights.h5`` output into the ``.keras`` model's architecture must too.
+
+``test_planted_error_is_caught``: one input-kernel weight of the ``.h5``'s first layer is moved by
+0.05 and the tf_keras comparison (1e-5) reports it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from gruconv import api
+
+# xdist_group (docs/testing.md): the module fixtures run batched TensorFlow children; one worker runs them once.
+pytestmark = pytest.mark.xdist_group("test_tf1_h5_weights")
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "fixtures"
+
+# name: (checkpoint dir, cell, input size, units, layers, bidirectional, layer-name base)
+CASES = {
+    "gru_bidir": ("tf1/layer_bidir", "gru", 5, 7, 2, True, "encoder_cudnn_gru"),
+    "gru_uni": ("tf1/layer_uni", "gru", 5, 7, 2, False, "rnn_cudnn_gru"),
+    "lstm_bidir": ("tf1_lstm/layer_bidir", "lstm", 3, 5, 2, True, "encoder_cudnn_lstm"),
+}
+TOL = 1e-5
+
+TF_KERAS_SCRIPT = r'''
+import json, os, sys, traceback
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
+import numpy as np
+import tf_keras as k
+
+jobs = json.load(open(sys.argv[1]))
+for job in jobs:
+    try:
+        inp = k.Input((None, job["input"]), name="inputs")
+        x = inp
+        for layer in range(job["layers"]):
+            name = "%s_l%d" % (job["base"], layer)
+            cls = k.layers.LSTM if job["cell"] == "lstm" else k.layers.GRU
+            opts = dict(return_sequences=True, recurrent_activation="sigmoid", activation="tanh")
+            if job["cell"] == "gru":
+                opts["reset_after"] = True
+            if job["bidir"]:
+                x = k.layers.Bidirectional(cls(job["units"], **opts), merge_mode="concat", name=name)(x)
+            else:
+                x = cls(job["units"], name=name, **opts)(x)
+        model = k.Model(inp, x)
+        model.load_weights(job["h5"])
+        y = model.predict(np.load(job["x"]), verbose=0)
+        np.save(job["out"], y)
+    except Exception:
+        open(job["out"] + ".error", "w").write(traceback.format_exc())
+'''
+
+KERAS3_SCRIPT = r'''
+import json, os, sys, traceback
+os.environ.pop("TF_USE_LEGACY_KERAS", None)
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
+import numpy as np
+import keras
+
+jobs = json.load(open(sys.argv[1]))
+for job in jobs:
+    x = np.load(job["x"])
+    model = keras.saving.load_model(job["keras"])
+    np.save(job["out"] + "_keras.npy", model.predict(x, verbose=0))
+    for kind in ("h5", "weights_h5"):
+        try:
+            fresh = keras.Model.from_config(model.get_config())
+            fresh.load_weights(job[kind])
+            np.save(job["out"] + "_" + kind + ".npy", fresh.predict(x, verbose=0))
+        except Exception:
+            open(job["out"] + "_" + kind + ".error", "w").write(traceback.format_exc())
+'''
+
+
+def _run(script: str, jobs: list, tmp: Path, tag: str) -> None:
+    (tmp / f"{tag}.py").write_text(script)
+    (tmp / f"{tag}.json").write_text(json.dumps(jobs))
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    proc = subprocess.run([sys.executable, str(tmp / f"{tag}.py"), str(tmp / f"{tag}.json")],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+def _perturb(src: Path, dst: Path, delta: float = 0.05) -> str:
+    dst.write_bytes(src.read_bytes())
+    with h5py.File(dst, "r+") as f:
+        lname = [n.decode() if isinstance(n, bytes) else n for n in f.attrs["layer_names"]][1]
+        g = f[lname]
+        wname = next(w.decode() if isinstance(w, bytes) else w for w in g.attrs["weight_names"]
+                     if (w.decode() if isinstance(w, bytes) else w).endswith("/kernel:0"))
+        data = g[wname][...]
+        data[0, 0] += delta
+        g[wname][...] = data
+    return f"{lname}/{wname}"
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("tf1_h5")
+    rng = np.random.default_rng(10)
+    tfk_jobs, k3_jobs, files = [], [], {}
+    for name, (ckpt, cell, isz, units, layers, bidir, base) in CASES.items():
+        d = tmp / name
+        d.mkdir()
+        x = rng.standard_normal((3, 6, isz)).astype("float32")
+        np.save(d / "x.npy", x)
+        h5, wh5, kf = d / "out.h5", d / "out.weights.h5", d / "out.keras"
+        for out in (h5, wh5, kf):
+            api.convert(FIXTURES / ckpt, out)
+        planted = d / "planted.h5"
+        files[name] = dict(h5=h5, planted=planted, where=_perturb(h5, planted))
+        arch = dict(cell=cell, input=isz, units=units, layers=layers, bidir=bidir, base=base, x=str(d / "x.npy"))
+        tfk_jobs.append(dict(arch, h5=str(h5), out=str(d / "tfk.npy")))
+        tfk_jobs.append(dict(arch, h5=str(planted), out=str(d / "tfk_planted.npy")))
+        k3_jobs.append(dict(x=str(d / "x.npy"), keras=str(kf), h5=str(h5), weights_h5=str(wh5), out=str(d / "k3")))
+    _run(TF_KERAS_SCRIPT, tfk_jobs, tmp, "tfk")
+    _run(KERAS3_SCRIPT, k3_jobs, tmp, "k3")
+    return tmp, files
+
+
+def _load(path: Path) -> np.ndarray:
+    err = Path(str(path)[:-len(".npy")] + ".error") if not path.exists() else None
+    if err is not None:
+        alt = Path(str(path) + ".error")
+        msg = (err.read_text() if err.exists() else alt.read_text() if alt.exists() else "no output")
+        pytest.fail(msg)
+    return np.load(path)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_legacy_layout(results, name):
+    """The file has the layout tf_keras's save_weights writes for that architecture."""
+    _, files = results
+    ckpt, cell, isz, units, layers, bidir, base = CASES[name]
+    with h5py.File(files[name]["h5"], "r") as f:
+        names = [n.decode() if isinstance(n, bytes) else n for n in f.attrs["layer_names"]]
+        assert names == ["inputs"] + [f"{base}_l{i}" for i in range(layers)]
+        assert "backend" in f.attrs and "keras_version" in f.attrs
+        assert len(f["inputs"].attrs["weight_names"]) == 0
+        for i in range(layers):
+            g = f[f"{base}_l{i}"]
+            wn = [w.decode() if isinstance(w, bytes) else w for w in g.attrs["weight_names"]]
+            assert len(wn) == (6 if bidir else 3)
+            for w in wn:
+                assert g[w].dtype == np.float32
+            assert g[wn[0]].shape == ((isz if i == 0 else units * (2 if bidir else 1)), (3 if cell == "gru" else 4) * units)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_tf_keras_load_weights_matches_keras_model(results, name):
+    tmp, _ = results
+    d = tmp / name
+    ref = _load(d / "k3_keras.npy")
+    got = _load(d / "tfk.npy")
+    assert got.shape == ref.shape
+    np.testing.assert_allclose(got, ref, atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("kind", ["h5", "weights_h5"])
+def test_keras3_load_weights_matches_keras_model(results, name, kind):
+    tmp, _ = results
+    d = tmp / name
+    ref = _load(d / "k3_keras.npy")
+    got = _load(d / f"k3_{kind}.npy")
+    np.testing.assert_allclose(got, ref, atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_planted_error_is_caught(results, name):
+    tmp, files = results
+    d = tmp / name
+    ref = _load(d / "k3_keras.npy")
+    got = _load(d / "tfk_planted.npy")
+    diff = float(np.max(np.abs(got - ref)))
+    assert diff > TOL, f"perturbing {files[name]['where']} by 0.05 went unnoticed (max diff {diff:.3g})"
+
+
+def test_cli_h5_name_and_format(tmp_path):
+    """``.h5`` names and ``--format h5-weights`` pick the legacy writer (no usage error any more)."""
+    for out, fmt in ((tmp_path / "a.h5", None), (tmp_path / "a.hdf5", None), (tmp_path / "b.bin", "h5-weights")):
+        res = api.convert(FIXTURES / "tf1/layer_uni", out, format=fmt)
+        assert str(out) in res.outputs
+        with h5py.File(out, "r") as f:
+            assert "layer_names" in f.attrs and "model_config" not in f.attrs
