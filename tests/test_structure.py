@@ -356,6 +356,31 @@ def test_cell_tables_fail_loudly_on_an_unknown_cell():
     assert "reset_after" not in eligibility._defaults("LSTM", {}, False)
 
 
+#: Where the Keras 2 cuDNN class names may be spelled: their table (``model/keras_layout.py``), and the
+#: eligibility rules, which import no NumPy (a config alone decides there).
+CUDNN_CLASS_NAMES = {"CuDNNGRU", "CuDNNLSTM"}
+CUDNN_CLASS_NAME_HOMES = {"model/keras_layout.py", "eligibility/__init__.py"}
+
+
+def _cudnn_class_literals(source: str) -> list:
+    """Line numbers of string constants that are exactly a cuDNN class name (docstrings are longer)."""
+    return [n.lineno for n in ast.walk(ast.parse(source))
+            if isinstance(n, ast.Constant) and n.value in CUDNN_CLASS_NAMES]
+
+
+def test_the_cudnn_class_names_are_spelled_in_one_table():
+    """One fact, one place (issue 28): readers, keras3 and writers ask ``keras_layout.CUDNN_KERAS_CLASS`` /
+    ``CELL_OF_CUDNN_CLASS`` for the cuDNN class of a cell, so a new cell is one row there; an unknown class
+    is a KeyError, not a GRU."""
+    from gruconv.keras3 import legacy
+
+    found = {str(f.relative_to(PKG)): _cudnn_class_literals(f.read_text()) for f in PKG.rglob("*.py")}
+    assert {f for f, lines in found.items() if lines} == CUDNN_CLASS_NAME_HOMES
+    assert _cudnn_class_literals('x = {"CuDNNGRU": 1}\n"""CuDNNGRU, a docstring"""\n') == [1]  # planted
+    with pytest.raises(KeyError):
+        legacy.gru_config({"class_name": "SimpleRNN", "config": {"units": 2}})
+
+
 def _reader_imports(mods: dict, packages) -> list:
     """``module -> gruconv.readers...`` imports (any depth) from the modules under ``packages``."""
     found = []

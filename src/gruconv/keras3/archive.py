@@ -41,7 +41,7 @@ from ..errors import InputError, OutputError, UnsupportedError
 from ..progress import step
 from . import config as keras3_config
 from ..files.window import Window as _Window
-from ..model.keras_layout import WEIGHT_ROLES
+from ..model.keras_layout import CELL_OF_CUDNN_CLASS, KERAS3_CLASS, WEIGHT_ROLES
 
 CONFIG_NAME, METADATA_NAME, WEIGHTS_NAME = "config.json", "metadata.json", "model.weights.h5"
 
@@ -1010,7 +1010,7 @@ _SAME_FEATURES = {"Dropout", "SpatialDropout1D", "GaussianNoise", "GaussianDropo
                   "BatchNormalization", "LayerNormalization", "Masking", "ReLU", "LeakyReLU", "ELU", "Softmax",
                   "PReLU", "ZeroPadding1D", "Cropping1D", "UpSampling1D", "MaxPooling1D", "AveragePooling1D",
                   "MaxPool1D", "AvgPool1D"}
-_RNN_CLASSES = {"CuDNNGRU", "CuDNNLSTM", "GRU", "LSTM", "SimpleRNN"}
+_RNN_CLASSES = {*CELL_OF_CUDNN_CLASS, *KERAS3_CLASS.values(), "SimpleRNN"}
 
 
 def _features(layer: dict, f_in: Optional[int]) -> Optional[int]:
@@ -1042,7 +1042,7 @@ def _features(layer: dict, f_in: Optional[int]) -> Optional[int]:
 def _inner_rnn(layer: dict, path: str) -> Optional[str]:
     """The config path of the CuDNN layer ``layer`` is or wraps, else None."""
     cls, cfg = layer.get("class_name"), layer.get("config") or {}
-    if cls in ("CuDNNGRU", "CuDNNLSTM"):
+    if cls in CELL_OF_CUDNN_CLASS:
         return path
     if cls in ("Bidirectional", "TimeDistributed") and isinstance(cfg, dict) and isinstance(cfg.get("layer"), dict):
         inner = cfg["layer"]

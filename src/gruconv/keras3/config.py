@@ -42,7 +42,7 @@ from typing import Optional
 from ..errors import InputError, UnsupportedError
 from .builtins import bare_name, is_custom
 from .defaults import DEFAULTS
-from .legacy import converted_config
+from .legacy import CUDNN_CLASSES, converted_config
 from .portable import portable_config
 from . import validate
 
@@ -640,7 +640,7 @@ def _unique(cls: str, used: dict) -> str:
 # ``layer``, ``cell``); only its CuDNN layers differ: no cell, their variables are their own.
 # Checked on files tf_keras 2.21 wrote (``fixtures/tf_keras_zip``, ``fixtures/make_tf_keras_zip_fixtures.py``).
 
-_CUDNN = ("CuDNNGRU", "CuDNNLSTM")
+_CUDNN = tuple(CUDNN_CLASSES)
 
 
 def _vars(path: str) -> str:

@@ -13,7 +13,7 @@ import copy
 from typing import Optional
 
 from ..errors import UnsupportedError
-from ..model.keras_layout import CUDNN_COMPATIBLE
+from ..model.keras_layout import CELL_OF_CUDNN_CLASS, CUDNN_COMPATIBLE, KERAS3_CLASS
 
 #: CuDNNGRU config keys that GRU also takes (and CuDNNLSTM keys LSTM takes, with
 #: ``unit_forget_bias``: :data:`CARRIED`); anything else is dropped or refused.
@@ -24,11 +24,12 @@ _CARRIED_KEYS = (
     "kernel_constraint", "recurrent_constraint", "bias_constraint",
     "return_sequences", "return_state", "go_backwards", "stateful",
 )
-#: The Keras 2 / tf.keras / tf_keras cuDNN-only layer classes, and the cell each holds.
-CUDNN_CLASSES = {"CuDNNGRU": "gru", "CuDNNLSTM": "lstm"}
-#: Per cell: the Keras 3 layer class it becomes, and the config keys carried over.  CuDNNLSTM's
-#: ``unit_forget_bias`` (an initializer option, tf_keras ``cudnn_lstm.py``) is kept.
-TARGET_CLASS = {"gru": "GRU", "lstm": "LSTM"}
+#: The Keras 2 / tf.keras / tf_keras cuDNN-only layer classes and the cell each holds, and per cell the
+#: Keras 3 layer class it becomes (``model/keras_layout.py``'s tables under this module's names).
+CUDNN_CLASSES = CELL_OF_CUDNN_CLASS
+TARGET_CLASS = KERAS3_CLASS
+#: Per cell: the config keys carried over.  CuDNNLSTM's ``unit_forget_bias`` (an initializer option,
+#: tf_keras ``cudnn_lstm.py``) is kept.
 CARRIED = {"gru": _CARRIED_KEYS, "lstm": _CARRIED_KEYS + ("unit_forget_bias",)}
 CONTAINER_CLASSES = {"Sequential", "Model", "Functional"}
 
@@ -76,7 +77,7 @@ def gru_config(cudnn_cfg: dict, *, wrapped: bool = False) -> dict:
     ``module`` (``keras/src/layers/rnn/bidirectional.py``).
     """
     conf = config_of(cudnn_cfg)
-    cell = CUDNN_CLASSES.get(class_name_of(cudnn_cfg), "gru")
+    cell = CUDNN_CLASSES[class_name_of(cudnn_cfg)]  # callers pass cuDNN classes only: no GRU fallback
     target = TARGET_CLASS[cell]
     new = {k: copy.deepcopy(conf[k]) for k in CARRIED[cell] if k in conf}
     new.update(CUDNN_COMPATIBLE[cell])
@@ -181,7 +182,7 @@ def _normalise_for_keras3(cfg: dict) -> None:
 
 
 #: Layers that tf.keras called with ``initial_state`` appended to their inputs.
-_STATEFUL_CALLS = {"GRU", "LSTM", "SimpleRNN", "RNN", "Bidirectional", "CuDNNGRU", "CuDNNLSTM"}
+_STATEFUL_CALLS = {*KERAS3_CLASS.values(), "SimpleRNN", "RNN", "Bidirectional", *CUDNN_CLASSES}
 
 
 def _policy_to_name(conf: dict) -> None:

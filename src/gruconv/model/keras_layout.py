@@ -52,8 +52,13 @@ KERAS_GATE_ORDER = {"gru": (1, 0, 2), "lstm": (0, 1, 2, 3)}
 #: :func:`to_keras` returns them): the same for CuDNNGRU/CuDNNLSTM and GRU/LSTM.
 WEIGHT_ROLES = ("kernel", "recurrent_kernel", "bias")
 assert all(len(KERAS_GATE_ORDER[c]) == CELLS[c].num_gates for c in CELLS)
-#: per cell: the Keras 2 / tf_keras cuDNN-only layer class that stores it
-_KERAS_CLASS = {"gru": "CuDNNGRU", "lstm": "CuDNNLSTM"}
+#: Per cell: the Keras 2 / tf.keras / tf_keras cuDNN-only layer class that stores it (tf_keras
+#: ``layers/cudnn_recurrent.py``), the class that holds a cell back (readers), and the Keras 3 layer it
+#: becomes.  The one copy of these names: readers and ``keras3/legacy.py`` import them.
+CUDNN_KERAS_CLASS = {"gru": "CuDNNGRU", "lstm": "CuDNNLSTM"}
+CELL_OF_CUDNN_CLASS = {cls: cell for cell, cls in CUDNN_KERAS_CLASS.items()}
+KERAS3_CLASS = {"gru": "GRU", "lstm": "LSTM"}
+assert set(CUDNN_KERAS_CLASS) == set(KERAS3_CLASS) == set(CELLS)
 
 
 def _blocks(a: np.ndarray, axis: int, cell: str = "gru") -> list:
@@ -79,7 +84,7 @@ def from_cudnn(kernel, recurrent_kernel, bias, *, cell: str = "gru", where: str 
     and the bias is input side then recurrent side, Keras gate order each.
     """
     G = CELLS[cell].num_gates
-    where = where or _KERAS_CLASS[cell]
+    where = where or CUDNN_KERAS_CLASS[cell]
     kernel = np.asarray(kernel)
     if kernel.ndim != 2 or kernel.shape[1] % G:
         raise InputError(f"{where}: kernel has shape {kernel.shape}, expected (input_size, {G}*units)")
@@ -100,7 +105,7 @@ def to_cudnn(p: GateParams, cell: str = "gru") -> tuple:
     order = KERAS_GATE_ORDER[cell]
     H = p.recurrent_weights.shape[1]
     if p.input_weights is None:
-        raise InputError(f"{_KERAS_CLASS[cell]} has no skip-input mode")
+        raise InputError(f"{CUDNN_KERAS_CLASS[cell]} has no skip-input mode")
     I = p.input_weights.shape[2]
     kernel = np.concatenate([p.input_weights[g].reshape(I, H) for g in order], axis=1)
     rkernel = np.concatenate([p.recurrent_weights[g].reshape(H, H) for g in order], axis=1)

@@ -33,6 +33,7 @@ import numpy as np
 from .. import writers
 from ..errors import GruconvError, InputError, UsageError, said_of
 from ..model.canonical import InputFacts, Subject
+from ..model.keras_layout import WEIGHT_ROLES
 from ..options import Options
 from ..writers import planning
 
@@ -286,7 +287,7 @@ def _converted_arrays(converted: Path, rnn) -> list:
             names = [n.decode() if isinstance(n, bytes) else str(n) for n in g.attrs.get("weight_names", [])]
             found = []
             for direction in rnn.datasets:
-                for role in ("kernel", "recurrent_kernel", "bias"):
+                for role in WEIGHT_ROLES:
                     src = direction[role].lstrip("/").split("/", 1)[1]
                     if src not in names:
                         raise InputError(f"group {group!r} has no weight {src!r}", path=converted)

@@ -14,6 +14,8 @@ import re
 
 import numpy as np
 
+from ..model.keras_layout import WEIGHT_ROLES
+
 
 FORMAT = "h5-weights"
 SUFFIX = ".h5"
@@ -49,10 +51,9 @@ def _layer_weight_names(stack, lname: str) -> list:
     """The ``weight_names`` tf_keras's ``save_weights`` gives layer ``lname`` of the stack: a
     ``GRU``/``LSTM`` or its ``Bidirectional`` wrapper (forward weights, then backward)."""
     cell = stack.shape.cell
-    roles = ("kernel", "recurrent_kernel", "bias")
     if not stack.shape.bidirectional:
-        return [f"{lname}/{cell}_cell/{r}:0" for r in roles]
-    return [f"{lname}/{side}_{cell}/{cell}_cell/{r}:0" for side in ("forward", "backward") for r in roles]
+        return [f"{lname}/{cell}_cell/{r}:0" for r in WEIGHT_ROLES]
+    return [f"{lname}/{side}_{cell}/{cell}_cell/{r}:0" for side in ("forward", "backward") for r in WEIGHT_ROLES]
 
 
 def _write_stack(document, entry, target, options, name: str) -> None:

@@ -50,7 +50,7 @@ from ...files import hdf5 as h5safe
 from ...model.canonical import CELLS, Document, InputFacts, RNNStack, StackShape
 from ...model.cudnn_layout import params_size
 from ...errors import GruconvError, InputError, UnsupportedError, first_line
-from ...model.keras_layout import KERAS3_BIAS_ROWS, WEIGHT_ROLES, describe_keras_layer, from_cudnn, keras3_bias_shape
+from ...model.keras_layout import CUDNN_KERAS_CLASS, KERAS3_BIAS_ROWS, WEIGHT_ROLES, describe_keras_layer, from_cudnn, keras3_bias_shape
 from ...keras3.legacy import (CONTAINER_CLASSES as _CONTAINER_CLASSES, CUDNN_CLASSES, TARGET_CLASS as _TARGET_CLASS,
                               class_name_of, config_of, converted_config, layers_of as _layers_of, name_of)
 from ...options import Options
@@ -69,7 +69,6 @@ SUFFIXES = (".h5", ".hdf5")
 
 #: The cuDNN class table and the config accessors live with the legacy mends (one copy each).
 _class_name, _conf, _name = class_name_of, config_of, name_of
-_CUDNN_CLASS_OF = {"gru": "CuDNNGRU", "lstm": "CuDNNLSTM"}
 _WRAPPERS = {"Bidirectional", "TimeDistributed"}
 _UNSAFE_CLASSES = {"Lambda"}
 
@@ -110,7 +109,7 @@ class KerasRNN:
     @property
     def cls(self) -> str:
         """The original layer class, ``CuDNNGRU`` or ``CuDNNLSTM`` (from the shape's cell)."""
-        return _CUDNN_CLASS_OF[self.shape.cell]
+        return CUDNN_KERAS_CLASS[self.shape.cell]
 
     @property
     def name(self) -> str:
@@ -285,7 +284,7 @@ def _owner_and_role(wname: str) -> tuple:
 
 
 def _find_rnn_weights(entries: list, rnn_name: str, wrapper: Optional[str], where: str, path, *,
-                      cls: str = "CuDNNGRU", wrapper_name: Optional[str] = None) -> list:
+                      cls: str, wrapper_name: Optional[str] = None) -> list:
     """Per direction, {role: dataset} of one CuDNNGRU/CuDNNLSTM inside its top-level layer's weight list.
 
     ``TimeDistributed`` stores its wrapped layer's weights under the wrapper's own name
@@ -325,8 +324,8 @@ def _rnn_from_weights(path: Path, rpath: str, top: str, cfg: dict, wrapper_cfg: 
     """A :class:`KerasRNN` checked from dataset metadata only (shapes, dtypes); values come later."""
     conf = _conf(cfg)
     units = conf.get("units")
-    cls = _class_name(cfg) if _class_name(cfg) in CUDNN_CLASSES else "CuDNNGRU"
-    cell = CUDNN_CLASSES[cls]
+    cls = _class_name(cfg)
+    cell = CUDNN_CLASSES[cls]  # both callers pass a cuDNN class (a config's, or by_shape's verdict)
     G = CELLS[cell].num_gates
     dims = []
     dtypes = set()

@@ -27,13 +27,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ...model.canonical import CELLS
-from ...model.keras_layout import keras3_bias_shape
-
-#: The cuDNN-only Keras classes and their cell (CELLS key).
-CUDNN_CLASS_OF_CELL = {"gru": "CuDNNGRU", "lstm": "CuDNNLSTM"}
-
-#: The three weights every Keras recurrent layer has, in its weight order.
-ROLES = ("kernel", "recurrent_kernel", "bias")
+from ...model.keras_layout import CUDNN_KERAS_CLASS, WEIGHT_ROLES, keras3_bias_shape
 
 
 @dataclass(frozen=True)
@@ -53,13 +47,13 @@ class Verdict:
 
     @property
     def is_cudnn(self) -> bool:
-        return self.cls in CUDNN_CLASS_OF_CELL.values()
+        return self.cls in CUDNN_KERAS_CLASS.values()
 
 
 def classify(shapes: dict) -> Verdict:
     """Classify ``{"kernel": shape, "recurrent_kernel": shape, "bias": shape}`` (tuples of ints)."""
     try:
-        k, r, b = (tuple(int(d) for d in shapes[role]) for role in ROLES)
+        k, r, b = (tuple(int(d) for d in shapes[role]) for role in WEIGHT_ROLES)
     except (KeyError, TypeError, ValueError):
         return Verdict(None, None, reason="not a recurrent layer's kernel, recurrent_kernel and bias")
     if len(r) != 2 or r[0] <= 0 or r[1] % r[0]:
@@ -77,12 +71,12 @@ def classify(shapes: dict) -> Verdict:
     plain = CELLS[cell].title
     keras3 = keras3_bias_shape(cell, H)  # (2, 3H) for a reset_after GRU; an LSTM's is its plain bias
     if b == (2 * G * H,):
-        cls = CUDNN_CLASS_OF_CELL[cell]
+        cls = CUDNN_KERAS_CLASS[cell]
         return Verdict(cls, cell, I, H, f"{cls}, inferred from bias shape {b} = {2 * G} x {H}")
     if b == (G * H,):
         return Verdict(plain, cell, I, H, f"{plain}, bias shape {b} = {G} x {H}")
     if len(keras3) == 2 and b == keras3:
         return Verdict(plain, cell, I, H, f"{plain}(reset_after=True), bias shape {b}")
-    return Verdict(None, cell, I, H, f"bias has shape {b}; a {CUDNN_CLASS_OF_CELL[cell]} of {H} units has "
+    return Verdict(None, cell, I, H, f"bias has shape {b}; a {CUDNN_KERAS_CLASS[cell]} of {H} units has "
                                      f"({2 * G * H},), a {plain} ({G * H},)"
                                      + (f" or {keras3}" if len(keras3) == 2 else ""))

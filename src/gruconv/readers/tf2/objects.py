@@ -30,6 +30,7 @@ from typing import Optional
 from ..keras_h5.by_shape import classify
 from ...keras3.legacy import class_name_of, config_of
 from ...errors import GruconvError, InputError, UnsupportedError
+from ...model.keras_layout import CUDNN_KERAS_CLASS, KERAS3_CLASS, WEIGHT_ROLES
 
 GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 _SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
@@ -45,7 +46,7 @@ WEIGHT_ORDER = {
     "Embedding": ("embeddings",),
     "BatchNormalization": ("gamma", "beta", "moving_mean", "moving_variance"),
     "LayerNormalization": ("gamma", "beta"),
-    **{c: ("kernel", "recurrent_kernel", "bias") for c in ("GRU", "LSTM", "SimpleRNN", "CuDNNGRU", "CuDNNLSTM")},
+    **{c: WEIGHT_ROLES for c in (*KERAS3_CLASS.values(), "SimpleRNN", *CUDNN_KERAS_CLASS.values())},
     **{c: None for c in (
         "InputLayer", "Dropout", "SpatialDropout1D", "SpatialDropout2D", "SpatialDropout3D", "GaussianNoise",
         "GaussianDropout", "AlphaDropout", "ActivityRegularization", "Activation", "ReLU", "Softmax",
@@ -209,9 +210,9 @@ def _generic_groups(owners: dict, shapes: dict) -> list:
     # forward before backward: the order tf_keras's Bidirectional lists its weights in
     for path, attrs in sorted(owners.items(), key=lambda kv: tuple(s.replace("forward_", "0").replace(
             "backward_", "1") for s in kv[0])):
-        if not all(r in attrs for r in ("kernel", "recurrent_kernel", "bias")):
+        if not all(r in attrs for r in WEIGHT_ROLES):
             continue
-        v = classify({r: shapes[attrs[r]] for r in ("kernel", "recurrent_kernel", "bias")})
+        v = classify({r: shapes[attrs[r]] for r in WEIGHT_ROLES})
         if v.cls is None and v.cell is not None:
             # looks recurrent but fits no layer: refused with the shape table's reason, never dropped
             raise InputError(f"weights at {'/'.join(path)} look recurrent but fit no known layer: {v.reason}")
@@ -222,7 +223,7 @@ def _generic_groups(owners: dict, shapes: dict) -> list:
         owner = "/".join(path[len(top):]) or path[-1]
         group = "/".join(top).replace("/", ".")
         groups.setdefault(group, []).extend(
-            (f"{owner}/{r}:0", attrs[r]) for r in ("kernel", "recurrent_kernel", "bias"))
+            (f"{owner}/{r}:0", attrs[r]) for r in WEIGHT_ROLES)
     return sorted(groups.items())
 
 
