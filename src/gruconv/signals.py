@@ -13,6 +13,7 @@ process never leaves workers computing for nobody.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -47,13 +48,57 @@ def check() -> None:
         raise Interrupted(_received)
 
 
+#: How many :func:`held` blocks the main thread is in, and the signal that arrived meanwhile.
+_holding = 0
+_pending = None
+
+
+@contextlib.contextmanager
+def held():
+    """Hold SIGTERM/SIGINT back for a few statements: the ones that create a temporary file and
+    record its name for the ``finally`` that removes it.
+
+    Why: a Python signal handler runs between any two bytecodes, so an :class:`Interrupted` raised
+    just after ``mkstemp`` made its file, before the ``try`` that removes it began, left the file
+    behind (CI, stop 36: a ``--jobs 2`` batch stopped by SIGINT left a hidden temporary in
+    ``--out-dir``).  Inside the block the handlers (:func:`_raise`, the batch worker's) only note
+    the signal (:func:`deferred`); it is raised as the block ends, where the caller's ``try``
+    already covers the file.  Held in Python, not with ``pthread_sigmask``: that masks one thread,
+    and the kernel hands a process-directed signal to any thread that does not mask it (a batch
+    worker's parent watcher, a framework's pool), whose arrival still runs the handler in the main
+    thread at once.  Outside the main thread (where no handler runs) a no-op."""
+    global _holding, _pending
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _holding += 1
+    try:
+        yield
+    finally:
+        _holding -= 1
+        if not _holding and _pending is not None:
+            signo, _pending = _pending, None
+            raise Interrupted(signo)
+
+
+def deferred(signo: int) -> bool:
+    """For a signal handler: inside a :func:`held` block, note ``signo`` for the block's end and
+    return True (the handler then returns without raising)."""
+    global _pending
+    if _holding:
+        _pending = signo
+        return True
+    return False
+
+
 def _raise(signo, _frame):
     global _received
     _received = signo
     # A second signal while cleaning up must not interrupt the cleanup itself.
     for s in HANDLED:
         signal.signal(s, signal.SIG_IGN)
-    raise Interrupted(signo)
+    if not deferred(signo):
+        raise Interrupted(signo)
 
 
 def install() -> dict:
@@ -63,8 +108,8 @@ def install() -> dict:
     runner, gets its own handlers back)."""
     if threading.current_thread() is not threading.main_thread():
         return {}
-    global _received
-    _received = None
+    global _received, _pending
+    _received = _pending = None
     # A signal the process inherited as ignored (``nohup``, a shell's background job for SIGINT) stays
     # ignored, as Python itself leaves an inherited SIG_IGN for SIGINT in place.
     previous = {s: signal.getsignal(s) for s in HANDLED if signal.getsignal(s) is not signal.SIG_IGN}

@@ -58,10 +58,12 @@ _stop_signo = None
 
 def _worker_sigterm(signo, _frame):
     global _stop_signo
-    from ..signals import Interrupted
+    from ..signals import Interrupted, deferred
 
     _stop_signo = signo
     if _in_job:
+        if deferred(signo):
+            return  # raised as the held block ends (a temporary file being made: signals.held)
         raise Interrupted(signo)  # finally blocks remove the job's temporary files; _convert_one exits
     os._exit(128 + signo)
 
@@ -253,10 +255,19 @@ def run_plan(plan: list[Job], jobs: int, keep_going: bool, options: dict, consol
     except Interrupted:
         # SIGTERM/SIGINT: the workers are stopped (_run); what the unfinished jobs left is removed,
         # so only complete outputs of finished jobs stay (README, "Signals and full disks").
+        from ..files.outputs import remove_stale_staging, remove_stale_temps
+
         finished = {id(j) for j in done}
         for job in todo:
             if id(job) not in finished and getattr(job, "prepared", False):
                 undo(job.outs, job.snap)
+                # A worker SIGKILLed after the grace period, or stopped inside a library's own
+                # file handling, could not remove its temporaries; the workers are gone now, so
+                # what a dead process left beside this job's outputs goes at once, not 60 s later.
+                for out in job.outs:
+                    remove_stale_temps(out, older_than=0.0)
+                if job.output is not None:
+                    remove_stale_staging(job.output.parent, older_than=0.0)
                 for d in getattr(job, "made_dirs", []):
                     try:
                         d.rmdir()

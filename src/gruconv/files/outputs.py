@@ -169,6 +169,30 @@ def staging_pattern() -> "re.Pattern[str]":
     return re.compile(r"^\.gruconv-(\d+)-[A-Za-z0-9_]+$")
 
 
+def remove_stale_staging(directory: Path, *, older_than: float = STALE_AFTER_S) -> list:
+    """Remove :func:`staging_dir` directories in ``directory`` left by processes that no longer exist
+    (and at least ``older_than`` seconds old); return their paths."""
+    import shutil
+
+    pat, now, removed = staging_pattern(), time.time(), []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return removed
+    for name in names:
+        m = pat.match(name)
+        if not m or int(m.group(1)) == os.getpid() or _pid_alive(int(m.group(1))):
+            continue
+        p = Path(directory) / name
+        try:
+            if p.is_dir() and not p.is_symlink() and now - p.lstat().st_mtime >= older_than:
+                shutil.rmtree(p, ignore_errors=True)
+                removed.append(p)
+        except OSError:
+            continue
+    return removed
+
+
 @contextlib.contextmanager
 def staging_dir(directory: Path):
     """A private temporary directory inside ``directory`` (``.gruconv-PID-XXXX``), removed on exit.
@@ -177,30 +201,55 @@ def staging_dir(directory: Path):
     its own; the next :func:`staging_dir` in the same directory removes those of dead processes
     (older than :data:`STALE_AFTER_S`), as :func:`remove_stale_temps` does for temporary files.
     """
+    directory = Path(directory) if str(directory) else Path(".")
+    remove_stale_staging(directory)
+    with scratch_dir(directory, prefix=f".gruconv-{os.getpid()}-") as name:
+        yield name
+
+
+@contextlib.contextmanager
+def scratch_file(directory: Path, *, prefix: str, suffix: str = ""):
+    """A new empty file in ``directory`` (``mkstemp``: ``PREFIX XXXXXXXX SUFFIX``, mode 0600),
+    removed when the block ends unless it was renamed away meanwhile.
+
+    The one way this package makes a temporary file: it is created with SIGTERM/SIGINT held
+    (:func:`gruconv.signals.held`), so no signal lands between its creation and the ``finally``
+    that removes it.  ``OSError`` from creating it propagates (each caller words its own error)."""
+    from ..signals import held
+
+    path = None
+    try:
+        with held():
+            fd, path = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=directory)
+            os.close(fd)
+        yield Path(path)
+    finally:
+        if path is not None:
+            with contextlib.suppress(OSError):  # FileNotFoundError: renamed into place
+                os.unlink(path)
+
+
+@contextlib.contextmanager
+def scratch_dir(directory: Optional[Path] = None, *, prefix: str):
+    """A new private directory in ``directory`` (``None``: ``$TMPDIR``), removed with its contents
+    when the block ends; created with the signals held, as :func:`scratch_file` is.  ``OSError``
+    from creating it is an :class:`OutputError` naming ``directory``."""
     import shutil
 
-    directory = Path(directory) if str(directory) else Path(".")
-    pat, now = staging_pattern(), time.time()
+    from ..signals import held
+
+    path = None
     try:
-        names = os.listdir(directory)
-    except OSError:
-        names = []
-    for name in names:
-        m = pat.match(name)
-        if not m or int(m.group(1)) == os.getpid() or _pid_alive(int(m.group(1))):
-            continue
-        p = directory / name
         try:
-            if p.is_dir() and not p.is_symlink() and now - p.lstat().st_mtime >= STALE_AFTER_S:
-                shutil.rmtree(p, ignore_errors=True)
-        except OSError:
-            continue
-    try:
-        td = tempfile.TemporaryDirectory(prefix=f".gruconv-{os.getpid()}-", dir=directory)
-    except OSError as e:
-        raise OutputError(f"cannot create a working directory ({e.strerror or e})", path=directory) from None
-    with td as name:
-        yield Path(name)
+            with held():
+                path = tempfile.mkdtemp(prefix=prefix, dir=directory)
+        except OSError as e:
+            raise OutputError(f"cannot create a working directory ({e.strerror or e})",
+                              path=directory or Path(tempfile.gettempdir())) from None
+        yield Path(path)
+    finally:
+        if path is not None:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 #: Set (a set of directories) while a batch runs in this process (:func:`defer_sync`): the fsyncs
@@ -313,40 +362,37 @@ def atomic_path(out: Path, *, force: bool, suffix: str = ""):
     check_target(out, force=force)
     parent = out.parent if str(out.parent) else Path(".")
     remove_stale_temps(out)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.{os.getpid()}-", suffix=f".tmp{suffix}", dir=parent)
-    except OSError as e:
-        raise OutputError(f"cannot write output ({e.strerror or e})", path=out) from None
-    os.close(fd)
-    tmp = Path(tmp)
-    try:
+    with contextlib.ExitStack() as stack:
         try:
-            yield tmp
-        except OutputError as e:  # a writer's error about the temporary file is about the output
-            if e.path is not None and os.fspath(e.path) == os.fspath(tmp):
-                raise OutputError(e.message, path=out) from None
-            raise
-        if _deferred_dirs is None:
-            with open(tmp, "rb+") as f:
-                os.fsync(f.fileno())
+            tmp = stack.enter_context(scratch_file(parent, prefix=f".{out.name}.{os.getpid()}-",
+                                                   suffix=f".tmp{suffix}"))
+        except OSError as e:
+            raise OutputError(f"cannot write output ({e.strerror or e})", path=out) from None
         try:
-            mode = os.stat(out).st_mode & 0o7777
-        except OSError:
-            mode = 0o666 & ~_umask()
-        os.chmod(tmp, mode)
-        if force:
-            os.replace(tmp, out)
-        else:
-            place_new(tmp, out)
-        if _deferred_dirs is None:
-            _fsync_dir(parent)
-        else:
-            _deferred_dirs.add(os.path.abspath(parent))
-    except OSError as e:
-        raise OutputError(f"cannot write output ({write_failure(e)})", path=out) from None
-    finally:
-        with contextlib.suppress(FileNotFoundError, OSError):
-            tmp.unlink()
+            try:
+                yield tmp
+            except OutputError as e:  # a writer's error about the temporary file is about the output
+                if e.path is not None and os.fspath(e.path) == os.fspath(tmp):
+                    raise OutputError(e.message, path=out) from None
+                raise
+            if _deferred_dirs is None:
+                with open(tmp, "rb+") as f:
+                    os.fsync(f.fileno())
+            try:
+                mode = os.stat(out).st_mode & 0o7777
+            except OSError:
+                mode = 0o666 & ~_umask()
+            os.chmod(tmp, mode)
+            if force:
+                os.replace(tmp, out)
+            else:
+                place_new(tmp, out)
+            if _deferred_dirs is None:
+                _fsync_dir(parent)
+            else:
+                _deferred_dirs.add(os.path.abspath(parent))
+        except OSError as e:
+            raise OutputError(f"cannot write output ({write_failure(e)})", path=out) from None
 
 
 # --------------------------------------------------------------------------- outputs vs inputs

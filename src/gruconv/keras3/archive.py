@@ -31,7 +31,6 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 import zipfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,6 +39,7 @@ from typing import Callable, Iterable, Optional
 from ..errors import InputError, OutputError, UnsupportedError
 from ..progress import step
 from . import config as keras3_config
+from ..files.outputs import scratch_dir, scratch_file
 from ..files.window import Window as _Window
 from ..model.keras_layout import CELL_OF_CUDNN_CLASS, KERAS3_CLASS, WEIGHT_ROLES
 
@@ -314,15 +314,8 @@ def _staged(target: Path, suffix: str):
     target = Path(target)
     name = target.name
     prefix = name + "." if re.match(r"^\..+\.\d+-[A-Za-z0-9_]+\.tmp", name) else f".{name}.{os.getpid()}-"
-    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp" + suffix, dir=target.parent)
-    os.close(fd)
-    try:
-        yield Path(tmp)
-    finally:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+    with scratch_file(target.parent, prefix=prefix, suffix=".tmp" + suffix) as tmp:
+        yield tmp
 
 
 def _put_in_place(tmp: Path, target: Path) -> None:
@@ -1274,7 +1267,7 @@ def check_load(path, manifest: list, *, config: Optional[dict] = None, custom_ob
                                "nothing written") from None
     opt_part = sorted((m for m in manifest if m[0].startswith(OPTIMIZER_GROUP + "/")),
                       key=lambda m: int(m[0].rsplit("/", 1)[1]))
-    with tempfile.TemporaryDirectory(prefix="gruconv-check-") as td:
+    with scratch_dir(prefix="gruconv-check-") as td:
         saved = Path(td) / "loaded.weights.h5"
         loaded.save_weights(str(saved))
         with h5py.File(saved, "r") as f:

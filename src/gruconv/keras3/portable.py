@@ -20,7 +20,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -189,9 +188,10 @@ def rewrite_keras_zip(src_path, dst_path, *, qr_free_low_precision: bool = False
             config = portable_config(json.loads(raw.decode("utf-8")), qr_free_low_precision=qr_free_low_precision)
         new_config = json.dumps(config).encode("utf-8")
 
-        fd, tmp = tempfile.mkstemp(prefix=f".{dst_path.name}.", suffix=".tmp", dir=dst_path.parent)
-        try:
-            with os.fdopen(fd, "wb") as fout, zipfile.ZipFile(fout, "w") as zout:
+        from ..files.outputs import scratch_file
+
+        with scratch_file(dst_path.parent, prefix=f".{dst_path.name}.{os.getpid()}-", suffix=".tmp") as tmp:
+            with open(tmp, "wb") as fout, zipfile.ZipFile(fout, "w") as zout:
                 for info in infos:
                     new_info = zipfile.ZipInfo(info.filename, date_time=info.date_time)
                     new_info.compress_type = info.compress_type
@@ -208,9 +208,3 @@ def rewrite_keras_zip(src_path, dst_path, *, qr_free_low_precision: bool = False
                                 break
                             fo.write(chunk)
             os.replace(tmp, dst_path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise

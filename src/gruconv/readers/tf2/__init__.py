@@ -39,6 +39,7 @@ from typing import Optional
 from ...model.canonical import InputFacts
 from ...errors import GruconvError, InputError, said_of
 from ...options import Options
+from ...signals import held
 from .. import keras_h5
 
 FORMAT = "tf2-checkpoint"
@@ -197,9 +198,11 @@ def read(path, options: Optional[Options] = None, **kw) -> TF2CheckpointDoc:
         raise InputError("is not a Keras model architecture (no class_name): expected the model's to_json()",
                          path=Path(opts.config) if not isinstance(opts.config, dict) else path)
     prefix = resolve(path)
-    td = tempfile.mkdtemp(prefix="gruconv-tf2-")
-    staged = Path(td) / "weights.h5"
+    td = None
     try:
+        with held():  # no signal between making the directory and the try that removes it
+            td = tempfile.mkdtemp(prefix="gruconv-tf2-")
+        staged = Path(td) / "weights.h5"
         with open_bundle(prefix) as bundle:
             if not is_object_checkpoint(bundle.keys()):
                 raise InputError("holds no TF2 object graph (_CHECKPOINTABLE_OBJECT_GRAPH)", path=path)
@@ -216,14 +219,15 @@ def read(path, options: Optional[Options] = None, **kw) -> TF2CheckpointDoc:
             raise _fix(e, staged, path) from None
         except RecursionError:
             raise InputError("the architecture (--config) is nested too deeply", path=path) from None
+        doc = TF2CheckpointDoc(path=path, prefix=prefix, keras=kdoc, objects=objects,
+                               config_given=config is not None,
+                               other_tensors=n_keys - len(set(objects.values())),
+                               saved_model=saved_model_prefix(path) is not None)
+        doc._staging = weakref.finalize(doc, shutil.rmtree, td, True)
     except BaseException:
-        shutil.rmtree(td, ignore_errors=True)
+        if td is not None:
+            shutil.rmtree(td, ignore_errors=True)
         raise
-    doc = TF2CheckpointDoc(path=path, prefix=prefix, keras=kdoc, objects=objects,
-                           config_given=config is not None,
-                           other_tensors=n_keys - len(set(objects.values())),
-                           saved_model=saved_model_prefix(path) is not None)
-    doc._staging = weakref.finalize(doc, shutil.rmtree, td, True)
     return doc
 
 
