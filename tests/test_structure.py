@@ -381,6 +381,33 @@ def test_the_cudnn_class_names_are_spelled_in_one_table():
         legacy.gru_config({"class_name": "SimpleRNN", "config": {"units": 2}})
 
 
+#: The ``tempfile`` calls that make a file or directory; only ``files/outputs.py`` calls them.
+TEMP_MAKERS = {"mkstemp", "mkdtemp", "TemporaryDirectory", "NamedTemporaryFile", "TemporaryFile",
+               "SpooledTemporaryFile"}
+
+
+def _temp_makers(source: str) -> list:
+    """Line numbers of ``tempfile.<maker>`` uses and ``from tempfile import <maker>`` (not docstrings)."""
+    tree = ast.parse(source)
+    return sorted({n.lineno for n in ast.walk(tree)
+                   if (isinstance(n, ast.Attribute) and n.attr in TEMP_MAKERS
+                       and isinstance(n.value, ast.Name) and n.value.id == "tempfile")
+                   or (isinstance(n, ast.ImportFrom) and n.module == "tempfile"
+                       and any(a.name in TEMP_MAKERS for a in n.names))})
+
+
+def test_temporaries_are_made_in_one_place():
+    """Every temporary file and directory comes from ``files.outputs.scratch_file`` / ``scratch_dir``,
+    which make it with the signals held (``signals.held``), so a SIGTERM/SIGINT never lands between its
+    creation and the ``finally`` that removes it (CI stop 36: a hidden temporary left in a batch's
+    ``--out-dir``).  A new ``mkstemp`` elsewhere would reopen that window."""
+    found = {str(f.relative_to(PKG)): _temp_makers(f.read_text()) for f in PKG.rglob("*.py")}
+    assert {f for f, lines in found.items() if lines} == {"files/outputs.py"}, \
+        {f: lines for f, lines in found.items() if lines}
+    planted = 'import tempfile\nfrom tempfile import mkdtemp\n"""tempfile.mkstemp in prose"""\nfd, p = tempfile.mkstemp()\n'
+    assert _temp_makers(planted) == [2, 4]
+
+
 def _reader_imports(mods: dict, packages) -> list:
     """``module -> gruconv.readers...`` imports (any depth) from the modules under ``packages``."""
     found = []

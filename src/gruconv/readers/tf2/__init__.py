@@ -28,9 +28,8 @@ Messages name the checkpoint, never the staging file.
 
 from __future__ import annotations
 
+import contextlib
 import os
-import shutil
-import tempfile
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +38,7 @@ from typing import Optional
 from ...model.canonical import InputFacts
 from ...errors import GruconvError, InputError, said_of
 from ...options import Options
-from ...signals import held
+from ...files.outputs import scratch_dir
 from .. import keras_h5
 
 FORMAT = "tf2-checkpoint"
@@ -198,11 +197,9 @@ def read(path, options: Optional[Options] = None, **kw) -> TF2CheckpointDoc:
         raise InputError("is not a Keras model architecture (no class_name): expected the model's to_json()",
                          path=Path(opts.config) if not isinstance(opts.config, dict) else path)
     prefix = resolve(path)
-    td = None
+    staging = contextlib.ExitStack()  # the staged weights file's directory, removed with the document
     try:
-        with held():  # no signal between making the directory and the try that removes it
-            td = tempfile.mkdtemp(prefix="gruconv-tf2-")
-        staged = Path(td) / "weights.h5"
+        staged = staging.enter_context(scratch_dir(prefix="gruconv-tf2-")) / "weights.h5"
         with open_bundle(prefix) as bundle:
             if not is_object_checkpoint(bundle.keys()):
                 raise InputError("holds no TF2 object graph (_CHECKPOINTABLE_OBJECT_GRAPH)", path=path)
@@ -223,10 +220,9 @@ def read(path, options: Optional[Options] = None, **kw) -> TF2CheckpointDoc:
                                config_given=config is not None,
                                other_tensors=n_keys - len(set(objects.values())),
                                saved_model=saved_model_prefix(path) is not None)
-        doc._staging = weakref.finalize(doc, shutil.rmtree, td, True)
+        doc._staging = weakref.finalize(doc, staging.close)
     except BaseException:
-        if td is not None:
-            shutil.rmtree(td, ignore_errors=True)
+        staging.close()
         raise
     return doc
 
