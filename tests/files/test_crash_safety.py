@@ -242,6 +242,20 @@ def test_staging_dirs_of_killed_writers_are_removed_by_the_next_staging_dir(tmp_
 
 # --------------------------------------------------------------------------- a signal at the worst moment
 
+@pytest.fixture
+def default_signal_handlers():
+    """SIGTERM and SIGINT at their defaults for the test, as a fresh ``gruconv`` process has them, and
+    the process's own handlers back afterwards: another in-process test may have left them ignored
+    (``entry._hold_signals`` ignores both once a command has ended), and ``signals.install`` leaves
+    an inherited ``SIG_IGN`` alone -- the signal would then never come (seen in the full quick tier)."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    for s, h in saved.items():
+        signal.signal(s, h if h is not None else signal.SIG_DFL)
+
+
 def _signal_inside_mkstemp(monkeypatch, signo):
     """``tempfile.mkstemp`` that makes its file and then receives ``signo`` before returning: the
     window in which a Python signal handler used to raise before the ``try`` that removes the file
@@ -264,7 +278,7 @@ def _signal_inside_mkstemp(monkeypatch, signo):
 
 
 @pytest.mark.parametrize("signo", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_as_a_temporary_file_is_made_leaves_no_file(signo, tmp_path, monkeypatch):
+def test_a_signal_as_a_temporary_file_is_made_leaves_no_file(signo, tmp_path, monkeypatch, default_signal_handlers):
     """The signal arrives inside ``mkstemp``: the conversion is still interrupted (the signal is only
     held, never lost), and neither ``atomic_path``'s temporary nor the archive writer's remains."""
     from gruconv import signals
@@ -282,7 +296,7 @@ def test_a_signal_as_a_temporary_file_is_made_leaves_no_file(signo, tmp_path, mo
     assert len(made) == 1 and os.listdir(tmp_path) == [], os.listdir(tmp_path)
 
 
-def test_a_signal_as_a_working_directory_is_made_leaves_no_directory(tmp_path, monkeypatch):
+def test_a_signal_as_a_working_directory_is_made_leaves_no_directory(tmp_path, monkeypatch, default_signal_handlers):
     import tempfile
 
     from gruconv import signals
@@ -308,7 +322,7 @@ def test_a_signal_as_a_working_directory_is_made_leaves_no_directory(tmp_path, m
     assert os.listdir(tmp_path) == []
 
 
-def test_held_signals_are_delivered_when_released_not_lost():
+def test_held_signals_are_delivered_when_released_not_lost(default_signal_handlers):
     """:func:`gruconv.signals.held` delays a signal to the end of its block; the planted control
     (no ``held``) shows the same signal interrupting at once."""
     from gruconv import signals
