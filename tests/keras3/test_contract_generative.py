@@ -148,6 +148,28 @@ def test_mutated_corpus_exit0_iff_loads(case):
     check_mutation(case)
 
 
+@pytest.mark.parametrize("src,cls", [(cases.FIX / "keras" / "bidir_ave.h5", "CuDNNGRU"),
+                                     (cases.FIX / "keras_lstm" / "bidir_sum.h5", "CuDNNLSTM")])
+@pytest.mark.parametrize("arg", ["return_sequences", "return_state", "stateful"])
+def test_nan_where_bidirectional_compares_its_layers_is_refused(src, cls, arg):
+    """Kept counterexample of ``make fuzz`` (stop 37): ``return_sequences: NaN`` in a Bidirectional's
+    CuDNNGRU exited 0 and Keras 3 refused the output ("Forward layer and backward layer are expected to
+    have the same value", ``!=`` on NaN).  The value table lets NaN through for a plain RNN (Keras
+    reads it by truthiness); inside a Bidirectional it is exit 3, one line, nothing written."""
+    config = cases.set_value(json.loads(json.dumps(cases.read_config(src))), cls, arg, NAN)
+
+    @settings(max_examples=1, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(st.just((src, cls, arg, NAN, config)))
+    def kept(case):  # check_mutation's notes need a Hypothesis test around them
+        check_mutation(case)
+
+    kept()
+    with tempfile.TemporaryDirectory(prefix="gruconv-contract-") as td:
+        code, output, escaped = _convert(cases.write_config(src, Path(td) / "in.h5", config), Path(td) / "o.keras")
+    assert escaped is None and code == 3, output
+    assert f"forward and backward layers' {arg} equal, got nan and nan" in output
+
+
 # --------------------------------------------------------------------------- (b) random valid models
 
 SPEC = st.fixed_dictionaries({

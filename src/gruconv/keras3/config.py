@@ -330,6 +330,13 @@ def _plain(legacy: dict, cls: str, path: str) -> dict:
     return {"module": spec["module"], "class_name": cls, "config": cfg, "registered_name": None}
 
 
+#: The attributes Keras 3's ``Bidirectional`` compares between its forward and backward layers with
+#: ``!=`` on load (``keras/src/layers/rnn/bidirectional.py``, ``_verify_layer_config``: ``common_attributes``),
+#: so a value unequal to itself (NaN, which the value table lets through for a plain RNN: Keras reads
+#: these by truthiness there) is refused inside a Bidirectional.
+BIDIRECTIONAL_COMMON = ("stateful", "return_sequences", "return_state")
+
+
 def _wrapper(legacy: dict, cls: str, path: str, outside: Optional[str] = None) -> dict:
     where = _where(path, cls)
     given = legacy.get("config") or {}
@@ -353,6 +360,12 @@ def _wrapper(legacy: dict, cls: str, path: str, outside: Optional[str] = None) -
             bw["config"]["name"] = "backward_" + (base[len("backward_"):] if base.startswith("backward_") else base)
         if fw["config"]["go_backwards"] == bw["config"]["go_backwards"]:
             raise UnsupportedError(f"{where}: forward and backward layers have the same go_backwards")
+        for a in BIDIRECTIONAL_COMMON:
+            f_value, b_value = fw["config"].get(a, False), bw["config"].get(a, False)
+            if f_value != b_value:  # NaN included: it equals nothing, itself neither (make fuzz, stop 37)
+                raise UnsupportedError(f"{where}: Keras 3's Bidirectional needs the forward and backward layers' "
+                                       f"{a} equal, got {f_value!r} and {b_value!r} "
+                                       "(keras.saving.load_model would refuse it)")
         for r in (fw, bw):  # Bidirectional.__init__ force_zero_output_for_mask
             r["config"]["zero_output_for_mask"] = r["config"]["return_sequences"]
         cfg.update({"merge_mode": mode, "layer": fw, "backward_layer": bw})
