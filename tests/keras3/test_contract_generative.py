@@ -170,6 +170,26 @@ def test_nan_where_bidirectional_compares_its_layers_is_refused(src, cls, arg):
     assert f"forward and backward layers' {arg} equal, got nan and nan" in output
 
 
+@pytest.mark.parametrize("src", [cases.FIX / "keras" / "bidir_ave.h5", cases.FIX / "keras" / "sequential.h5"])
+@pytest.mark.parametrize("value", ["", {}])
+def test_an_empty_iterable_input_shape_is_a_rank_0_input(src, value):
+    """Kept counterexample of ``scripts/contract_sweep.py`` (stop 37): ``batch_input_shape: ""`` passed
+    the shape rule (Keras's ``standardize_shape`` takes ``tuple()`` of any iterable) but the rank
+    tracking read only lists, so the rank-0 input reached the GRU unchecked: exit 0, then Keras refused
+    ``ndim=0``.  Now exit 3 naming the GRU, and ``check_mutation`` confirms Keras refuses it too."""
+    config = cases.set_value(json.loads(json.dumps(cases.read_config(src))), "InputLayer", "batch_input_shape", value)
+
+    @settings(max_examples=1, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(st.just((src, "InputLayer", "batch_input_shape", value, config)))
+    def kept(case):
+        check_mutation(case)
+
+    kept()
+    with tempfile.TemporaryDirectory(prefix="gruconv-contract-") as td:
+        code, output, escaped = _convert(cases.write_config(src, Path(td) / "in.h5", config), Path(td) / "o.keras")
+    assert escaped is None and code == 3 and "its input has rank 0" in output, output
+
+
 # --------------------------------------------------------------------------- (b) random valid models
 
 SPEC = st.fixed_dictionaries({

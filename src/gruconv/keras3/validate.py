@@ -243,7 +243,9 @@ def _rank_out(cls: str, cfg: dict, rank: Optional[int]) -> Optional[int]:
     rule = TABLE["rank"].get(cls)
     if rule == "input":
         shape = cfg.get("batch_shape")
-        return len(shape) if isinstance(shape, (list, tuple)) else None
+        # any iterable _shape_ok lets through (Keras's standardize_shape takes tuple() of it): an empty
+        # string or dict is a rank-0 input (contract sweep, stop 37: exit 0, then the GRU refused ndim 0)
+        return len(shape) if isinstance(shape, (list, tuple, str, dict)) else None
     if isinstance(rule, int):
         return rule
     if rule is None or rank is None:
