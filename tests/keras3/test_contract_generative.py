@@ -190,6 +190,28 @@ def test_an_empty_iterable_input_shape_is_a_rank_0_input(src, value):
     assert escaped is None and code == 3 and "its input has rank 0" in output, output
 
 
+@pytest.mark.parametrize("value,refused", [(0, True), (False, True), (-2, True), (1, False), (-1, False), (True, False)])
+def test_a_concatenate_along_an_axis_its_inputs_disagree_on_is_refused(value, refused):
+    """Kept counterexample of ``scripts/contract_sweep.py`` (stop 37): ``axis: 0`` (or ``false``) planted in
+    the Concatenate of a 6- and a 10-unit GRU converted with exit 0 and Keras refused the output
+    ("requires inputs with matching shapes except for the concatenation axis").  The validator now
+    tracks the size of each tensor's last axis where the configs make it certain; the last axis itself
+    (1, -1, ``true`` on these rank-2 tensors) still converts, and ``check_mutation`` holds either way."""
+    src = cases.FIX / "keras" / "functional_two_gru.h5"
+    config = cases.set_value(json.loads(json.dumps(cases.read_config(src))), "Concatenate", "axis", value)
+
+    @settings(max_examples=1, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(st.just((src, "Concatenate", "axis", value, config)))
+    def kept(case):
+        check_mutation(case)
+
+    kept()
+    with tempfile.TemporaryDirectory(prefix="gruconv-contract-") as td:
+        code, output, escaped = _convert(cases.write_config(src, Path(td) / "in.h5", config), Path(td) / "o.keras")
+    assert escaped is None and code == (3 if refused else 0), output
+    assert ("tensors whose last axes differ (6, 10)" in output) == refused, output
+
+
 # --------------------------------------------------------------------------- (b) random valid models
 
 SPEC = st.fixed_dictionaries({

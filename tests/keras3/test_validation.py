@@ -319,3 +319,49 @@ def test_a_reference_to_a_state_the_layer_no_longer_returns_is_refused(tmp_path)
     r = CliRunner().invoke(main, ["convert", str(path), str(out)])
     assert r.exit_code == 3 and "returns 1" in r.output and r.output.count("\n") == 1, r.output
     assert not out.exists()
+
+
+# --------------------------------------------------------------------------- last-axis sizes (merges)
+
+def _feature_cases():
+    import keras
+
+    L = keras.layers
+    seq, flat = (4, 5), (5,)
+    return [
+        (L.Dense(7), [flat]), (L.Embedding(10, 7), [(3,)]), (L.Conv1D(7, 1), [seq]), (L.GRU(7), [seq]),
+        (L.LSTM(7, return_sequences=True), [seq]), (L.SimpleRNN(7), [seq]),
+        *[(layer, [seq]) for layer in (L.Dropout(0.1), L.SpatialDropout1D(0.1), L.GaussianDropout(0.1),
+                                       L.GaussianNoise(0.1), L.AlphaDropout(0.1), L.Activation("relu"),
+                                       L.BatchNormalization(), L.LayerNormalization(), L.Masking(),
+                                       L.MaxPooling1D(2), L.AveragePooling1D(2), L.GlobalMaxPooling1D(),
+                                       L.GlobalAveragePooling1D(), L.ZeroPadding1D(), L.Cropping1D(),
+                                       L.UpSampling1D(), L.ReLU(), L.LeakyReLU(), L.Softmax(), L.ELU(), L.PReLU())],
+        (L.RepeatVector(3), [flat]), (L.TimeDistributed(L.Dense(7)), [seq]),
+        (L.Bidirectional(L.GRU(7)), [seq]), (L.Bidirectional(L.GRU(7), merge_mode="sum"), [seq]),
+        (L.Concatenate(), [flat, (7,)]), (L.Concatenate(axis=1), [seq, (6, 5)]), (L.Add(), [flat, (1,)]),
+        (L.Multiply(), [flat, flat]),
+    ]
+
+
+def test_last_axis_sizes_agree_with_keras():
+    """``validate.features_out`` (what the merge check compares) against Keras's own
+    ``compute_output_shape`` for every class it names, on the layer's own ``get_config()``; a class it
+    does not know gives None, never a guess."""
+    import keras
+
+    from gruconv.keras3 import validate
+
+    wrong = []
+    for layer, shapes in _feature_cases():
+        ins = [keras.KerasTensor((None, *s), dtype="int32" if isinstance(layer, keras.layers.Embedding) else "float32")
+               for s in shapes]
+        out = layer(ins if len(ins) > 1 else ins[0])
+        doc = {"class_name": type(layer).__name__, "config": keras.saving.serialize_keras_object(layer)["config"]}
+        ours = validate.features_out(doc, [s[-1] for s in shapes])
+        unsure_ok = isinstance(layer, keras.layers.Concatenate) and layer.axis != -1  # the rank decides
+        if ours != out.shape[-1] and not (ours is None and unsure_ok):
+            wrong.append((type(layer).__name__, ours, out.shape[-1]))
+    assert wrong == []
+    assert validate.features_out({"class_name": "Flatten", "config": {}}, [5]) is None
+    assert validate.features_out({"class_name": "GRU", "config": {"units": 7, "return_state": True}}, [5]) is None

@@ -316,10 +316,11 @@ def _check_container(obj: dict, path: str) -> Optional[int]:
             _one_tensor(layer, path)
         return rank
     ranks: dict = {}
+    features: dict = {}  # layer name -> the size of its output's last axis, where certain
     counts = {(l.get("config") or {}).get("name"): _output_count(l) for l in layers if isinstance(l, dict)}
     for layer in layers:  # Functional: a layer's input rank is known when it has one inbound tensor
         _refs_exist(layer, counts, path)
-        rank = None
+        rank, sizes = None, None
         nodes = layer.get("inbound_nodes") if isinstance(layer, dict) else None
         if isinstance(nodes, list) and len(nodes) == 1 and isinstance(nodes[0], dict):
             args = nodes[0].get("args") or []
@@ -327,9 +328,12 @@ def _check_container(obj: dict, path: str) -> Optional[int]:
             found = {ranks.get(_source(r)) for r in refs}
             if len(found) == 1:  # one tensor, or a merge of tensors of one rank
                 rank = found.pop()
+            sizes = [features.get(_source(r)) for r in refs]
         out = check_layer(layer, path, rank)
         lname = (layer.get("config") or {}).get("name") if isinstance(layer, dict) else None
+        _check_merge(layer, rank, sizes, path)
         ranks[lname] = out
+        features[lname] = features_out(layer, sizes)
     outs = cfg.get("output_layers")
     if isinstance(outs, list) and len(outs) == 3 and isinstance(outs[0], str):  # one output: [name, 0, 0]
         outs = [outs]
@@ -341,6 +345,94 @@ def _check_container(obj: dict, path: str) -> Optional[int]:
     if isinstance(outs, list) and len(outs) == 1 and isinstance(outs[0], list) and outs[0]:
         return ranks.get(outs[0][0])
     return None
+
+
+#: The config argument that is the size of a layer's output's last axis (its ``compute_output_shape``:
+#: ``keras/src/layers/core/dense.py`` ``units``, ``core/embedding.py`` ``output_dim``,
+#: ``convolutional/base_conv.py`` ``filters`` (channels_last), ``rnn/rnn.py`` ``cell.units``).
+FEATURES_ARG = {"Dense": "units", "Embedding": "output_dim", "Conv1D": "filters", "GRU": "units", "LSTM": "units",
+                "SimpleRNN": "units"}
+#: Layers whose output keeps the last axis of their one input (channels_last).
+KEEPS_FEATURES = {"Dropout", "SpatialDropout1D", "GaussianDropout", "GaussianNoise", "AlphaDropout", "Activation",
+                  "BatchNormalization", "LayerNormalization", "Masking", "RepeatVector", "MaxPooling1D",
+                  "AveragePooling1D", "GlobalMaxPooling1D", "GlobalAveragePooling1D", "ZeroPadding1D", "Cropping1D",
+                  "UpSampling1D", "ReLU", "LeakyReLU", "Softmax", "ELU", "PReLU"}
+#: Merge layers that combine their inputs element by element, broadcasting a size-1 axis
+#: (``keras/src/layers/merging/base_merge.py`` ``_compute_elemwise_op_output_shape``: "Inputs have
+#: incompatible shapes").
+ELEMENTWISE = {"Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum"}
+
+
+def _size(v) -> Optional[int]:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+
+def features_out(layer, sizes: Optional[list]) -> Optional[int]:
+    """The size of ``layer``'s output's last axis when its config (and its inputs' sizes) make it certain;
+    None otherwise (then no merge check uses it)."""
+    if not isinstance(layer, dict) or not isinstance(layer.get("config"), dict):
+        return None
+    cls, cfg = layer.get("class_name"), layer["config"]
+    one = sizes[0] if sizes and len(sizes) == 1 else None
+    if cfg.get("return_state") or cfg.get("data_format") == "channels_first":
+        return None  # several outputs of other sizes; the channels axis first
+    if cls == "InputLayer":
+        shape = cfg.get("batch_shape")
+        return _size(shape[-1]) if isinstance(shape, list) and shape else None
+    if cls in FEATURES_ARG:
+        return _size(cfg.get(FEATURES_ARG[cls]))
+    if cls in KEEPS_FEATURES:
+        return one
+    if cls == "TimeDistributed":
+        return features_out(cfg.get("layer"), sizes)
+    if cls == "Bidirectional":
+        fw, bw = features_out(cfg.get("layer"), sizes), features_out(cfg.get("backward_layer") or cfg.get("layer"), sizes)
+        if (cfg.get("layer") or {}).get("config", {}).get("return_state") or fw is None or bw is None:
+            return None
+        mode = cfg.get("merge_mode", "concat")
+        return fw + bw if mode == "concat" else fw if mode in ("sum", "mul", "ave") and fw == bw else None
+    if cls == "Concatenate" and sizes and None not in sizes and _axis_is_last(cfg.get("axis", -1), None):
+        return sum(sizes)
+    if cls in ELEMENTWISE and sizes and None not in sizes and len(set(sizes) - {1}) <= 1:
+        return max(sizes)
+    return None
+
+
+def _axis_is_last(axis, rank: Optional[int]) -> Optional[bool]:
+    """Whether ``axis`` names the last axis of a rank-``rank`` tensor; None when that is not certain.
+    A bool is the int it equals, as in Keras's own axis arithmetic (``axis: false`` is axis 0)."""
+    if not isinstance(axis, int):
+        return None
+    axis = int(axis)
+    if axis == -1:
+        return True
+    if rank is None:
+        return None
+    return axis % rank == rank - 1 if -rank <= axis < rank else None
+
+
+def _check_merge(layer, rank: Optional[int], sizes: Optional[list], path: str) -> None:
+    """A merge of tensors whose last axes Keras 3 cannot combine, where their sizes are certain.
+    ``Concatenate`` along another axis needs every other axis equal (``merging/concatenate.py``
+    ``build``: "requires inputs with matching shapes except for the concatenation axis"); an
+    elementwise merge needs equal sizes or 1.  Found by ``scripts/contract_sweep.py`` (stop 37):
+    ``axis: 0`` planted in a Concatenate of a 6- and a 10-unit GRU converted with exit 0."""
+    if not isinstance(layer, dict) or not isinstance(layer.get("config"), dict) or not sizes or len(sizes) < 2:
+        return
+    cls, cfg = layer.get("class_name"), layer["config"]
+    known = {x for x in sizes if x is not None}
+    if cls == "Concatenate":
+        bad = _axis_is_last(cfg.get("axis", -1), rank) is False and len(known) > 1
+        why = f"concatenates along axis {cfg.get('axis')!r} tensors whose last axes differ"
+    elif cls in ELEMENTWISE:
+        bad = len(known - {1}) > 1
+        why = "combines element by element tensors whose last axes differ"
+    else:
+        return
+    if bad:
+        where = f"{path}/{cfg.get('name')}" if path else cfg.get("name")
+        raise InputError(f"layer {where!r} ({cls}): {why} ({', '.join(str(x) for x in sizes)}) "
+                         "(keras.saving.load_model would refuse it)")
 
 
 #: States a recurrent layer returns with ``return_state`` (Keras 3 ``GRU``/``LSTM``/``SimpleRNN``).
