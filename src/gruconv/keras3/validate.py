@@ -16,7 +16,9 @@ builds) and raises :class:`~gruconv.errors.InputError` (exit 3, no fallback to t
 the value is wrong, not outside the vocabulary) naming layer, argument and value.  A class the table
 does not list (a user's custom layer carried through as it is) passes untouched.  Axis ranges need
 the layer's input rank; :func:`check_model` infers it where the table's rank rules make it certain
-(``TABLE["rank"]``) and skips the range check elsewhere.
+(``TABLE["rank"]``) and skips the range check elsewhere.  Likewise a merge (``Concatenate`` along
+another axis than the last, an elementwise merge) needs its inputs' last-axis sizes: :func:`features_out`
+infers them where the configs make them certain, and :func:`_check_merge` refuses only a certain clash.
 
 No framework import: JSON in, a verdict out.
 """
