@@ -212,6 +212,26 @@ def test_a_concatenate_along_an_axis_its_inputs_disagree_on_is_refused(value, re
     assert ("tensors whose last axes differ (6, 10)" in output) == refused, output
 
 
+@pytest.mark.parametrize("value,refused", [(True, True), ("bogus", True), (False, False), (None, False)])
+def test_a_concatenate_of_tensors_of_different_ranks_is_refused(value, refused):
+    """Kept counterexample of ``scripts/contract_sweep.py`` (stop 37): a truthy ``keepdims`` planted in
+    the GlobalMaxPooling1D of ``keras_user/global_pooling.h5`` made its output rank 3, concatenated with a
+    rank-2 tensor: exit 0, and Keras refused.  A falsy value still converts."""
+    src = cases.FIX / "keras_user" / "global_pooling.h5"
+    config = cases.set_value(json.loads(json.dumps(cases.read_config(src))), "GlobalMaxPooling1D", "keepdims", value)
+
+    @settings(max_examples=1, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(st.just((src, "GlobalMaxPooling1D", "keepdims", value, config)))
+    def kept(case):
+        check_mutation(case)
+
+    kept()
+    with tempfile.TemporaryDirectory(prefix="gruconv-contract-") as td:
+        code, output, escaped = _convert(cases.write_config(src, Path(td) / "in.h5", config), Path(td) / "o.keras")
+    assert escaped is None and code == (3 if refused else 0), output
+    assert ("concatenates tensors of different ranks (3, 2)" in output) == refused, output
+
+
 # --------------------------------------------------------------------------- (b) random valid models
 
 SPEC = st.fixed_dictionaries({

@@ -327,13 +327,14 @@ def _check_container(obj: dict, path: str) -> Optional[int]:
         if isinstance(nodes, list) and len(nodes) == 1 and isinstance(nodes[0], dict):
             args = nodes[0].get("args") or []
             refs = args[0] if len(args) == 1 and isinstance(args[0], list) else args[:1]
-            found = {ranks.get(_source(r)) for r in refs}
+            in_ranks = [ranks.get(_source(r)) for r in refs]
+            found = set(in_ranks)
             if len(found) == 1:  # one tensor, or a merge of tensors of one rank
                 rank = found.pop()
             sizes = [features.get(_source(r)) for r in refs]
         out = check_layer(layer, path, rank)
         lname = (layer.get("config") or {}).get("name") if isinstance(layer, dict) else None
-        _check_merge(layer, rank, sizes, path)
+        _check_merge(layer, rank, sizes, path, in_ranks if sizes is not None else None)
         ranks[lname] = out
         features[lname] = features_out(layer, sizes)
     outs = cfg.get("output_layers")
@@ -413,17 +414,23 @@ def _axis_is_last(axis, rank: Optional[int]) -> Optional[bool]:
     return axis % rank == rank - 1 if -rank <= axis < rank else None
 
 
-def _check_merge(layer, rank: Optional[int], sizes: Optional[list], path: str) -> None:
+def _check_merge(layer, rank: Optional[int], sizes: Optional[list], path: str,
+                 in_ranks: Optional[list] = None) -> None:
     """A merge of tensors whose last axes Keras 3 cannot combine, where their sizes are certain.
     ``Concatenate`` along another axis needs every other axis equal (``merging/concatenate.py``
     ``build``: "requires inputs with matching shapes except for the concatenation axis"); an
-    elementwise merge needs equal sizes or 1.  Found by ``scripts/contract_sweep.py`` (stop 37):
-    ``axis: 0`` planted in a Concatenate of a 6- and a 10-unit GRU converted with exit 0."""
+    elementwise merge needs equal sizes or 1; a Concatenate needs inputs of one rank (a truthy
+    ``keepdims`` planted in a pooling layer feeding it).  Found by ``scripts/contract_sweep.py`` (stop
+    37): ``axis: 0`` planted in a Concatenate of a 6- and a 10-unit GRU converted with exit 0."""
     if not isinstance(layer, dict) or not isinstance(layer.get("config"), dict) or not sizes or len(sizes) < 2:
         return
     cls, cfg = layer.get("class_name"), layer["config"]
     known = {x for x in sizes if x is not None}
-    if cls == "Concatenate":
+    known_ranks = {r for r in in_ranks or [] if r is not None}
+    if cls == "Concatenate" and len(known_ranks) > 1:  # concatenate.py build: "Make sure all the shapes have same ranks"
+        bad, why = True, "concatenates tensors of different ranks"
+        sizes = in_ranks
+    elif cls == "Concatenate":
         bad = _axis_is_last(cfg.get("axis", -1), rank) is False and len(known) > 1
         why = f"concatenates along axis {cfg.get('axis')!r} tensors whose last axes differ"
     elif cls in ELEMENTWISE:
