@@ -232,6 +232,36 @@ def test_a_concatenate_of_tensors_of_different_ranks_is_refused(value, refused):
     assert ("concatenates tensors of different ranks (3, 2)" in output) == refused, output
 
 
+@pytest.mark.parametrize("fixture,cls,arg,value,refused", [
+    ("batchnorm_dropout.h5", "BatchNormalization", "axis", 1, "axis 1 has no fixed size in its input (None, None, 16)"),
+    ("batchnorm_dropout.h5", "BatchNormalization", "axis", [-2], "axis -2 has no fixed size"),
+    ("batchnorm_dropout.h5", "BatchNormalization", "axis", 2, None),
+    ("conv1d_gru.h5", "MaxPooling1D", "pool_size", 10 ** 9, "leaves no output from an input of length 26"),
+    ("conv1d_gru.h5", "MaxPooling1D", "pool_size", 13, None),
+    ("conv1d_gru.h5", "Conv1D", "dilation_rate", 10 ** 9, "leaves no output from an input of length 30"),
+    ("conv1d_gru.h5", "Conv1D", "dilation_rate", 7, None),
+    ("conv1d_gru.h5", "Conv1D", "strides", 10 ** 9, "(MaxPooling1D): its window leaves no output from an input of length 1"),
+])
+def test_sizes_keras_checks_against_the_input_are_inferred(fixture, cls, arg, value, refused):
+    """Kept counterexamples of ``scripts/contract_sweep.py`` (stop 37), the classes that needed the input's
+    sizes, not only its rank: a normalization axis of dynamic size, a pooling or dilated window longer
+    than a fixed-length input (a huge Conv1D stride leaves length 1, too short for the pooling after it).
+    Each exited 0 and Keras refused the output; the boundary values that load still convert."""
+    src = cases.FIX / "keras_user" / fixture
+    config = cases.set_value(json.loads(json.dumps(cases.read_config(src))), cls, arg, value)
+
+    @settings(max_examples=1, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(st.just((src, cls, arg, value, config)))
+    def kept(case):
+        check_mutation(case)
+
+    kept()
+    with tempfile.TemporaryDirectory(prefix="gruconv-contract-") as td:
+        code, output, escaped = _convert(cases.write_config(src, Path(td) / "in.h5", config), Path(td) / "o.keras")
+    assert escaped is None and code == (3 if refused else 0), output
+    assert refused is None or refused in output, output
+
+
 # --------------------------------------------------------------------------- (b) random valid models
 
 SPEC = st.fixed_dictionaries({

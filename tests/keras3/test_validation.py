@@ -365,3 +365,36 @@ def test_last_axis_sizes_agree_with_keras():
     assert wrong == []
     assert validate.features_out({"class_name": "Flatten", "config": {}}, [5]) is None
     assert validate.features_out({"class_name": "GRU", "config": {"units": 7, "return_state": True}}, [5]) is None
+
+
+def test_output_shapes_agree_with_keras():
+    """``validate.shape_out`` (what the size checks read: a normalized axis must be fixed, a window must
+    leave a positive length) against Keras's symbolic output shapes, fixed and dynamic time axes, every
+    padding mode: each axis it gives is Keras's (``None`` only where Keras has ``None``); an axis it
+    cannot tell is ``UNKNOWN``, never a guess."""
+    import keras
+
+    from gruconv.keras3 import validate
+
+    L = keras.layers
+    more = [(L.Conv1D(3, 4, strides=st, padding=p, dilation_rate=d), [(t, 5)]) for p in ("valid", "same", "causal")
+            for st, d in ((3, 1), (1, 2), (1, 1)) for t in (30, None, 11)]
+    more += [(cls(pool_size=k, strides=st, padding=p), [(t, 5)]) for cls in (L.MaxPooling1D, L.AveragePooling1D)
+             for k, st in ((2, None), (3, 2), (5, 1)) for p in ("valid", "same") for t in (30, None, 7)]
+    more += [(L.GRU(4, return_sequences=rs), [(t, 5)]) for rs in (True, False) for t in (30, None)]
+    more += [(L.GlobalMaxPooling1D(keepdims=True), [(9, 5)]), (L.Bidirectional(L.LSTM(3, return_sequences=True)), [(9, 5)])]
+    wrong = []
+    for layer, shapes in _feature_cases() + more:
+        ins = [keras.KerasTensor((None, *s), dtype="int32" if isinstance(layer, keras.layers.Embedding) else "float32")
+               for s in shapes]
+        out = layer(ins if len(ins) > 1 else ins[0])
+        doc = {"class_name": type(layer).__name__, "config": keras.saving.serialize_keras_object(layer)["config"]}
+        ours = validate.shape_out(doc, [(None, *shapes[0])] if len(shapes) == 1 else [None])
+        if ours is None:
+            continue
+        if len(ours) != len(out.shape) or any(o != k and o != validate.UNKNOWN for o, k in zip(ours, out.shape)):
+            wrong.append((type(layer).__name__, doc["config"].get("padding"), shapes, ours, tuple(out.shape)))
+    assert wrong == []
+    known = sum(validate.shape_out({"class_name": type(l).__name__, "config": keras.saving.serialize_keras_object(l)["config"]},
+                                   [(None, *s[0])]) is not None for l, s in more)
+    assert known == len(more)  # every window layer above is inferred, not skipped

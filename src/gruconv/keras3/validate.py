@@ -312,17 +312,20 @@ def _check_container(obj: dict, path: str) -> Optional[int]:
     cfg = obj.get("config") or {}
     layers = cfg.get("layers") if isinstance(cfg.get("layers"), list) else []
     if obj.get("class_name") == "Sequential":
-        rank = None
+        rank, shape = None, None
         for layer in layers:
+            _check_sizes(layer, shape, path)
             rank = check_layer(layer, path, rank)
             _one_tensor(layer, path)
+            shape = shape_out(layer, [shape])
         return rank
     ranks: dict = {}
     features: dict = {}  # layer name -> the size of its output's last axis, where certain
+    shapes: dict = {}    # layer name -> its output's shape, where certain (see shape_out)
     counts = {(l.get("config") or {}).get("name"): _output_count(l) for l in layers if isinstance(l, dict)}
     for layer in layers:  # Functional: a layer's input rank is known when it has one inbound tensor
         _refs_exist(layer, counts, path)
-        rank, sizes = None, None
+        rank, sizes, in_shapes = None, None, None
         nodes = layer.get("inbound_nodes") if isinstance(layer, dict) else None
         if isinstance(nodes, list) and len(nodes) == 1 and isinstance(nodes[0], dict):
             args = nodes[0].get("args") or []
@@ -332,11 +335,14 @@ def _check_container(obj: dict, path: str) -> Optional[int]:
             if len(found) == 1:  # one tensor, or a merge of tensors of one rank
                 rank = found.pop()
             sizes = [features.get(_source(r)) for r in refs]
+            in_shapes = [shapes.get(_source(r)) for r in refs]
+        _check_sizes(layer, in_shapes[0] if in_shapes and len(in_shapes) == 1 else None, path)
         out = check_layer(layer, path, rank)
         lname = (layer.get("config") or {}).get("name") if isinstance(layer, dict) else None
         _check_merge(layer, rank, sizes, path, in_ranks if sizes is not None else None)
         ranks[lname] = out
         features[lname] = features_out(layer, sizes)
+        shapes[lname] = shape_out(layer, in_shapes or [None])
     outs = cfg.get("output_layers")
     if isinstance(outs, list) and len(outs) == 3 and isinstance(outs[0], str):  # one output: [name, 0, 0]
         outs = [outs]
@@ -442,6 +448,98 @@ def _check_merge(layer, rank: Optional[int], sizes: Optional[list], path: str,
         where = f"{path}/{cfg.get('name')}" if path else cfg.get("name")
         raise InputError(f"layer {where!r} ({cls}): {why} ({', '.join(str(x) for x in sizes)}) "
                          "(keras.saving.load_model would refuse it)")
+
+
+#: A dimension :func:`shape_out` cannot tell (unlike ``None``: a dynamic dimension, certainly).
+UNKNOWN = "?"
+
+
+def _dim(v):
+    """A ``batch_shape`` entry as a dimension: a fixed size, ``None`` (dynamic), else :data:`UNKNOWN`."""
+    return v if v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0) else UNKNOWN
+
+
+def _window_length(length, window, stride, dilation, padding):
+    """The output length of a 1-D convolution or pooling window (Keras's ``compute_conv_output_shape``
+    and pooling's: ``valid``: ``(L - d*(k-1) - 1) // s + 1``; ``same``/``causal``: ``ceil(L / s)``);
+    :data:`UNKNOWN` where an argument is not a plain size."""
+    def one(v):
+        v = v[0] if isinstance(v, (list, tuple)) and len(v) == 1 else v
+        return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+    k, st, d = one(window), one(stride), one(dilation)
+    if not isinstance(length, int) or None in (k, st, d) or not isinstance(padding, str):
+        return UNKNOWN
+    if padding.lower() == "valid":
+        return (length - d * (k - 1) - 1) // st + 1
+    if padding.lower() in ("same", "causal"):
+        return -(-length // st)
+    return UNKNOWN
+
+
+def shape_out(layer, in_shapes: list):
+    """A layer's output shape (a tuple of fixed sizes, ``None`` for a dynamic axis, :data:`UNKNOWN` for an
+    axis not inferred here) from its one input's shape, where its config makes it certain; None when the
+    rank is not certain.  The last axis comes from :func:`features_out` (one rule for it); this adds the
+    others, for the checks that need an axis to be fixed (:func:`_check_sizes`)."""
+    if not isinstance(layer, dict) or not isinstance(layer.get("config"), dict):
+        return None
+    cls, cfg = layer.get("class_name"), layer["config"]
+    if cls == "InputLayer":
+        shape = cfg.get("batch_shape")
+        return tuple(_dim(v) for v in shape) if isinstance(shape, list) else None
+    s = in_shapes[0] if len(in_shapes) == 1 else None
+    if s is None or cfg.get("return_state") or cfg.get("data_format") == "channels_first":
+        return None
+    f = features_out(layer, [s[-1] if s and s[-1] not in (None, UNKNOWN) else None])
+    last = f if f is not None else UNKNOWN
+    if cls in ("Dense",) and len(s) >= 2:
+        return s[:-1] + (last,)
+    if cls == "Embedding":
+        return s + (last,)
+    if cls in ("GRU", "LSTM", "SimpleRNN", "Bidirectional") and len(s) == 3:
+        inner = cfg if cls != "Bidirectional" else (cfg.get("layer") or {}).get("config") or {}
+        return (s[0], s[1], last) if inner.get("return_sequences") else (s[0], last)
+    if cls in KEEPS_FEATURES - {"MaxPooling1D", "AveragePooling1D", "GlobalMaxPooling1D", "GlobalAveragePooling1D",
+                                "ZeroPadding1D", "Cropping1D", "UpSampling1D", "RepeatVector"}:
+        return s
+    if cls == "Conv1D" and len(s) == 3:
+        return (s[0], _window_length(s[1], cfg.get("kernel_size"), cfg.get("strides", 1),
+                                     cfg.get("dilation_rate", 1), cfg.get("padding", "valid")), last)
+    if cls in ("MaxPooling1D", "AveragePooling1D") and len(s) == 3:
+        pool = cfg.get("pool_size")
+        stride = cfg.get("strides") if cfg.get("strides") is not None else pool
+        return (s[0], _window_length(s[1], pool, stride, 1, cfg.get("padding", "valid")), s[2])
+    if cls in ("GlobalMaxPooling1D", "GlobalAveragePooling1D") and len(s) == 3:
+        return (s[0], 1, s[2]) if cfg.get("keepdims") else (s[0], s[2])
+    return None
+
+
+def _check_sizes(layer, shape, path: str) -> None:
+    """What Keras checks against the input's sizes where :func:`shape_out` makes them certain (the
+    contract sweep's last two classes, stop 37): a ``BatchNormalization``/``LayerNormalization`` axis
+    must be fixed in size (its variables take that size: "Shapes used to initialize variables must be
+    fully-defined"); a ``Conv1D`` or pooling window must leave a positive output length ("Computed
+    output size would be zero or negative")."""
+    if not isinstance(layer, dict) or not isinstance(layer.get("config"), dict) or shape is None:
+        return
+    cls, cfg = layer.get("class_name"), layer["config"]
+    where = f"{path}/{cfg.get('name')}" if path else cfg.get("name")
+    rank = len(shape)
+    if cls in ("BatchNormalization", "LayerNormalization") and rank:
+        axes = cfg.get("axis", -1)
+        for a in axes if isinstance(axes, list) else [axes]:
+            if isinstance(a, int) and -rank <= int(a) < rank and shape[int(a)] is None:
+                raise InputError(f"layer {where!r} ({cls}): axis {a!r} has no fixed size in its input "
+                                 f"{_shape_text(shape)} (keras.saving.load_model would refuse it)")
+    if cls in ("Conv1D", "MaxPooling1D", "AveragePooling1D"):
+        out = shape_out(layer, [shape])
+        if out is not None and len(out) == 3 and isinstance(out[1], int) and out[1] <= 0:
+            raise InputError(f"layer {where!r} ({cls}): its window leaves no output from an input of length "
+                             f"{shape[1]} (keras.saving.load_model would refuse it)")
+
+
+def _shape_text(shape) -> str:
+    return "(" + ", ".join("None" if d is None else str(d) for d in shape) + ")"
 
 
 #: States a recurrent layer returns with ``return_state`` (Keras 3 ``GRU``/``LSTM``/``SimpleRNN``).
