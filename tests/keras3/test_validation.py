@@ -395,6 +395,10 @@ def test_output_shapes_agree_with_keras():
         if len(ours) != len(out.shape) or any(o != k and o != validate.UNKNOWN for o, k in zip(ours, out.shape)):
             wrong.append((type(layer).__name__, doc["config"].get("padding"), shapes, ours, tuple(out.shape)))
     assert wrong == []
+    bidir_states = keras.layers.Bidirectional(keras.layers.LSTM(3, return_sequences=True, return_state=True))
+    assert validate.shape_out({"class_name": "Bidirectional",
+                               "config": keras.saving.serialize_keras_object(bidir_states)["config"]},
+                              [(None, 9, 5)]) is None  # outputs of several shapes: none claimed
     known = sum(validate.shape_out({"class_name": type(l).__name__, "config": keras.saving.serialize_keras_object(l)["config"]},
                                    [(None, *s[0])]) is not None for l, s in more)
     assert known == len(more)  # every window layer above is inferred, not skipped

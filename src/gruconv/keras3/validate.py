@@ -488,8 +488,10 @@ def shape_out(layer, in_shapes: list):
         shape = cfg.get("batch_shape")
         return tuple(_dim(v) for v in shape) if isinstance(shape, list) else None
     s = in_shapes[0] if len(in_shapes) == 1 else None
-    if s is None or cfg.get("return_state") or cfg.get("data_format") == "channels_first":
-        return None
+    wrapped = (cfg.get("layer") or {}).get("config") if isinstance(cfg.get("layer"), dict) else None
+    if s is None or cfg.get("return_state") or (wrapped or {}).get("return_state") \
+            or cfg.get("data_format") == "channels_first":
+        return None  # (states are outputs of another shape)
     f = features_out(layer, [s[-1] if s and s[-1] not in (None, UNKNOWN) else None])
     last = f if f is not None else UNKNOWN
     if cls in ("Dense",) and len(s) >= 2:
