@@ -262,6 +262,26 @@ def test_sizes_keras_checks_against_the_input_are_inferred(fixture, cls, arg, va
     assert refused is None or refused in output, output
 
 
+@pytest.mark.parametrize("value,refused", [(-0.5, True), (True, True), (False, False)])
+def test_return_state_inside_time_distributed_is_refused(value, refused):
+    """Kept counterexample of the every-fixture contract sweep (stop 37): a truthy ``return_state`` planted
+    in the CuDNNLSTM that ``keras_lstm/time_distributed.h5`` wraps in TimeDistributed exited 0, and Keras's
+    ``TimeDistributed.call`` could not reshape the list of outputs.  A falsy value still converts."""
+    src = cases.FIX / "keras_lstm" / "time_distributed.h5"
+    config = cases.set_value(json.loads(json.dumps(cases.read_config(src))), "CuDNNLSTM", "return_state", value)
+
+    @settings(max_examples=1, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(st.just((src, "CuDNNLSTM", "return_state", value, config)))
+    def kept(case):
+        check_mutation(case)
+
+    kept()
+    with tempfile.TemporaryDirectory(prefix="gruconv-contract-") as td:
+        code, output, escaped = _convert(cases.write_config(src, Path(td) / "in.h5", config), Path(td) / "o.keras")
+    assert escaped is None and code == (3 if refused else 0), output
+    assert ("inside a TimeDistributed wrapper" in output) == refused, output
+
+
 # --------------------------------------------------------------------------- (b) random valid models
 
 SPEC = st.fixed_dictionaries({

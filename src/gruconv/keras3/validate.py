@@ -287,6 +287,9 @@ def check_layer(obj: dict, path: Optional[str] = "", rank: Optional[int] = None)
             check_layer(cfg.get(key), where, rank)
     elif cls == "TimeDistributed":
         check_layer(cfg.get("layer"), where, None if rank is None else rank - 1)
+        # TimeDistributed.call reshapes its layer's one output ("Cannot convert '3' to a shape" for a list:
+        # return_state planted in a wrapped LSTM, the every-fixture contract sweep, stop 37)
+        _one_tensor(cfg.get("layer"), where, inside="a TimeDistributed wrapper, which reshapes one output")
     ranks = (TABLE["input_ndim"].get(cls) or {}).get("ranks")
     if ranks is not None and rank is not None and min(rank, 5) not in ranks:
         shown = where if len(where) <= 120 else where[:57] + "..." + where[-60:]
@@ -586,11 +589,12 @@ def _refs_exist(layer, counts: dict, path: str) -> None:
                              f"which returns {n} (keras.saving.load_model would refuse it)")
 
 
-def _one_tensor(layer, path: str) -> None:
+def _one_tensor(layer, path: str, inside: str = "a Sequential model, whose layers hand one tensor on") -> None:
     """A layer of a Sequential model hands one tensor on: a recurrent layer (or a wrapper of one) with
     ``return_state`` returns several, and Keras 3 cannot build the model ("Layer 'dense' expects 1
     input(s), but it received 2 input tensors"; as the last layer: "has never been called").  Found by
-    issue 31's generative test (``return_state: true`` planted in a Sequential)."""
+    issue 31's generative test (``return_state: true`` planted in a Sequential).  The same holds for the
+    layer a ``TimeDistributed`` wraps (``inside`` says which)."""
     if not isinstance(layer, dict) or not isinstance(layer.get("config"), dict):
         return
     cfg = layer["config"]
@@ -598,8 +602,8 @@ def _one_tensor(layer, path: str) -> None:
     if cfg.get("return_state") or (inner.get("config") or {}).get("return_state"):
         name = cfg.get("name")
         where = f"{path}/{name}" if path else name
-        raise InputError(f"layer {where!r} ({layer.get('class_name')}): return_state is True inside a Sequential "
-                         "model, whose layers hand one tensor on (keras.saving.load_model would refuse it)")
+        raise InputError(f"layer {where!r} ({layer.get('class_name')}): return_state is True inside {inside} "
+                         "(keras.saving.load_model would refuse it)")
 
 
 def _source(ref) -> Optional[str]:
