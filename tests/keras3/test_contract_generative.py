@@ -282,6 +282,29 @@ def test_return_state_inside_time_distributed_is_refused(value, refused):
     assert ("inside a TimeDistributed wrapper" in output) == refused, output
 
 
+@pytest.mark.parametrize("value,refused", [(None, True), (0, True), (True, False), ("x", False)])
+def test_a_bidirectional_hands_its_layers_rank_on(value, refused):
+    """Kept counterexample of the every-fixture contract sweep (stop 37): in ``keras_user/bidirectional_classifier.h5``
+    (two stacked Bidirectional GRUs) a falsy ``return_sequences`` planted in the first made its output rank 2,
+    and the second GRU refused it on load; the rank tracking stopped at every wrapper.  A wrapper's output rank
+    is now its layer's (TimeDistributed: one step's, plus the time axis)."""
+    src = cases.FIX / "keras_user" / "bidirectional_classifier.h5"
+    config = json.loads(json.dumps(cases.read_config(src)))
+    first = next(l for l in cases.layers(config) if l.get("class_name") == "CuDNNGRU" and l["config"].get("return_sequences") is True)
+    first["config"]["return_sequences"] = value
+
+    @settings(max_examples=1, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(st.just((src, "CuDNNGRU", "return_sequences", value, config)))
+    def kept(case):
+        check_mutation(case)
+
+    kept()
+    with tempfile.TemporaryDirectory(prefix="gruconv-contract-") as td:
+        code, output, escaped = _convert(cases.write_config(src, Path(td) / "in.h5", config), Path(td) / "o.keras")
+    assert escaped is None and code == (3 if refused else 0), output
+    assert ("its input has rank 2, Keras 3's GRU takes rank 3" in output) == refused, output
+
+
 # --------------------------------------------------------------------------- (b) random valid models
 
 SPEC = st.fixed_dictionaries({

@@ -243,6 +243,15 @@ def _show(v) -> str:
 def _rank_out(cls: str, cfg: dict, rank: Optional[int]) -> Optional[int]:
     """The output rank of a layer given its input rank, where the table's rank rule makes it certain."""
     rule = TABLE["rank"].get(cls)
+    if cls in ("Bidirectional", "TimeDistributed"):  # the wrapped layer's rule (TABLE: None, "its layer's")
+        inner = cfg.get("layer") if isinstance(cfg.get("layer"), dict) else {}
+        icfg = inner.get("config") if isinstance(inner.get("config"), dict) else {}
+        if rank is None or icfg.get("return_state") or not isinstance(inner.get("class_name"), str):
+            return None  # (states are outputs of another rank)
+        if cls == "Bidirectional":  # merge_mode None: two outputs, each of the layer's rank
+            return _rank_out(inner["class_name"], icfg, rank)
+        step = _rank_out(inner["class_name"], icfg, rank - 1)  # the layer sees one time step
+        return None if step is None else step + 1
     if rule == "input":
         shape = cfg.get("batch_shape")
         # any iterable _shape_ok lets through (Keras's standardize_shape takes tuple() of it): an empty
