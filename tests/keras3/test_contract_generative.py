@@ -305,6 +305,29 @@ def test_a_bidirectional_hands_its_layers_rank_on(value, refused):
     assert ("its input has rank 2, Keras 3's GRU takes rank 3" in output) == refused, output
 
 
+@pytest.mark.parametrize("value,refused", [("", "rank 0"), ({}, "rank 0"), ([None, 3], None),
+                                           ([None, None, None, 3], None), ([None, 7, 3], None)])
+def test_a_nested_model_fed_a_scalar_is_refused(value, refused):
+    """Kept counterexample of ``make fuzz`` (stop 37): ``batch_input_shape: ""`` planted in the outer input of
+    ``keras/long_names.h5``, which feeds a nested Sequential taking rank 3, exited 0 and Keras could not
+    connect the graph.  Other ranks Keras 3 loads (a first version refused them too, and
+    ``check_mutation``'s soundness check caught it): they convert, and ``check_mutation`` holds for each."""
+    src = cases.FIX / "keras" / "long_names.h5"
+    config = json.loads(json.dumps(cases.read_config(src)))
+    config["config"]["layers"][0]["config"]["batch_input_shape"] = value
+
+    @settings(max_examples=1, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(st.just((src, "InputLayer", "batch_input_shape", value, config)))
+    def kept(case):
+        check_mutation(case)
+
+    kept()
+    with tempfile.TemporaryDirectory(prefix="gruconv-contract-") as td:
+        code, output, escaped = _convert(cases.write_config(src, Path(td) / "in.h5", config), Path(td) / "o.keras")
+    assert escaped is None and code == (3 if refused else 0), output
+    assert refused is None or f"its input has {refused}, the nested model takes rank 3" in output, output
+
+
 # --------------------------------------------------------------------------- (b) random valid models
 
 SPEC = st.fixed_dictionaries({
