@@ -148,6 +148,21 @@ def test_mutated_corpus_exit0_iff_loads(case):
     check_mutation(case)
 
 
+def _kept(src, cls, arg, value, config):
+    """A kept counterexample: ``check_mutation`` on it (exit 0 iff it loads; a refusal Keras must share),
+    inside the one-example Hypothesis test its notes need, then the conversion's own
+    ``(exit code, output, escaped exception)`` for the test's assertions."""
+
+    @settings(max_examples=1, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(st.just((src, cls, arg, value, config)))
+    def kept(case):
+        check_mutation(case)
+
+    kept()
+    with tempfile.TemporaryDirectory(prefix="gruconv-contract-") as td:
+        return _convert(cases.write_config(src, Path(td) / "in.h5", config), Path(td) / "o.keras")
+
+
 @pytest.mark.parametrize("src,cls", [(cases.FIX / "keras" / "bidir_ave.h5", "CuDNNGRU"),
                                      (cases.FIX / "keras_lstm" / "bidir_sum.h5", "CuDNNLSTM")])
 @pytest.mark.parametrize("arg", ["return_sequences", "return_state", "stateful"])
@@ -157,15 +172,7 @@ def test_nan_where_bidirectional_compares_its_layers_is_refused(src, cls, arg):
     have the same value", ``!=`` on NaN).  The value table lets NaN through for a plain RNN (Keras
     reads it by truthiness); inside a Bidirectional it is exit 3, one line, nothing written."""
     config = cases.set_value(json.loads(json.dumps(cases.read_config(src))), cls, arg, NAN)
-
-    @settings(max_examples=1, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-    @given(st.just((src, cls, arg, NAN, config)))
-    def kept(case):  # check_mutation's notes need a Hypothesis test around them
-        check_mutation(case)
-
-    kept()
-    with tempfile.TemporaryDirectory(prefix="gruconv-contract-") as td:
-        code, output, escaped = _convert(cases.write_config(src, Path(td) / "in.h5", config), Path(td) / "o.keras")
+    code, output, escaped = _kept(src, cls, arg, NAN, config)
     assert escaped is None and code == 3, output
     assert f"forward and backward layers' {arg} equal, got nan and nan" in output
 
@@ -178,15 +185,7 @@ def test_an_empty_iterable_input_shape_is_a_rank_0_input(src, value):
     tracking read only lists, so the rank-0 input reached the GRU unchecked: exit 0, then Keras refused
     ``ndim=0``.  Now exit 3 naming the GRU, and ``check_mutation`` confirms Keras refuses it too."""
     config = cases.set_value(json.loads(json.dumps(cases.read_config(src))), "InputLayer", "batch_input_shape", value)
-
-    @settings(max_examples=1, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-    @given(st.just((src, "InputLayer", "batch_input_shape", value, config)))
-    def kept(case):
-        check_mutation(case)
-
-    kept()
-    with tempfile.TemporaryDirectory(prefix="gruconv-contract-") as td:
-        code, output, escaped = _convert(cases.write_config(src, Path(td) / "in.h5", config), Path(td) / "o.keras")
+    code, output, escaped = _kept(src, "InputLayer", "batch_input_shape", value, config)
     assert escaped is None and code == 3 and "its input has rank 0" in output, output
 
 
@@ -199,15 +198,7 @@ def test_a_concatenate_along_an_axis_its_inputs_disagree_on_is_refused(value, re
     (1, -1, ``true`` on these rank-2 tensors) still converts, and ``check_mutation`` holds either way."""
     src = cases.FIX / "keras" / "functional_two_gru.h5"
     config = cases.set_value(json.loads(json.dumps(cases.read_config(src))), "Concatenate", "axis", value)
-
-    @settings(max_examples=1, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-    @given(st.just((src, "Concatenate", "axis", value, config)))
-    def kept(case):
-        check_mutation(case)
-
-    kept()
-    with tempfile.TemporaryDirectory(prefix="gruconv-contract-") as td:
-        code, output, escaped = _convert(cases.write_config(src, Path(td) / "in.h5", config), Path(td) / "o.keras")
+    code, output, escaped = _kept(src, "Concatenate", "axis", value, config)
     assert escaped is None and code == (3 if refused else 0), output
     assert ("tensors whose last axes differ (6, 10)" in output) == refused, output
 
@@ -219,15 +210,7 @@ def test_a_concatenate_of_tensors_of_different_ranks_is_refused(value, refused):
     rank-2 tensor: exit 0, and Keras refused.  A falsy value still converts."""
     src = cases.FIX / "keras_user" / "global_pooling.h5"
     config = cases.set_value(json.loads(json.dumps(cases.read_config(src))), "GlobalMaxPooling1D", "keepdims", value)
-
-    @settings(max_examples=1, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-    @given(st.just((src, "GlobalMaxPooling1D", "keepdims", value, config)))
-    def kept(case):
-        check_mutation(case)
-
-    kept()
-    with tempfile.TemporaryDirectory(prefix="gruconv-contract-") as td:
-        code, output, escaped = _convert(cases.write_config(src, Path(td) / "in.h5", config), Path(td) / "o.keras")
+    code, output, escaped = _kept(src, "GlobalMaxPooling1D", "keepdims", value, config)
     assert escaped is None and code == (3 if refused else 0), output
     assert ("concatenates tensors of different ranks (3, 2)" in output) == refused, output
 
@@ -249,15 +232,7 @@ def test_sizes_keras_checks_against_the_input_are_inferred(fixture, cls, arg, va
     Each exited 0 and Keras refused the output; the boundary values that load still convert."""
     src = cases.FIX / "keras_user" / fixture
     config = cases.set_value(json.loads(json.dumps(cases.read_config(src))), cls, arg, value)
-
-    @settings(max_examples=1, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-    @given(st.just((src, cls, arg, value, config)))
-    def kept(case):
-        check_mutation(case)
-
-    kept()
-    with tempfile.TemporaryDirectory(prefix="gruconv-contract-") as td:
-        code, output, escaped = _convert(cases.write_config(src, Path(td) / "in.h5", config), Path(td) / "o.keras")
+    code, output, escaped = _kept(src, cls, arg, value, config)
     assert escaped is None and code == (3 if refused else 0), output
     assert refused is None or refused in output, output
 
@@ -269,15 +244,7 @@ def test_return_state_inside_time_distributed_is_refused(value, refused):
     ``TimeDistributed.call`` could not reshape the list of outputs.  A falsy value still converts."""
     src = cases.FIX / "keras_lstm" / "time_distributed.h5"
     config = cases.set_value(json.loads(json.dumps(cases.read_config(src))), "CuDNNLSTM", "return_state", value)
-
-    @settings(max_examples=1, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-    @given(st.just((src, "CuDNNLSTM", "return_state", value, config)))
-    def kept(case):
-        check_mutation(case)
-
-    kept()
-    with tempfile.TemporaryDirectory(prefix="gruconv-contract-") as td:
-        code, output, escaped = _convert(cases.write_config(src, Path(td) / "in.h5", config), Path(td) / "o.keras")
+    code, output, escaped = _kept(src, "CuDNNLSTM", "return_state", value, config)
     assert escaped is None and code == (3 if refused else 0), output
     assert ("inside a TimeDistributed wrapper" in output) == refused, output
 
@@ -292,15 +259,7 @@ def test_a_bidirectional_hands_its_layers_rank_on(value, refused):
     config = json.loads(json.dumps(cases.read_config(src)))
     first = next(l for l in cases.layers(config) if l.get("class_name") == "CuDNNGRU" and l["config"].get("return_sequences") is True)
     first["config"]["return_sequences"] = value
-
-    @settings(max_examples=1, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-    @given(st.just((src, "CuDNNGRU", "return_sequences", value, config)))
-    def kept(case):
-        check_mutation(case)
-
-    kept()
-    with tempfile.TemporaryDirectory(prefix="gruconv-contract-") as td:
-        code, output, escaped = _convert(cases.write_config(src, Path(td) / "in.h5", config), Path(td) / "o.keras")
+    code, output, escaped = _kept(src, "CuDNNGRU", "return_sequences", value, config)
     assert escaped is None and code == (3 if refused else 0), output
     assert ("its input has rank 2, Keras 3's GRU takes rank 3" in output) == refused, output
 
@@ -315,15 +274,7 @@ def test_a_nested_model_fed_a_scalar_is_refused(value, refused):
     src = cases.FIX / "keras" / "long_names.h5"
     config = json.loads(json.dumps(cases.read_config(src)))
     config["config"]["layers"][0]["config"]["batch_input_shape"] = value
-
-    @settings(max_examples=1, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-    @given(st.just((src, "InputLayer", "batch_input_shape", value, config)))
-    def kept(case):
-        check_mutation(case)
-
-    kept()
-    with tempfile.TemporaryDirectory(prefix="gruconv-contract-") as td:
-        code, output, escaped = _convert(cases.write_config(src, Path(td) / "in.h5", config), Path(td) / "o.keras")
+    code, output, escaped = _kept(src, "InputLayer", "batch_input_shape", value, config)
     assert escaped is None and code == (3 if refused else 0), output
     assert refused is None or f"its input has {refused}, the nested model takes rank 3" in output, output
 
