@@ -18,7 +18,9 @@ does not list (a user's custom layer carried through as it is) passes untouched.
 the layer's input rank; :func:`check_model` infers it where the table's rank rules make it certain
 (``TABLE["rank"]``) and skips the range check elsewhere.  Likewise a merge (``Concatenate`` along
 another axis than the last, an elementwise merge) needs its inputs' last-axis sizes: :func:`features_out`
-infers them where the configs make them certain, and :func:`_check_merge` refuses only a certain clash.
+infers them where the configs make them certain, and :func:`_check_merge` refuses only a certain clash;
+:func:`shape_out` does the same per axis (fixed, dynamic or unknown) for what Keras checks against an
+input's sizes (:func:`_check_sizes`: a normalization axis must be fixed, a window must leave an output).
 
 No framework import: JSON in, a verdict out.
 """
@@ -287,6 +289,13 @@ def _input_rank(model: dict) -> Optional[int]:
     return _rank_out("InputLayer", inputs[0]["config"], None)
 
 
+def _layer_at(path: Optional[str], name) -> str:
+    """How a message names a layer: its path in the model, long paths cut in the middle (nested long
+    names, ``keras/long_names.h5``)."""
+    where = f"{path}/{name}" if path else str(name)
+    return where if len(where) <= 120 else where[:57] + "..." + where[-60:]
+
+
 def check_layer(obj: dict, path: Optional[str] = "", rank: Optional[int] = None) -> Optional[int]:
     """Check one Keras 3 layer object (recursing into wrappers and nested models); returns its output
     rank when known.  Raises :class:`InputError` at the first value Keras 3 would refuse."""
@@ -303,8 +312,7 @@ def check_layer(obj: dict, path: Optional[str] = "", rank: Optional[int] = None)
         # Only a scalar: Keras 3 loads a nested model called on another rank >= 1 (measured: rank 2 and 4
         # into one taking rank 3, tests/keras3/test_contract_generative.py), not on a rank-0 tensor.
         if rank == 0 and takes is not None and rank != takes:
-            shown = where if len(where) <= 120 else where[:57] + "..." + where[-60:]
-            raise InputError(f"layer {shown!r} ({cls}): its input has rank {rank}, the nested model takes rank "
+            raise InputError(f"layer {_layer_at(path, name)!r} ({cls}): its input has rank {rank}, the nested model takes rank "
                              f"{takes} (keras.saving.load_model would refuse it)")
         return _check_container(obj, where if path is not None else "")
     rules = TABLE["layers"].get(cls)
@@ -320,8 +328,7 @@ def check_layer(obj: dict, path: Optional[str] = "", rank: Optional[int] = None)
         _one_tensor(cfg.get("layer"), where, inside="a TimeDistributed wrapper, which reshapes one output")
     ranks = (TABLE["input_ndim"].get(cls) or {}).get("ranks")
     if ranks is not None and rank is not None and min(rank, 5) not in ranks:
-        shown = where if len(where) <= 120 else where[:57] + "..." + where[-60:]
-        raise InputError(f"layer {shown!r} ({cls}): its input has rank {rank}, Keras 3's {cls} takes rank "
+        raise InputError(f"layer {_layer_at(path, name)!r} ({cls}): its input has rank {rank}, Keras 3's {cls} takes rank "
                          f"{' or '.join(map(str, ranks)) or 'none'} (keras.saving.load_model would refuse it)")
     for arg, value in cfg.items():
         rule = rules.get(arg)
@@ -329,7 +336,7 @@ def check_layer(obj: dict, path: Optional[str] = "", rank: Optional[int] = None)
             continue
         why = problem(rule, value, rank, cfg)
         if why:
-            shown = where if len(where) <= 120 else where[:57] + "..." + where[-60:]
+            shown = _layer_at(path, name)
             on = f" on {rule['refused_on']}" if rule.get("refused_on") else ""  # a value TensorFlow alone takes
             raise InputError(f"layer {shown!r} ({cls}): {arg} {why}, got {_show(value)} "
                              f"(keras.saving.load_model would refuse it{on})")
@@ -476,8 +483,7 @@ def _check_merge(layer, rank: Optional[int], sizes: Optional[list], path: str,
     else:
         return
     if bad:
-        where = f"{path}/{cfg.get('name')}" if path else cfg.get("name")
-        raise InputError(f"layer {where!r} ({cls}): {why} ({', '.join(str(x) for x in sizes)}) "
+        raise InputError(f"layer {_layer_at(path, cfg.get('name'))!r} ({cls}): {why} ({', '.join(str(x) for x in sizes)}) "
                          "(keras.saving.load_model would refuse it)")
 
 
@@ -556,7 +562,7 @@ def _check_sizes(layer, shape, path: str) -> None:
     if not isinstance(layer, dict) or not isinstance(layer.get("config"), dict) or shape is None:
         return
     cls, cfg = layer.get("class_name"), layer["config"]
-    where = f"{path}/{cfg.get('name')}" if path else cfg.get("name")
+    where = _layer_at(path, cfg.get("name"))
     rank = len(shape)
     if cls in ("BatchNormalization", "LayerNormalization") and rank:
         axes = cfg.get("axis", -1)
@@ -612,8 +618,7 @@ def _refs_exist(layer, counts: dict, path: str) -> None:
         n = counts.get(src)
         if n is not None and isinstance(k, int) and k >= n:
             name = (layer.get("config") or {}).get("name")
-            where = f"{path}/{name}" if path else name
-            raise InputError(f"layer {where!r} ({layer.get('class_name')}): it takes output {k} of layer {src!r}, "
+            raise InputError(f"layer {_layer_at(path, name)!r} ({layer.get('class_name')}): it takes output {k} of layer {src!r}, "
                              f"which returns {n} (keras.saving.load_model would refuse it)")
 
 
@@ -629,8 +634,7 @@ def _one_tensor(layer, path: str, inside: str = "a Sequential model, whose layer
     inner = cfg.get("layer") if isinstance(cfg.get("layer"), dict) else {}
     if cfg.get("return_state") or (inner.get("config") or {}).get("return_state"):
         name = cfg.get("name")
-        where = f"{path}/{name}" if path else name
-        raise InputError(f"layer {where!r} ({layer.get('class_name')}): return_state is True inside {inside} "
+        raise InputError(f"layer {_layer_at(path, name)!r} ({layer.get('class_name')}): return_state is True inside {inside} "
                          "(keras.saving.load_model would refuse it)")
 
 
