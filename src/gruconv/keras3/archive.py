@@ -39,6 +39,7 @@ from typing import Callable, Iterable, Optional
 from ..errors import InputError, OutputError, UnsupportedError
 from ..progress import step
 from . import config as keras3_config
+from . import dialects
 from ..files.outputs import scratch_dir, scratch_file
 from ..files.window import Window as _Window
 from ..model.keras_layout import CELL_OF_CUDNN_CLASS, KERAS3_CLASS, WEIGHT_ROLES
@@ -894,7 +895,7 @@ def write_keras_h5_doc(doc, target, *, weights_only: bool = False, warnings: Opt
         custom_slots(doc, config, groups, tops)
         if info is not None:
             info["config"] = config
-        arrays = _ARRAYS[doc.layout](doc, config, tops, nonfinite)
+        arrays = dialects.rescaled(_ARRAYS[doc.layout](doc, config, tops, nonfinite), tops, tops)
         hint = _doc_bytes(doc)
         if weights_only:
             return write_weights(target, groups, arrays, size_hint=hint)

@@ -44,7 +44,7 @@ from .builtins import bare_name, is_custom
 from .defaults import DEFAULTS
 from .legacy import CUDNN_CLASSES, converted_config
 from .portable import portable_config
-from . import validate
+from . import dialects, validate
 
 KERAS_VERSION = DEFAULTS["keras_version"]
 _LAYERS = DEFAULTS["layers"]
@@ -114,6 +114,8 @@ def _object(value, kind: str, where: str):
         raise UnsupportedError(f"{where}: {kind} class {cls!r} is outside the streaming writer's vocabulary")
     cfg = copy.deepcopy(table[cls]["config"])
     given = value.get("config") or {}
+    if isinstance(given, dict):  # keys Keras 2 ignored (tf.keras 1.13-1.14's initializer dtype): dialects
+        given = {k: v for k, v in given.items() if k not in dialects.DROPPED_OBJECT_KEYS}
     unknown = sorted(set(given) - set(cfg))
     if unknown:
         raise UnsupportedError(f"{where}: {kind} {cls} has argument(s) {', '.join(unknown)} Keras 3 does not take")
@@ -218,10 +220,12 @@ def layer_config(legacy: dict, path: str = "", *, in_functional: bool = False, o
         out = _wrapper(legacy, cls, path, outside)
     elif cls in _LAYERS:
         out = _plain(legacy, cls, path)
+        dialects.check_functions(cls, out["config"], _where(path, cls))
     elif is_custom(legacy.get("class_name")):
         out = custom_layer(legacy, path)
     elif outside == CARRY and cls:
         out = outside_layer(legacy, cls, path)
+        dialects.check_functions(cls, out["config"], _where(path, cls))
     else:
         raise UnsupportedError(f"{_where(path, cls)}: class {cls} is outside the streaming writer's vocabulary "
                                f"(it writes {', '.join(VOCABULARY)})")
@@ -304,6 +308,9 @@ def _plain(legacy: dict, cls: str, path: str) -> dict:
         extra = {k: v for k, v in given.items() if k not in ("batch_input_shape", "batch_shape")}
     else:
         extra = given
+    for (c, key), meant in dialects.MISSING_DEFAULTS.items():  # older than the argument: Keras 2's default
+        if c == cls and key not in extra and key in cfg:
+            cfg[key] = meant
     for key, value in extra.items():
         if key in ("name",):
             continue
@@ -527,6 +534,9 @@ class Slot:
     #: the shape the layer's config alone fixes (``None`` entries: set by the layer's input), checked
     #: against the stored weight before it is written (:func:`fits`); None: not known here
     shape: Optional[tuple] = None
+    #: per gate block of the weight's last axis, the factor that keeps the layer computing what Keras 2
+    #: computed (:func:`gruconv.keras3.dialects.slot_scale`: Keras 2's ``hard_sigmoid``); None: unchanged
+    scale: Optional[tuple] = None
 
 
 @dataclass
@@ -603,13 +613,13 @@ def saveable_plan(config: dict):
         groups.append((f"{path}/vars" if path else "vars", cfg.get("name")))
         own = _own_vars(cls, cfg)
         for i, (role, tr, shape) in enumerate(own):
-            slots.append(Slot(f"{path}/vars", i, trainable and tr, role, shape))
+            slots.append(Slot(f"{path}/vars", i, trainable and tr, role, shape, dialects.slot_scale(cls, cfg, role)))
         if cls in _RNN:
             cell = f"{path}/cell"
             groups.append((f"{cell}/vars", _RNN[cls]))
             roles = ["kernel", "recurrent_kernel"] + (["bias"] if cfg.get("use_bias", True) else [])
             for i, role in enumerate(roles):
-                slots.append(Slot(f"{cell}/vars", i, trainable, role))
+                slots.append(Slot(f"{cell}/vars", i, trainable, role, scale=dialects.slot_scale(cls, cfg, role)))
         elif cls == "Bidirectional":
             visit(cfg["layer"], f"{path}/forward_layer", trainable, slots)
             visit(cfg["backward_layer"], f"{path}/backward_layer", trainable, slots)

@@ -60,7 +60,7 @@ def built(graph, *, info: Optional[dict] = None):
     converted file, so ``verify in.h5`` and ``verify in.h5 out.keras`` check the same model (issue 28).
     Returns ``(model, {layer: NaN/Inf count})``; ``info["config"]`` receives the translated dict."""
     from ..errors import InputError
-    from ..keras3 import archive, build, runtime
+    from ..keras3 import archive, build, dialects, runtime
     from ..keras3 import config as keras3_config
 
     if graph.model_config is None:
@@ -75,11 +75,12 @@ def built(graph, *, info: Optional[dict] = None):
         nonfinite: dict = {}
         if graph.layout == "legacy":
             tops = build.layer_tops(model)
-            arrays = archive.legacy_h5_arrays(graph, tops, nonfinite)
+            arrays = dialects.rescaled(archive.legacy_h5_arrays(graph, tops, nonfinite), tops,
+                                       keras3_config.saveable_plan(config)[1])
         else:  # a tf_keras .keras: its weights sit under the streamed writer's object paths
             groups, tops = keras3_config.saveable_plan(config)
             archive.custom_slots(graph, config, groups, tops)
-            arrays = archive.v3_arrays(graph, config, tops, nonfinite)
+            arrays = dialects.rescaled(archive.v3_arrays(graph, config, tops, nonfinite), tops, tops)
         build.assign(model, tops, arrays, source=graph.path)
     except (UnsupportedError, InputError) as e:
         if e.path is None:
