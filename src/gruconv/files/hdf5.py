@@ -633,11 +633,13 @@ def _write(action, dst, what: str):
                           path=getattr(dst.file, "filename", None)) from None
 
 
-def copy_dataset(ds, dst_group, name: str, path) -> None:
+def copy_dataset(ds, dst_group, name: str, path, transform=None) -> None:
     """Rewrite dataset ``ds`` as ``dst_group[name]``: guarded (:func:`check_dataset`: no external
     storage, no virtual dataset, sizes bounded), read block by block (so the filters run and
     checksums are verified: a failing fletcher32 chunk is an :class:`InputError`), native byte
-    order, plain data (gzip/lzf compression kept, nothing else of the source's storage)."""
+    order, plain data (gzip/lzf compression kept, nothing else of the source's storage).
+    ``transform(block, rows)`` (numeric data only), when given, maps each block of leading-axis
+    ``rows`` (a slice; ``slice(None)`` for a scalar) before it is written."""
     import h5py
 
     try:
@@ -657,6 +659,8 @@ def copy_dataset(ds, dst_group, name: str, path) -> None:
         data = read(())
         if isinstance(data, np.ndarray):
             data = native(data)
+        if transform is not None and not is_text:
+            data = transform(data, slice(None))
         out = _write(lambda: dst_group.create_dataset(name, data=data), dst_group, f"dataset {name!r}")
     else:
         dtype = ds.dtype.newbyteorder("=")
@@ -670,6 +674,8 @@ def copy_dataset(ds, dst_group, name: str, path) -> None:
         step = max(1, COPY_BLOCK_BYTES // row)
         for start in range(0, shape[0], step):
             block = native(read(np.s_[start:start + step]))
+            if transform is not None:
+                block = transform(block, np.s_[start:start + step])
             _write(lambda: out.__setitem__(np.s_[start:start + step], block), dst_group, f"dataset {name!r}")
     copy_attrs(ds, out, path)
 

@@ -888,11 +888,13 @@ def write_keras_h5_doc(doc, target, *, weights_only: bool = False, warnings: Opt
     model config (for :func:`check_load` of a weights-only output)."""
     if doc.model_config is None:
         raise UnsupportedError("a weights-only input needs its architecture (--config)", path=doc.path)
-    check_rnn_inputs(doc)
+    check_rnn_inputs(doc, warnings)
     try:
         config = keras3_config.translate(doc.model_config)
         groups, tops = keras3_config.saveable_plan(config)
         custom_slots(doc, config, groups, tops)
+        if warnings is not None:
+            warnings.extend(dialects.rescale_notes(tops))
         if info is not None:
             info["config"] = config
         arrays = dialects.rescaled(_ARRAYS[doc.layout](doc, config, tops, nonfinite), tops, tops)
@@ -1045,7 +1047,7 @@ def _inner_rnn(layer: dict, path: str) -> Optional[str]:
     return None
 
 
-def check_rnn_inputs(doc) -> None:
+def check_rnn_inputs(doc, notes: Optional[list] = None) -> None:
     """Refuse (:class:`InputError`, one line) a CuDNN layer whose kernel rows differ from the features the
     layer before it gives (Sequential order, or a Functional layer's first inbound tensor), where those are
     known from the config (:func:`_features`).  The Keras-built route found this when loading its output;
@@ -1062,14 +1064,21 @@ def check_rnn_inputs(doc) -> None:
         sequential = container.get("class_name") == "Sequential"
         out: dict = {}
         prev = f_in
-        for layer in layers:
+        for index, layer in enumerate(layers):
             if not isinstance(layer, dict):
                 return
             lcfg = layer.get("config") if isinstance(layer.get("config"), dict) else {}
             name = lcfg.get("name") or layer.get("name")
             if sequential:
+                # only the first layer's input shape counts (Keras 2's Sequential.add: keras3/legacy.py
+                # _drop_later_input_shape); a later one is ignored, said so where it disagrees
                 own = lcfg.get("batch_input_shape") or lcfg.get("batch_shape")
-                given = own[-1] if isinstance(own, list) and own and isinstance(own[-1], int) else prev
+                own = own[-1] if isinstance(own, list) and own and isinstance(own[-1], int) else None
+                given = own if index == 0 and own is not None else prev
+                if index and own is not None and prev is not None and own != prev and notes is not None:
+                    notes.append(f"layer {prefix}{name!s}: its batch_input_shape says {own} features, the layer "
+                                 f"before it gives {prev}; ignored, as Keras 2's Sequential did (only the first "
+                                 "layer's input shape counts)")
             else:
                 given = None
                 nodes = layer.get("inbound_nodes")

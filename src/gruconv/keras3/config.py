@@ -429,6 +429,16 @@ def model_config_of(converted_legacy: dict, *, outside: Optional[str] = None) ->
     return doc
 
 
+def keras2_plan(model_config) -> list:
+    """The translated config's :func:`saveable_plan` tops when a layer of the legacy ``model_config`` uses a
+    function whose Keras 3 meaning differs (:mod:`gruconv.keras3.dialects`), for a writer that copies the
+    stored weights itself and must rescale the ones feeding it (:func:`gruconv.keras3.dialects.scales`);
+    else ``[]`` (no translation run)."""
+    if not dialects.mentions_changed_function(model_config):
+        return []
+    return saveable_plan(translate(model_config, outside=CARRY))[1]
+
+
 def metadata(date: Optional[datetime.datetime] = None) -> dict:
     """``metadata.json`` as ``saving_lib._serialize_model_as_json`` writes it."""
     date = date or datetime.datetime.now()

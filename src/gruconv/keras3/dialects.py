@@ -90,6 +90,18 @@ def changed_functions(cls: str, cfg: dict) -> list:
     return [(k, function_name(cfg[k])) for k in _function_keys(cfg) if function_name(cfg[k]) in CHANGED_FUNCTIONS]
 
 
+def mentions_changed_function(obj) -> bool:
+    """Whether any layer config below ``obj`` (a legacy model config) names a function of
+    :data:`CHANGED_FUNCTIONS`: a cheap test before a translation is run for its rescales alone."""
+    if isinstance(obj, dict):
+        if any(function_name(obj[k]) in CHANGED_FUNCTIONS for k in _function_keys(obj)):
+            return True
+        return any(mentions_changed_function(v) for v in obj.values() if isinstance(v, (dict, list)))
+    if isinstance(obj, list):
+        return any(mentions_changed_function(v) for v in obj)
+    return False
+
+
 def check_functions(cls: str, cfg: dict, where: str) -> None:
     """Refuse (one line) a Keras 2 function Keras 3 computes differently where no weight can make it equal."""
     for key, name in changed_functions(cls, cfg):
@@ -117,24 +129,33 @@ def slot_scale(cls: str, cfg: dict, role: str) -> Optional[tuple]:
     return tuple(factors) if any(f != 1.0 for f in factors) else None
 
 
-def scale_value(value, factors: tuple):
-    """``value`` (an array, or :class:`gruconv.keras3.archive.Pieces` of leading-axis rows) with the column
-    blocks of its last axis multiplied by ``factors``, in the value's own dtype (one rounding per element)."""
+def scale_block(block, factors: tuple, shape: tuple, rows=slice(None)):
+    """One block of a weight of ``shape`` (its leading-axis ``rows``; the whole weight by default) with the
+    column blocks of the weight's last axis multiplied by ``factors``, in the block's own dtype (one
+    rounding per element; the product is taken in float64).  A 1-D weight's rows are its columns."""
     import numpy as np
 
-    def scaled(a):
-        a = np.asarray(a)
-        n = a.shape[-1] if a.ndim else 1
-        if n % len(factors):
-            raise UnsupportedError(f"a weight of shape {a.shape} does not split into {len(factors)} gate blocks")
-        f = np.repeat(np.asarray(factors, dtype=np.float64), n // len(factors))
-        return (a.astype(np.float64) * f).astype(a.dtype)
+    block = np.asarray(block)
+    n = shape[-1] if len(shape) else 1
+    if n % len(factors):
+        raise UnsupportedError(f"a weight of shape {tuple(shape)} does not split into {len(factors)} gate blocks")
+    f = np.repeat(np.asarray(factors, dtype=np.float64), n // len(factors))
+    if len(shape) == 1:
+        f = f[rows]
+    return (block.astype(np.float64) * f).astype(block.dtype)
+
+
+def scale_value(value, factors: tuple):
+    """``value`` (an array, or :class:`gruconv.keras3.archive.Pieces` of leading-axis rows) rescaled by
+    :func:`scale_block`."""
+    import numpy as np
 
     pieces = getattr(value, "pieces", None)
     if pieces is None:
-        return scaled(value)
+        return scale_block(value, factors, np.shape(value))
     # the same kind of value (archive.Pieces: leading-axis row blocks), each block scaled as it streams
-    return type(value)(value.shape, value.dtype, lambda: ((where, scaled(block)) for where, block in pieces()))
+    return type(value)(value.shape, value.dtype,
+                       lambda: ((where, scale_block(block, factors, value.shape, where)) for where, block in pieces()))
 
 
 def scales(plan_tops: list) -> dict:
@@ -142,6 +163,18 @@ def scales(plan_tops: list) -> dict:
     :func:`gruconv.keras3.config.saveable_plan`'s tops (the translated config's)."""
     return {(t.name, i): s.scale for t in plan_tops for i, s in enumerate(t.legacy_order)
             if getattr(s, "scale", None)}
+
+
+def rescale_notes(plan_tops: list) -> list:
+    """One line per top-level layer whose weights :func:`rescaled` changes, for the conversion's output."""
+    out = []
+    for t in plan_tops:
+        roles = [s.role for s in t.legacy_order if getattr(s, "scale", None)]
+        if roles:
+            out.append(f"layer {t.name!r}: Keras 2's hard_sigmoid (clip(0.2*x + 0.5, 0, 1)) is Keras 3's "
+                       f"hard_sigmoid(1.2*x): the {', '.join(dict.fromkeys(roles))} columns that feed it are "
+                       f"scaled by {HARD_SIGMOID_SCALE}, so the converted layer computes what the original did")
+    return out
 
 
 def stored_counts_agree(plan_tops: list, counts: dict) -> None:

@@ -117,6 +117,85 @@ def converted_config(model_config: dict) -> dict:
     return new
 
 
+def _snake_case(name: str) -> str:
+    # Keras 2 ``keras/engine/base_layer.py`` ``_to_snake_case`` (tf.keras ``generic_utils.to_snake_case``)
+    import re
+
+    name = re.sub("(.)([A-Z][a-z0-9]+)", r"\1_\2", name)
+    name = re.sub("([a-z])([A-Z])", r"\1_\2", name).lower()
+    return name if name[:1] != "_" else "private" + name
+
+
+def keras2_names(model_config, saved_names: list):
+    """``model_config`` with a name for every layer whose config has none, as the Keras 2 that loads it
+    names it (a user layer whose ``get_config()`` returned only its own arguments: Keras 2's
+    ``cls.from_config(config)`` = ``cls(**config)`` makes a fresh name, and a full model's weights are
+    loaded by position, ``load_weights_from_hdf5_group``).  The name given is the one the layer had when
+    saved, where the file says it: a Functional layer entry's own ``name`` (``Network.get_config`` writes
+    it beside ``config``), or in a top-level Sequential the saved ``layer_names`` entry at the layer's
+    position (``model.layers``, the InputLayer left out, is what ``save_weights_to_hdf5_group`` lists),
+    when every named layer sits at its saved position; else a fresh one by Keras 2's rule (snake-cased
+    class name, numbered from 1: ``base_layer.py`` ``_init_set_name``), unique in the model.  The input
+    is not changed; without a nameless layer it is returned as it is."""
+    if not isinstance(model_config, dict) or not _has_nameless(model_config):
+        return model_config
+    new = copy.deepcopy(model_config)
+    taken = set(_all_names(new))
+    top = [l for l in layers_of(new) if isinstance(l, dict) and class_name_of(l) != "InputLayer"]
+    by_position = None
+    if class_name_of(new) == "Sequential" and len(top) == len(saved_names or []) and all(
+            not isinstance(l.get("config"), dict) or l["config"].get("name") in (None, n)
+            for l, n in zip(top, saved_names)):
+        by_position = {id(l): n for l, n in zip(top, saved_names)}
+
+    def fresh(cls: str) -> str:
+        base, n = _snake_case(cls or "layer"), 1
+        while f"{base}_{n}" in taken:
+            n += 1
+        taken.add(f"{base}_{n}")
+        return f"{base}_{n}"
+
+    def visit(cfg) -> None:
+        for layer in layers_of(cfg):
+            if not isinstance(layer, dict):
+                continue
+            conf = layer.get("config")
+            if isinstance(conf, dict) and conf.get("name") is None:
+                name = layer.get("name") if isinstance(layer.get("name"), str) else None
+                name = name or (by_position or {}).get(id(layer)) or fresh(str(class_name_of(layer) or ""))
+                conf["name"] = name
+                taken.add(name)
+            visit(layer)
+            inner = config_of(layer).get("layer")
+            if isinstance(inner, dict) and isinstance(inner.get("config"), dict) and inner["config"].get("name") is None:
+                inner["config"]["name"] = fresh(str(class_name_of(inner) or ""))
+
+    visit(new)
+    return new
+
+
+def _has_nameless(cfg) -> bool:
+    for layer in layers_of(cfg):
+        if not isinstance(layer, dict):
+            continue
+        conf = layer.get("config")
+        if isinstance(conf, dict) and conf.get("name") is None or _has_nameless(layer):
+            return True
+        inner = config_of(layer).get("layer")
+        if isinstance(inner, dict) and isinstance(inner.get("config"), dict) and inner["config"].get("name") is None:
+            return True
+    return False
+
+
+def _all_names(cfg) -> list:
+    out = []
+    for layer in layers_of(cfg):
+        if isinstance(layer, dict):
+            out.append(name_of(layer))
+            out.extend(_all_names(layer))
+    return out
+
+
 _RNN_CLASSES = {"GRU", "LSTM", "SimpleRNN", "RNN"}
 
 
@@ -141,7 +220,7 @@ def _normalise_for_keras3(cfg: dict) -> None:
         if class_name_of(cfg) == "Sequential":
             _explicit_input_layer(cfg)
             for layer in layers_of(cfg)[1:]:
-                _drop_new_style_batch_shape(layer)
+                _drop_later_input_shape(layer)
         elif class_name_of(cfg) in ("Model", "Functional"):
             for layer in layers_of(cfg):
                 _drop_new_style_batch_shape(layer)
@@ -193,6 +272,25 @@ def _policy_to_name(conf: dict) -> None:
     name = config_of(policy).get("name")
     if class_name_of(policy) in ("Policy", "DTypePolicy", "PolicyV1", "FloatDTypePolicy") and isinstance(name, str):
         conf["dtype"] = name
+
+
+#: The input-shape keys a layer's constructor takes (Keras 2 ``base_layer.py`` ``Layer.__init__``; not
+#: ``input_dim``, which Dense-like layers turn into ``input_shape`` and never write, and which is an
+#: Embedding's own argument).
+INPUT_SHAPE_KEYS = ("batch_input_shape", "input_shape", "batch_size")
+
+
+def _drop_later_input_shape(layer) -> None:
+    """A Keras 2 ``Sequential`` takes its input shape from its FIRST layer only (Keras 2.2.x
+    ``keras/engine/sequential.py`` ``Sequential.add``: ``batch_input_shape`` is read when ``self._layers``
+    is empty; tf.keras ``engine/sequential.py`` the same) and ignores the one a later layer carries (users
+    who passed ``input_shape=`` to every layer left one on each, often with another feature count):
+    dropped here, in every serialization style, so nothing downstream applies it
+    (:func:`gruconv.keras3.archive.check_rnn_inputs` follows the same rule)."""
+    conf = layer.get("config") if isinstance(layer, dict) else None
+    if isinstance(conf, dict) and class_name_of(layer) != "InputLayer":
+        for key in INPUT_SHAPE_KEYS:
+            conf.pop(key, None)
 
 
 def _drop_new_style_batch_shape(layer) -> None:

@@ -104,7 +104,7 @@ def _graph_with_keras(document, target, options, warnings: list, *, final) -> di
 
     graph = document.graph
     info: dict = {}
-    model, nonfinite = built(graph, info=info)
+    model, nonfinite = built(graph, info=info, notes=warnings)
     config = info["config"]
     _graph_notes(graph, warnings)
     compiled = None

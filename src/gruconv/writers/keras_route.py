@@ -48,7 +48,7 @@ def streamed(graph, warnings: list, write):
         return BUILD
 
 
-def built(graph, *, info: Optional[dict] = None):
+def built(graph, *, info: Optional[dict] = None, notes: Optional[list] = None):
     """The converted model of a Keras graph in memory, built by Keras from THE translation
     (:func:`gruconv.keras3.config.translate`, the dict the streamed writer writes; a Keras built-in
     class outside its vocabulary carried for Keras to build, ``outside=CARRY``):
@@ -58,7 +58,8 @@ def built(graph, *, info: Optional[dict] = None):
     assigned in place (:func:`gruconv.keras3.build.assign`).  No legacy ``.h5`` intermediate, no
     legacy loader.  Used by the Keras-built fallback of both Keras writers and by ``verify`` without a
     converted file, so ``verify in.h5`` and ``verify in.h5 out.keras`` check the same model (issue 28).
-    Returns ``(model, {layer: NaN/Inf count})``; ``info["config"]`` receives the translated dict."""
+    Returns ``(model, {layer: NaN/Inf count})``; ``info["config"]`` receives the translated dict, ``notes``
+    the lines the streamed writer gives too (Keras 2 semantics kept: :mod:`gruconv.keras3.dialects`)."""
     from ..errors import InputError
     from ..keras3 import archive, build, dialects, runtime
     from ..keras3 import config as keras3_config
@@ -67,8 +68,10 @@ def built(graph, *, info: Optional[dict] = None):
         raise UsageError("a weights-only file needs --config ARCH.json (the model's to_json()) to become "
                          "a Keras model", path=graph.path)
     try:
-        archive.check_rnn_inputs(graph)
+        archive.check_rnn_inputs(graph, notes)
         config = keras3_config.translate(graph.model_config, outside=keras3_config.CARRY)
+        if notes is not None:
+            notes.extend(dialects.rescale_notes(keras3_config.saveable_plan(config)[1]))
         if info is not None:
             info["config"] = config
         model = runtime.from_config(config)

@@ -53,7 +53,7 @@ def _graph_with_keras(document, target, options, warnings: list, *, final) -> di
     from ..keras3 import runtime as keras3
     from .keras_route import built
 
-    model, nonfinite = built(document.graph)
+    model, nonfinite = built(document.graph, notes=warnings)
     keras3.save_weights(model, target)
     return nonfinite
 

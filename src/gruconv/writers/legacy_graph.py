@@ -11,19 +11,24 @@ builds from :func:`gruconv.keras3.config.translate`, :mod:`gruconv.writers.keras
 from __future__ import annotations
 
 import os
+from typing import Optional
 
 from ..errors import GruconvError, InputError, OutputError, first_line
 from ..files import hdf5 as h5safe
+from ..keras3 import config as keras3_config
+from ..keras3 import dialects
 from ..model.keras_layout import WEIGHT_ROLES
 from ..model.keras_layout import to_keras as keras_arrays
 
 
-def write(doc, out_path, *, include_model: bool = True, include_training: bool = True) -> dict:
+def write(doc, out_path, *, include_model: bool = True, include_training: bool = True,
+          notes: Optional[list] = None) -> dict:
     """Write a legacy Keras HDF5 file with GRUs / LSTMs in place of CuDNNGRUs / CuDNNLSTMs.
 
     ``include_model``: write ``model_config`` (a full model file); otherwise a
     weights-only file (what ``save_weights`` writes).  Optimizer state is never
-    copied: its slots belong to the cuDNN layers' weight layout.  Returns
+    copied: its slots belong to the cuDNN layers' weight layout.  ``notes`` receives a line per layer whose
+    weights are rescaled to keep Keras 2's semantics (:mod:`gruconv.keras3.dialects`).  Returns
     ``{CuDNNGRU/CuDNNLSTM path: number of NaN/Inf weight values}`` (counted on the way,
     so the weights are read once).
     """
@@ -40,6 +45,12 @@ def write(doc, out_path, *, include_model: bool = True, include_training: bool =
                 replaced[roles[role]] = (rnn, d, i)
     current: dict = {}
     nonfinite: dict = {}
+    # weights feeding a function Keras 3 computes otherwise (Keras 2's hard_sigmoid), rescaled so that the
+    # architecture with GRU in place of CuDNNGRU computes in Keras 3 what the original did (keras3/dialects.py)
+    plan = keras3_config.keras2_plan(doc.model_config) if doc.model_config is not None else []
+    scales = dialects.scales(plan)
+    if notes is not None:
+        notes.extend(dialects.rescale_notes(plan))
 
     def gru_array(name):
         rnn, d, i = replaced[name]
@@ -70,12 +81,15 @@ def write(doc, out_path, *, include_model: bool = True, include_training: bool =
             else:
                 droot = dst
             h5safe.copy_attrs(sroot, droot, doc.path)
+            if scales:
+                dialects.stored_counts_agree(plan, {n: len(doc.weight_names(h5safe.child(sroot, n, doc.path, "group")))
+                                                    for n in doc.layer_names})
             for lname in doc.layer_names:
                 where = f"layer {lname!r}"
                 sg = h5safe.child(sroot, lname, doc.path, "group")
                 dg = droot.create_group(lname)
                 h5safe.copy_attrs(sg, dg, doc.path)
-                for wname in doc.weight_names(sg):
+                for position, wname in enumerate(doc.weight_names(sg)):
                     where = f"weight {lname}/{wname}"
                     sds = h5safe.resolve(sg, wname, doc.path, "dataset")
                     parent = os.path.dirname(wname)
@@ -85,7 +99,10 @@ def write(doc, out_path, *, include_model: bool = True, include_training: bool =
                         dparent.create_dataset(leaf, data=gru_array(sds.name))
                     else:
                         # rewritten, not H5Ocopy'd: guarded, checksums verified (issue 23)
-                        h5safe.copy_dataset(sds, dparent, leaf, doc.path)
+                        factors = scales.get((lname, position))
+                        transform = None if factors is None else (
+                            lambda block, rows, f=factors, shape=sds.shape: dialects.scale_block(block, f, shape, rows))
+                        h5safe.copy_dataset(sds, dparent, leaf, doc.path, transform)
             if (h5safe.child_exists(sroot, "top_level_model_weights", doc.path)
                     and "top_level_model_weights" not in doc.layer_names):
                 where = "top_level_model_weights"

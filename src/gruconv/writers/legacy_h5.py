@@ -37,14 +37,18 @@ def _write_graph(document, target, options, warnings: list, *, final) -> dict:
     """A Keras graph's weights in the legacy layout (the other layers' copied as they are, the
     cuDNN layers' transformed); the architecture is not written.  Returns NaN/Inf counts per layer."""
     graph = document.graph
-    if graph.model_config is not None:
-        warnings.append(
-            f"{final.name} holds the converted weights only, in the legacy layout (Keras 3 and tf_keras "
-            "load_weights into the same architecture with GRU in place of CuDNNGRU); the architecture is "
-            "not written: name the output .keras for the whole model")
     from .legacy_graph import write as write_legacy
 
-    return write_legacy(graph, target, include_model=False)
+    notes: list = []
+    nonfinite = write_legacy(graph, target, include_model=False, notes=notes)
+    if graph.model_config is not None:
+        who = "Keras 3" if notes else "Keras 3 and tf_keras"  # rescaled weights are Keras 3's (keras3/dialects.py)
+        warnings.append(
+            f"{final.name} holds the converted weights only, in the legacy layout ({who} "
+            "load_weights into the same architecture with GRU in place of CuDNNGRU); the architecture is "
+            "not written: name the output .keras for the whole model")
+    warnings.extend(notes)
+    return nonfinite
 
 
 def _layer_weight_names(stack, lname: str) -> list:

@@ -52,7 +52,8 @@ from ...model.cudnn_layout import params_size
 from ...errors import GruconvError, InputError, UnsupportedError, first_line
 from ...model.keras_layout import CUDNN_KERAS_CLASS, KERAS3_BIAS_ROWS, WEIGHT_ROLES, describe_keras_layer, from_cudnn, keras3_bias_shape
 from ...keras3.legacy import (CONTAINER_CLASSES as _CONTAINER_CLASSES, CUDNN_CLASSES, TARGET_CLASS as _TARGET_CLASS,
-                              class_name_of, config_of, converted_config, layers_of as _layers_of, name_of)
+                              class_name_of, config_of, converted_config, keras2_names, layers_of as _layers_of,
+                              name_of)
 from ...options import Options
 
 FORMAT = "keras-h5"
@@ -471,6 +472,8 @@ def read_with_config(path: Path, config: Optional[dict]) -> KerasH5Model:
         dup = _first_duplicate(layer_names)
         if dup is not None:
             raise InputError(f"attribute 'layer_names' lists {dup!r} twice", path=path)
+        # a layer whose config has no name gets the one Keras 2 gave it at load time (keras3/legacy.py)
+        model_config = keras2_names(model_config, list(layer_names))
         doc = KerasH5Model(
             path=path, kind=kind,
             keras_version=_str_or_none(h5safe.read_attr(root, "keras_version") or h5safe.read_attr(f, "keras_version")),
