@@ -275,6 +275,77 @@ def verify_graph(doc, model, engine, report, rng, tolerance, user_inputs):
             rnn.release()   # demand): one layer's in memory at a time (the large model's peak RSS, issue 30)
     if end_to_end:
         _end_to_end_sequential(keras, doc, model, engine, report, feed, tolerance, model_outputs[0])
+        del model
+    keras2_end_to_end(doc, engine, report, feed, tolerance, model_outputs)
+
+
+#: The note when the Keras 2 reference could not run (:func:`keras2_end_to_end`).
+KERAS2_NOT_RUN = ("end to end against the original as Keras 2 computes it (tf_keras): not checked, {why}; the "
+                  "layers around the cuDNN ones were checked only as gruconv translated them")
+
+
+def keras2_end_to_end(doc, engine, report, feed, tolerance, got) -> None:
+    """Every model output of the converted model against the ORIGINAL model run by tf_keras
+    (:mod:`gruconv.verify.reference.keras2`: the file's own config and weights, each CuDNN layer as its CPU
+    twin), on the same inputs: the one check a translation error of the layers around the cuDNN ones fails
+    (the others feed both sides from the converted model).  Its floor (measured only when the difference
+    is over the tolerance and rtol bounds): the same tf_keras run with every weight and float input moved by
+    one float32 ulp (:func:`gruconv.verify.floor.perturb`), over :data:`gruconv.verify.floor.DEFAULT_SEEDS`
+    seeds.  The tf_keras outputs are computed once per verify run (kept on ``engine`` for the other device
+    runs); where the reference cannot run, a note says why."""
+    from .floor import DEFAULT_SEEDS, perturb
+    from .reference import keras2
+
+    cache = engine.__dict__.setdefault("keras2_cache", {})
+    import hashlib
+
+    digest = hashlib.sha1()
+    for a in feed:
+        a = np.ascontiguousarray(a)
+        digest.update(str((a.dtype, a.shape)).encode())
+        digest.update(a.tobytes())
+    key = (id(doc), digest.hexdigest())
+    if key not in cache:
+        try:
+            ref_model = keras2.build(doc)
+            cache[key] = (ref_model, ref_model(feed), None)
+        except keras2.Unavailable as e:
+            cache[key] = (None, None, str(e))
+    ref_model, ref, why = cache[key]
+    report.environment["keras2_reference"] = "tf_keras, CPU" if why is None else f"not run: {why}"
+    if why is not None:
+        note = KERAS2_NOT_RUN.format(why=why)
+        if note not in report.notes:
+            report.notes.append(note)
+        return
+    floors_of = cache.setdefault(("floors",) + key, [])
+
+    def floors() -> list:
+        if not floors_of:
+            ref_model.keep_weights()
+            worst = [0.0] * len(ref)
+            for seed in range(DEFAULT_SEEDS):
+                rng = np.random.default_rng(seed)
+                moved = [perturb(a, rng) if np.asarray(a).dtype.kind == "f" else a for a in feed]
+                outs = ref_model.perturbed(rng, perturb)(moved)
+                worst = [max(w, float(np.max(np.abs(np.asarray(o, np.float64) - np.asarray(r, np.float64)))))
+                         for w, o, r in zip(worst, outs, ref)]
+            ref_model.restore()
+            floors_of.extend(worst)
+        return floors_of
+
+    if len(got) != len(ref):
+        report.checks.append(Check("end to end (tf_keras): output count", float("inf"), float("inf"), tolerance,
+                                   False, None, (len(got), len(ref)), bound="none",
+                                   reason=f"{len(got)} outputs where the original has {len(ref)}"))
+        return
+    for i, (g, r) in enumerate(zip(got, ref)):
+        name = "end to end (tf_keras): model output" + (f" {i}" if len(ref) > 1 else "")
+        dtype = "float16" if np.asarray(g).dtype == np.float16 or np.asarray(r).dtype == np.float16 else "float32"
+        check = judge(report, name, g, r, None, tolerance, dtype, None)
+        if not check.passed:  # over tolerance and rtol: is it within the measured float32 floor?
+            check = judge(report, name, g, r, None, tolerance, dtype, floors()[i])
+        report.checks.append(check)
 
 
 def _checked_layer(model, parts: list):

@@ -1,0 +1,148 @@
+"""The original model as the Keras 2 of its file computes it: tf_keras (Keras 2.x, the package TensorFlow
+2.16+ ships Keras 2 as), with each CuDNN layer swapped for its CPU twin, the weights loaded by tf_keras's
+own loader.  verify's one end-to-end reference that is not gruconv's translation (issue 40).
+
+Why: the layer checks feed each converted recurrent layer the activations the *converted* model computes,
+and the Sequential end-to-end check runs the converted model's own other layers; both are built from the
+one Keras 2 -> Keras 3 translation (:func:`gruconv.keras3.config.translate`), so an error in that
+translation (a name whose function changed, Keras 2's ``hard_sigmoid``; a default older versions meant) was
+invisible to them: converted model and "original" computed the same wrong thing.  Here nothing of gruconv
+builds the model: tf_keras reads the file's own ``model_config`` (only each ``CuDNNGRU``/``CuDNNLSTM`` is
+renamed ``GRU``/``LSTM`` with cuDNN's functions -- tanh, sigmoid, ``reset_after=True`` --: tf_keras cannot
+run a CuDNN layer without a GPU) and loads the weights with ``load_weights`` (its legacy HDF5 loader converts
+the cuDNN weights itself: ``tf_keras/src/saving/legacy/hdf5_format.py`` ``preprocess_weights_for_loading``,
+``_convert_rnn_weights``), as a Keras 2 user would; it runs on the CPU.
+
+What it cannot check, said in the report instead: no tf_keras installed (an optional package: ``pip install
+tf-keras``, with TensorFlow); a layer whose code would run (``Lambda``: never executed) or whose class tf_keras
+does not have (a user's custom layer: its Keras 2 class is not at hand); weights that are not a legacy HDF5
+file gruconv read as it is (a tf_keras ``.keras`` zip, a TF2 checkpoint staged through a file gruconv wrote).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Optional
+
+import numpy as np
+
+#: Each cuDNN-only class, the tf_keras class that computes it on a CPU, and the arguments that make it do so
+#: (cuDNN's fixed functions: ``tf_keras/src/layers/rnn/cudnn_gru.py`` / ``cudnn_lstm.py``).
+CPU_TWINS = {
+    "CuDNNGRU": ("GRU", {"activation": "tanh", "recurrent_activation": "sigmoid", "reset_after": True,
+                         "use_bias": True}),
+    "CuDNNLSTM": ("LSTM", {"activation": "tanh", "recurrent_activation": "sigmoid", "use_bias": True}),
+}
+#: Classes whose config holds code or calls functions by name: never handed to tf_keras.
+CODE_CLASSES = {"Lambda", "TFOpLambda", "SlicingOpLambda"}
+
+
+class Unavailable(Exception):
+    """The reference cannot run for this model here; the message says why (one line)."""
+
+
+def _layer_classes(cfg, out: set) -> set:
+    """Every layer class of a legacy model config: its layers, nested models' and wrapped layers."""
+    from ...keras3.legacy import class_name_of, config_of, layers_of
+
+    for layer in layers_of(cfg):
+        if not isinstance(layer, dict):
+            continue
+        out.add(class_name_of(layer) or "?")
+        _layer_classes(layer, out)
+        for key in ("layer", "backward_layer"):
+            inner = config_of(layer).get(key)
+            if isinstance(inner, dict):
+                out.add(class_name_of(inner) or "?")
+                _layer_classes(inner, out)
+    return out
+
+
+def twin_config(model_config: dict) -> dict:
+    """``model_config`` with each CuDNN layer renamed to its CPU twin (:data:`CPU_TWINS`), nothing else changed."""
+    new = copy.deepcopy(model_config)
+
+    def visit(obj):
+        if isinstance(obj, dict):
+            if obj.get("class_name") in CPU_TWINS and isinstance(obj.get("config"), dict):
+                cls, settings = CPU_TWINS[obj["class_name"]]
+                obj["class_name"] = cls
+                obj["config"].update(settings)
+            for v in obj.values():
+                visit(v)
+        elif isinstance(obj, list):
+            for v in obj:
+                visit(v)
+
+    visit(new)
+    return new
+
+
+def refusal(doc) -> Optional[str]:
+    """Why this document cannot be run by the reference (None: it can), before anything is imported."""
+    from ...keras3.builtins import bare_name, is_custom
+
+    if getattr(doc, "model_config", None) is None:
+        return "no architecture"
+    if getattr(doc, "content", None) != "graph" or getattr(doc, "layout", None) != "legacy":
+        return "its weights are not a legacy Keras HDF5 file read as it is"
+    classes = _layer_classes(doc.model_config, set())
+    code = sorted(classes & CODE_CLASSES)
+    if code:
+        return f"it holds {', '.join(code)} layer(s), whose code gruconv never runs"
+    custom = sorted(bare_name(c) for c in classes if is_custom(c))
+    if custom:
+        return f"custom layer class(es) {', '.join(custom)}: their Keras 2 code is not at hand"
+    return None
+
+
+def _tf_keras():
+    try:
+        import tf_keras  # noqa: F401  (Keras 2; needs TensorFlow)
+    except ImportError as e:
+        raise Unavailable(f"tf_keras is not installed ({e.name or e}); pip install tf-keras") from None
+    import tensorflow as tf
+
+    return tf, tf_keras
+
+
+class Model:
+    """The original model in tf_keras (:func:`build`), run on the CPU."""
+
+    def __init__(self, tf, model):
+        self.tf, self.model = tf, model
+
+    def __call__(self, feed: list) -> list:
+        with self.tf.device("/CPU:0"):
+            out = self.model([np.asarray(a) for a in feed] if len(feed) > 1 else np.asarray(feed[0]), training=False)
+        out = out if isinstance(out, (list, tuple)) else [out]
+        return [np.asarray(o.numpy() if hasattr(o, "numpy") else o) for o in out]
+
+    def perturbed(self, rng, perturb) -> "Model":
+        """The same model with every weight moved by ``perturb`` (the floor's one-ulp rounding)."""
+        self.model.set_weights([perturb(w, rng) for w in self._original])
+        return self
+
+    def keep_weights(self) -> None:
+        self._original = self.model.get_weights()
+
+    def restore(self) -> None:
+        self.model.set_weights(self._original)
+
+
+def build(doc) -> Model:
+    """The tf_keras model of ``doc`` (a legacy HDF5 model file, or weights with ``--config``), weights loaded;
+    :class:`Unavailable` with the reason when it cannot be built here."""
+    why = refusal(doc)
+    if why is not None:
+        raise Unavailable(why)
+    tf, tf_keras = _tf_keras()
+    try:
+        with tf.device("/CPU:0"):
+            model = tf_keras.models.model_from_json(json.dumps(twin_config(doc.model_config)))
+            model.load_weights(str(doc.path))
+    except Exception as e:  # noqa: BLE001  third-party: tf_keras refusing the model is a reason, not a bug
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise Unavailable(f"tf_keras cannot load it ({type(e).__name__}: {first[:200]})") from None
+    return Model(tf, model)
