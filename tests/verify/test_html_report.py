@@ -87,12 +87,13 @@ def test_page_has_every_check_curve_and_verdict(tmp_path):
     res, page, rep = verify_html(tmp_path, KERAS / "sequential.h5", "--steps", "13")
     assert res.exit_code == 0, res.output
     assert_self_contained(page)
-    assert len(page.checks) == len(rep["checks"]) == 3
+    # per layer, the Sequential end to end, and the original run by tf_keras (issue 40)
+    assert len(page.checks) == len(rep["checks"]) == 4
     for sec, c in zip(page.checks, rep["checks"]):
         assert c["name"] in sec["title"] and "PASS" in sec["title"]
         assert sec["points"] == len(c["per_step"]) == steps_of(c)
         assert max(c["per_step"]) == pytest.approx(c["max_abs"], rel=5e-3)
-    assert [len(c["per_step"]) for c in rep["checks"]] == [13, 1, 1]   # sequence; last output; model output
+    assert [len(c["per_step"]) for c in rep["checks"]] == [13, 1, 1, 1]  # sequence; last output; model output x2
     text = " ".join(page.text)
     assert "PASS" in text and "oracle" in text and "decided by" in text and "tensorflow" in text
 
@@ -180,7 +181,7 @@ def test_batch_index_lists_every_model_and_junit_links_pages(tmp_path):
     assert len(index.links) == 3 and all((html / link).is_file() for link in index.links)
     seq = Page((html / page_name(str(src / "sequential.h5"))).read_text(encoding="utf-8"))
     assert_self_contained(seq)
-    assert len(seq.checks) == 3 and all(s["points"] for s in seq.checks) and "index.html" in seq.links
+    assert len(seq.checks) == 4 and all(s["points"] for s in seq.checks) and "index.html" in seq.links
     cases = ET.parse(junit).getroot().findall("testcase")
     assert len(cases) == 3
     for case in cases:
