@@ -60,7 +60,12 @@ def _layer_classes(cfg, out: set) -> set:
 
 
 def twin_config(model_config: dict) -> dict:
-    """``model_config`` with each CuDNN layer renamed to its CPU twin (:data:`CPU_TWINS`), nothing else changed."""
+    """``model_config`` with each CuDNN layer renamed to its CPU twin (:data:`CPU_TWINS`), and a key older
+    than its argument given the value the Keras that wrote the file meant
+    (:data:`gruconv.keras3.dialects.MISSING_DEFAULTS`: a Keras <= 2.1 GRU without ``reset_after`` is
+    ``reset_after=False``; tf_keras 2.x would default it to True and refuse the weights); nothing else changed."""
+    from ...keras3.dialects import MISSING_DEFAULTS
+
     new = copy.deepcopy(model_config)
 
     def visit(obj):
@@ -69,6 +74,10 @@ def twin_config(model_config: dict) -> dict:
                 cls, settings = CPU_TWINS[obj["class_name"]]
                 obj["class_name"] = cls
                 obj["config"].update(settings)
+            elif isinstance(obj.get("config"), dict):
+                for (cls, key), meant in MISSING_DEFAULTS.items():
+                    if obj.get("class_name") == cls and key not in obj["config"]:
+                        obj["config"][key] = meant
             for v in obj.values():
                 visit(v)
         elif isinstance(obj, list):
