@@ -55,7 +55,8 @@ def _add_targets(info: dict) -> None:
 
 
 def convert(input, output, options=None, *, verify: bool = False, tolerance: float = 1e-5,
-            rtol: Optional[float] = None, floor_k: Optional[float] = None, **kw) -> ConvertResult:
+            rtol: Optional[float] = None, floor_k: Optional[float] = None, batch: int = 2, steps: int = 8,
+            seed: int = 0, **kw) -> ConvertResult:
     """Convert one input into a Keras 3 model (``.keras``) or a weights file (``.h5``).
 
     read -> plan (:func:`gruconv.writers.planning.plan`: format, file or directory, targets,
@@ -67,7 +68,8 @@ def convert(input, output, options=None, *, verify: bool = False, tolerance: flo
     ``verify`` the outputs are written to a private staging directory beside
     ``output``, verified there, and moved into place only when parity holds:
     a failed check leaves no file behind (the report says why).  ``tolerance``, ``rtol`` and
-    ``floor_k`` are :func:`gruconv.verify.verify`'s bounds (None: its defaults).
+    ``floor_k`` are :func:`gruconv.verify.verify`'s bounds (None: its defaults), ``batch``, ``steps`` and
+    ``seed`` its random inputs.
     """
     from .files.outputs import Outputs
     from .writers.planning import plan
@@ -92,7 +94,8 @@ def convert(input, output, options=None, *, verify: bool = False, tolerance: flo
             result = write(document, plan(document, staged, staged_opts), Outputs(force=True), staged_opts)
         if result.nothing_to_convert and not result.outputs:
             return result
-        report = _verify(input, staged, tolerance=tolerance, rtol=rtol, floor_k=floor_k, options=opts)
+        report = _verify(input, staged, tolerance=tolerance, rtol=rtol, floor_k=floor_k, batch=batch, steps=steps,
+                         seed=seed, options=opts)
         result.verification = report.to_json()
         if not report.passed:
             result.outputs = []

@@ -169,8 +169,11 @@ def main():
     """Convert cuDNN-only RNN models (GRU, LSTM) into portable Keras 3 models, and prove the numbers match.
 
     Reads legacy Keras HDF5 files with CuDNNGRU / CuDNNLSTM layers (and the
-    .keras zips tf_keras writes of them) and TensorFlow 1.x tf.contrib.cudnn_rnn
-    checkpoints (format detected from content).
+    .keras zips tf_keras writes of them, TF 2 object checkpoints of tf.keras
+    models) and TensorFlow 1.x tf.contrib.cudnn_rnn checkpoints (format detected
+    from content), as the Keras that wrote them reads them; writes Keras 3
+    .keras / .weights.h5, legacy-layout .h5 weights, PyTorch .safetensors and
+    ONNX.
 
     \b
     Examples:
@@ -234,6 +237,13 @@ def inspect(path, as_json, config, rnn, prefer, **kw):
     click.echo(json.dumps(info, indent=2) if as_json else report.inspect_text(info))
 
 
+def _verify_inputs(batch: int, steps: int, seed: int) -> dict:
+    """convert --verify's random inputs (``--batch``/``--steps``/``--seed``, verify's), given only where they
+    differ from verify's defaults (so a batch job's options stay as they were)."""
+    given = {"batch": batch, "steps": steps, "seed": seed}
+    return {k: v for k, v in given.items() if v != {"batch": 2, "steps": 8, "seed": 0}[k]}
+
+
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, readable=False))
 @click.option("--out-dir", type=click.Path(path_type=Path, readable=False),
@@ -268,18 +278,29 @@ def inspect(path, as_json, config, rnn, prefer, **kw):
 @click.option("--rtol", type=click.FloatRange(0), default=None, help="--verify: relative bound (see `gruconv verify`).")
 @click.option("--floor-k", type=click.FloatRange(0), default=None,
               help="--verify: multiple of the float32 sensitivity floor (see `gruconv verify`).")
+@click.option("--batch", "verify_batch", type=click.IntRange(1), default=2, show_default=True,
+              help="--verify: random input batch size.")
+@click.option("--steps", "verify_steps", type=click.IntRange(1), default=8, show_default=True,
+              help="--verify: random input time steps.")
+@click.option("--seed", "verify_seed", type=int, default=0, show_default=True, help="--verify: seed of the random inputs.")
 @hint_options
 def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path, junit, html_dir, force, fmt, config,
-            initial_state, return_state, mask_input, check_load, custom_objects, verify, tolerance, rtol, floor_k, rnn,
-            prefer, **kw):
-    """Convert INPUT (Keras CuDNNGRU/CuDNNLSTM HDF5 or tf_keras .keras, or TF1 cudnn_rnn checkpoint) into OUTPUT.
+            initial_state, return_state, mask_input, check_load, custom_objects, verify, tolerance, rtol, floor_k,
+            verify_batch, verify_steps, verify_seed, rnn, prefer, **kw):
+    """Convert INPUT (Keras HDF5, tf_keras .keras, TF1 or TF2 checkpoint) into OUTPUT (.keras, .weights.h5, .h5, .safetensors, .onnx).
 
     Usage: gruconv convert INPUT OUTPUT, or gruconv convert INPUT... --out-dir DIR.
 
-    OUTPUT is a Keras 3 .keras model, or for a weights-only HDF5 input a .h5
-    weights file that Keras 3 `model.load_weights()` accepts for the same
-    architecture with GRU in place of CuDNNGRU. Written atomically; an
-    existing OUTPUT is refused without --force.
+    INPUT: a legacy Keras HDF5 model or weights file with CuDNNGRU / CuDNNLSTM
+    layers (weights-only with --config ARCH.json), a tf_keras .keras zip, a TF
+    1.x tf.contrib.cudnn_rnn checkpoint, or a TF 2 object checkpoint or
+    SavedModel's variables of a tf.keras model. OUTPUT (from its name, or
+    --format): a Keras 3 .keras model; Keras 3 .weights.h5; legacy-layout .h5
+    weights (Keras 3 `model.load_weights()` into the same architecture with GRU
+    in place of CuDNNGRU); PyTorch .safetensors (torch.nn.GRU/LSTM state
+    dicts); ONNX (one GRU/LSTM model per stack). A legacy file is read as the
+    Keras that wrote it reads it (docs/legacy-dialects.md). Written
+    atomically; an existing OUTPUT is refused without --force.
 
     \b
     Examples:
@@ -300,6 +321,7 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
         summary = batch.convert_many(list(paths), out_dir, jobs=jobs, keep_going=keep_going,
                                      skip_existing=skip_existing, shard=shard, report=report_path, junit=junit, html=html_dir,
                                      verify=verify, tolerance=tolerance, rtol=rtol, floor_k=floor_k,
+                                     **_verify_inputs(verify_batch, verify_steps, verify_seed),
                                      print_fn=click.echo, **options.to_json())
         sys.exit(summary.exit_code)
     batch_only = [n for n, v in (("--jobs", jobs), ("--keep-going", keep_going), ("--skip-existing", skip_existing),
@@ -313,7 +335,8 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
     from .progress import on_terminal
 
     with on_terminal():   # "convert: layer 3/6 ..." on a terminal's stderr, nothing otherwise
-        result = api.convert(input, output, options, verify=verify, tolerance=tolerance, rtol=rtol, floor_k=floor_k)
+        result = api.convert(input, output, options, verify=verify, tolerance=tolerance, rtol=rtol, floor_k=floor_k,
+                             **_verify_inputs(verify_batch, verify_steps, verify_seed))
     _warn(result.warnings)
     click.echo(report.convert_text(result))
     if result.verification is not None and not result.verification["passed"]:
