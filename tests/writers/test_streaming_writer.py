@@ -31,7 +31,7 @@ import pytest
 
 from gruconv import api
 from gruconv.keras3 import archive as keras_archive
-from gruconv.errors import OutputError, UnsupportedError
+from gruconv.errors import InputError, OutputError, UnsupportedError
 from gruconv.readers import keras_h5, tf1
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -469,6 +469,31 @@ def test_fallback_to_keras_is_one_warning_line(tmp_path, monkeypatch):
     assert len(notes) == 1 and "Planted" in notes[0] and "written through Keras" in notes[0]
     assert "\n" not in notes[0]
     assert zipfile.ZipFile(out).namelist()  # a real archive, by Keras
+
+
+def test_both_routes_refusing_gives_both_reasons(tmp_path, monkeypatch):
+    """The streaming writer refuses (planted) and the Keras-built route refuses too (planted: a weight it
+    cannot place): one line, exit 3, with the Keras-built route's reason and the streaming writer's (issue 40:
+    the first reason was lost from the message), nothing written."""
+    from gruconv.writers import keras_route
+    from gruconv.keras3 import build
+
+    def refuse(doc, target, **kw):
+        raise UnsupportedError("layer 'm/x' (Planted): class Planted is outside the streaming writer's vocabulary")
+
+    def cannot_place(*a, **kw):
+        raise InputError("layer 'dense': planted weight mismatch")
+
+    monkeypatch.setattr(keras_archive, "write_keras_h5_doc", refuse)
+    monkeypatch.setattr(build, "assign", cannot_place)
+    assert keras_route.keras_installed()
+    out = tmp_path / "out.keras"
+    with pytest.raises(InputError) as e:
+        api.convert(FIX / "keras" / "sequential.h5", out)
+    assert e.value.exit_code == 3 and "\n" not in e.value.message
+    assert e.value.message.startswith("layer 'dense': planted weight mismatch (the streaming writer had refused "
+                                      "it first: layer 'm/x' (Planted)"), e.value.message
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_refusal_without_keras_names_layer_and_class(tmp_path, monkeypatch):

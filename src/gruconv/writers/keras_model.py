@@ -74,14 +74,14 @@ def _write_graph(document, target, options, warnings: list, *, final) -> dict:
     the Keras-built route when the streaming writer refuses and Keras is installed.  Returns NaN/Inf
     counts per layer."""
     from ..keras3 import archive as keras_archive
-    from .keras_route import BUILD, custom_notes, load_custom, streamed
+    from .keras_route import Fallback, custom_notes, load_custom, streamed, with_keras
 
     graph = document.graph
     notes, nonfinite, info = [], {}, {}
     manifest = streamed(graph, warnings, lambda: keras_archive.write_keras_h5_doc(graph, target, warnings=notes,
                                                                                   nonfinite=nonfinite, info=info))
-    if manifest is BUILD:  # the Keras-built route (its warning line is written)
-        return _graph_with_keras(document, target, options, warnings, final=final)
+    if isinstance(manifest, Fallback):  # the Keras-built route (its warning line is written)
+        return with_keras(manifest, lambda: _graph_with_keras(document, target, options, warnings, final=final))
     _graph_notes(graph, warnings)
     warnings.extend(notes)
     custom = custom_notes(info["config"], warnings)

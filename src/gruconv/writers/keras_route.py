@@ -30,13 +30,17 @@ def fallback_note(reason: str) -> str:
     return f"streaming writer: {reason}; written through Keras instead (built, saved and loaded back)"
 
 
-#: What :func:`streamed` returns when the Keras-built route must write the graph instead.
-BUILD = object()
+class Fallback:
+    """What :func:`streamed` returns when the Keras-built route must write the graph instead: the streaming
+    writer's reason, said again if the Keras-built route refuses too (:func:`with_keras`)."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
 
 
 def streamed(graph, warnings: list, write):
     """``write()``'s result; or, if the streaming writer refuses the graph (:class:`UnsupportedError`)
-    and the graph has a model config and Keras is installed, the warning line and :data:`BUILD`;
+    and the graph has a model config and Keras is installed, the warning line and a :class:`Fallback`;
     else the refusal stands.  Only the streamed writing is inside the ``try``: a later check's
     refusal is never taken for the streaming writer's."""
     try:
@@ -45,7 +49,21 @@ def streamed(graph, warnings: list, write):
         if graph.model_config is None or not keras_installed():
             raise
         warnings.append(fallback_note(e.message))
-        return BUILD
+        return Fallback(e.message)
+
+
+def with_keras(fallback: Fallback, build):
+    """``build()`` (the Keras-built route after ``fallback``); its refusal names both routes' reasons, the
+    Keras-built route's first (the user's file failed both, and the first reason is often the telling one)."""
+    from ..errors import GruconvError
+
+    try:
+        return build()
+    except GruconvError as e:
+        if fallback.reason in e.message:
+            raise
+        raise type(e)(f"{e.message} (the streaming writer had refused it first: {fallback.reason})",
+                      path=e.path) from None
 
 
 def built(graph, *, info: Optional[dict] = None, notes: Optional[list] = None):

@@ -30,15 +30,15 @@ def _write_graph(document, target, options, warnings: list, *, final) -> dict:
     """A Keras graph's converted model's weights, streamed; Keras's ``save_weights`` outside the
     streaming writer's vocabulary when Keras is installed."""
     from ..keras3 import archive as keras_archive
-    from .keras_route import BUILD, custom_notes, load_custom, streamed
+    from .keras_route import Fallback, custom_notes, load_custom, streamed, with_keras
 
     graph = document.graph
     nonfinite, info = {}, {}
     manifest = streamed(
         graph, warnings, lambda: keras_archive.write_keras_h5_doc(graph, target, weights_only=True,
                                                                   nonfinite=nonfinite, info=info))
-    if manifest is BUILD:  # the Keras-built route (its warning line is written)
-        return _graph_with_keras(document, target, options, warnings, final=final)
+    if isinstance(manifest, Fallback):  # the Keras-built route (its warning line is written)
+        return with_keras(manifest, lambda: _graph_with_keras(document, target, options, warnings, final=final))
     custom = custom_notes(info["config"], warnings, weights_only=True)
     objects = load_custom(options, custom, warnings) if getattr(options, "check_load", False) else None
     if objects is not None:
