@@ -363,7 +363,11 @@ def _wrapper(legacy: dict, cls: str, path: str, outside: Optional[str] = None) -
             bw = layer_config(given["backward_layer"], path, outside=outside)
         else:
             bw = copy.deepcopy(layer)
-            bw["config"]["go_backwards"] = True
+            # Keras 2 / tf.keras built the backward copy with ``go_backwards = not layer.go_backwards``
+            # (``layers/wrappers.py`` Bidirectional.__init__); Keras 3 forces True and refuses a forward layer
+            # that goes backwards, so the copy is written out as Keras 2 made it (keras3/dialects.py)
+            fw_back = fw["config"].get("go_backwards")
+            bw["config"]["go_backwards"] = not fw_back if isinstance(fw_back, bool) else True
             bw["config"]["name"] = "backward_" + (base[len("backward_"):] if base.startswith("backward_") else base)
         if fw["config"]["go_backwards"] == bw["config"]["go_backwards"]:
             raise UnsupportedError(f"{where}: forward and backward layers have the same go_backwards")
