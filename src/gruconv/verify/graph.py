@@ -324,7 +324,6 @@ def keras2_end_to_end(doc, engine, report, feed, tolerance, got) -> None:
             import time
 
             t0 = time.perf_counter()
-            ref_model.keep_weights()
             worst = [0.0] * len(ref)
             for seed in range(DEFAULT_SEEDS):
                 rng = np.random.default_rng(seed)

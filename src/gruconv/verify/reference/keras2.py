@@ -119,8 +119,8 @@ def _tf_keras():
 class Model:
     """The original model in tf_keras (:func:`build`), run on the CPU."""
 
-    def __init__(self, tf, model):
-        self.tf, self.model = tf, model
+    def __init__(self, tf, model, path):
+        self.tf, self.model, self.path = tf, model, path
 
     def __call__(self, feed: list) -> list:
         with self.tf.device("/CPU:0"):
@@ -129,15 +129,17 @@ class Model:
         return [np.asarray(o.numpy() if hasattr(o, "numpy") else o) for o in out]
 
     def perturbed(self, rng, perturb) -> "Model":
-        """The same model with every weight moved by ``perturb`` (the floor's one-ulp rounding)."""
-        self.model.set_weights([perturb(w, rng) for w in self._original])
+        """The same model with every weight moved by ``perturb`` (the floor's one-ulp rounding) from the
+        file's values, one variable at a time (no second copy of the model's weights is held)."""
+        self.restore()
+        for v in self.model.weights:
+            v.assign(perturb(v.numpy(), rng))
         return self
 
-    def keep_weights(self) -> None:
-        self._original = self.model.get_weights()
-
     def restore(self) -> None:
-        self.model.set_weights(self._original)
+        """The file's weights again (tf_keras's loader: the same values it loaded first)."""
+        with self.tf.device("/CPU:0"):
+            self.model.load_weights(str(self.path))
 
 
 def build(doc) -> Model:
@@ -154,4 +156,4 @@ def build(doc) -> Model:
     except Exception as e:  # noqa: BLE001  third-party: tf_keras refusing the model is a reason, not a bug
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise Unavailable(f"tf_keras cannot load it ({type(e).__name__}: {first[:200]})") from None
-    return Model(tf, model)
+    return Model(tf, model, doc.path)
