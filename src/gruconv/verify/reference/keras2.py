@@ -27,13 +27,15 @@ from typing import Optional
 
 import numpy as np
 
+from ...model.keras_layout import CUDNN_COMPATIBLE, CUDNN_KERAS_CLASS, KERAS3_CLASS
+
 #: Each cuDNN-only class, the tf_keras class that computes it on a CPU, and the arguments that make it do so
-#: (cuDNN's fixed functions: ``tf_keras/src/layers/rnn/cudnn_gru.py`` / ``cudnn_lstm.py``).
-CPU_TWINS = {
-    "CuDNNGRU": ("GRU", {"activation": "tanh", "recurrent_activation": "sigmoid", "reset_after": True,
-                         "use_bias": True}),
-    "CuDNNLSTM": ("LSTM", {"activation": "tanh", "recurrent_activation": "sigmoid", "use_bias": True}),
-}
+#: (cuDNN's fixed functions: ``tf_keras/src/layers/rnn/cudnn_gru.py`` / ``cudnn_lstm.py``; the class names and
+#: settings are the shared vocabulary's, :mod:`gruconv.model.keras_layout`).
+CPU_TWINS = {CUDNN_KERAS_CLASS[cell]: (KERAS3_CLASS[cell], {k: v for k, v in CUDNN_COMPATIBLE[cell].items()
+                                                           if k in ("activation", "recurrent_activation",
+                                                                    "reset_after", "use_bias")})
+             for cell in CUDNN_KERAS_CLASS}
 #: Classes whose config holds code or calls functions by name: never handed to tf_keras.
 CODE_CLASSES = {"Lambda", "TFOpLambda", "SlicingOpLambda"}
 
