@@ -78,6 +78,7 @@ __all__ = [
     "open_bundle",
     "proto_fields",
     "resolve_prefix",
+    "unescape_text_bytes",
 ]
 
 # --- constants, each from the TF source file named ---------------------------
@@ -566,7 +567,13 @@ class TensorInfo:
 
 
 def _unescape_text_proto(raw: str) -> str:
-    """Undo C-style escapes of a text-format protobuf string literal."""
+    """Undo C-style escapes of a text-format protobuf string literal (a UTF-8 text)."""
+    return unescape_text_bytes(raw).decode("utf-8")
+
+
+def unescape_text_bytes(raw: str) -> bytes:
+    """The bytes of a text-format protobuf string literal's body (C-style escapes undone); ``ValueError``
+    for a broken escape.  Also :mod:`gruconv.readers.tfgraph.protos`' (``.pbtxt`` graphs)."""
     out = bytearray()
     src = raw.encode("utf-8")
     simple = {ord("n"): 10, ord("t"): 9, ord("r"): 13, ord("a"): 7, ord("b"): 8,
@@ -599,7 +606,7 @@ def _unescape_text_proto(raw: str) -> str:
             i = j
         else:
             raise ValueError(f"unknown escape \\{chr(c)}")
-    return out.decode("utf-8")
+    return bytes(out)
 
 
 _STATE_RE = re.compile(
