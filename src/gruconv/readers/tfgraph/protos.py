@@ -22,7 +22,9 @@ in ``tests/readers/test_graphs.py``): ``tensorflow/core/protobuf/saved_model.pro
 ``meta_graph.proto`` (MetaGraphDef), ``tensorflow/core/framework/graph.proto`` (GraphDef),
 ``function.proto`` (FunctionDefLibrary, FunctionDef), ``op_def.proto`` (OpDef), ``node_def.proto``
 (NodeDef), ``attr_value.proto`` (AttrValue; a ``map<string, AttrValue>`` is a repeated entry message with
-``key = 1``, ``value = 2``), and tf_keras ``protobuf/saved_metadata.proto`` (SavedMetadata: ``nodes = 1``;
+``key = 1``, ``value = 2``), ``tensorflow/core/protobuf/trackable_object_graph.proto`` (a checkpoint's
+object graph: ``nodes = 1``; TrackableObject ``children = 1``, ``attributes = 2``; ObjectReference
+``node_id = 1``, ``local_name = 2``; SerializedTensor ``name = 1``, ``checkpoint_key = 3``), and tf_keras ``protobuf/saved_metadata.proto`` (SavedMetadata: ``nodes = 1``;
 SavedObject: ``node_id = 2``, ``node_path = 3``, ``identifier = 4``, ``metadata = 5``, ``reserved 1``).
 """
 
@@ -46,6 +48,10 @@ SCHEMA = {
     "NodeDef": {"name": (1, "string"), "op": (2, "string"), "device": (4, "string"), "attr": (5, "AttrEntry")},
     "AttrEntry": {"key": (1, "string"), "value": (2, "AttrValue")},
     "AttrValue": {"s": (2, "bytes"), "i": (3, "int"), "b": (5, "bool")},
+    "TrackableObjectGraph": {"nodes": (1, "TrackableObject")},
+    "TrackableObject": {"children": (1, "ObjectReference"), "attributes": (2, "SerializedTensor")},
+    "ObjectReference": {"node_id": (1, "int"), "local_name": (2, "string")},
+    "SerializedTensor": {"name": (1, "string"), "checkpoint_key": (3, "string")},
     "SavedMetadata": {"nodes": (1, "SavedObjectMetadata")},
     "SavedObjectMetadata": {"node_id": (2, "int"), "node_path": (3, "string"), "identifier": (4, "string"),
                             "metadata": (5, "string")},
