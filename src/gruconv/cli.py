@@ -169,8 +169,9 @@ def main():
     """Convert cuDNN-only RNN models (GRU, LSTM) into portable Keras 3 models, and prove the numbers match.
 
     Reads legacy Keras HDF5 files with CuDNNGRU / CuDNNLSTM layers (and the
-    .keras zips tf_keras writes of them) and TensorFlow 1.x tf.contrib.cudnn_rnn
-    checkpoints (format detected from content).
+    .keras zips tf_keras writes of them), TensorFlow 1.x tf.contrib.cudnn_rnn
+    checkpoints, TF2 checkpoints and tf.keras SavedModels (format detected from
+    content); finds the cuDNN ops in SavedModel and frozen graphs (.pb, .pbtxt).
 
     \b
     Examples:
@@ -272,7 +273,7 @@ def inspect(path, as_json, config, rnn, prefer, **kw):
 def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path, junit, html_dir, force, fmt, config,
             initial_state, return_state, mask_input, check_load, custom_objects, verify, tolerance, rtol, floor_k, rnn,
             prefer, **kw):
-    """Convert INPUT (Keras CuDNNGRU/CuDNNLSTM HDF5 or tf_keras .keras, or TF1 cudnn_rnn checkpoint) into OUTPUT.
+    """Convert INPUT (Keras CuDNNGRU/CuDNNLSTM HDF5, tf_keras .keras or SavedModel, TF1/TF2 checkpoint) into OUTPUT.
 
     Usage: gruconv convert INPUT OUTPUT, or gruconv convert INPUT... --out-dir DIR.
 

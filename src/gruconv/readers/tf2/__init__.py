@@ -1,4 +1,4 @@
-"""TensorFlow 2 object-based checkpoints of tf.keras models (and SavedModel variables): ``tf2-checkpoint``.
+"""TensorFlow 2 object-based checkpoints of tf.keras models (and SavedModel variables, tf.keras SavedModels): ``tf2-checkpoint``.
 
 What it reads: ``model.save_weights("ckpt")`` (no ``.h5``), ``tf.train.Checkpoint(model=...).save``,
 and a SavedModel directory's ``variables/variables`` bundle, whenever the bundle holds
