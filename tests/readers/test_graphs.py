@@ -328,6 +328,9 @@ def test_inspect_reads_the_architecture_from_keras_metadata():
     assert info["summary"].startswith("SavedModel variables; architecture from keras_metadata.pb")
     assert [(r["name"], r["kind"]) for r in info["rnns"]] == [
         ("cu_dnngru", "CuDNNGRU"), ("bidirectional/cu_dnngru_1", "Bidirectional(CuDNNGRU)")]
+    # model.save(dir) keyed the Bidirectional's variables variables/3..8; the object graph gives their layer
+    assert [r["details"][0] for r in info["rnns"]] == [
+        "object: layer_with_weights-0", "object: layer_with_weights-1/{forward_layer,backward_layer}"]
 
 
 @pytest.mark.slow   # Keras and the oracle on the CPU: ~20 s

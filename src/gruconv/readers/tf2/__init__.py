@@ -133,6 +133,7 @@ class TF2CheckpointDoc:
     other_tensors: int = 0         # bundle entries that are not a converted layer's weight
     saved_model: bool = False
     metadata: Optional[Path] = None  # the keras_metadata.pb the architecture came from (no --config)
+    owners: dict = field(default_factory=dict)  # bundle key -> its layer's object path (objects.structural_variables)
     _staging: object = field(default=None, repr=False)
 
     @property
@@ -178,7 +179,7 @@ class TF2CheckpointDoc:
             for ds in direction.values():
                 key = self.objects.get(ds.lstrip("/"))
                 if key is not None:
-                    owner = key.rsplit("/", 3)[0]
+                    owner = self.owners.get(key) or key.rsplit("/", 3)[0]
                     if owner not in owners:
                         owners.append(owner)
         if len(owners) == 2:
@@ -205,7 +206,7 @@ def _fix(e: GruconvError, doc_or_staged, source: Path) -> GruconvError:
 
 def read(path, options: Optional[Options] = None, **kw) -> TF2CheckpointDoc:
     """Open the bundle, stage its Keras variables as legacy weights HDF5, read that."""
-    from .objects import is_object_checkpoint, to_legacy_h5
+    from .objects import is_object_checkpoint, structural_variables, to_legacy_h5
     from ..tfbundle import open_bundle
 
     path = Path(path)
@@ -231,6 +232,8 @@ def read(path, options: Optional[Options] = None, **kw) -> TF2CheckpointDoc:
             except GruconvError as e:
                 raise (type(e)(e.message, path=path) if e.path is None else e) from None
             n_keys = len([k for k in bundle.keys() if k != "_CHECKPOINTABLE_OBJECT_GRAPH"])
+            owners = {key: "/".join(owner) for owner, attrs in structural_variables(bundle).items()
+                      for key in attrs.values()}
         try:
             kdoc = keras_h5.read_with_config(staged, config)
             if opts.config is not None and not isinstance(opts.config, dict):
@@ -242,7 +245,7 @@ def read(path, options: Optional[Options] = None, **kw) -> TF2CheckpointDoc:
         doc = TF2CheckpointDoc(path=path, prefix=prefix, keras=kdoc, objects=objects,
                                config_given=config is not None,
                                other_tensors=n_keys - len(set(objects.values())),
-                               saved_model=saved_model_prefix(path) is not None, metadata=meta)
+                               saved_model=saved_model_prefix(path) is not None, metadata=meta, owners=owners)
         doc._staging = weakref.finalize(doc, staging.close)
     except BaseException:
         staging.close()

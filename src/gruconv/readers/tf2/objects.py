@@ -107,7 +107,7 @@ def structural_variables(bundle) -> dict:
     from ..tfgraph import protos
 
     owners = variables(bundle.keys())
-    aliased = {key for path, attrs in owners.items() if any(_ALIAS_EDGE.match(p) for p in path[:1])
+    aliased = {key for path, attrs in owners.items() if any(_ALIAS_EDGE.match(p) for p in path)
                for key in attrs.values()}
     if not aliased or GRAPH_KEY not in bundle:
         return owners

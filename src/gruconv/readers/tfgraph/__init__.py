@@ -99,13 +99,14 @@ def _variables(directory: Path) -> Optional[Path]:
 
 def _name_based(prefix: Path) -> bool:
     """Whether a variables bundle is TF1 name-based (no object graph): the ``tf1-checkpoint`` reader's."""
+    from ...errors import GruconvError
     from ..tf2.objects import is_object_checkpoint
     from ..tfbundle import open_bundle
 
     try:
         with open_bundle(prefix) as b:
             return not is_object_checkpoint(b.keys())
-    except Exception:  # noqa: BLE001 - a damaged bundle: not a TF1 one this reader must leave alone
+    except GruconvError:  # a damaged bundle: not a TF1 one this reader must leave alone
         return False
 
 
