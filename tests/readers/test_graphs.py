@@ -133,14 +133,18 @@ def test_convert_and_verify_refuse_a_graph_running_cudnn_ops(name, command, tmp_
     assert list(tmp_path.iterdir()) == []
 
 
-def test_verify_refuses_before_importing_keras():
-    """The refusal is decided from the graph alone (``CHECKS['refused']`` is early): no Keras import."""
+def test_inspect_convert_and_verify_of_a_graph_import_no_framework(tmp_path):
+    """The graphs are walked without TensorFlow, and the refusal is decided from the graph alone
+    (``CHECKS['refused']`` is early): no ML framework is imported."""
+    sm, pb, out = str(GRAPHS / "keras3_export"), str(GRAPHS / "frozen_gru.pb"), str(tmp_path / "o.keras")
     code = ("import sys\nfrom gruconv import api\nfrom gruconv.errors import GruconvError\n"
-            f"try:\n    api.verify({str(GRAPHS / 'frozen_gru.pb')!r})\nexcept GruconvError as e:\n    print(e.exit_code)\n"
+            f"assert len(api.inspect({sm!r})['cudnn_nodes']) == 4\n"
+            f"for f in (lambda: api.convert({sm!r}, {out!r}), lambda: api.verify({pb!r})):\n"
+            "    try:\n        f()\n    except GruconvError as e:\n        print(e.exit_code)\n"
             "print(sorted(m for m in ('keras', 'tensorflow', 'torch', 'jax') if m in sys.modules))\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "src")})
-    assert r.stdout.split() == ["3", "[]"], r.stderr[-2000:]
+    assert r.stdout.split() == ["3", "3", "[]"], r.stderr[-2000:]
 
 
 def _saved_model(tmp_path, functions: list) -> Path:
