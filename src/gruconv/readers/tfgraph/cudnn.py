@@ -27,6 +27,7 @@ Facts, each from its source:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
@@ -100,53 +101,58 @@ def _text(attr: Optional[Message]) -> Optional[str]:
 
 
 def _node(node: Message, where: str, twin: Optional[str]) -> Optional[CudnnNode]:
-    op = node.get("op", "")
+    if not node.may_hold(MARKER):
+        return None
+    fields = node.collect("name", "op", "attr")
+    op = fields["op"][-1] if fields["op"] else ""
     if op not in CUDNN_OPS:
         return None
-    attrs = node.map("attr")
+    attrs = {e.get("key", ""): e.get("value") for e in fields["attr"]}
     settings = {k: _text(attrs.get(k)) or default for k, default in ATTR_DEFAULTS.items()}
     time_major = None
     if op in TIME_MAJOR_OPS:
         tm = attrs.get("time_major")
         time_major = True if tm is None else bool(tm.get("b", False))
-    return CudnnNode(op=op, name=node.get("name", ""), where=where, time_major=time_major, cpu_twin=twin,
-                     **settings)
+    name = fields["name"][-1] if fields["name"] else ""
+    return CudnnNode(op=op, name=name, where=where, time_major=time_major, cpu_twin=twin, **settings)
+
+
+def _function(f: Message) -> tuple:
+    """``(name, api_implements, api_preferred_device, [its cuDNN nodes, no twin yet])`` in one pass; the
+    nodes of a function whose bytes never name a cuDNN op are not walked."""
+    fields = f.collect("signature", "attr", *(("node_def",) if f.may_hold(MARKER) else ()))
+    sig = fields["signature"][-1] if fields["signature"] else None
+    name = sig.get("name", "") if sig is not None else ""
+    attrs = {e.get("key", ""): e.get("value") for e in fields["attr"]}
+    nodes = [n for n in (_node(d, f"function {name}", None) for d in fields.get("node_def", ())) if n is not None]
+    return name, _text(attrs.get(API_IMPLEMENTS)), _text(attrs.get(API_DEVICE)), nodes
 
 
 def _twins(functions: list) -> dict:
-    """function name -> the name of its CPU twin, for every tf.keras GPU-only variant that has one."""
+    """function name -> the name of its CPU twin, for every tf.keras GPU-only variant that has one: another
+    function with the same ``api_implements``, another preferred device and no cuDNN op."""
     by_api: dict = {}
-    facts = []
-    for f in functions:
-        attrs = f.map("attr")
-        name = f.get("signature").get("name", "") if f.get("signature") is not None else ""
-        api, device = _text(attrs.get(API_IMPLEMENTS)), _text(attrs.get(API_DEVICE))
-        has_cudnn = any(n.get("op", "") in CUDNN_OPS for n in f.each("node_def"))
-        facts.append((name, api, device))
-        if api and not has_cudnn and (device or "").upper() != "GPU":
+    for name, api, device, nodes in functions:
+        if api and not nodes and (device or "").upper() != "GPU":
             by_api.setdefault(api, name)
-    return {name: by_api[api] for name, api, device in facts
+    return {name: by_api[api] for name, api, device, _ in functions
             if api and (device or "").upper() == "GPU" and api in by_api}
 
 
 def graph_nodes(graph: Message) -> Iterator[CudnnNode]:
     """Every cuDNN node of a GraphDef: its own nodes, then each library function's."""
-    for n in graph.each("node"):
+    top = graph.collect("node", "library")
+    for n in top["node"]:
         found = _node(n, "graph", None)
         if found is not None:
             yield found
-    library = graph.get("library")
-    if library is None:
+    if not top["library"]:
         return
-    functions = list(library.each("function"))
+    functions = [_function(f) for f in top["library"][-1].each("function")]
     twins = _twins(functions)
-    for f in functions:
-        sig = f.get("signature")
-        name = sig.get("name", "") if sig is not None else ""
-        for n in f.each("node_def"):
-            found = _node(n, f"function {name}", twins.get(name))
-            if found is not None:
-                yield found
+    for name, _, _, nodes in functions:
+        for n in nodes:
+            yield dataclasses.replace(n, cpu_twin=twins.get(name))
 
 
 def serves_on_cpu(nodes: list) -> bool:

@@ -85,6 +85,14 @@ class Message:
         """A ``map<string, AttrValue>`` field as a dict (entries in file order, the last key wins)."""
         return {e.get("key", ""): e.get("value") for e in self.each(name)}
 
+    def collect(self, *names: str) -> dict:
+        """``{name: [values]}`` for each of ``names``, read in one pass over the message."""
+        return {n: list(self.each(n)) for n in names}
+
+    def may_hold(self, marker: bytes) -> bool:
+        """False only when ``marker`` is certainly not in the message (a cheap filter before a walk)."""
+        return True
+
 
 class WireMessage(Message):
     """A binary message: a ``memoryview`` of its bytes and its type; ``what`` names it in errors."""
@@ -93,23 +101,34 @@ class WireMessage(Message):
         self.buf, self.type, self.what = buf, type, what
 
     def each(self, name: str) -> Iterator:
-        number, kind = SCHEMA[self.type][name]
-        want = _WIRE.get(kind, 2)
+        return iter(self.collect(name)[name])
+
+    def collect(self, *names: str) -> dict:
+        fields = SCHEMA[self.type]
+        by_number = {fields[n][0]: n for n in names}
+        out: dict = {n: [] for n in names}
         for field, wire, value in proto_fields(self.buf, self.what):
-            if field != number:
+            name = by_number.get(field)
+            if name is None:
                 continue
+            kind = fields[name][1]
+            want = _WIRE.get(kind, 2)
             if wire != want:
                 raise Malformed(f"{self.what} field {field} ({self.type}.{name}): wire type {wire}, expected {want}")
             if kind == "string":
-                yield bytes(value).decode("utf-8", "replace")
+                out[name].append(bytes(value).decode("utf-8", "replace"))
             elif kind == "bytes":
-                yield bytes(value)
+                out[name].append(bytes(value))
             elif kind == "int":
-                yield value
+                out[name].append(value)
             elif kind == "bool":
-                yield bool(value)
+                out[name].append(bool(value))
             else:
-                yield WireMessage(value, kind, f"{self.what}.{name}")
+                out[name].append(WireMessage(value, kind, f"{self.what}.{name}"))
+        return out
+
+    def may_hold(self, marker: bytes) -> bool:
+        return bytes(self.buf).find(marker) >= 0
 
 
 def parse_binary(data: bytes, type: str, what: str) -> WireMessage:
