@@ -180,6 +180,27 @@ def test_a_graph_whose_cudnn_nodes_all_have_a_cpu_twin_already_serves_on_a_cpu(t
     assert r.exit_code == 2 and "so nothing to verify" in r.output, r.output
 
 
+@pytest.mark.slow   # a tf_keras interpreter writes the SavedModel: ~15-30 s
+def test_a_tf_keras_savedmodel_of_plain_layers_is_seen_to_serve_on_a_cpu(tmp_path):
+    """The same rule on tf_keras's real writer: ``tf.saved_model.save`` of a plain GRU/LSTM model holds
+    ``CudnnRNNV3``/``CudnnRNNBackpropV3`` in ``gpu_*_with_fallback`` functions, each with its ``standard_*`` twin."""
+    d = tmp_path / "sm"
+    code = ('import os, sys\nos.environ["TF_USE_LEGACY_KERAS"]="1"; os.environ["TF_CPP_MIN_LOG_LEVEL"]="3"\n'
+            "import tensorflow as tf, tf_keras as K\n"
+            "m = K.Sequential([K.layers.Input((5, 3)), K.layers.GRU(4, return_sequences=True), K.layers.LSTM(2)])\n"
+            f"tf.saved_model.save(m, {str(d)!r})\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert r.returncode == 0, r.stderr[-3000:]
+    (d / "keras_metadata.pb").unlink(missing_ok=True)
+    info = api.inspect(d)
+    assert info["format"] == "tf-graph" and info["cudnn_nodes"]
+    assert {n["op"] for n in info["cudnn_nodes"]} <= {"CudnnRNNV3", "CudnnRNNBackpropV3"}
+    assert all(n["cpu_twin"] and "standard_" in n["cpu_twin"] for n in info["cudnn_nodes"])
+    r = _run(["convert", d, tmp_path / "out.keras"])
+    assert r.exit_code == 0 and "already serves on a CPU" in r.output, r.output
+
+
 def test_one_cudnn_node_without_a_twin_makes_the_graph_gpu_only(tmp_path):
     d = _saved_model(tmp_path, [("gpu_gru_1", "CudnnRNNV3", {"api_implements": "gru_a", "api_preferred_device": "GPU"}),
                                 ("standard_gru_1", None, {"api_implements": "gru_a", "api_preferred_device": "CPU"}),
