@@ -146,7 +146,8 @@ def _claims(p: Path, gf: GraphFile) -> bool:
     from ...files.inputs import contains
     from . import cudnn
 
-    directory = p if p.is_dir() else None
+    # a SavedModel's graph file named by itself is judged as its directory
+    directory = p if p.is_dir() else p.parent if gf.type == "SavedModel" else None
     if directory is not None and (directory / KERAS_METADATA).exists():
         return _variables(directory) is None  # with its variables it is the tf2 reader's
     if not contains(gf.path, cudnn.MARKER, "a TensorFlow graph"):
@@ -249,7 +250,8 @@ def read(path, options: Optional[Options] = None, **kw) -> GraphDoc:
     Options.of(options, **kw)
     path = Path(path)
     gf = graph_file(path)
-    if path.is_dir() and (path / KERAS_METADATA).exists() and _variables(path) is None:
+    if gf is not None and gf.type == "SavedModel" and (gf.path.parent / KERAS_METADATA).exists() \
+            and _variables(gf.path.parent) is None:
         return GraphDoc(path, gf, missing=("is a tf.keras SavedModel without its variables (variables/variables.index "
                                            "is missing): its weights are not in it"))
     if gf is None:
@@ -274,7 +276,9 @@ def inspect(doc: GraphDoc) -> dict:
     if d.refusal is not None and doc.missing is None:
         details.append("gruconv convert/verify refuse this graph (exit 3)")
     return {"file": str(doc.path), "format": FORMAT, "kind": "graph", "summary": summary, "rnns": [],
-            "details": details, "cudnn_nodes": [n.to_dict() for n in doc.nodes]}
+            "details": details, "cudnn_nodes": [n.to_dict() for n in doc.nodes],
+            "refused": None if d.refusal is None else d.refusal.message,
+            "nothing_to_convert": d.nothing}
 
 
 def input_facts(path, opts: Options) -> InputFacts:
