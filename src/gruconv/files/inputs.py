@@ -47,7 +47,7 @@ LIMITS = {
     "tensor": 16 * 2**30,         # one weight tensor
     "unbacked": 2**20,            # per HDF5 file: declared dataset bytes the file does not store
     "graph": 2**31 - 1,           # a GraphDef / SavedModel / keras_metadata protobuf: protobuf's own 2 GiB cap
-    "graph-text": 256 * 2**20,    # a text-format graph (.pbtxt): parsed into Python objects, so kept smaller
+    "graph-text": 64 * 2**20,     # a text-format graph (.pbtxt): tokenized in Python, so kept smaller
 }
 #: Most a compressed member/dataset may expand (deflate's own limit is ~1032:1; Keras 3 uses 1000).
 MAX_EXPANSION = 1000
@@ -64,6 +64,11 @@ MAX_NPZ_MEMBERS = 4096
 MAX_SEQUENTIAL_LAYERS = 256
 #: Most layers a Keras model config may hold in all (nested models and wrapped layers counted).
 MAX_LAYERS = 4096
+#: Most protobuf fields a walk of a TensorFlow graph looks at (nodes, functions, the attrs of the nodes it
+#: reads: :mod:`gruconv.readers.tfgraph.protos`).  Why: a field can take 2 bytes, so a 2 GiB file could
+#: hold a billion, and looking at one costs 2-12 microseconds here; a real graph needs far fewer (tf.keras's
+#: 1.1 MB SavedModel of a two-layer GRU/LSTM model: 22,000).  At the limit a walk takes 10-60 s.
+MAX_GRAPH_FIELDS = 5_000_000
 
 
 # --------------------------------------------------------------------------- limits

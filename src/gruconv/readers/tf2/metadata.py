@@ -69,8 +69,8 @@ def model_config(path: Path) -> dict:
     from ..tfbundle import Malformed
     from ..tfgraph import protos
 
-    what = "tf.keras metadata (keras_metadata.pb)"
-    data = read_bytes(path, what, kind="graph")
+    what = "tf.keras metadata file (keras_metadata.pb)"
+    data = read_bytes(path, "a " + what, kind="graph")
     try:
         nodes = [(n.get("node_path", ""), n.get("identifier", ""), n.get("metadata", ""))
                  for n in protos.parse_binary(data, "SavedMetadata", "SavedMetadata").each("nodes")]

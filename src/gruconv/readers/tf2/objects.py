@@ -134,7 +134,7 @@ def structural_variables(bundle) -> dict:
                 if key in aliased and path and any(_LWW.match(p) for p in path):
                     found[key] = path
     except Malformed as e:
-        raise InputError(f"the checkpoint's object graph is damaged ({e})") from None
+        raise InputError(f"the checkpoint's object graph is damaged or too large ({e})") from None
     out: dict = {}
     for path, attrs in owners.items():
         for attr, key in attrs.items():

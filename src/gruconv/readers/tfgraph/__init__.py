@@ -127,12 +127,14 @@ def scan(gf: GraphFile) -> Scan:
     from ..tfbundle import Malformed
     from . import cudnn, protos
 
-    what = "a SavedModel graph" if gf.type == "SavedModel" else "a TensorFlow GraphDef"
-    data = read_bytes(gf.path, what, kind="graph-text" if gf.text else "graph")
+    what = "SavedModel graph" if gf.type == "SavedModel" else "TensorFlow GraphDef"
+    data = read_bytes(gf.path, "a " + what, kind="graph-text" if gf.text else "graph")
     try:
-        top = protos.parse(data, gf.type, f"{gf.type} {gf.path.name}", text=gf.text, path=gf.path)
-        graphs = [m.get("graph_def") for m in top.each("meta_graphs")] if gf.type == "SavedModel" else [top]
-        nodes = [n for g in graphs if g is not None for n in cudnn.graph_nodes(g)]
+        top = protos.parse(data, gf.type, f"{gf.type} {gf.path.name}", text=gf.text, path=gf.path,
+                           keep=cudnn.keep_text)
+        graphs = ([g for m in top.each("meta_graphs") for g in m.each("graph_def")] if gf.type == "SavedModel"
+                  else [top])
+        nodes = [n for g in graphs for n in cudnn.graph_nodes(g)]
     except Malformed as e:
         raise protos.malformed(e, what, gf.path) from None
     except RecursionError:  # the walk does not recurse; kept as a guard

@@ -100,32 +100,49 @@ def _text(attr: Optional[Message]) -> Optional[str]:
     return None if s is None else bytes(s).decode("utf-8", "replace")
 
 
-def _node(node: Message, where: str, twin: Optional[str]) -> Optional[CudnnNode]:
+_NODE_ATTRS = frozenset(ATTR_DEFAULTS) | {"time_major"}
+_FUNCTION_ATTRS = frozenset({API_IMPLEMENTS, API_DEVICE})
+
+
+def _node(node: Message, where: str) -> Optional[CudnnNode]:
+    """The node as a :class:`CudnnNode`, or None for any other op (one pass; only its wanted attrs kept)."""
     if not node.may_hold(MARKER):
         return None
-    fields = node.collect("name", "op", "attr")
-    op = fields["op"][-1] if fields["op"] else ""
+    op = name = ""
+    attrs: dict = {}
+    for field, value in node.fields("name", "op", "attr"):
+        if field == "op":
+            op = value
+        elif field == "name":
+            name = value
+        elif (key := value.get("key", "")) in _NODE_ATTRS:
+            attrs[key] = value.get("value")
     if op not in CUDNN_OPS:
         return None
-    attrs = {e.get("key", ""): e.get("value") for e in fields["attr"]}
     settings = {k: _text(attrs.get(k)) or default for k, default in ATTR_DEFAULTS.items()}
     time_major = None
     if op in TIME_MAJOR_OPS:
         tm = attrs.get("time_major")
         time_major = True if tm is None else bool(tm.get("b", False))
-    name = fields["name"][-1] if fields["name"] else ""
-    return CudnnNode(op=op, name=name, where=where, time_major=time_major, cpu_twin=twin, **settings)
+    return CudnnNode(op=op, name=name, where=where, time_major=time_major, **settings)
 
 
 def _function(f: Message) -> tuple:
     """``(name, api_implements, api_preferred_device, [its cuDNN nodes, no twin yet])`` in one pass; the
-    nodes of a function whose bytes never name a cuDNN op are not walked."""
-    fields = f.collect("signature", "attr", *(("node_def",) if f.may_hold(MARKER) else ()))
-    sig = fields["signature"][-1] if fields["signature"] else None
-    name = sig.get("name", "") if sig is not None else ""
-    attrs = {e.get("key", ""): e.get("value") for e in fields["attr"]}
-    nodes = [n for n in (_node(d, f"function {name}", None) for d in fields.get("node_def", ())) if n is not None]
-    return name, _text(attrs.get(API_IMPLEMENTS)), _text(attrs.get(API_DEVICE)), nodes
+    nodes of a function whose bytes never name a cuDNN op are not looked into."""
+    walk = f.may_hold(MARKER)
+    name, attrs, pending = "", {}, []
+    for field, value in f.fields("signature", "attr", "node_def"):
+        if field == "signature":
+            name = value.get("name", "")
+        elif field == "attr":
+            key = value.get("key", "")
+            if key in _FUNCTION_ATTRS:
+                attrs[key] = value.get("value")
+        elif walk and (n := _node(value, "")) is not None:
+                pending.append(n)
+    found = [dataclasses.replace(n, where=f"function {name}") for n in pending]
+    return name, _text(attrs.get(API_IMPLEMENTS)), _text(attrs.get(API_DEVICE)), found
 
 
 def _twins(functions: list) -> dict:
@@ -139,16 +156,25 @@ def _twins(functions: list) -> dict:
             if api and (device or "").upper() == "GPU" and api in by_api}
 
 
+def keep_text(message: Message) -> bool:
+    """For :func:`gruconv.readers.tfgraph.protos.parse_text`: keep every message but a non-cuDNN node."""
+    return message.type != "NodeDef" or message.get("op", "") in CUDNN_OPS
+
+
 def graph_nodes(graph: Message) -> Iterator[CudnnNode]:
-    """Every cuDNN node of a GraphDef: its own nodes, then each library function's."""
-    top = graph.collect("node", "library")
-    for n in top["node"]:
-        found = _node(n, "graph", None)
-        if found is not None:
-            yield found
-    if not top["library"]:
-        return
-    functions = [_function(f) for f in top["library"][-1].each("function")]
+    """Every cuDNN node of a GraphDef: its own nodes, then each library function's (a repeated
+    ``library`` field merges, as protobuf merges a message field given twice)."""
+    functions = []  # only those that matter to the twin rule: with an api_implements attr or cuDNN nodes
+    for field, value in graph.fields("node", "library"):
+        if field == "node":
+            found = _node(value, "graph")
+            if found is not None:
+                yield found
+            continue
+        for f in value.each("function"):
+            fn = _function(f)
+            if fn[1] or fn[3]:
+                functions.append(fn)
     twins = _twins(functions)
     for name, _, _, nodes in functions:
         for n in nodes:

@@ -34,6 +34,7 @@ import re
 from typing import Iterator, Optional
 
 from ...errors import InputError
+from ...files.inputs import MAX_GRAPH_FIELDS
 from ..tfbundle import Malformed, proto_fields, unescape_text_bytes
 
 #: message -> {field name: (field number, type)}; a type is ``string`` (UTF-8 text), ``bytes``, ``int``
@@ -66,14 +67,19 @@ MAX_TEXT_DEPTH = 100
 
 
 class Message:
-    """One message of :data:`SCHEMA` type :attr:`type`, read lazily: :meth:`each` yields a field's
-    values (repeated fields in order), :meth:`get` its last value (protobuf: the last one wins) or
-    ``default``.  Strings come back as ``str``, bytes as ``bytes``, messages as :class:`Message`."""
+    """One message of :data:`SCHEMA` type :attr:`type`, read lazily and streamed: :meth:`fields` yields
+    ``(name, value)`` for the named fields in file order, :meth:`each` one field's values, :meth:`get` its
+    last value or ``default``.  Strings come back as ``str``, bytes as ``bytes``, messages as
+    :class:`Message`.  Nothing is collected into lists: a message of ten million repeated fields costs
+    time, never memory (the caller keeps what it needs)."""
 
     type: str
 
-    def each(self, name: str) -> Iterator:
+    def fields(self, *names: str) -> Iterator[tuple]:
         raise NotImplementedError
+
+    def each(self, name: str) -> Iterator:
+        return (value for _, value in self.fields(name))
 
     def get(self, name: str, default=None):
         value = default
@@ -81,59 +87,56 @@ class Message:
             pass
         return value
 
-    def map(self, name: str) -> dict:
-        """A ``map<string, AttrValue>`` field as a dict (entries in file order, the last key wins)."""
-        return {e.get("key", ""): e.get("value") for e in self.each(name)}
-
-    def collect(self, *names: str) -> dict:
-        """``{name: [values]}`` for each of ``names``, read in one pass over the message."""
-        return {n: list(self.each(n)) for n in names}
-
     def may_hold(self, marker: bytes) -> bool:
         """False only when ``marker`` is certainly not in the message (a cheap filter before a walk)."""
         return True
 
 
 class WireMessage(Message):
-    """A binary message: a ``memoryview`` of its bytes and its type; ``what`` names it in errors."""
+    """A binary message: a ``memoryview`` of its bytes and its type; ``what`` names it in errors;
+    ``budget``: the fields the whole walk may still look at, shared by every message of one file
+    (``[count]``, :data:`gruconv.files.inputs.MAX_GRAPH_FIELDS`)."""
 
-    def __init__(self, buf, type: str, what: str):
-        self.buf, self.type, self.what = buf, type, what
+    def __init__(self, buf, type: str, what: str, budget: list):
+        self.buf, self.type, self.what, self.budget = buf, type, what, budget
 
-    def each(self, name: str) -> Iterator:
-        return iter(self.collect(name)[name])
-
-    def collect(self, *names: str) -> dict:
-        fields = SCHEMA[self.type]
-        by_number = {fields[n][0]: n for n in names}
-        out: dict = {n: [] for n in names}
+    def fields(self, *names: str) -> Iterator[tuple]:
+        schema = SCHEMA[self.type]
+        by_number = {schema[n][0]: n for n in names}
         for field, wire, value in proto_fields(self.buf, self.what):
+            self.budget[0] -= 1  # skipped fields count too: stepping over one costs as much
+            if self.budget[0] < 0:
+                raise TooLarge(f"more than {MAX_GRAPH_FIELDS} fields to look at; refused (a real graph has far "
+                               "fewer)")
             name = by_number.get(field)
             if name is None:
                 continue
-            kind = fields[name][1]
+            kind = schema[name][1]
             want = _WIRE.get(kind, 2)
             if wire != want:
                 raise Malformed(f"{self.what} field {field} ({self.type}.{name}): wire type {wire}, expected {want}")
             if kind == "string":
-                out[name].append(bytes(value).decode("utf-8", "replace"))
+                yield name, bytes(value).decode("utf-8", "replace")
             elif kind == "bytes":
-                out[name].append(bytes(value))
+                yield name, bytes(value)
             elif kind == "int":
-                out[name].append(value)
+                yield name, value
             elif kind == "bool":
-                out[name].append(bool(value))
+                yield name, bool(value)
             else:
-                out[name].append(WireMessage(value, kind, f"{self.what}.{name}"))
-        return out
+                yield name, WireMessage(value, kind, f"{self.what}.{name}", self.budget)
 
     def may_hold(self, marker: bytes) -> bool:
         return bytes(self.buf).find(marker) >= 0
 
 
+class TooLarge(Malformed):
+    """A graph over :data:`gruconv.files.inputs.MAX_GRAPH_FIELDS`: refused as too large, not as damaged."""
+
+
 def parse_binary(data: bytes, type: str, what: str) -> WireMessage:
     """The top message of serialized ``data`` (nothing is decoded until asked)."""
-    return WireMessage(memoryview(data), type, what)
+    return WireMessage(memoryview(data), type, what, [MAX_GRAPH_FIELDS])
 
 
 # --------------------------------------------------------------------------- text format
@@ -143,11 +146,12 @@ class TextMessage(Message):
 
     def __init__(self, type: str):
         self.type = type
-        self.fields: dict = {}
+        self.kept: list = []  # (name, value) in text order
 
-    def each(self, name: str) -> Iterator:
-        SCHEMA[self.type][name]  # a name outside the schema is a bug: KeyError
-        return iter(self.fields.get(name, ()))
+    def fields(self, *names: str) -> Iterator[tuple]:
+        for n in names:
+            SCHEMA[self.type][n]  # a name outside the schema is a bug: KeyError
+        return ((n, v) for n, v in self.kept if n in names)
 
 
 #: Text-format tokens (``google/protobuf/text_format.py`` ``Tokenizer``): whitespace and ``#`` comments,
@@ -215,13 +219,15 @@ class _Lexer:
         return self.ahead
 
 
-def parse_text(text: str, type: str, what: str) -> TextMessage:
+def parse_text(text: str, type: str, what: str, keep=None) -> TextMessage:
     """Parse text-format ``text`` as a ``type`` message, keeping the :data:`SCHEMA` fields; iterative
-    (an explicit stack no deeper than :data:`MAX_TEXT_DEPTH`), linear in the text."""
+    (an explicit stack no deeper than :data:`MAX_TEXT_DEPTH`), linear in the text.  ``keep(message)``,
+    asked as each message closes, drops the ones the caller has no use for (a graph's non-cuDNN nodes),
+    so memory follows what is kept, not the text."""
     root = TextMessage(type)
     # one frame per open message: [message (None: a field outside the schema, skipped), its closing
     # punctuation, the field whose "[{...}, {...}]" list is open in it]
-    stack: list = [[root, None, None]]
+    stack: list = [[root, None, None, None]]
     lex = _Lexer(text, what)
 
     def open_message(frame, name: str, opener: str) -> None:
@@ -230,9 +236,7 @@ def parse_text(text: str, type: str, what: str) -> TextMessage:
         msg = frame[0]
         known = SCHEMA[msg.type].get(name) if msg is not None else None
         sub = TextMessage(known[1]) if known is not None and known[1] in SCHEMA else None
-        if sub is not None:
-            msg.fields.setdefault(name, []).append(sub)
-        stack.append([sub, _CLOSE[opener], None])
+        stack.append([sub, _CLOSE[opener], None, name])
 
     def scalar_tokens() -> list:
         first = lex.take()
@@ -243,11 +247,11 @@ def parse_text(text: str, type: str, what: str) -> TextMessage:
             out.append(lex.take())
         return out
 
-    def keep(frame, name: str, tokens: list) -> None:
+    def store(frame, name: str, tokens: list) -> None:
         msg = frame[0]
         known = SCHEMA[msg.type].get(name) if msg is not None else None
         if known is not None and known[1] not in SCHEMA:
-            msg.fields.setdefault(name, []).append(_scalar(known[1], tokens, f"{what} {msg.type}.{name}"))
+            msg.kept.append((name, _scalar(known[1], tokens, f"{what} {msg.type}.{name}")))
 
     while True:
         frame = stack[-1]
@@ -271,6 +275,8 @@ def parse_text(text: str, type: str, what: str) -> TextMessage:
             continue
         if kind == "punct" and tok == frame[1]:
             stack.pop()
+            if frame[0] is not None and stack[-1][0] is not None and (keep is None or keep(frame[0])):
+                stack[-1][0].kept.append((frame[3], frame[0]))
             continue
         if kind == "punct" and tok == "[":  # an extension or Any type name, [pkg.Name]: never kept
             while (nt := lex.take()) is not None and nt[1] != "]":
@@ -291,7 +297,7 @@ def parse_text(text: str, type: str, what: str) -> TextMessage:
             open_message(frame, name, nxt[1])
             continue
         if nxt[1] != "[":
-            keep(frame, name, scalar_tokens())
+            store(frame, name, scalar_tokens())
             continue
         lex.take()
         p = lex.peek()
@@ -299,7 +305,7 @@ def parse_text(text: str, type: str, what: str) -> TextMessage:
             frame[2] = name  # a list of messages (or an empty list)
             continue
         while True:  # a list of scalars
-            keep(frame, name, scalar_tokens())
+            store(frame, name, scalar_tokens())
             sep = lex.take()
             if sep is None or sep[1] not in (",", "]"):
                 raise Malformed(f"{what}: expected ',' or ']' in the list of {name[:40]!r}")
@@ -307,19 +313,22 @@ def parse_text(text: str, type: str, what: str) -> TextMessage:
                 break
 
 
-def parse(data: bytes, type: str, what: str, *, text: bool, path=None) -> Message:
-    """``data`` as a ``type`` message, binary or text; a text that is not UTF-8 is an :class:`InputError`."""
+def parse(data: bytes, type: str, what: str, *, text: bool, path=None, keep=None) -> Message:
+    """``data`` as a ``type`` message, binary or text (``keep``: :func:`parse_text`'s); a text that is not
+    UTF-8 is an :class:`InputError`."""
     if not text:
         return parse_binary(data, type, what)
     try:
         decoded = bytes(data).decode("utf-8")
     except UnicodeDecodeError as e:
         raise InputError(f"is not a text-format protobuf (not UTF-8 at byte {e.start})", path=path) from None
-    return parse_text(decoded, type, what)
+    return parse_text(decoded, type, what, keep)
 
 
 def malformed(e: Exception, what: str, path) -> InputError:
-    """The one-line refusal of a damaged graph file (a :class:`~gruconv.readers.tfbundle.Malformed`)."""
+    """The one-line refusal of a damaged (or :class:`TooLarge`) graph file; ``what`` without its article."""
+    if isinstance(e, TooLarge):
+        return InputError(f"is a {what} with {e}", path=path)
     return InputError(f"is not a readable {what} ({e}); the file is damaged or not a TensorFlow graph", path=path)
 
 
