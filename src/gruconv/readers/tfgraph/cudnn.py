@@ -140,7 +140,7 @@ def _function(f: Message) -> tuple:
             if key in _FUNCTION_ATTRS:
                 attrs[key] = value.get("value")
         elif walk and (n := _node(value, "")) is not None:
-                pending.append(n)
+            pending.append(n)
     found = [dataclasses.replace(n, where=f"function {name}") for n in pending]
     return name, _text(attrs.get(API_IMPLEMENTS)), _text(attrs.get(API_DEVICE)), found
 
