@@ -169,11 +169,11 @@ def main():
     """Convert cuDNN-only RNN models (GRU, LSTM) into portable Keras 3 models, and prove the numbers match.
 
     Reads legacy Keras HDF5 files with CuDNNGRU / CuDNNLSTM layers (and the
-    .keras zips tf_keras writes of them, TF 2 object checkpoints of tf.keras
-    models) and TensorFlow 1.x tf.contrib.cudnn_rnn checkpoints (format detected
-    from content), as the Keras that wrote them reads them; writes Keras 3
-    .keras / .weights.h5, legacy-layout .h5 weights, PyTorch .safetensors and
-    ONNX.
+    .keras zips tf_keras writes of them), TensorFlow 1.x tf.contrib.cudnn_rnn
+    checkpoints, TF2 checkpoints and tf.keras SavedModels (format detected from
+    content), as the Keras that wrote them reads them; finds the cuDNN ops in
+    SavedModel and frozen graphs (.pb, .pbtxt). Writes Keras 3 .keras /
+    .weights.h5, legacy-layout .h5 weights, PyTorch .safetensors and ONNX.
 
     \b
     Examples:
@@ -287,14 +287,14 @@ def _verify_inputs(batch: int, steps: int, seed: int) -> dict:
 def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path, junit, html_dir, force, fmt, config,
             initial_state, return_state, mask_input, check_load, custom_objects, verify, tolerance, rtol, floor_k,
             verify_batch, verify_steps, verify_seed, rnn, prefer, **kw):
-    """Convert INPUT (Keras HDF5, tf_keras .keras, TF1 or TF2 checkpoint) into OUTPUT (.keras, .weights.h5, .h5, .safetensors, .onnx).
+    """Convert INPUT (Keras HDF5, tf_keras .keras or SavedModel, TF1/TF2 checkpoint) into OUTPUT (.keras, .weights.h5, .h5, .safetensors, .onnx).
 
     Usage: gruconv convert INPUT OUTPUT, or gruconv convert INPUT... --out-dir DIR.
 
     INPUT: a legacy Keras HDF5 model or weights file with CuDNNGRU / CuDNNLSTM
     layers (weights-only with --config ARCH.json), a tf_keras .keras zip, a TF
-    1.x tf.contrib.cudnn_rnn checkpoint, or a TF 2 object checkpoint or
-    SavedModel's variables of a tf.keras model. OUTPUT (from its name, or
+    1.x tf.contrib.cudnn_rnn checkpoint, a TF 2 object checkpoint or a tf.keras
+    SavedModel directory (architecture from its keras_metadata.pb). OUTPUT (from its name, or
     --format): a Keras 3 .keras model; Keras 3 .weights.h5; legacy-layout .h5
     weights (Keras 3 `model.load_weights()` into the same architecture with GRU
     in place of CuDNNGRU); PyTorch .safetensors (torch.nn.GRU/LSTM state

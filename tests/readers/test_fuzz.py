@@ -45,6 +45,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 KERAS = ROOT / "fixtures" / "keras"
+GRAPHS = ROOT / "fixtures" / "graphs"
 TF1 = ROOT / "fixtures" / "tf1"
 
 CASES = int(os.environ.get("GRUCONV_FUZZ_CASES", "300"))
@@ -59,6 +60,10 @@ READERS = {
     # structured mutations behind valid checksums: what the reader's own logic sees
     "tf1-tensors": [TF1 / n for n in ("layer_uni", "layer_bidir", "tf13", "tf14_opaque_only", "multi_stack",
                                       "opaque_only_skip_uni", "float16", "layer_uni_1l")],
+    # graphs holding cuDNN ops (binary and text GraphDefs, a SavedModel's graph) and a tf.keras SavedModel's
+    # keras_metadata.pb / graph: the tf-graph and tf2 readers' protobuf walks
+    "tf-graph": [GRAPHS / n for n in ("frozen_gru.pb", "frozen_gru_bidir_skip.pbtxt", "keras3_export",
+                                      "tf_keras_cudnngru")],
 }
 
 
@@ -118,6 +123,17 @@ def build_case(reader: str, case: int, work: Path) -> tuple:
         return target, f"{fixture.relative_to(ROOT)}: {what}"
     if reader == "tf1-tensors":
         return _tensor_case(fixture, rng, work)
+    if reader == "tf-graph" and fixture.is_file():
+        work.mkdir(parents=True)
+        data, what = mutate(fixture.read_bytes(), rng)
+        (work / fixture.name).write_bytes(data)
+        return work / fixture.name, f"{fixture.relative_to(ROOT)}: {what}"
+    if reader == "tf-graph":
+        shutil.copytree(fixture, work)
+        victim = rng.choice(sorted(p for p in work.glob("*.pb") if p.name != "fingerprint.pb"))
+        data, what = mutate(victim.read_bytes(), rng)
+        victim.write_bytes(data)
+        return work, f"{fixture.relative_to(ROOT)} {victim.name}: {what}"
     shutil.copytree(fixture, work)
     if reader == "tf1-index":
         victim = work / "model.ckpt.index"
@@ -208,6 +224,8 @@ def _worker(reader: str, start: int, count: int, out_dir: Path, progress: Path) 
                     conv.mkdir()
                     if reader == "keras-h5":  # a weights-only file converts to .h5 weights
                         target = conv / ("out.h5" if doc.kind == "weights" else "out.keras")
+                    elif reader == "tf-graph":  # a graph or a tf.keras SavedModel: one model
+                        target = conv / "out.keras"
                     else:  # a directory takes every stack of a checkpoint
                         target = conv
                     api.convert(path, target, force=True)
@@ -316,7 +334,8 @@ def _check(runners: list) -> None:
 
 
 @pytest.mark.slow  # fuzz seeds: make test-all (300 cases per reader), make fuzz (5000)
-@pytest.mark.parametrize("readers", [["keras-h5", "tf1-index", "tf1-data", "tf1-tensors"]], ids=["all-readers"])
+@pytest.mark.parametrize("readers", [["keras-h5", "tf1-index", "tf1-data", "tf1-tensors", "tf-graph"]],
+                         ids=["all-readers"])
 def test_mutated_fixtures_only_succeed_or_raise_gruconv_errors(readers, tmp_path):
     if not _have_tf1():
         readers = [r for r in readers if not r.startswith("tf1")]

@@ -13,7 +13,10 @@ checkpoint once, by its prefix) goes through both, converted to the output batch
 * when ``convert`` refuses for want of information (a usage error: an ambiguous TF1 buffer), ``inspect``
   said so first: a layer with no ``converts_to``, or no layer and a detail naming the option to pass;
 * a layer the eligibility report calls cuDNN-only (and says what ``convert`` writes for it) is converted;
-* a file neither reader takes is refused by both.
+* a file neither reader takes is refused by both, and so is a file whose reader cannot read it (a
+  SavedModel missing its variables data);
+* a file ``convert`` refuses (a graph running cuDNN ops, exit 3) is one ``inspect`` says so of
+  (``refused``).
 """
 
 from __future__ import annotations
@@ -91,7 +94,7 @@ def _check_keras_output(path: Path, rnns: list, graph: bool) -> None:
 def test_every_fixture_is_covered():
     names = {p.relative_to(FIXTURES).parts[0] for p in INPUTS}
     assert {"keras", "keras3", "keras_lstm", "keras_user", "tf1", "tf1_lstm", "tf2", "tf_keras_zip",
-            "trained"} <= names
+            "trained", "graphs"} <= names
 
 
 @pytest.mark.parametrize("path", INPUTS, ids=[str(p.relative_to(FIXTURES)) for p in INPUTS])
@@ -105,7 +108,12 @@ def test_inspect_and_convert_agree(path, tmp_path):
             api.convert(path, tmp_path / "out.keras")
         return
     module = readers.module(fmt)
-    info = api.inspect(path)
+    try:
+        info = api.inspect(path)
+    except GruconvError:  # detected, and damaged: convert refuses it too
+        with pytest.raises(GruconvError):
+            api.convert(path, tmp_path / "out.keras")
+        return
     output = tmp_path / batch_output_name(module, path, Options(), "out")
     try:
         result = api.convert(path, output)
@@ -115,6 +123,11 @@ def test_inspect_and_convert_agree(path, tmp_path):
             (not info["rnns"] and any("--" in d for d in info["details"])), (info["rnns"], e.message)
         assert not output.exists()
         return
+    except GruconvError as e:  # refused: inspect said so first, in the same words
+        assert info.get("refused") == e.message, (info.get("refused"), e.message)
+        assert not output.exists()
+        return
+    assert not info.get("refused"), info["refused"]
     # inspect's eligibility report names what convert writes for each cuDNN-only layer (issue 31: it did
     # so for a tf_keras zip that convert passed over)
     cudnn_said = [e for e in (info.get("cudnn_eligibility") or {}).get("layers", []) if e["class"] in CUDNN]

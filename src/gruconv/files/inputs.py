@@ -46,6 +46,8 @@ LIMITS = {
     "npz": 4 * 2**30,             # an .npz of verification inputs (declared, uncompressed)
     "tensor": 16 * 2**30,         # one weight tensor
     "unbacked": 2**20,            # per HDF5 file: declared dataset bytes the file does not store
+    "graph": 2**31 - 1,           # a GraphDef / SavedModel / keras_metadata protobuf: protobuf's own 2 GiB cap
+    "graph-text": 64 * 2**20,     # a text-format graph (.pbtxt): tokenized in Python, so kept smaller
 }
 #: Most a compressed member/dataset may expand (deflate's own limit is ~1032:1; Keras 3 uses 1000).
 MAX_EXPANSION = 1000
@@ -62,6 +64,11 @@ MAX_NPZ_MEMBERS = 4096
 MAX_SEQUENTIAL_LAYERS = 256
 #: Most layers a Keras model config may hold in all (nested models and wrapped layers counted).
 MAX_LAYERS = 4096
+#: Most protobuf fields a walk of a TensorFlow graph looks at (nodes, functions, the attrs of the nodes it
+#: reads: :mod:`gruconv.readers.tfgraph.protos`).  Why: a field can take 2 bytes, so a 2 GiB file could
+#: hold a billion, and looking at one costs 2-12 microseconds here; a real graph needs far fewer (tf.keras's
+#: 1.1 MB SavedModel of a two-layer GRU/LSTM model: 22,000).  At the limit a walk takes 10-60 s.
+MAX_GRAPH_FIELDS = 5_000_000
 
 
 # --------------------------------------------------------------------------- limits
@@ -412,6 +419,26 @@ def head(path, n: int, what: str = "a file") -> bytes:
             raise _os_error(e, what, path) from None
 
 
+def contains(path, marker: bytes, what: str = "a file", *, kind: str = "graph") -> bool:
+    """Whether a regular file holds ``marker`` (a format sniff that needs more than the head, e.g. a
+    GraphDef's op names), looked up in a read-only map of the file: nothing is copied into memory, the
+    file is refused over :func:`limit` ``(kind)`` before it is mapped, and a FIFO is never opened."""
+    import mmap
+
+    lim = limit(kind)
+    with open_regular(path, what) as f:
+        try:
+            size = os.fstat(f.fileno()).st_size
+            if size > lim:
+                raise InputError(over_limit(what[0].upper() + what[1:] if what else "file", size, lim), path=path)
+            if size == 0:
+                return False
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                return m.find(marker) >= 0
+        except OSError as e:
+            raise _os_error(e, what, path) from None
+
+
 def is_regular(path) -> bool:
     """Whether ``path`` (symlinks followed) is a regular file; never raises, never opens."""
     try:
@@ -420,4 +447,4 @@ def is_regular(path) -> bool:
         return False
 
 
-__all__ += ["MAX_EXPANSION", "head", "is_regular", "over_limit"]
+__all__ += ["MAX_EXPANSION", "contains", "head", "is_regular", "over_limit"]

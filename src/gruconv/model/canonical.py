@@ -378,7 +378,8 @@ CONTENTS = {
     "stacks": "bare cuDNN stacks (a TF1 checkpoint) and the input's other tensors",
     "staged-graph": "a Keras graph read through a legacy weights file staged from the input, with --config",
     "staged-weights": "the recurrent layers' weights staged from the input, no architecture (no --config)",
-    "final": "already a Keras 3 file: nothing to convert",
+    "final": "already a Keras 3 file, or a graph that already serves on a CPU: nothing to convert",
+    "refused": "an input gruconv recognises and cannot convert yet (a graph running cuDNN ops): one-line refusal",
 }
 
 

@@ -48,6 +48,7 @@ READERS = {
     "tf-keras-zip": "gruconv.readers.tf_keras_zip",  # before keras3: it claims the tf_keras .keras zips keras3 would pass over
     "keras3": "gruconv.readers.keras3",  # before keras-h5: it claims the Keras 3 HDF5 files keras-h5 would misread
     "keras-h5": "gruconv.readers.keras_h5",
+    "tf-graph": "gruconv.readers.tfgraph",  # before tf2-checkpoint: it claims the SavedModels whose graph runs cuDNN ops
     "tf2-checkpoint": "gruconv.readers.tf2",
     "tf1-checkpoint": "gruconv.readers.tf1",
 }

@@ -71,11 +71,14 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 __all__ = [
     "Bundle",
+    "Malformed",
     "TensorInfo",
     "TensorNotFound",
     "checkpoint_files",
     "open_bundle",
+    "proto_fields",
     "resolve_prefix",
+    "unescape_text_bytes",
 ]
 
 # --- constants, each from the TF source file named ---------------------------
@@ -182,8 +185,9 @@ def _crc32c_dropping(raw: np.ndarray, mm, offset: int) -> int:
     return crc
 
 
-class _Malformed(Exception):
-    """Internal: a low-level decoding failure, re-raised as InputError with context."""
+class Malformed(Exception):
+    """A low-level decoding failure, re-raised as InputError with context (by this module, and by
+    :mod:`gruconv.readers.tfgraph.protos`, which walks GraphDefs with :func:`proto_fields`)."""
 
 
 class TensorNotFound(InputError, KeyError):
@@ -200,7 +204,7 @@ def _varint(buf: bytes, pos: int, end: int, what: str, bits: int = 64) -> tuple[
     max_shift = 7 * ((bits + 6) // 7)  # 10 bytes for 64 bits, 5 for 32
     while True:
         if pos >= end:
-            raise _Malformed(f"{what}: varint runs past the end of its data")
+            raise Malformed(f"{what}: varint runs past the end of its data")
         b = buf[pos]
         pos += 1
         result |= (b & 0x7F) << shift
@@ -208,9 +212,9 @@ def _varint(buf: bytes, pos: int, end: int, what: str, bits: int = 64) -> tuple[
             break
         shift += 7
         if shift >= max_shift:
-            raise _Malformed(f"{what}: varint longer than {max_shift // 7} bytes")
+            raise Malformed(f"{what}: varint longer than {max_shift // 7} bytes")
     if result >> bits:
-        raise _Malformed(f"{what}: varint value {result} does not fit in {bits} bits")
+        raise Malformed(f"{what}: varint value {result} does not fit in {bits} bits")
     return result, pos
 
 
@@ -220,46 +224,49 @@ def _signed(value: int, bits: int) -> int:
     return value - (1 << bits) if value >> (bits - 1) else value
 
 
-def _proto_fields(buf: bytes, what: str) -> Iterator[tuple[int, int, object]]:
+def proto_fields(buf: bytes, what: str) -> Iterator[tuple[int, int, object]]:
     """Yield ``(field_number, wire_type, value)`` of a serialized protobuf.
 
     Wire types 0 (varint), 1 (fixed64), 2 (length-delimited) and 5 (fixed32)
-    are supported; groups (3/4) never occur in TF's proto3 messages.
+    are supported; groups (3/4) never occur in TF's proto3 messages.  ``buf`` may be a
+    ``memoryview``: length-delimited values are then views, not copies (a GraphDef walk of a large
+    file copies nothing; :mod:`gruconv.readers.tfgraph.protos`).  Every length is checked against the
+    bytes present before it is used, so a declared length past the end is :class:`Malformed`.
     """
     pos, end = 0, len(buf)
     while pos < end:
         tag, pos = _varint(buf, pos, end, f"{what} field tag")
         field, wire = tag >> 3, tag & 7
         if field == 0:
-            raise _Malformed(f"{what}: field number 0")
+            raise Malformed(f"{what}: field number 0")
         if wire == 0:
             value, pos = _varint(buf, pos, end, f"{what} field {field}")
         elif wire == 1:
             if end - pos < 8:
-                raise _Malformed(f"{what} field {field}: fixed64 runs past the end")
+                raise Malformed(f"{what} field {field}: fixed64 runs past the end")
             value = int.from_bytes(buf[pos:pos + 8], "little")
             pos += 8
         elif wire == 2:
             length, pos = _varint(buf, pos, end, f"{what} field {field} length")
             if length > end - pos:
-                raise _Malformed(
+                raise Malformed(
                     f"{what} field {field}: length {length} runs past the end "
                     f"({end - pos} bytes left)")
             value = buf[pos:pos + length]
             pos += length
         elif wire == 5:
             if end - pos < 4:
-                raise _Malformed(f"{what} field {field}: fixed32 runs past the end")
+                raise Malformed(f"{what} field {field}: fixed32 runs past the end")
             value = int.from_bytes(buf[pos:pos + 4], "little")
             pos += 4
         else:
-            raise _Malformed(f"{what} field {field}: unsupported wire type {wire}")
+            raise Malformed(f"{what} field {field}: unsupported wire type {wire}")
         yield field, wire, value
 
 
 def _expect(wire: int, want: int, what: str, field: int) -> None:
     if wire != want:
-        raise _Malformed(f"{what} field {field}: wire type {wire}, expected {want}")
+        raise Malformed(f"{what} field {field}: wire type {wire}, expected {want}")
 
 
 # --- protobuf messages --------------------------------------------------------
@@ -281,7 +288,7 @@ def _parse_header(buf: bytes) -> _Header:
     (``tensorflow/core/framework/versions.proto``)."""
     h = _Header()
     version = b""
-    for field, wire, value in _proto_fields(buf, "BundleHeaderProto"):
+    for field, wire, value in proto_fields(buf, "BundleHeaderProto"):
         if field == 1:
             _expect(wire, 0, "BundleHeaderProto", field)
             h.num_shards = _signed(value, 32)
@@ -292,7 +299,7 @@ def _parse_header(buf: bytes) -> _Header:
             _expect(wire, 2, "BundleHeaderProto", field)
             version += value  # repeated occurrences of a message field merge
     bad: list[int] = []
-    for field, wire, value in _proto_fields(version, "VersionDef"):
+    for field, wire, value in proto_fields(version, "VersionDef"):
         if field == 1:
             _expect(wire, 0, "VersionDef", field)
             h.producer = _signed(value, 32)
@@ -329,23 +336,23 @@ def _parse_shape(buf: bytes) -> tuple:
     A stored tensor must have a known rank and non-negative dims (TF checks
     ``TensorShape::IsValid`` in ``BundleReader::GetBundleEntryProto``)."""
     dims: list[int] = []
-    for field, wire, value in _proto_fields(buf, "TensorShapeProto"):
+    for field, wire, value in proto_fields(buf, "TensorShapeProto"):
         if field == 2:
             _expect(wire, 2, "TensorShapeProto", field)
             size = 0
-            for f2, w2, v2 in _proto_fields(value, "TensorShapeProto.Dim"):
+            for f2, w2, v2 in proto_fields(value, "TensorShapeProto.Dim"):
                 if f2 == 1:
                     _expect(w2, 0, "TensorShapeProto.Dim", f2)
                     size = _signed(v2, 64)
             if size < 0:
-                raise _Malformed(f"shape has an unknown or negative dimension ({size})")
+                raise Malformed(f"shape has an unknown or negative dimension ({size})")
             dims.append(size)
             if len(dims) > _MAX_RANK:
-                raise _Malformed(f"shape has more than {_MAX_RANK} dimensions")
+                raise Malformed(f"shape has more than {_MAX_RANK} dimensions")
         elif field == 3:
             _expect(wire, 0, "TensorShapeProto", field)
             if value:
-                raise _Malformed("shape has unknown rank")
+                raise Malformed("shape has unknown rank")
     return tuple(dims)
 
 
@@ -355,7 +362,7 @@ def _parse_entry(buf: bytes) -> _Entry:
     TensorSliceProto slices} (``tensor_bundle.proto``)."""
     e = _Entry()
     shape = b""
-    for field, wire, value in _proto_fields(buf, "BundleEntryProto"):
+    for field, wire, value in proto_fields(buf, "BundleEntryProto"):
         if field == 1:
             _expect(wire, 0, "BundleEntryProto", field)
             e.dtype = _signed(value, 32)
@@ -391,7 +398,7 @@ def _read_block(data: bytes, offset: int, size: int, limit: int, what: str) -> b
     crc32c in the trailer covers the block contents and the type byte.
     """
     if offset > limit or size > limit - offset or limit - offset - size < _BLOCK_TRAILER:
-        raise _Malformed(
+        raise Malformed(
             f"{what} (offset {offset}, {size} bytes + {_BLOCK_TRAILER}-byte trailer) "
             f"extends past the {limit} bytes before the footer; the file is truncated "
             f"or corrupt")
@@ -399,7 +406,7 @@ def _read_block(data: bytes, offset: int, size: int, limit: int, what: str) -> b
     stored = _unmask(int.from_bytes(data[end + 1:end + 5], "little"))
     actual = google_crc32c.value(data[offset:end + 1])
     if stored != actual:
-        raise _Malformed(
+        raise Malformed(
             f"{what} (offset {offset}, {size} bytes): block checksum mismatch "
             f"(stored {stored:#010x}, computed {actual:#010x}); the file is corrupt")
     ctype = data[end]
@@ -409,7 +416,7 @@ def _read_block(data: bytes, offset: int, size: int, limit: int, what: str) -> b
             f"bundle indexes (tensor_bundle.cc uses kNoCompression), so this file "
             f"was produced by another tool -- rewrite it with TensorFlow")
     if ctype != _NO_COMPRESSION:
-        raise _Malformed(f"{what}: unknown block compression type {ctype}")
+        raise Malformed(f"{what}: unknown block compression type {ctype}")
     return data[offset:end]
 
 
@@ -417,10 +424,10 @@ def _block_entries(block: bytes, what: str) -> list[tuple[bytes, bytes]]:
     """Decode all ``(key, value)`` entries of one block (``block.cc``)."""
     n = len(block)
     if n < 4:
-        raise _Malformed(f"{what}: {n} bytes is too small for a block")
+        raise Malformed(f"{what}: {n} bytes is too small for a block")
     num_restarts = int.from_bytes(block[n - 4:], "little")
     if num_restarts > (n - 4) // 4:
-        raise _Malformed(f"{what}: claims {num_restarts} restart points in {n} bytes")
+        raise Malformed(f"{what}: claims {num_restarts} restart points in {n} bytes")
     if num_restarts == 0:  # Block::NewIterator returns an empty iterator
         return []
     restarts_at = n - 4 * (1 + num_restarts)
@@ -440,11 +447,11 @@ def _block_entries(block: bytes, what: str) -> list[tuple[bytes, bytes]]:
             non_shared, pos = _varint(block, pos, restarts_at, f"{what} entry", 32)
             vlen, pos = _varint(block, pos, restarts_at, f"{what} entry", 32)
         if shared > len(key):
-            raise _Malformed(
+            raise Malformed(
                 f"{what}: entry at offset {start} shares {shared} bytes with a "
                 f"{len(key)}-byte previous key")
         if non_shared + vlen > restarts_at - pos:
-            raise _Malformed(f"{what}: entry at offset {start} runs past the end of the block")
+            raise Malformed(f"{what}: entry at offset {start} runs past the end of the block")
         if shared == 0:
             fresh_starts.add(start)
         key = key[:shared] + block[pos:pos + non_shared]
@@ -453,7 +460,7 @@ def _block_entries(block: bytes, what: str) -> list[tuple[bytes, bytes]]:
         pos += vlen
     for r in restarts:
         if r not in fresh_starts and not (r == 0 and restarts_at == 0):
-            raise _Malformed(f"{what}: restart point {r} is not the start of an entry")
+            raise Malformed(f"{what}: restart point {r} is not the start of an entry")
     return out
 
 
@@ -466,14 +473,14 @@ def _read_table(data: bytes) -> list[tuple[bytes, bytes]]:
     """
     n = len(data)
     if n < _FOOTER_LEN:
-        raise _Malformed(
+        raise Malformed(
             f"file is {n} bytes, shorter than the {_FOOTER_LEN}-byte SSTable footer "
             f"(empty or truncated)")
     limit = n - _FOOTER_LEN
     footer = data[limit:]
     magic = int.from_bytes(footer[40:48], "little")
     if magic != _TABLE_MAGIC:
-        raise _Malformed(
+        raise Malformed(
             f"not a TensorFlow checkpoint index: footer magic is {magic:#018x}, "
             f"expected {_TABLE_MAGIC:#018x} (truncated, or not an SSTable)")
     meta_off, p = _varint(footer, 0, 40, "footer metaindex handle")
@@ -493,15 +500,15 @@ def _read_table(data: bytes) -> list[tuple[bytes, bytes]]:
         off, q = _varint(handle, 0, len(handle), "block handle")
         size, q = _varint(handle, q, len(handle), "block handle")
         if q != len(handle):
-            raise _Malformed("index block: block handle has trailing bytes")
+            raise Malformed("index block: block handle has trailing bytes")
         what = f"data block at offset {off}"
         for key, value in _block_entries(_read_block(data, off, size, limit, what), what):
             if prev is not None and key <= prev:
-                raise _Malformed(
+                raise Malformed(
                     f"{what}: keys are not in strictly increasing order "
                     f"({prev!r} then {key!r})")
             if key > sep:
-                raise _Malformed(f"{what}: key {key!r} is beyond its index entry {sep!r}")
+                raise Malformed(f"{what}: key {key!r} is beyond its index entry {sep!r}")
             entries.append((key, value))
             prev = key
     return entries
@@ -560,7 +567,13 @@ class TensorInfo:
 
 
 def _unescape_text_proto(raw: str) -> str:
-    """Undo C-style escapes of a text-format protobuf string literal."""
+    """Undo C-style escapes of a text-format protobuf string literal (a UTF-8 text)."""
+    return unescape_text_bytes(raw).decode("utf-8")
+
+
+def unescape_text_bytes(raw: str) -> bytes:
+    """The bytes of a text-format protobuf string literal's body (C-style escapes undone); ``ValueError``
+    for a broken escape.  Also :mod:`gruconv.readers.tfgraph.protos`' (``.pbtxt`` graphs)."""
     out = bytearray()
     src = raw.encode("utf-8")
     simple = {ord("n"): 10, ord("t"): 9, ord("r"): 13, ord("a"): 7, ord("b"): 8,
@@ -593,7 +606,7 @@ def _unescape_text_proto(raw: str) -> str:
             i = j
         else:
             raise ValueError(f"unknown escape \\{chr(c)}")
-    return out.decode("utf-8")
+    return bytes(out)
 
 
 _STATE_RE = re.compile(
@@ -825,7 +838,7 @@ class Bundle:
             raise self._index_error("index file is empty (0 bytes)")
         try:
             entries = _read_table(data)
-        except _Malformed as e:
+        except Malformed as e:
             raise self._index_error(str(e)) from None
         except UnsupportedError as e:
             raise self._index_error(e.message, UnsupportedError) from None
@@ -836,7 +849,7 @@ class Bundle:
                 "TensorBundle index")
         try:
             header = _parse_header(entries[0][1])
-        except _Malformed as e:
+        except Malformed as e:
             raise self._index_error(f"header entry: {e}") from None
         self._check_header(header)
         self.num_shards: int = header.num_shards
@@ -846,7 +859,7 @@ class Bundle:
                 # Slice of a partitioned variable; see the class docstring.
                 try:
                     e = _parse_entry(value)
-                except _Malformed as err:
+                except Malformed as err:
                     raise self._index_error(
                         f"slice entry {raw_key!r}: {err}") from None
                 self._hidden_bytes += max(e.size, 0)
@@ -857,7 +870,7 @@ class Bundle:
                 raise self._index_error(f"tensor key {raw_key!r} is not valid UTF-8") from None
             try:
                 e = _parse_entry(value)
-            except _Malformed as err:
+            except Malformed as err:
                 raise self._index_error(f"tensor {key!r}: {err}") from None
             self._infos[key] = self._make_info(key, e)
 
@@ -1135,7 +1148,7 @@ class Bundle:
                 length, pos = _varint(data, pos, size, "string length")
                 lengths.append(length)
                 packed += length.to_bytes(4 if length <= _U32 else 8, "little")
-        except _Malformed as e:
+        except Malformed as e:
             raise InputError(f"tensor {info.key!r}: {e}", path=path) from None
         if size - pos < 4:
             raise InputError(f"tensor {info.key!r}: string lengths leave no room for "

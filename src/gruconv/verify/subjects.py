@@ -16,7 +16,10 @@ decided by :data:`CHECKS`, keyed by that kind:
     each staged layer as a bare stack, a one-layer Keras 3 model holding the converted weights
     (:func:`staged_weights_subjects`);
 ``final``
-    a Keras 3 file: nothing to verify, a usage error before Keras is imported.
+    a Keras 3 file (or a graph that already serves on a CPU): nothing to verify, a usage error before
+    Keras is imported;
+``refused``
+    an input ``convert`` refuses (a graph running cuDNN ops): the same one-line refusal, before Keras.
 
 Converted files are loaded through the writers (:func:`gruconv.writers.load`,
 :func:`gruconv.writers.stack_runners`); no format is named here.
@@ -314,6 +317,18 @@ def _final_subjects(doc, converted, opts: Options):
     return iter(())
 
 
+# --------------------------------------------------------------------------- refused
+
+def _refused_nothing(doc) -> Optional[str]:
+    """``verify`` of an input ``convert`` refuses is that refusal (exit 3), never "nothing to verify"."""
+    raise doc.document().refusal
+
+
+def _refused_subjects(doc, converted, opts: Options):
+    _refused_nothing(doc)
+    return iter(())
+
+
 #: What ``verify`` checks, by what the document holds (:data:`gruconv.model.canonical.CONTENTS`).
 CHECKS = {
     "graph": Checks(_graph_nothing, graph_subjects),
@@ -322,4 +337,5 @@ CHECKS = {
     "staged-graph": Checks(_staged_nothing, staged_graph_subjects),
     "staged-weights": Checks(_staged_nothing, staged_weights_subjects),
     "final": Checks(_final_nothing, _final_subjects, early=True),
+    "refused": Checks(_refused_nothing, _refused_subjects, early=True),
 }

@@ -97,6 +97,7 @@ NATURAL_FORMAT = {
     "staged-graph": "keras",
     "staged-weights": "h5-weights",
     "final": "keras",
+    "refused": "keras",  # never written: plan raises the document's refusal first
 }
 
 #: Files a conversion may write beside a one-file output, by content: bare stacks leave the input's

@@ -1,4 +1,4 @@
-"""TensorFlow 2 object-based checkpoints of tf.keras models (and SavedModel variables): ``tf2-checkpoint``.
+"""TensorFlow 2 object-based checkpoints of tf.keras models (and SavedModel variables, tf.keras SavedModels): ``tf2-checkpoint``.
 
 What it reads: ``model.save_weights("ckpt")`` (no ``.h5``), ``tf.train.Checkpoint(model=...).save``,
 and a SavedModel directory's ``variables/variables`` bundle, whenever the bundle holds
@@ -12,7 +12,9 @@ Keras variables are laid out as a legacy Keras weights HDF5 file (:func:`gruconv
 in a private staging directory, and that file is read by the Keras HDF5 reader
 (:mod:`gruconv.readers.keras_h5`).  So:
 
-* with ``--config`` (the model's tf.keras ``to_json()``): ``layer_with_weights-N`` maps to the config's
+* with ``--config`` (the model's tf.keras ``to_json()``), or from a tf.keras 2.x SavedModel's own
+  ``keras_metadata.pb`` (``model.save(dir)``, :mod:`gruconv.readers.tf2.metadata`; ``--config`` wins when
+  both are there): ``layer_with_weights-N`` maps to the config's
   N-th layer that has weights (tf_keras ``engine/functional.py`` ``_trackable_children``), every shape is
   checked against the architecture, and every writer can write the whole model (``.keras``,
   ``.weights.h5``, legacy ``.h5``);
@@ -104,7 +106,11 @@ def input_files(path) -> list:
     sm = saved_model_prefix(p)
     if sm is None:
         return [Path(f) for f in checkpoint_files(p)]
-    return [p / n for n in _SAVED_MODEL_FILES if (p / n).is_file()] + [Path(f) for f in checkpoint_files(sm)]
+    from .metadata import metadata_file
+
+    meta = metadata_file(p)
+    return ([p / n for n in _SAVED_MODEL_FILES if (p / n).is_file()] + [Path(f) for f in checkpoint_files(sm)]
+            + ([meta] if meta is not None else []))
 
 
 def input_prefix(path):
@@ -126,6 +132,8 @@ class TF2CheckpointDoc:
     config_given: bool
     other_tensors: int = 0         # bundle entries that are not a converted layer's weight
     saved_model: bool = False
+    metadata: Optional[Path] = None  # the keras_metadata.pb the architecture came from (no --config)
+    owners: dict = field(default_factory=dict)  # bundle key -> its layer's object path (objects.structural_variables)
     _staging: object = field(default=None, repr=False)
 
     @property
@@ -144,6 +152,8 @@ class TF2CheckpointDoc:
         d.source = str(self.path)
         d.reader = FORMAT
         d.inputs = input_files(self.path) + ([self.keras.config_file] if self.keras.config_file is not None else [])
+        if self.metadata is not None and self.metadata not in d.inputs:
+            d.inputs.append(self.metadata)
         d.stand_in = (self.keras.path, self.path)
         if not self.config_given:
             d.needs_config = ("a TF2 checkpoint without --config ARCH.json (the model's to_json()) has no layer "
@@ -169,7 +179,7 @@ class TF2CheckpointDoc:
             for ds in direction.values():
                 key = self.objects.get(ds.lstrip("/"))
                 if key is not None:
-                    owner = key.rsplit("/", 3)[0]
+                    owner = self.owners.get(key) or key.rsplit("/", 3)[0]
                     if owner not in owners:
                         owners.append(owner)
         if len(owners) == 2:
@@ -180,6 +190,15 @@ class TF2CheckpointDoc:
         return ", ".join(owners)
 
 
+def _metadata(path, opts: Options) -> Optional[Path]:
+    """The ``keras_metadata.pb`` the architecture comes from: a SavedModel's, when no ``--config`` is given."""
+    from .metadata import metadata_file
+
+    if opts.config is not None or saved_model_prefix(path) is None:
+        return None
+    return metadata_file(path)
+
+
 def _fix(e: GruconvError, doc_or_staged, source: Path) -> GruconvError:
     """``e`` naming ``source`` where it named the staging file (or nothing): :func:`gruconv.errors.said_of`."""
     return said_of(e, getattr(doc_or_staged, "path", doc_or_staged), source)
@@ -187,7 +206,7 @@ def _fix(e: GruconvError, doc_or_staged, source: Path) -> GruconvError:
 
 def read(path, options: Optional[Options] = None, **kw) -> TF2CheckpointDoc:
     """Open the bundle, stage its Keras variables as legacy weights HDF5, read that."""
-    from .objects import is_object_checkpoint, to_legacy_h5
+    from .objects import is_object_checkpoint, structural_variables, to_legacy_h5
     from ..tfbundle import open_bundle
 
     path = Path(path)
@@ -196,6 +215,11 @@ def read(path, options: Optional[Options] = None, **kw) -> TF2CheckpointDoc:
     if config is not None and not (isinstance(config, dict) and isinstance(config.get("class_name"), str)):
         raise InputError("is not a Keras model architecture (no class_name): expected the model's to_json()",
                          path=Path(opts.config) if not isinstance(opts.config, dict) else path)
+    meta = _metadata(path, opts)
+    if meta is not None:
+        from .metadata import model_config
+
+        config = model_config(meta)
     prefix = resolve(path)
     staging = contextlib.ExitStack()  # the staged weights file's directory, removed with the document
     try:
@@ -208,6 +232,8 @@ def read(path, options: Optional[Options] = None, **kw) -> TF2CheckpointDoc:
             except GruconvError as e:
                 raise (type(e)(e.message, path=path) if e.path is None else e) from None
             n_keys = len([k for k in bundle.keys() if k != "_CHECKPOINTABLE_OBJECT_GRAPH"])
+            owners = {key: "/".join(owner) for owner, attrs in structural_variables(bundle).items()
+                      for key in attrs.values()}
         try:
             kdoc = keras_h5.read_with_config(staged, config)
             if opts.config is not None and not isinstance(opts.config, dict):
@@ -219,7 +245,7 @@ def read(path, options: Optional[Options] = None, **kw) -> TF2CheckpointDoc:
         doc = TF2CheckpointDoc(path=path, prefix=prefix, keras=kdoc, objects=objects,
                                config_given=config is not None,
                                other_tensors=n_keys - len(set(objects.values())),
-                               saved_model=saved_model_prefix(path) is not None)
+                               saved_model=saved_model_prefix(path) is not None, metadata=meta, owners=owners)
         doc._staging = weakref.finalize(doc, staging.close)
     except BaseException:
         staging.close()
@@ -238,7 +264,8 @@ def inspect(doc: TF2CheckpointDoc) -> dict:
     for entry, rnn in zip(info["rnns"], doc.rnns):
         entry["details"] = [f"object: {doc.object_path(rnn)}"] + list(entry["details"])
     what = "SavedModel variables" if doc.saved_model else "TF2 object-based checkpoint"
-    arch = "architecture from --config" if doc.config_given else "no architecture (layers found by shape)"
+    arch = ("architecture from keras_metadata.pb" if doc.metadata is not None else "architecture from --config"
+            if doc.config_given else "no architecture (layers found by shape)")
     info["file"] = str(doc.path)
     info["format"] = FORMAT
     info["kind"] = "model" if doc.config_given else "weights"
@@ -256,6 +283,7 @@ def inspect(doc: TF2CheckpointDoc) -> dict:
 
 
 def input_facts(path, opts: Options) -> InputFacts:
-    """With ``--config`` a graph (through the staged legacy file), else the converted layers' weights
-    alone (:class:`~gruconv.model.canonical.InputFacts`); nothing is read."""
-    return InputFacts("staged-graph" if opts.config is not None else "staged-weights")
+    """With ``--config`` or a SavedModel's ``keras_metadata.pb`` a graph (through the staged legacy file), else
+    the converted layers' weights alone (:class:`~gruconv.model.canonical.InputFacts`); nothing is read."""
+    graph = opts.config is not None or _metadata(path, opts) is not None
+    return InputFacts("staged-graph" if graph else "staged-weights")

@@ -83,6 +83,67 @@ def variables(keys) -> dict:
     return out
 
 
+#: Object-graph edges that alias variables or layers already reachable by their structural path: a
+#: Keras layer's ``variables``/``trainable_variables``/``non_trainable_variables`` lists, ``keras_api`` and
+#: the ``layer-N`` twin of ``layer_with_weights-N`` (tf_keras ``engine/base_layer.py`` /
+#: ``engine/training.py`` ``_trackable_children``; ``saving/legacy/saved_model/serialized_attributes.py``).
+_ALIAS_EDGE = re.compile(r"^(variables|trainable_variables|non_trainable_variables|keras_api|layer-\d+)$")
+#: Most object-graph nodes walked: a Keras model has a few per weight.
+_MAX_GRAPH_NODES = 1_000_000
+
+
+def structural_variables(bundle) -> dict:
+    """:func:`variables` of ``bundle``, with every variable stored under a list alias given the path its
+    layers give it.
+
+    Why: a checkpoint key is the variable's first path in a breadth-first walk of the object graph
+    (``tensorflow/python/checkpoint/graph_view.py``), and a SavedModel's object graph has more edges than
+    a ``save_weights`` checkpoint's: tf_keras ``model.save(dir)`` stores the variables of a
+    ``Bidirectional`` layer as ``variables/3/...`` (the model's ``variables`` list reaches them in two steps,
+    ``layer_with_weights-1/forward_layer/kernel`` in three; seen with tf_keras 2.21).  The object graph
+    (``_CHECKPOINTABLE_OBJECT_GRAPH``, :mod:`gruconv.readers.tfgraph.protos`) has every edge: a walk that
+    skips :data:`_ALIAS_EDGE` finds the layer path of each such variable."""
+    from ..tfbundle import Malformed
+    from ..tfgraph import protos
+
+    owners = variables(bundle.keys())
+    aliased = {key for path, attrs in owners.items() if any(_ALIAS_EDGE.match(p) for p in path)
+               for key in attrs.values()}
+    if not aliased or GRAPH_KEY not in bundle:
+        return owners
+    try:
+        raw = bundle.read(GRAPH_KEY)
+        data = raw.item() if hasattr(raw, "item") else raw
+        graph = protos.parse_binary(bytes(data), "TrackableObjectGraph", "object graph")
+        nodes = list(graph.each("nodes"))
+        if len(nodes) > _MAX_GRAPH_NODES:
+            raise InputError(f"the checkpoint's object graph has {len(nodes)} objects, more than {_MAX_GRAPH_NODES}")
+        paths: dict = {0: ()}
+        queue = [0]
+        for node_id in queue:  # breadth first, each node once
+            for child in nodes[node_id].each("children"):
+                target, name = child.get("node_id", 0), child.get("local_name", "")
+                if _ALIAS_EDGE.match(name) or target in paths or not 0 <= target < len(nodes):
+                    continue
+                paths[target] = paths[node_id] + (name,)
+                queue.append(target)
+        found = {}
+        for node_id, path in paths.items():
+            for attr in nodes[node_id].each("attributes"):
+                key = attr.get("checkpoint_key", "")
+                if key in aliased and path and any(_LWW.match(p) for p in path):
+                    found[key] = path
+    except Malformed as e:
+        raise InputError(f"the checkpoint's object graph is damaged or too large ({e})") from None
+    out: dict = {}
+    for path, attrs in owners.items():
+        for attr, key in attrs.items():
+            where = found.get(key)
+            owner, name = (where[:-1], where[-1]) if where else (path, attr)
+            out.setdefault(owner, {})[name] = key
+    return out
+
+
 def _model_roots(owners: dict) -> list:
     """Object paths under which ``layer_with_weights-N`` children hang (the Keras models), outermost first."""
     roots = set()
@@ -234,7 +295,7 @@ def to_legacy_h5(bundle, target: Path, config: Optional[dict] = None) -> dict:
     staging path).  Returns ``{weight name in the file: bundle key}`` so callers can say where each
     tensor came from.  Raises :class:`InputError`/:class:`UnsupportedError` naming the layer when the
     checkpoint and ``config`` do not map one-to-one."""
-    owners = variables(bundle.keys())
+    owners = structural_variables(bundle)
     shapes = {info.key: tuple(info.shape) for info in bundle}
     if config is not None:
         roots = _model_roots(owners)

@@ -1,0 +1,288 @@
+"""TensorFlow graphs that hold cuDNN ops: ``tf-graph``.
+
+What it reads: a SavedModel directory (``saved_model.pb`` or ``saved_model.pbtxt``) whose graph or any
+function of its library holds a ``CudnnRNN*`` node, and a frozen ``GraphDef`` file (``*.pb`` binary,
+``*.pbtxt`` text) that does.  A Keras 3 ``model.export(dir)`` or ``tf.saved_model.save`` made on a GPU
+machine is one (Keras 3's TensorFlow backend traces ``CudnnRNNV3`` whenever a GPU is there at trace time;
+``docs/architecture.md``), and so is a TF1 graph frozen with ``convert_variables_to_constants`` around a
+``CudnnRNN`` op.  Such a graph cannot run on a CPU (TensorFlow has no CPU kernel for any cuDNN op), and
+rewriting it is not implemented yet, so this reader states what it found and the conversion is refused in
+one line (exit 3; :data:`gruconv.model.canonical.CONTENTS` ``refused``): before it existed, the
+variables reader took the directory and said "nothing to convert" (exit 0), a green verdict on exactly
+the file a user needs help with.  ``gruconv inspect`` lists every cuDNN node
+(:mod:`gruconv.readers.tfgraph.cudnn`).
+
+A graph whose every cuDNN node sits in a tf.keras GPU-only variant with a standard twin (tf.keras 2.x's
+implementation selector) already serves on a CPU: that is said, as "nothing to convert" (``final``).
+
+Left to the other readers: a SavedModel with ``keras_metadata.pb`` beside its variables (tf.keras 2.x
+``model.save(dir)``: the architecture is in it, and :mod:`gruconv.readers.tf2` converts it from there
+whatever its graph holds), a SavedModel of TF1 name-based variables (no object graph: the
+``tf1-checkpoint`` reader converts the cuDNN buffers stored in them), and any graph without cuDNN nodes.
+A tf.keras SavedModel whose variables are missing is this reader's too, to be refused in one line.
+
+Graph files are read through :mod:`gruconv.files.inputs` (regular files only, ``LIMITS["graph"]``) and
+walked by :mod:`gruconv.readers.tfgraph.protos` (no TensorFlow, bounded).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from ...errors import InputError, UnsupportedError
+from ...model.canonical import Document, InputFacts
+from ...options import Options
+
+FORMAT = "tf-graph"
+#: What this reader reads, for messages.
+DESCRIPTION = "a TensorFlow graph holding cuDNN ops"
+#: Nothing is converted, so no option applies.
+OPTIONS = frozenset()
+#: Its documents carry no Keras graph.
+GRAPH = False
+#: The name endings of a frozen graph, stripped by batch mode.
+SUFFIXES = (".pbtxt", ".pb")
+
+#: A SavedModel's graph file, binary first (``tensorflow/python/saved_model/constants.py``).
+SAVED_MODEL_FILES = (("saved_model.pb", False), ("saved_model.pbtxt", True))
+#: tf.keras 2.x's metadata file (tf_keras ``saving/legacy/saved_model/constants.py`` ``SAVED_METADATA_PATH``).
+KERAS_METADATA = "keras_metadata.pb"
+
+
+# --------------------------------------------------------------------------- where the graph is
+
+@dataclass(frozen=True)
+class GraphFile:
+    """The file holding the graph: its path, its message type (``SavedModel``/``GraphDef``), text or binary."""
+
+    path: Path
+    type: str
+    text: bool
+
+
+def graph_file(path) -> Optional[GraphFile]:
+    """The graph file of ``path`` (a SavedModel directory, ``saved_model.pb[txt]`` itself, a ``.pb`` /
+    ``.pbtxt`` GraphDef), or None; never raises."""
+    from ...files.inputs import is_regular
+
+    p = Path(os.fspath(path))
+    try:
+        if p.is_dir():
+            for name, text in SAVED_MODEL_FILES:
+                if is_regular(p / name):
+                    return GraphFile(p / name, "SavedModel", text)
+            return None
+    except (OSError, ValueError):
+        return None
+    if not is_regular(p):
+        return None
+    for name, text in SAVED_MODEL_FILES:
+        if p.name == name:
+            return GraphFile(p, "SavedModel", text)
+    if p.name.endswith(".pbtxt"):
+        return GraphFile(p, "GraphDef", True)
+    if p.name.endswith(".pb"):
+        return GraphFile(p, "GraphDef", False)
+    return None
+
+
+def _variables(directory: Path) -> Optional[Path]:
+    """The variables bundle prefix of a SavedModel directory, when its index is there."""
+    from ...files.inputs import is_regular
+
+    prefix = directory / "variables" / "variables"
+    return prefix if is_regular(str(prefix) + ".index") else None
+
+
+def _name_based(prefix: Path) -> bool:
+    """Whether a variables bundle is TF1 name-based (no object graph): the ``tf1-checkpoint`` reader's."""
+    from ...errors import GruconvError
+    from ..tf2.objects import is_object_checkpoint
+    from ..tfbundle import open_bundle
+
+    try:
+        with open_bundle(prefix) as b:
+            return not is_object_checkpoint(b.keys())
+    except GruconvError:  # a damaged bundle: not a TF1 one this reader must leave alone
+        return False
+
+
+# --------------------------------------------------------------------------- scanning
+
+@dataclass
+class Scan:
+    """What a graph file holds: its cuDNN nodes (:class:`~gruconv.readers.tfgraph.cudnn.CudnnNode`)."""
+
+    file: GraphFile
+    nodes: list
+    graphs: int = 1
+
+
+def scan(gf: GraphFile) -> Scan:
+    """Every cuDNN node of the graph file; a damaged file is an :class:`InputError` (one line)."""
+    from ...files.inputs import read_bytes
+    from ..tfbundle import Malformed
+    from . import cudnn, protos
+
+    what = "SavedModel graph" if gf.type == "SavedModel" else "TensorFlow GraphDef"
+    data = read_bytes(gf.path, "a " + what, kind="graph-text" if gf.text else "graph")
+    try:
+        top = protos.parse(data, gf.type, f"{gf.type} {gf.path.name}", text=gf.text, path=gf.path,
+                           keep=cudnn.keep_text)
+        graphs = ([g for m in top.each("meta_graphs") for g in m.each("graph_def")] if gf.type == "SavedModel"
+                  else [top])
+        nodes = [n for g in graphs for n in cudnn.graph_nodes(g)]
+    except Malformed as e:
+        raise protos.malformed(e, what, gf.path) from None
+    except RecursionError:  # the walk does not recurse; kept as a guard
+        raise InputError(f"is not a readable {what} (nested too deeply)", path=gf.path) from None
+    return Scan(gf, nodes, len(graphs))
+
+
+def _claims(p: Path, gf: GraphFile) -> bool:
+    """The sniff's decision (see the module docstring for what is left to the other readers)."""
+    from ...errors import GruconvError
+    from ...files.inputs import contains
+    from . import cudnn
+
+    # a SavedModel's graph file named by itself is judged as its directory
+    directory = p if p.is_dir() else p.parent if gf.type == "SavedModel" else None
+    if directory is not None and (directory / KERAS_METADATA).exists():
+        return _variables(directory) is None  # with its variables it is the tf2 reader's
+    if not contains(gf.path, cudnn.MARKER, "a TensorFlow graph"):
+        return False
+    if directory is not None and (prefix := _variables(directory)) is not None and _name_based(prefix):
+        return False
+    try:
+        return bool(scan(gf).nodes)
+    except GruconvError:
+        return True  # a damaged graph that names cuDNN ops: read() says what is wrong with it
+
+
+def sniff(path) -> bool:
+    """True for a SavedModel or frozen graph holding cuDNN nodes (or naming them and damaged), and for
+    a tf.keras SavedModel missing its variables; no exceptions."""
+    try:
+        p = Path(os.fspath(path))
+        gf = graph_file(p)
+        return gf is not None and _claims(p, gf)
+    except Exception:  # noqa: BLE001 - a sniff never raises: the next reader describes what it cannot read
+        return False
+
+
+def input_files(path) -> list:
+    """Every file a conversion of ``path`` reads: the graph file (and ``keras_metadata.pb``)."""
+    p = Path(path)
+    gf = graph_file(p)
+    files = [] if gf is None else [gf.path]
+    if p.is_dir() and (p / KERAS_METADATA).is_file():
+        files.append(p / KERAS_METADATA)
+    return files
+
+
+def input_prefix(path):
+    """Batch mode's "what is one input here": the SavedModel directory (or the frozen graph file)."""
+    p = Path(path)
+    if p.is_file() and p.name in dict(SAVED_MODEL_FILES):
+        return p.parent
+    return p
+
+
+# --------------------------------------------------------------------------- the document
+
+@dataclass
+class GraphDoc:
+    """A graph and its cuDNN nodes; ``missing``: a tf.keras SavedModel's absent variables, in words."""
+
+    path: Path
+    file: Optional[GraphFile]
+    nodes: list = field(default_factory=list)
+    missing: Optional[str] = None
+
+    @property
+    def rnns(self) -> list:
+        return []  # no stack is read out of a graph (yet)
+
+    @property
+    def serves_on_cpu(self) -> bool:
+        from .cudnn import serves_on_cpu
+
+        return self.missing is None and serves_on_cpu(self.nodes)
+
+    @property
+    def content(self) -> str:
+        """What the document holds (:data:`gruconv.model.canonical.CONTENTS`)."""
+        return "final" if self.serves_on_cpu else "refused"
+
+    def found(self) -> str:
+        """The nodes in a few words: ``4 cuDNN ops (CudnnRNNV3 x4) in function __inference___call___1534``."""
+        ops: dict = {}
+        places: list = []
+        for n in self.nodes:
+            ops[n.op] = ops.get(n.op, 0) + 1
+            if n.where not in places:
+                places.append(n.where)
+        where = ", ".join(places[:2]) + (f" and {len(places) - 2} more" if len(places) > 2 else "")
+        kinds = ", ".join(f"{op} x{k}" if k > 1 else op for op, k in ops.items())
+        return f"{len(self.nodes)} cuDNN op(s) ({kinds}) in {where}"
+
+    def what(self) -> str:
+        return "SavedModel" if self.file is not None and self.file.type == "SavedModel" else "frozen graph"
+
+    def document(self) -> Document:
+        d = Document(source=str(self.path), reader=FORMAT, inputs=input_files(self.path))
+        if self.missing is not None:
+            d.refusal = InputError(self.missing, path=self.path)
+        elif self.serves_on_cpu:
+            d.nothing = True
+            d.reason = (f"the {self.what()} already serves on a CPU: its {self.found()} sit in tf.keras GPU-only "
+                        "variants, each with a standard twin TensorFlow runs instead on a CPU")
+        else:
+            d.refusal = UnsupportedError(
+                f"{self.what()} holds {self.found()}, which run only on a GPU; converting graphs with cuDNN ops "
+                "is not implemented yet (gruconv inspect lists them)", path=self.path)
+        return d
+
+
+def read(path, options: Optional[Options] = None, **kw) -> GraphDoc:
+    """The graph's cuDNN nodes (a tf.keras SavedModel missing its variables: that refusal)."""
+    Options.of(options, **kw)
+    path = Path(path)
+    gf = graph_file(path)
+    if gf is not None and gf.type == "SavedModel" and (gf.path.parent / KERAS_METADATA).exists() \
+            and _variables(gf.path.parent) is None:
+        return GraphDoc(path, gf, missing=("is a tf.keras SavedModel without its variables (variables/variables.index "
+                                           "is missing): its weights are not in it"))
+    if gf is None:
+        raise InputError("is not a SavedModel directory nor a .pb/.pbtxt graph", path=path)
+    s = scan(gf)
+    return GraphDoc(path, gf, s.nodes)
+
+
+# --------------------------------------------------------------------------- registry verbs
+
+def inspect(doc: GraphDoc) -> dict:
+    """The one inspect schema; ``details`` has one line per cuDNN node, ``cudnn_nodes`` the same as data."""
+    d = doc.document()
+    if doc.missing is not None:
+        summary = doc.missing
+    elif doc.serves_on_cpu:
+        summary = f"{doc.what()}; {doc.found()}, all in GPU-only variants with a CPU twin: already serves on a CPU"
+    else:
+        summary = (f"{doc.what()}; {doc.found()}: runs only on a GPU; converting graphs with cuDNN ops is not "
+                   "implemented yet")
+    details = [n.describe() for n in doc.nodes]
+    if d.refusal is not None and doc.missing is None:
+        details.append("gruconv convert/verify refuse this graph (exit 3)")
+    return {"file": str(doc.path), "format": FORMAT, "kind": "graph", "summary": summary, "rnns": [],
+            "details": details, "cudnn_nodes": [n.to_dict() for n in doc.nodes],
+            "refused": None if d.refusal is None else d.refusal.message,
+            "nothing_to_convert": d.nothing}
+
+
+def input_facts(path, opts: Options) -> InputFacts:
+    """``refused`` (cuDNN ops a CPU cannot run, or no variables) or ``final`` (already serves on a CPU)."""
+    return InputFacts(read(path, opts).content)

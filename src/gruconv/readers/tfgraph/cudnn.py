@@ -1,0 +1,186 @@
+"""The cuDNN RNN ops of a TensorFlow graph: which nodes, with which settings, and whether the graph runs
+without them.
+
+Facts, each from its source:
+
+* The ops (:data:`CUDNN_OPS`; ``tensorflow/core/ops/cudnn_rnn_ops.cc``, the op registry of TensorFlow 2.21):
+  ``CudnnRNN``/``V2``/``V3`` run the RNN, ``CudnnRNNBackprop*`` its gradient, ``CudnnRNNCanonicalToParams*`` /
+  ``CudnnRNNParamsToCanonical*`` / ``CudnnRNNParamsSize`` convert or size the opaque buffer.  TensorFlow
+  registers kernels for all of them on the GPU only (``tensorflow/core/kernels/cudnn_rnn_ops.cc``), so a
+  graph that runs one cannot run on a CPU: "No OpKernel was registered to support Op 'CudnnRNNV3'".
+* An attr left at its default is not written into the NodeDef (seen: Keras 3's export writes only
+  ``rnn_mode: "gru"`` and ``time_major``; an LSTM's node has no ``rnn_mode`` at all), so :data:`ATTR_DEFAULTS`
+  are the op registry's defaults (``rnn_mode="lstm"``, ``input_mode="linear_input"``,
+  ``direction="unidirectional"``; V3: ``time_major=true``; read with
+  ``tensorflow.python.framework.op_def_registry.get``).
+* tf.keras 2.x's GRU/LSTM (TF 2.0-2.15; tf_keras ``layers/rnn/gru_lstm_utils.py``,
+  ``_FUNCTION_API_NAME_ATTRIBUTE = "api_implements"``, ``_FUNCTION_DEVICE_ATTRIBUTE = "api_preferred_device"``)
+  trace two functions per call, ``gpu_gru_with_fallback`` (``CudnnRNNV3``, preferred device ``GPU``) and
+  ``standard_gru`` (a ``while`` loop, ``CPU``), with the same ``api_implements`` value; Grappler's
+  implementation selector (``tensorflow/core/grappler/optimizers/implementation_selector.cc``) swaps in the
+  function that matches the device the graph is placed on.  A cuDNN node in a GPU variant whose
+  ``api_implements`` has a twin without cuDNN ops therefore never runs on a CPU: such a graph already
+  serves there (:attr:`CudnnNode.cpu_twin`).  A ``CuDNNGRU``/``CuDNNLSTM`` layer, or Keras 3's TensorFlow
+  backend tracing on a GPU (``keras/src/backend/tensorflow/rnn.py`` ``_cudnn_gru``), calls the op directly,
+  with no twin.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+from .protos import Message
+
+#: op -> what it does; every op TensorFlow 2.21 registers under the ``CudnnRNN`` prefix (GPU kernels only).
+CUDNN_OPS = {
+    "CudnnRNN": "runs the RNN",
+    "CudnnRNNV2": "runs the RNN",
+    "CudnnRNNV3": "runs the RNN",
+    "CudnnRNNBackprop": "the RNN's gradient",
+    "CudnnRNNBackpropV2": "the RNN's gradient",
+    "CudnnRNNBackpropV3": "the RNN's gradient",
+    "CudnnRNNCanonicalToParams": "packs weights into the opaque buffer",
+    "CudnnRNNCanonicalToParamsV2": "packs weights into the opaque buffer",
+    "CudnnRNNParamsToCanonical": "unpacks the opaque buffer",
+    "CudnnRNNParamsToCanonicalV2": "unpacks the opaque buffer",
+    "CudnnRNNParamsSize": "sizes the opaque buffer",
+}
+#: Bytes every cuDNN op name starts with: the sniff's cheap look for them in a file.
+MARKER = b"CudnnRNN"
+
+#: The attrs reported per node and, where the NodeDef leaves one out, the op registry's default.
+ATTR_DEFAULTS = {"rnn_mode": "lstm", "direction": "unidirectional", "input_mode": "linear_input"}
+#: Ops with a ``time_major`` attr (default true).
+TIME_MAJOR_OPS = frozenset({"CudnnRNNV3", "CudnnRNNBackpropV3"})
+
+#: tf.keras's function attrs (tf_keras ``layers/rnn/gru_lstm_utils.py``).
+API_IMPLEMENTS, API_DEVICE = "api_implements", "api_preferred_device"
+
+
+@dataclass(frozen=True)
+class CudnnNode:
+    """One cuDNN node: its op and name, ``where`` it is (``graph`` or ``function NAME``), the settings
+    (``time_major`` None for an op without it) and, for a node in a tf.keras GPU-only variant function,
+    the CPU twin that replaces it there (None: the node runs wherever the graph runs)."""
+
+    op: str
+    name: str
+    where: str
+    rnn_mode: str
+    direction: str
+    input_mode: str
+    time_major: Optional[bool]
+    cpu_twin: Optional[str] = None
+
+    @property
+    def runs_the_rnn(self) -> bool:
+        return CUDNN_OPS[self.op] == "runs the RNN"
+
+    def describe(self) -> str:
+        """One line: ``CudnnRNNV3 'fw/CudnnRNNV3' (gru, unidirectional, linear_input, time_major=false) in ...``."""
+        settings = [self.rnn_mode, self.direction, self.input_mode]
+        if self.time_major is not None:
+            settings.append(f"time_major={str(self.time_major).lower()}")
+        twin = (f"; a GPU-only variant: on a CPU its twin {self.cpu_twin} runs instead"
+                if self.cpu_twin else "")
+        return f"{self.op} '{self.name}' ({', '.join(settings)}) in {self.where}{twin}"
+
+    def to_dict(self) -> dict:
+        return {"op": self.op, "name": self.name, "where": self.where, "rnn_mode": self.rnn_mode,
+                "direction": self.direction, "input_mode": self.input_mode, "time_major": self.time_major,
+                "cpu_twin": self.cpu_twin}
+
+
+def _text(attr: Optional[Message]) -> Optional[str]:
+    if attr is None:
+        return None
+    s = attr.get("s")
+    return None if s is None else bytes(s).decode("utf-8", "replace")
+
+
+_NODE_ATTRS = frozenset(ATTR_DEFAULTS) | {"time_major"}
+_FUNCTION_ATTRS = frozenset({API_IMPLEMENTS, API_DEVICE})
+
+
+def _node(node: Message, where: str) -> Optional[CudnnNode]:
+    """The node as a :class:`CudnnNode`, or None for any other op (one pass; only its wanted attrs kept)."""
+    if not node.may_hold(MARKER):
+        return None
+    op = name = ""
+    attrs: dict = {}
+    for field, value in node.fields("name", "op", "attr"):
+        if field == "op":
+            op = value
+        elif field == "name":
+            name = value
+        elif (key := value.get("key", "")) in _NODE_ATTRS:
+            attrs[key] = value.get("value")
+    if op not in CUDNN_OPS:
+        return None
+    settings = {k: _text(attrs.get(k)) or default for k, default in ATTR_DEFAULTS.items()}
+    time_major = None
+    if op in TIME_MAJOR_OPS:
+        tm = attrs.get("time_major")
+        time_major = True if tm is None else bool(tm.get("b", False))
+    return CudnnNode(op=op, name=name, where=where, time_major=time_major, **settings)
+
+
+def _function(f: Message) -> tuple:
+    """``(name, api_implements, api_preferred_device, [its cuDNN nodes, no twin yet])`` in one pass; the
+    nodes of a function whose bytes never name a cuDNN op are not looked into."""
+    walk = f.may_hold(MARKER)
+    name, attrs, pending = "", {}, []
+    for field, value in f.fields("signature", "attr", "node_def"):
+        if field == "signature":
+            name = value.get("name", "")
+        elif field == "attr":
+            key = value.get("key", "")
+            if key in _FUNCTION_ATTRS:
+                attrs[key] = value.get("value")
+        elif walk and (n := _node(value, "")) is not None:
+            pending.append(n)
+    found = [dataclasses.replace(n, where=f"function {name}") for n in pending]
+    return name, _text(attrs.get(API_IMPLEMENTS)), _text(attrs.get(API_DEVICE)), found
+
+
+def _twins(functions: list) -> dict:
+    """function name -> the name of its CPU twin, for every tf.keras GPU-only variant that has one: another
+    function with the same ``api_implements``, another preferred device and no cuDNN op."""
+    by_api: dict = {}
+    for name, api, device, nodes in functions:
+        if api and not nodes and (device or "").upper() != "GPU":
+            by_api.setdefault(api, name)
+    return {name: by_api[api] for name, api, device, _ in functions
+            if api and (device or "").upper() == "GPU" and api in by_api}
+
+
+def keep_text(message: Message) -> bool:
+    """For :func:`gruconv.readers.tfgraph.protos.parse_text`: keep every message but a non-cuDNN node."""
+    return message.type != "NodeDef" or message.get("op", "") in CUDNN_OPS
+
+
+def graph_nodes(graph: Message) -> Iterator[CudnnNode]:
+    """Every cuDNN node of a GraphDef: its own nodes, then each library function's (a repeated
+    ``library`` field merges, as protobuf merges a message field given twice)."""
+    functions = []  # only those that matter to the twin rule: with an api_implements attr or cuDNN nodes
+    for field, value in graph.fields("node", "library"):
+        if field == "node":
+            found = _node(value, "graph")
+            if found is not None:
+                yield found
+            continue
+        for f in value.each("function"):
+            fn = _function(f)
+            if fn[1] or fn[3]:
+                functions.append(fn)
+    twins = _twins(functions)
+    for name, _, _, nodes in functions:
+        for n in nodes:
+            yield dataclasses.replace(n, cpu_twin=twins.get(name))
+
+
+def serves_on_cpu(nodes: list) -> bool:
+    """Whether a graph holding ``nodes`` runs on a CPU: every cuDNN node has a CPU twin."""
+    return bool(nodes) and all(n.cpu_twin for n in nodes)
