@@ -38,8 +38,31 @@ def inspect(path, options=None, **kw) -> dict:
         report = for_document(doc)
         if report is not None:
             info["cudnn_eligibility"] = report
+    refused = _translation_refusal(doc)
+    if refused is not None and not info.get("refused"):
+        info["refused"] = refused
+        info.setdefault("details", []).append(f"gruconv convert refuses it: {refused}")
     _add_targets(info)
     return info
+
+
+def _translation_refusal(doc) -> Optional[str]:
+    """The message ``convert`` refuses a Keras graph with before writing anything, when the one translation
+    (:func:`gruconv.keras3.config.translate`, pure JSON) refuses what the file means (a value Keras 3 would
+    refuse, a Keras 2 function Keras 3 has no equal of): inspect says it first, in the same words."""
+    config, rnns = getattr(doc, "model_config", None), getattr(doc, "rnns", None)
+    if not isinstance(config, dict) or not rnns:
+        return None
+    from .errors import InputError, UnsupportedError
+    from .keras3 import config as keras3_config
+
+    try:
+        keras3_config.translate(config, outside=keras3_config.CARRY)
+    except InputError as e:
+        return e.message
+    except UnsupportedError:  # the streaming writer's limits: the Keras-built route may still write it
+        return None
+    return None
 
 
 def _add_targets(info: dict) -> None:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import Iterable, Optional
 
-from ..errors import UnsupportedError
+from ..errors import InputError, UnsupportedError
 
 #: Keys of an initializer / regularizer / constraint config that Keras 2 ignored and Keras 3 refuses.
 DROPPED_OBJECT_KEYS = ("dtype",)
@@ -103,10 +103,11 @@ def mentions_changed_function(obj) -> bool:
 
 
 def check_functions(cls: str, cfg: dict, where: str) -> None:
-    """Refuse (one line) a Keras 2 function Keras 3 computes differently where no weight can make it equal."""
+    """Refuse (one line) a Keras 2 function Keras 3 computes differently where no weight can make it equal:
+    :class:`InputError`, final (not the streaming writer's limit, so no route would write it)."""
     for key, name in changed_functions(cls, cfg):
         if (cls, key) not in RESCALED:
-            raise UnsupportedError(
+            raise InputError(
                 f"{where}: {key}={name!r} is Keras 2's {name} (clip(0.2*x + 0.5, 0, 1)); Keras 3's {name} is "
                 f"another function (relu6(x + 3) / 6) and no Keras 3 built-in computes Keras 2's, and this "
                 f"{cls}'s input to it is not an affine map of its own weights that gruconv could rescale")
