@@ -111,8 +111,8 @@ def refusal(doc) -> Optional[str]:
 def _tf_keras():
     try:
         import tf_keras  # noqa: F401  (Keras 2; needs TensorFlow)
-    except ImportError as e:
-        raise Unavailable(f"tf_keras is not installed ({e.name or e}); pip install tf-keras") from None
+    except ImportError:
+        raise Unavailable("tf_keras is not installed (pip install tf-keras, with TensorFlow)") from None
     import tensorflow as tf
 
     return tf, tf_keras
