@@ -185,3 +185,14 @@ def test_nameless_layer_gets_its_saved_name(tmp_path):
     assert keras2_names(cfg, ["d", "saved"])["config"]["layers"][1]["config"]["name"] == "saved"
     assert keras2_names(cfg, ["other", "saved"])["config"]["layers"][1]["config"]["name"] == "my_layer_1"
     assert "name" not in cfg["config"]["layers"][1]["config"]  # the input is not changed
+
+
+def test_a_model_of_cudnn_layers_only_skips_the_tf_keras_row_with_a_note(tmp_path):
+    """Nothing around the cuDNN layers to translate: the layer checks cover the model whole (with the
+    original's own options), so the tf_keras run (a second copy of every weight) is not made; said so."""
+    res = run("verify", FIXTURES / "keras" / "bidir_concat.h5", "--json", tmp_path / "r.json")
+    assert res.exit_code == 0, res.output
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert not any(c["name"].startswith("end to end (tf_keras)") for c in report["checks"])
+    assert any("(tf_keras): not needed: the model holds nothing but its cuDNN layers" in n for n in report["notes"])
+    assert report["environment"]["keras2_reference"].startswith("not run: not needed")

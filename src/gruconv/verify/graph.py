@@ -313,7 +313,8 @@ def keras2_end_to_end(doc, engine, report, feed, tolerance, got) -> None:
     ref_model, ref, why = cache[key]
     report.environment["keras2_reference"] = "tf_keras, CPU" if why is None else f"not run: {why}"
     if why is not None:
-        note = KERAS2_NOT_RUN.format(why=why)
+        note = (KERAS2_NOT_RUN.format(why=why) if why != keras2.NOT_NEEDED
+                else f"end to end against the original as Keras 2 computes it (tf_keras): {why}")
         if note not in report.notes:
             report.notes.append(note)
         return

@@ -65,7 +65,9 @@ def twin_config(model_config: dict) -> dict:
     """``model_config`` with each CuDNN layer renamed to its CPU twin (:data:`CPU_TWINS`), and a key older
     than its argument given the value the Keras that wrote the file meant
     (:data:`gruconv.keras3.dialects.MISSING_DEFAULTS`: a Keras <= 2.1 GRU without ``reset_after`` is
-    ``reset_after=False``; tf_keras 2.x would default it to True and refuse the weights); nothing else changed."""
+    ``reset_after=False``; tf_keras 2.x would default it to True and refuse the weights); every initializer
+    ``Zeros`` (every weight is loaded from the file, so initial values decide nothing, and an Orthogonal
+    recurrent kernel of 1024 units costs a QR of seconds); nothing else changed."""
     from ...keras3.dialects import MISSING_DEFAULTS
 
     new = copy.deepcopy(model_config)
@@ -80,6 +82,10 @@ def twin_config(model_config: dict) -> dict:
                 for (cls, key), meant in MISSING_DEFAULTS.items():
                     if obj.get("class_name") == cls and key not in obj["config"]:
                         obj["config"][key] = meant
+            conf = obj.get("config")
+            if isinstance(obj.get("class_name"), str) and isinstance(conf, dict):
+                for key in [k for k in conf if k.endswith("_initializer") and conf[k] is not None]:
+                    conf[key] = {"class_name": "Zeros", "config": {}}  # every weight is loaded: no QR to pay
             for v in obj.values():
                 visit(v)
         elif isinstance(obj, list):
@@ -90,15 +96,25 @@ def twin_config(model_config: dict) -> dict:
     return new
 
 
+#: The reason given for a model the layer checks cover whole (:func:`refusal`).
+NOT_NEEDED = ("not needed: the model holds nothing but its cuDNN layers, each checked against the reference with "
+              "the original's own options")
+#: Layers that add nothing to check beside the cuDNN ones: a model made of these and its cuDNN layers (their
+#: wrappers included) is checked whole by the layer checks, which run the ORIGINAL layers' own options.
+_NOTHING_AROUND = {"InputLayer", "Bidirectional", "TimeDistributed", "Sequential", "Functional", "Model"}
+
+
 def refusal(doc) -> Optional[str]:
-    """Why this document cannot be run by the reference (None: it can), before anything is imported."""
+    """Why this document is not run by the reference (None: it is), before anything is imported."""
     from ...keras3.builtins import bare_name, is_custom
 
     if getattr(doc, "model_config", None) is None:
         return "no architecture"
+    classes = _layer_classes(doc.model_config, set())
+    if classes <= _NOTHING_AROUND | set(CPU_TWINS):
+        return NOT_NEEDED
     if getattr(doc, "content", None) != "graph" or getattr(doc, "layout", None) != "legacy":
         return "its weights are not a legacy Keras HDF5 file read as it is"
-    classes = _layer_classes(doc.model_config, set())
     code = sorted(classes & CODE_CLASSES)
     if code:
         return f"it holds {', '.join(code)} layer(s), whose code gruconv never runs"
