@@ -412,6 +412,12 @@ def _model(legacy: dict, cls: str, path: str, outside: Optional[str] = None) -> 
     layers = [layer_config(l, path, in_functional=True, outside=outside) for l in given["layers"]]
     cfg = {"name": given.get("name"), "trainable": given.get("trainable", True), "layers": layers,
            "input_layers": _refs(given.get("input_layers")), "output_layers": _refs(given.get("output_layers"))}
+    outs = cfg["output_layers"]
+    if nested and isinstance(outs, list) and len(outs) == 1 and isinstance(outs[0], list):
+        # Keras 2's Network returns its one output as a tensor (``engine/network.py`` ``call``: ``output_tensors[0]``
+        # when there is one), and so does Keras 3 for a single output ref; a one-item list would hand the layer
+        # after it in a Sequential a list ("Cannot convert ... to a shape"; the dialect property, seed 7020)
+        cfg["output_layers"] = outs[0]
     out = {"module": "keras.src.models.functional", "class_name": "Functional", "config": cfg,
            "registered_name": "Functional"}
     if nested:

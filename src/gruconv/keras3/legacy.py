@@ -160,6 +160,10 @@ def keras2_names(model_config, saved_names: list):
             if not isinstance(layer, dict):
                 continue
             conf = layer.get("config")
+            if isinstance(conf, list) and class_name_of(layer) == "Sequential":
+                # a nested Sequential written by Keras 2.0-2.2.2 is a bare layer list: no name of its own (Keras
+                # 2 named it afresh); given one here in the {name, layers} form 2.2.3+ wrote
+                conf = layer["config"] = {"name": None, "layers": conf}
             if isinstance(conf, dict) and conf.get("name") is None:
                 name = layer.get("name") if isinstance(layer.get("name"), str) else None
                 name = name or (by_position or {}).get(id(layer)) or fresh(str(class_name_of(layer) or ""))
@@ -179,7 +183,7 @@ def _has_nameless(cfg) -> bool:
         if not isinstance(layer, dict):
             continue
         conf = layer.get("config")
-        if isinstance(conf, dict) and conf.get("name") is None or _has_nameless(layer):
+        if isinstance(conf, dict) and conf.get("name") is None or isinstance(conf, list) or _has_nameless(layer):
             return True
         inner = config_of(layer).get("layer")
         if isinstance(inner, dict) and isinstance(inner.get("config"), dict) and inner["config"].get("name") is None:
