@@ -225,8 +225,10 @@ def _drop_input_layer(model: dict) -> bool:
     if first.get("class_name") in MODEL_CLASSES:
         layers.insert(0, {"class_name": "InputLayer", "config": first_in})
         return False
+    # the layer's own dtype stays (Keras 2.2.4 wrote an Embedding's as "float32": Sequential.add made the
+    # input placeholder of the layer's dtype and Embedding cast it); only the shape moves
     first["config"]["batch_input_shape"] = first_in["batch_input_shape"]
-    first["config"]["dtype"] = first_in.get("dtype", "float32")
+    first["config"].setdefault("dtype", "float32")
     return True
 
 
@@ -457,16 +459,19 @@ def corpus_cases() -> list:
         return []
     out = []
     for name, entry in sorted(json.loads(index.read_text()).items()):
-        out.append({"id": f"file-{name}", "seed": entry.get("seed", 0), "corpus": name, "spec": entry["spec"],
-                    "kinds": [], "profile": entry.get("writer")})
+        out.append({"id": f"file-{Path(name).stem}", "seed": entry.get("seed", 0), "corpus": name, "spec": entry["spec"],
+                    "kinds": [], "carries": entry.get("carries", []), "profile": entry.get("writer")})
     return out
 
 
 def variants_of(case: dict, mode: str) -> dict:
     """``{variant name: kinds}``: mode ``all``: the case's kinds together; mode ``classify`` (what
-    :func:`classify` needs for a failed case): the unmutated ``base`` and, with two or more kinds, each alone."""
+    :func:`classify` needs for a failed case): the unmutated ``base`` and, with two or more kinds, each alone;
+    ``all+base``: both the case and its base in one tf_keras run (the quick tier's single-kind cases)."""
     if mode == "all":
         return {"all": list(case["kinds"])}
+    if mode == "all+base":
+        return {"all": list(case["kinds"]), **({"base": []} if case["kinds"] else {})}
     out = {"base": []} if case["kinds"] else {}
     if len(case["kinds"]) > 1:
         out.update({k: [k] for k in case["kinds"]})
@@ -887,7 +892,7 @@ def classify(case: dict, case_dir: Path, entries: dict, failed: dict, verify: bo
     """The class of a failed case: ``base`` if its unmutated file fails too, else the kinds that fail alone
     (joined by ``+``), else ``combo:`` and all its kinds."""
     base = entries.get("base")
-    if case.get("corpus") or not case["kinds"]:
+    if not case["kinds"]:
         return f"base/{failed['symptom']}"
     if base and base.get("npz") and not check_variant(case_dir, base, verify=verify)["ok"]:
         return f"base/{failed['symptom']}"
@@ -903,12 +908,13 @@ def classify(case: dict, case_dir: Path, entries: dict, failed: dict, verify: bo
     return "+".join(alone) if alone else f"combo:{'+'.join(case['kinds'])}/{failed['symptom']}"
 
 
-def run_cases(cases: list, work: Path, *, verify: bool = True, classify_failures: bool = True, log=None) -> list:
+def run_cases(cases: list, work: Path, *, verify: bool = True, classify_failures: bool = True, mode: str = "all",
+              log=None) -> list:
     """Both halves for ``cases``: one record per case (``status``: passed / counterexample / discarded /
     inapplicable / build_error / oracle_error; a counterexample also has ``result`` and, with
     ``classify_failures``, ``class`` -- from a second tf_keras run that builds the failed cases' base and
     single-kind variants)."""
-    built = build_cases(cases, work, mode="all")
+    built = build_cases(cases, work, mode=mode)
     records = []
     for case in cases:
         entries = built.get(case["id"], {})
@@ -928,17 +934,22 @@ def run_cases(cases: list, work: Path, *, verify: bool = True, classify_failures
             r = check_variant(work / case["id"], v, verify=verify)
             rec["result"] = r
             rec["status"] = "passed" if r["ok"] else "counterexample"
-            if not r["ok"] and (case.get("corpus") or not case["kinds"]):
+            if not r["ok"] and case.get("corpus") and not case["kinds"]:
+                # a real writer's file as it is: the class is what it carries (index.json), unchecked
+                rec["class"] = f"file:{'+'.join(case.get('carries') or ['base'])}/{r['symptom']}"
+            elif not r["ok"] and not case["kinds"]:
                 rec["class"] = f"base/{r['symptom']}"
             elif not r["ok"] and len(case["kinds"]) == 1 and not classify_failures:
                 rec["class"] = f"{case['kinds'][0]}/{r['symptom']}"
         records.append(rec)
     todo = [c for c, r in zip(cases, records) if r["status"] == "counterexample" and "class" not in r]
     if todo and classify_failures:
-        more = build_cases(todo, work, mode="classify")
+        need = [c for c in todo if not set(variants_of(c, "classify")) <= set(built.get(c["id"], {}))]
+        more = build_cases(need, work, mode="classify") if need else {}
         for case in todo:
             rec = next(r for r in records if r["id"] == case["id"])
-            rec["class"] = classify(case, work / case["id"], more.get(case["id"], {}), rec["result"], verify=verify)
+            entries = dict(built.get(case["id"], {}), **more.get(case["id"], {}))
+            rec["class"] = classify(case, work / case["id"], entries, rec["result"], verify=verify)
     for rec in records:
         if rec["status"] == "counterexample" and "class" not in rec:
             rec["class"] = f"combo:{'+'.join(rec['kinds'])}/{rec['result']['symptom']}"
