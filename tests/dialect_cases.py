@@ -896,22 +896,27 @@ def _same_failure(a: dict, b: dict) -> bool:
 
 
 #: Counterexample classes of UNMUTATED models (what tf_keras 2.21 itself writes), named by the model feature
-#: that brings them out: {name: (predicate on the spec and the result, what was seen)}.  A base failure whose
-#: spec matches none is plain ``base``.
+#: that brings them out: {name: (the spec has it, the result shows it, what was seen)}.  A base failure that
+#: matches none is plain ``base``.
 BASE_FEATURES = {
     "nested_functional_then_layer": (
-        lambda spec, r: (spec.get("nested") == "functional" and (spec.get("custom") or spec.get("dense")
-                                                                 or spec.get("time_distributed"))
-                         and r.get("symptom") == "load" and "to a shape" in str(r.get("detail"))),
+        lambda spec: (spec.get("nested") == "functional"
+                      and bool(spec.get("custom") or spec.get("dense") or spec.get("time_distributed"))),
+        lambda r: r.get("symptom") == "load" and "to a shape" in str(r.get("detail")),
         "a nested Functional's single output is written as a one-element list (output_layers [[name, 0, 0]]; "
         "Keras 3 itself writes [name, 0, 0]), so Keras 3 hands the layer after it a list: its build gets a "
         "tuple of shapes ('Cannot convert ((None, T, F),) to a shape')"),
 }
 
 
+def base_features(spec: dict) -> list:
+    """The BASE_FEATURES a spec has (whether or not they fail)."""
+    return [name for name, (has, _, _) in BASE_FEATURES.items() if has(spec)]
+
+
 def base_class(spec: dict, result: dict) -> str:
-    for name, (pred, _) in BASE_FEATURES.items():
-        if pred(spec, result):
+    for name, (has, seen, _) in BASE_FEATURES.items():
+        if has(spec) and seen(result):
             return f"base:{name}/{result['symptom']}"
     return f"base/{result['symptom']}"
 
