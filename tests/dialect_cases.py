@@ -900,12 +900,13 @@ def _same_failure(a: dict, b: dict) -> bool:
 #: matches none is plain ``base``.
 BASE_FEATURES = {
     "nested_functional_then_layer": (
-        lambda spec: (spec.get("nested") == "functional"
+        lambda spec: (spec.get("api") == "sequential" and spec.get("nested") == "functional"
                       and bool(spec.get("custom") or spec.get("dense") or spec.get("time_distributed"))),
         lambda r: r.get("symptom") == "load" and "to a shape" in str(r.get("detail")),
-        "a nested Functional's single output is written as a one-element list (output_layers [[name, 0, 0]]; "
-        "Keras 3 itself writes [name, 0, 0]), so Keras 3 hands the layer after it a list: its build gets a "
-        "tuple of shapes ('Cannot convert ((None, T, F),) to a shape')"),
+        "a Functional nested in a Sequential has its single output written as a one-element list "
+        "(output_layers [[name, 0, 0]]; Keras 3 itself writes [name, 0, 0]), so Keras 3 hands the Sequential's "
+        "next layer (Dense, TimeDistributed, a custom layer) a list: its build gets a tuple of shapes "
+        "('Cannot convert ((None, T, F),) to a shape'); inside a Functional the same nested model loads"),
 }
 
 
