@@ -437,6 +437,7 @@ def plan_case(seed: int, kinds=None, profile=None, save=None) -> dict:
     random subset, 1-4 of them).  The same seed and kinds give the same case."""
     rng = random.Random(seed)
     spec = random_spec(rng)
+    given = {"kinds": None if kinds is None else list(kinds), "profile": profile, "save": save}
     if kinds is None:
         profile = profile or rng.choice(sorted(PROFILES))
         pool = PROFILES[profile]
@@ -449,7 +450,7 @@ def plan_case(seed: int, kinds=None, profile=None, save=None) -> dict:
     if spec["save"] == "weights":
         kinds = [k for k in kinds if not MUTATIONS[k].full_only]
     return {"id": f"s{seed}-{'+'.join(kinds) or 'base'}", "seed": seed, "spec": spec, "kinds": kinds,
-            "profile": profile}
+            "profile": profile, "given": given}
 
 
 def corpus_cases() -> list:
@@ -959,7 +960,7 @@ def run_cases(cases: list, work: Path, *, verify: bool = True, classify_failures
     for case in cases:
         entries = built.get(case["id"], {})
         rec = {"id": case["id"], "seed": case["seed"], "kinds": case["kinds"], "profile": case.get("profile"),
-               "spec": describe(case)}
+               "spec": describe(case), "given": case.get("given")}
         v = entries.get("all", {})
         if "_build_error" in entries:
             rec.update(status="build_error", detail=entries["_build_error"])
@@ -1005,9 +1006,18 @@ def kinds_of_class(cls: str) -> set:
 
 
 def reproducer(rec: dict) -> str:
-    kinds = ",".join(rec["kinds"]) or "none"
-    return (f"PYTHONPATH=src python scripts/dialect_sweep.py --seed {rec['seed']} --kinds {kinds} --keep DIR"
-            f"   # {rec['spec']}")
+    """The command that runs this one case again (``--keep DIR`` leaves its files there)."""
+    if rec["id"].startswith("file-"):
+        return "PYTHONPATH=src python scripts/dialect_sweep.py --corpus --keep DIR   # " + rec["id"]
+    given = rec.get("given") or {}
+    args = f"--cases 1 --seed {rec['seed']}"
+    if given.get("kinds") is not None:
+        args += f" --kinds {','.join(given['kinds']) or 'none'}"
+    if given.get("profile"):
+        args += f" --profile {given['profile']}"
+    if given.get("save"):
+        args += f" --save {given['save']}"
+    return f"PYTHONPATH=src python scripts/dialect_sweep.py {args} --keep DIR   # {rec['spec']}"
 
 
 if __name__ == "__main__":
