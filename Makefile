@@ -56,8 +56,9 @@ bench: setup
 	$(PY) bench/run.py
 
 fuzz: setup
-	GRUCONV_FUZZ_CASES=5000 GRUCONV_GENERATIVE_LONG_CASES=600 GRUCONV_GENERATIVE_RANDOM=1 $(PY) -m pytest -q tests/readers/test_fuzz.py \
-	    tests/keras3/test_contract_generative.py
+	GRUCONV_FUZZ_CASES=5000 GRUCONV_GENERATIVE_LONG_CASES=600 GRUCONV_GENERATIVE_RANDOM=1 \
+	GRUCONV_DIALECT_CASES=200 GRUCONV_DIALECT_RANDOM=1 GRUCONV_DIALECT_CORPUS_KINDS=1 $(PY) -m pytest -q tests/readers/test_fuzz.py \
+	    tests/keras3/test_contract_generative.py tests/keras3/test_dialect_property.py
 
 # Every fixture generator (written by the real tf_keras / TensorFlow writers); each but
 # make_user_fixtures.py also takes --check (rebuild in a temp dir, compare byte for byte;
