@@ -44,34 +44,12 @@ LONG_CASES = int(os.environ.get("GRUCONV_DIALECT_CASES", "20"))
 CORPUS_KINDS = os.environ.get("GRUCONV_DIALECT_CORPUS_KINDS") == "1"
 RANDOM_LONG = os.environ.get("GRUCONV_DIALECT_RANDOM") == "1"
 
-#: Counterexample classes open today, by mutation kind: {kind: reason}.  Measured on main at this branch's
-#: start (78d03da); numbers are from the quick tier's cases and ``scripts/dialect_sweep.py`` runs.
-KNOWN_OPEN = {
-    "init_dtype": "refused (exit 3): 'initializer GlorotUniform has argument(s) dtype Keras 3 does not take'; "
-                  "tf.keras 1.13-1.14 wrote dtype into initializer configs and Keras 2 ignored it (drop it)",
-    "later_batch_input_shape": "refused (exit 3): 'the layer before it gives N features, so its kernel should "
-                               "be (N, ...)': gruconv applies a later layer's batch_input_shape, which Keras 2's "
-                               "Sequential ignored (only the first layer's counts); on a custom layer it is carried "
-                               "into the config and Keras 3 refuses it at load ('Unrecognized keyword arguments "
-                               "passed to ScaleShift: {'batch_input_shape': ...}')",
-    "nameless_custom": "refused (exit 3): 'Keras 3 cannot build the converted model (Sequential could not be "
-                       "deserialized properly ...)': a custom layer config without name; Keras 2 named it afresh "
-                       "and loaded weights by position",
-    "hard_sigmoid_rnn": "exit 0, numbers 1.6e-3 to 1.9e-2 away (max abs, 9 small random models and the 2 real "
-                        "files): a plain GRU/LSTM's recurrent_activation "
-                        "'hard_sigmoid' is carried by name, and Keras 3's hard_sigmoid is relu6(x+3)/6, not "
-                        "Keras 2's clip(0.2x+0.5); verify exits 0 on it",
-    "hard_sigmoid_dense": "exit 0, numbers 1.3e-2 to 2.4e-2 away (max abs, 9 random models and the 2 real "
-                          "files): Dense(activation='hard_sigmoid') carried by "
-                          "name (Keras 3's function differs); verify exits 0 on it",
-    "nested_functional_then_layer": "base (no dialect needed; tf_keras 2.21's own files): exit 0, then Keras 3 "
-                                     "cannot load the output with the custom layer's twin: " +
-                                     dc.BASE_FEATURES["nested_functional_then_layer"][2],
-    "bare_layer_list": "refused (exit 3): \"CuDNNGRU ?/cudnn1: layer '?' has no weight group in the file\": a "
-                       "NESTED Sequential written as a bare layer list (Keras <= 2.2.2) has no name, so gruconv "
-                       "finds no weights for it; Keras 2 named it afresh and matched by position (a bare list "
-                       "at the root converts)",
-}
+#: Counterexample classes open today, by mutation kind: {kind: reason}.  Empty since issue 40's fixes: the seven
+#: classes the harness found on main at its start (78d03da) -- init_dtype, later_batch_input_shape,
+#: nameless_custom, hard_sigmoid_rnn, hard_sigmoid_dense, bare_layer_list (a nested bare-list Sequential) and
+#: the base class nested_functional_then_layer (a one-output Functional nested in a Sequential) -- each XPASSed
+#: its strict xfail once the fix landed, and were removed here (docs/testing.md, the dialect property).
+KNOWN_OPEN: dict = {}
 
 #: Refusals (exit 3) accepted as right: {start of gruconv's error line: reason}.  Empty: every refusal of a file
 #: tf_keras opens is a counterexample until an entry here argues otherwise.
