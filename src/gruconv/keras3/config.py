@@ -149,7 +149,10 @@ def _nodes(nodes, where: str) -> list:
         if isinstance(node, dict):  # already Keras 3 form (legacy.initial_state_as_kwargs)
             out.append(copy.deepcopy(node))
             continue
-        if not isinstance(node, list) or not node:
+        if not isinstance(node, list) or not node or not all(
+                isinstance(r, list) and len(r) >= 3 and isinstance(r[0], str) for r in node):
+            # each tensor reference is [layer, node, tensor(, kwargs)] (a dict or a short list there was a
+            # KeyError: make fuzz, once inspect asked the translation)
             raise UnsupportedError(f"{where}: inbound node {node!r:.60} not understood")
         kwargs = {}
         for ref in node:

@@ -76,6 +76,24 @@ def _quiet_fd2():
         os.close(devnull)
 
 
+def import_quietly(name: str):
+    """Import module ``name`` (one that loads TensorFlow: ``tf_keras``, the reference of
+    :mod:`gruconv.verify.reference.keras2`) with TensorFlow's C++ start-up lines silenced as :func:`keras`
+    silences them (on the JAX or torch backend TensorFlow is first loaded here); its device probe too.
+    ImportError is the caller's."""
+    import importlib
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    with warnings.catch_warnings(), _quiet_fd2():
+        warnings.simplefilter("ignore")
+        module = importlib.import_module(name)
+        import tensorflow as tf  # noqa: PLC0415
+
+        tf.config.list_physical_devices()  # CUDA probing logs happen here, silenced
+    logging.getLogger("absl").setLevel(logging.ERROR)
+    return module
+
+
 def keras():
     """Import and return the ``keras`` module (Keras 3), quietly.
 

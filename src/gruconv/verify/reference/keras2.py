@@ -15,8 +15,10 @@ the cuDNN weights itself: ``tf_keras/src/saving/legacy/hdf5_format.py`` ``prepro
 
 What it cannot check, said in the report instead: no tf_keras installed (an optional package: ``pip install
 tf-keras``, with TensorFlow); a layer whose code would run (``Lambda``: never executed) or whose class tf_keras
-does not have (a user's custom layer: its Keras 2 class is not at hand); weights that are not a legacy HDF5
-file gruconv read as it is (a tf_keras ``.keras`` zip, a TF2 checkpoint staged through a file gruconv wrote).
+does not have (a user's custom layer: its Keras 2 class is not at hand); weights that are not in a legacy HDF5
+file (a tf_keras ``.keras`` zip).  A TF2 checkpoint or tf.keras SavedModel is run from the legacy file its
+reader staged (the checkpoint's weights as gruconv laid them out, a note says so): the row then checks the
+translation of the config, not the staging.
 """
 
 from __future__ import annotations
@@ -114,7 +116,7 @@ def refusal(doc) -> Optional[str]:
     if classes <= _NOTHING_AROUND | set(CPU_TWINS):
         return NOT_NEEDED
     if getattr(doc, "content", None) != "graph" or getattr(doc, "layout", None) != "legacy":
-        return "its weights are not a legacy Keras HDF5 file read as it is"
+        return "its weights are not in a legacy Keras HDF5 file"
     code = sorted(classes & CODE_CLASSES)
     if code:
         return f"it holds {', '.join(code)} layer(s), whose code gruconv never runs"
@@ -125,8 +127,10 @@ def refusal(doc) -> Optional[str]:
 
 
 def _tf_keras():
-    try:
-        import tf_keras  # noqa: F401  (Keras 2; needs TensorFlow)
+    from ...keras3.runtime import import_quietly
+
+    try:  # Keras 2; needs TensorFlow (quietly: a JAX/torch verify loads TensorFlow first here)
+        tf_keras = import_quietly("tf_keras")
     except ImportError:
         raise Unavailable("tf_keras is not installed (pip install tf-keras, with TensorFlow)") from None
     import tensorflow as tf
@@ -151,7 +155,8 @@ class Model:
         file's values, one variable at a time (no second copy of the model's weights is held)."""
         self.restore()
         for v in self.model.weights:
-            v.assign(perturb(v.numpy(), rng))
+            a = v.numpy()
+            v.assign(perturb(a, rng, dtype=a.dtype))  # in the variable's own dtype: a float16 ulp for float16
         return self
 
     def restore(self) -> None:
