@@ -48,13 +48,15 @@ def inspect(path, options=None, **kw) -> dict:
 
 def _translation_refusal(doc) -> Optional[str]:
     """The message ``convert`` refuses a Keras graph with before writing anything, when the one translation
-    (:func:`gruconv.keras3.config.translate`, pure JSON) refuses what the file means (a value Keras 3 would
-    refuse, a Keras 2 function Keras 3 has no equal of): inspect says it first, in the same words."""
-    config, rnns = getattr(doc, "model_config", None), getattr(doc, "rnns", None)
-    if not isinstance(config, dict) or not rnns:
-        return None
+    (:func:`gruconv.keras3.config.translate`, pure JSON) refuses what the file means, for a model using a Keras 2
+    function whose meaning changed (:mod:`gruconv.keras3.dialects`): inspect says it first, in the same words."""
     from .errors import InputError, UnsupportedError
     from .keras3 import config as keras3_config
+    from .keras3 import dialects
+
+    config, rnns = getattr(doc, "model_config", None), getattr(doc, "rnns", None)
+    if not isinstance(config, dict) or not rnns or not dialects.mentions_changed_function(config):
+        return None  # the refusals inspect can foresee cheaply: Keras 2 functions Keras 3 has no equal of
 
     try:
         keras3_config.translate(config, outside=keras3_config.CARRY)

@@ -116,7 +116,7 @@ def _object(value, kind: str, where: str):
     given = value.get("config") or {}
     if isinstance(given, dict):  # keys Keras 2 ignored (tf.keras 1.13-1.14's initializer dtype): dialects
         given = {k: v for k, v in given.items() if k not in dialects.DROPPED_OBJECT_KEYS}
-    unknown = sorted(set(given) - set(cfg))
+    unknown = sorted(str(k) for k in set(given) - set(cfg))
     if unknown:
         raise UnsupportedError(f"{where}: {kind} {cls} has argument(s) {', '.join(unknown)} Keras 3 does not take")
     cfg.update(copy.deepcopy(given))
