@@ -156,7 +156,8 @@ class Model:
         self.restore()
         for v in self.model.weights:
             a = v.numpy()
-            v.assign(perturb(a, rng, dtype=a.dtype))  # in the variable's own dtype: a float16 ulp for float16
+            if a.dtype.kind == "f":  # in the variable's own dtype: a float16 ulp for float16
+                v.assign(perturb(a, rng, dtype=a.dtype))
         return self
 
     def restore(self) -> None:
