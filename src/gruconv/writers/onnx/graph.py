@@ -10,7 +10,7 @@ Interface (issue 21; the ``.keras`` stack model's, batch-first):
 
 ONNX's recurrent operators are time-major and put the direction axis in ``Y``
 (``[seq_length, num_directions, batch_size, hidden_size]``), so the graph is
-``Transpose(x) -> [GRU -> Transpose(0,2,1,3) -> Reshape(T,B,D*H)] per layer -> Transpose(y)``,
+``Transpose(x) -> [GRU -> Split/Squeeze/Concat(T,B,D*H)] per layer -> Transpose(y)``,
 with the per-layer ``Y_h`` (``Y_c``) concatenated along axis 0.  ``GRU`` has
 ``linear_before_reset=1``: ``ht = g(Xt*(Wh^T) + (rt (.) (Ht-1*(Rh^T) + Rbh)) + Wbh)``, cuDNN's
 equation (ONNX operator docs, GRU since opset 14); with 0 it would be Keras 2's
@@ -84,7 +84,7 @@ def emit_layers(stack: RNNStack, emit, const, x_tm: str, dtype, *, initial: Opti
     states = CELLS[s.cell].states
     D, G, H = s.num_directions, s.gates, s.units
     P = prefix
-    shape_tb_ = const(f"{P}shape_tb_", np.array([0, 0, -1], np.int64))
+    axis1 = const(f"{P}axis1", np.array([1], np.int64))
     if initial:
         axes0 = const(f"{P}axes0", np.array([0], np.int64))  # only where used: onnxruntime warns of unused ones
     layer_in, finals = x_tm, {st: [] for st in states}
@@ -109,8 +109,17 @@ def emit_layers(stack: RNNStack, emit, const, x_tm: str, dtype, *, initial: Opti
         outs = [f"{P}Y_l{k}"] + [f"{P}Y{st}_l{k}" for st in states]
         attrs = {"hidden_size": H, "direction": "bidirectional" if D == 2 else "forward", **OP_ATTRS[s.cell]}
         emit(OP[s.cell], op_in, outs, f"{P}{OP[s.cell].lower()}_l{k}", **attrs)
-        emit("Transpose", [f"{P}Y_l{k}"], [f"{P}Yt_l{k}"], f"{P}y_dirs_last_l{k}", perm=[0, 2, 1, 3])
-        emit("Reshape", [f"{P}Yt_l{k}", shape_tb_], [f"{P}y_l{k}"], f"{P}y_concat_dirs_l{k}")
+        # [T, D, B, H] -> [T, B, D*H], forward half first: each direction squeezed, then concatenated (a
+        # Transpose + Reshape([0, 0, -1]) is the same function, but tf2onnx's optimizer folds the transpose
+        # into the reshape and its 0s then copy the wrong axes: y came out [T, 1, B*H], measured)
+        halves = emit("Split", [f"{P}Y_l{k}"], [f"{P}Y_l{k}_d{d}" for d in range(D)], f"{P}y_dirs_l{k}",
+                      axis=1) if D > 1 else [f"{P}Y_l{k}"]
+        for d, half in enumerate(halves):
+            emit("Squeeze", [half, axis1], [f"{P}y_l{k}_d{d}"], f"{P}y_squeeze_l{k}_d{d}")
+        if D > 1:
+            emit("Concat", [f"{P}y_l{k}_d{d}" for d in range(D)], [f"{P}y_l{k}"], f"{P}y_concat_dirs_l{k}", axis=2)
+        else:
+            emit("Identity", [f"{P}y_l{k}_d0"], [f"{P}y_l{k}"], f"{P}y_l{k}")
         layer_in = f"{P}y_l{k}"
         for st in states:
             finals[st].append(f"{P}Y{st}_l{k}")
