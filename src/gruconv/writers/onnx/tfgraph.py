@@ -55,12 +55,16 @@ import numpy as np
 
 from ...errors import GruconvError, InputError, OutputError, ReferenceUnavailable, UnsupportedError, first_line
 from ...model.canonical import CELLS, RNNStack
-from ...model.cudnn_layout import solve_shapes, unpack
+from ...model.canonical import StackShape
+from ...model.cudnn_layout import iter_matrix_regions, params_size, solve_shapes, unpack
 from .graph import MAX_MODEL_BYTES, OPSET, emit_layers
 
 #: The ops this module converts (those that run the RNN); tf2onnx's own handler for ``CudnnRNN`` is
 #: replaced, the other two it has none for.
 HANDLED_OPS = ("CudnnRNN", "CudnnRNNV2", "CudnnRNNV3")
+#: The ops that build an opaque buffer from canonical weights (TF1's ``tf.contrib.cudnn_rnn`` saveable):
+#: folded here into the buffer they make, so the RNN node after them sees a constant.
+CANONICAL_OPS = ("CudnnRNNCanonicalToParams", "CudnnRNNCanonicalToParamsV2")
 #: Every op name a converted model must not hold (TensorFlow's cuDNN ops all start so).
 CUDNN_PREFIX = "CudnnRNN"
 #: ``rnn_mode`` -> gruconv's cell; a mode missing here (``rnn_tanh``, ``rnn_relu``) is refused.
@@ -93,6 +97,22 @@ class NodeFacts:
                 "time_major": self.time_major, "sequence_lengths": self.sequence_lengths}
 
 
+def _input_mode(where: str, mode: str, input_size: Optional[int], units: Optional[int]) -> list:
+    """StackShape input modes a node's ``input_mode`` attr allows (``[None]``: either, sizes unknown)."""
+    if mode == "auto_select":
+        return [None] if units is None or input_size is None else ["skip" if units == input_size else "linear"]
+    if mode in INPUT_MODE:
+        return [INPUT_MODE[mode]]
+    raise InputError(f"{where}: unknown input_mode '{mode}'")
+
+
+def _cell(where: str, node) -> str:
+    mode = _attr(node, "rnn_mode")
+    if mode not in CELL_OF_MODE:
+        raise UnsupportedError(f"{where}: rnn_mode '{mode}' is not converted (GRU and LSTM are)")
+    return CELL_OF_MODE[mode]
+
+
 def _attr(node, key: str):
     """An attr of a tf2onnx node as Python (bytes decoded), or the op registry's default."""
     value = node.get_attr_value(key)
@@ -110,10 +130,7 @@ def _dim(shape, axis: int) -> Optional[int]:
 def stack_of(ctx, node) -> tuple:
     """``(RNNStack, time_major)`` of a cuDNN node in tf2onnx's graph ``ctx``, or a one-line refusal."""
     where = f"{node.type} '{node.name}'"
-    mode = _attr(node, "rnn_mode")
-    if mode not in CELL_OF_MODE:
-        raise UnsupportedError(f"{where}: rnn_mode '{mode}' is not converted (GRU and LSTM are)")
-    cell = CELL_OF_MODE[mode]
+    cell = _cell(where, node)
     if node.type == "CudnnRNNV3" and int(_attr(node, "num_proj")) != 0:
         raise UnsupportedError(f"{where}: num_proj={_attr(node, 'num_proj')} (an LSTM projection) is not converted")
     if float(_attr(node, "dropout")) > 0 and bool(_attr(node, "is_training")):
@@ -138,13 +155,7 @@ def stack_of(ctx, node) -> tuple:
     pseudo = _dim(h_shape, 0 if time_major else 1)
     if pseudo is not None and pseudo % D:
         raise InputError(f"{where}: input_h holds {pseudo} states, not a multiple of {D} directions")
-    input_mode = _attr(node, "input_mode")
-    if input_mode == "auto_select":
-        modes = [None] if units is None or input_size is None else ["skip" if units == input_size else "linear"]
-    elif input_mode in INPUT_MODE:
-        modes = [INPUT_MODE[input_mode]]
-    else:
-        raise InputError(f"{where}: unknown input_mode '{input_mode}'")
+    modes = _input_mode(where, _attr(node, "input_mode"), input_size, units)
     shapes = [s for m in modes for s in solve_shapes(buffer.size, units=units, input_size=input_size,
                                                      num_layers=None if pseudo is None else pseudo // D,
                                                      bidirectional=D == 2, input_mode=m, cell=cell)]
@@ -203,9 +214,53 @@ def convert_node(ctx, node, name, args) -> None:
             ctx.make_const(outputs[i], np.zeros((0,), np.float32))
 
 
+def _const(ctx, where: str, tensor: str, what: str) -> np.ndarray:
+    p = ctx.get_node_by_output(tensor)
+    if p is None or not p.is_const():
+        src = "nothing" if p is None else f"{p.type} '{p.name}'"
+        raise UnsupportedError(f"{where}: its {what} comes from {src}, not a constant after freezing and folding")
+    return np.asarray(p.get_tensor_value(as_list=False))
+
+
+def convert_canonical(ctx, node, name, args) -> None:
+    """tf2onnx handler for ``CudnnRNNCanonicalToParams[V2]``: the opaque buffer it would build, as a constant.
+
+    Inputs ``num_layers, num_units, input_size, weights..., biases...`` (``cudnn_rnn_ops.cc``; V1 has
+    ``num_params`` weights and as many biases, V2 ``num_params_weights``/``num_params_biases``); the kernel
+    copies the i-th weight (bias) tensor, by its flat size, into the i-th matrix (bias) region cuDNN lays out,
+    so each one lands at the offset :func:`gruconv.model.cudnn_layout.iter_matrix_regions` gives for it (the
+    layout stays in that module)."""
+    where = f"{node.type} '{node.name}'"
+    cell = _cell(where, node)
+    if node.type.endswith("V2") and int(_attr(node, "num_proj")) != 0:
+        raise UnsupportedError(f"{where}: num_proj={_attr(node, 'num_proj')} (an LSTM projection) is not converted")
+    L, H, I = (int(_const(ctx, where, node.input[i], what)) for i, what in
+               enumerate(("num_layers", "num_units", "input_size")))
+    tensors = [_const(ctx, where, t, f"weight {i - 3}") for i, t in enumerate(node.input) if i >= 3]
+    D = 2 if _attr(node, "direction") == "bidirectional" else 1
+    mode = _input_mode(where, _attr(node, "input_mode"), I, H)[0]
+    try:
+        shape = StackShape(I, H, L, D == 2, mode or "linear", "float32", cell)
+    except InputError as e:
+        raise InputError(f"{where}: {e.message}") from None
+    regions = list(iter_matrix_regions(shape))
+    if len(tensors) != len(regions):
+        raise InputError(f"{where}: {len(tensors)} weight and bias tensors, a {shape.describe()} "
+                         f"{CELLS[cell].title} has {len(regions)} regions")
+    buffer = np.empty(params_size(shape), np.float32)
+    for (p, kind, lin, offset, dims), t in zip(regions, tensors):
+        if t.dtype != np.float32 or t.size != int(np.prod(dims)):
+            raise InputError(f"{where}: pseudo-layer {p} {kind} {lin} is {t.dtype} of {t.size} values, expected "
+                             f"float32 of {int(np.prod(dims))}")
+        buffer[offset:offset + t.size] = t.reshape(-1)
+    out = node.output[0]
+    ctx.remove_node(node.name)
+    ctx.make_const(out, buffer)
+
+
 def handlers() -> dict:
     """``custom_op_handlers`` for tf2onnx: each op this module converts -> (handler, args)."""
-    return {op: (convert_node, []) for op in HANDLED_OPS}
+    return {**{op: (convert_node, []) for op in HANDLED_OPS}, **{op: (convert_canonical, []) for op in CANONICAL_OPS}}
 
 
 def _quiet_tensorflow():
@@ -218,7 +273,7 @@ def _quiet_tensorflow():
                                    "pip install 'gruconv[graphs]'") from None
     tf.get_logger().setLevel("ERROR")
     for name in ("tf2onnx", "tensorflow"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+        logging.getLogger(name).setLevel(logging.CRITICAL)  # a failed handler is our one-line refusal
     return tf
 
 
@@ -306,7 +361,7 @@ def build(path, *, signature: Optional[str] = None, opset: Optional[int] = None)
         with tf.Graph().as_default() as tf_graph:
             tf.import_graph_def(gd, name="")
             g = process_tf_graph(tf_graph, continue_on_error=False, opset=opset,
-                                 custom_op_handlers={op: (handler, []) for op in HANDLED_OPS},
+                                 custom_op_handlers={**handlers(), **{op: (handler, []) for op in HANDLED_OPS}},
                                  input_names=inputs, output_names=outputs, tensors_to_rename=rename)
         g = optimizer.optimize_graph(g, catch_errors=False)
         model = g.make_model(f"gruconv: {Path(path).name} through tf2onnx")
