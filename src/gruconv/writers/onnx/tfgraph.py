@@ -46,7 +46,6 @@ has no handler for as it is), ``onnx.checker`` (full), and an onnxruntime CPU se
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -264,16 +263,20 @@ def handlers() -> dict:
 
 
 def _quiet_tensorflow():
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    """TensorFlow, with tf2onnx imported quietly (:func:`gruconv.keras3.runtime.import_quietly`) and its
+    loggers held to CRITICAL: a handler's refusal is raised as one line, not logged with a traceback too."""
+    from ...keras3.runtime import import_quietly
+
     try:
-        import tensorflow as tf
-        import tf2onnx  # noqa: F401
+        import_quietly("tf2onnx")
     except ImportError as e:
         raise ReferenceUnavailable(f"a graph input needs TensorFlow and tf2onnx ({e}); "
                                    "pip install 'gruconv[graphs]'") from None
+    import tensorflow as tf
+
     tf.get_logger().setLevel("ERROR")
     for name in ("tf2onnx", "tensorflow"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)  # a failed handler is our one-line refusal
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     return tf
 
 
