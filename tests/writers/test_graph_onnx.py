@@ -149,20 +149,24 @@ def test_projection_is_refused_in_one_line_and_nothing_is_written(tmp_path, capf
     assert "tf2onnx" not in capfd.readouterr().err  # its own "Failed to convert node" log stays quiet
 
 
-def _graph(tmp_path, name: str, *, params_const: bool = True, **attrs):
-    """A frozen graph of one ``CudnnRNN`` around the golden ``gru_1l_uni`` buffer, written by TensorFlow."""
+def _graph(tmp_path, name: str, *, params_const: bool = True, dtype: str = "float32", extra: tuple = (), **attrs):
+    """A frozen graph of one ``CudnnRNN`` around the golden ``gru_1l_uni`` buffer (``opaque_f64`` for float64),
+    written by TensorFlow; ``extra``: indices of more outputs fetched (``rs`` is reserve_space)."""
     import tensorflow as tf
 
     z = np.load(FIXTURES / "cudnn-golden" / "gru_1l_uni.npz")
     g = tf.Graph()
     with g.as_default():
         v1 = tf.compat.v1
-        x = v1.placeholder(tf.float32, [None, None, 5], name="x")
-        h0 = v1.placeholder(tf.float32, [1, None, 7], name="h0")
-        params = tf.constant(z["opaque"]) if params_const else v1.placeholder(tf.float32, [None], name="p")
-        out = tf.raw_ops.CudnnRNN(input=x, input_h=h0, input_c=tf.constant(0.0), params=params,
+        x = v1.placeholder(dtype, [None, None, 5], name="x")
+        h0 = v1.placeholder(dtype, [1, None, 7], name="h0")
+        buf = (z["opaque_f64"] if dtype == "float64" else z["opaque"]).astype(dtype)
+        params = tf.constant(buf) if params_const else v1.placeholder(dtype, [None], name="p")
+        out = tf.raw_ops.CudnnRNN(input=x, input_h=h0, input_c=tf.constant(0.0, dtype), params=params,
                                   **{"rnn_mode": "gru", "is_training": False, **attrs}, name="rnn")
         tf.identity(out[0], name="y")
+        for i in extra:
+            tf.identity(out[i], name={1: "hy", 2: "cy", 3: "rs"}[i])
     path = tmp_path / name
     path.write_bytes(g.as_graph_def().SerializeToString())
     return path
@@ -209,3 +213,24 @@ def test_bad_inputs_and_outputs_are_one_line(tmp_path):
     tfgraph.write_graph_onnx(GOLDEN_GRAPHS / "gru_1l_uni_v1.pb", out, force=True)
     onnx.checker.check_model(onnx.load(str(out)), full_check=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["exists.onnx", "junk.pb"]
+
+
+def test_half_and_double_nodes_compute_in_float32(tmp_path):
+    """A float16 node's model takes and returns float16 (computed in float32 between casts); a float64 one is
+    rounded to float32, with a warning, and still matches cuDNN's own float64 run to float32's precision."""
+    z = np.load(FIXTURES / "cudnn-golden" / "gru_1l_uni.npz")
+    model, facts = tfgraph.build(_graph(tmp_path, "h.pb", dtype="float16"))
+    y = _run(model, {"x": z["x"].astype(np.float16), "h0": z["h0"].astype(np.float16)})["y"]
+    assert y.dtype == np.float16 and facts["warnings"] == [] and float(np.abs(y - z["y"]).max()) < 5e-3
+    model, facts = tfgraph.build(_graph(tmp_path, "d.pb", dtype="float64"))
+    y = _run(model, {"x": z["x"].astype(np.float64), "h0": z["h0"].astype(np.float64)})["y"]
+    assert y.dtype == np.float64 and float(np.abs(y - z["y_f64"]).max()) <= STRICT
+    assert facts["warnings"] == ["CudnnRNN 'rnn': float64, computed in float32"]
+
+
+def test_consumed_reserve_space_is_an_empty_tensor(tmp_path):
+    z = np.load(FIXTURES / "cudnn-golden" / "gru_1l_uni.npz")
+    model, facts = tfgraph.build(_graph(tmp_path, "r.pb", extra=(1, 3)))
+    outs = _run(model, {"x": z["x"], "h0": z["h0"]})
+    assert facts["outputs"] == ["y", "hy", "rs"] and outs["rs"].size == 0
+    assert float(np.abs(outs["hy"] - z["hy"]).max()) <= STRICT

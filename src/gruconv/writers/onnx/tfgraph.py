@@ -46,7 +46,6 @@ has no handler for as it is), ``onnx.checker`` (full), and an onnxruntime CPU se
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -54,7 +53,7 @@ import numpy as np
 
 from ...errors import GruconvError, InputError, OutputError, ReferenceUnavailable, UnsupportedError, first_line
 from ...model.canonical import CELLS, RNNStack
-from ...model.canonical import StackShape
+from ...model.canonical import DTYPES, StackShape
 from ...model.cudnn_layout import iter_matrix_regions, params_size, solve_shapes, unpack
 from .graph import MAX_MODEL_BYTES, OPSET, emit_layers
 
@@ -74,26 +73,10 @@ INPUT_MODE = {"linear_input": "linear", "skip_input": "skip"}
 #: has the same facts for inspect; a writer imports no reader).
 DEFAULTS = {"rnn_mode": "lstm", "input_mode": "linear_input", "direction": "unidirectional", "time_major": True,
             "num_proj": 0, "dropout": 0.0, "is_training": True}
-#: Ops whose output at this index is the RNN's result: output 0 ``output``, 1 ``output_h``, 2 ``output_c``;
-#: 3 ``reserve_space``, 4 ``host_reserved`` (V2, V3).
-OUTPUTS = {"CudnnRNN": 4, "CudnnRNNV2": 5, "CudnnRNNV3": 5}
+#: ONNX's TensorProto.FLOAT: the dtype the chain computes in (:func:`convert_node`).
+FLOAT = 1
 #: The signature a SavedModel is converted through by default (ONNX has one graph).
 DEFAULT_SIGNATURE = "serving_default"
-
-
-@dataclass
-class NodeFacts:
-    """What one cuDNN node became (for the writer's facts and reports)."""
-
-    name: str
-    op: str
-    shape: object  # StackShape
-    time_major: bool
-    sequence_lengths: bool
-
-    def to_dict(self) -> dict:
-        return {"name": self.name, "op": self.op, "stack": self.shape.describe(),
-                "time_major": self.time_major, "sequence_lengths": self.sequence_lengths}
 
 
 def _input_mode(where: str, mode: str, input_size: Optional[int], units: Optional[int]) -> list:
@@ -146,9 +129,8 @@ def stack_of(ctx, node) -> tuple:
         raise UnsupportedError(f"{where}: its params come from {src}, not a constant after freezing and folding "
                                "the graph (gruconv converts nodes whose opaque buffer is fixed)")
     buffer = np.asarray(p.get_tensor_value(as_list=False))
-    if buffer.dtype != np.float32:
-        raise UnsupportedError(f"{where}: params are {buffer.dtype}; the whole-graph ONNX writer converts "
-                               "float32 cuDNN nodes")
+    if buffer.dtype.name not in DTYPES:
+        raise UnsupportedError(f"{where}: params are {buffer.dtype}, not one of {', '.join(DTYPES)}")
     x_shape, h_shape = ctx.get_shape(node.input[0]), ctx.get_shape(node.input[1])
     units, input_size = _dim(h_shape, 2), _dim(x_shape, 2)
     pseudo = _dim(h_shape, 0 if time_major else 1)
@@ -157,7 +139,8 @@ def stack_of(ctx, node) -> tuple:
     modes = _input_mode(where, _attr(node, "input_mode"), input_size, units)
     shapes = [s for m in modes for s in solve_shapes(buffer.size, units=units, input_size=input_size,
                                                      num_layers=None if pseudo is None else pseudo // D,
-                                                     bidirectional=D == 2, input_mode=m, cell=cell)]
+                                                     bidirectional=D == 2, input_mode=m, cell=cell,
+                                                     dtype=buffer.dtype.name)]
     if len(shapes) != 1:
         found = "no" if not shapes else f"{len(shapes)} ({'; '.join(s.describe() for s in shapes[:3])})"
         raise UnsupportedError(
@@ -168,9 +151,13 @@ def stack_of(ctx, node) -> tuple:
     return RNNStack(node.name, shape, unpack(buffer, shape)), time_major
 
 
-def convert_node(ctx, node, name, args) -> None:
+def convert_node(ctx, node, name, args) -> list:
     """tf2onnx handler (the ``custom_op_handlers`` form ``(ctx, node, name, args)``): replace one cuDNN
-    node of ``ctx`` by the ONNX chain computing it, its outputs keeping their names."""
+    node of ``ctx`` by the ONNX chain computing it, its outputs keeping their names; returns warnings.
+
+    The chain computes in float32 (the ONNX stack writer's dtype; onnxruntime's CPU ``GRU`` is float32): a
+    float16 node's inputs are cast up and its outputs back down (cuDNN too accumulates a half RNN in float32),
+    a float64 one is rounded (a warning says so)."""
     stack, time_major = stack_of(ctx, node)
     s = stack.shape
     states = CELLS[s.cell].states
@@ -178,6 +165,8 @@ def convert_node(ctx, node, name, args) -> None:
     outputs = list(node.output)
     consumed = {i: bool(ctx.find_output_consumers(o)) or o in ctx.outputs for i, o in enumerate(outputs)}
     out_dtype = ctx.get_dtype(outputs[0])
+    f32 = out_dtype == FLOAT
+    warnings = [] if s.dtype != "float64" else [f"{node.type} '{node.name}': float64, computed in float32"]
 
     def emit(op_type, ins, outs, nm, **attrs):
         return ctx.make_node(op_type, ins, attr=attrs, outputs=outs, name=nm).output
@@ -192,9 +181,13 @@ def convert_node(ctx, node, name, args) -> None:
         return emit("Reshape", [tensor, const(f"{P}{what}_shape", np.array(shape, np.int64))], [f"{P}{what}"],
                     f"{P}{what}_reshape")[0]
 
+    def up(tensor, what):
+        return tensor if f32 else emit("Cast", [tensor], [f"{P}{what}_f32"], f"{P}{what}_to_f32", to=FLOAT)[0]
+
     L_D, H = s.num_pseudo_layers, s.units
-    x = node.input[0] if time_major else swap(node.input[0], "x_tm")
-    initial = {st: node.input[1 + i] if time_major else as_states(node.input[1 + i], f"{st}0_cudnn", [L_D, -1, H])
+    x = up(node.input[0], "x") if time_major else swap(up(node.input[0], "x"), "x_tm")
+    initial = {st: up(node.input[1 + i], f"{st}0") if time_major else
+               as_states(up(node.input[1 + i], f"{st}0"), f"{st}0_cudnn", [L_D, -1, H])
                for i, st in enumerate(states)}
     seq = node.input[4] if node.type == "CudnnRNNV3" else ""  # int32 by the op's definition, as ONNX's
     y, finals = emit_layers(stack, emit, const, x, np.float32, initial=initial, sequence_lens=seq, prefix=P)
@@ -206,11 +199,16 @@ def convert_node(ctx, node, name, args) -> None:
             finished[1 + i] = cat if time_major else as_states(cat, f"{st}_n_bt", [-1, L_D, H])
     ctx.remove_node(node.name)
     for i, tensor in finished.items():  # the node's own output names, so its consumers need no rewiring
-        ctx.make_node("Identity", [tensor], outputs=[outputs[i]], name=f"{P}output_{i}", shapes=[shapes[outputs[i]]],
-                      dtypes=[out_dtype])
+        op, attrs = ("Identity", {}) if f32 else ("Cast", {"to": out_dtype})
+        ctx.make_node(op, [tensor], attr=attrs, outputs=[outputs[i]], name=f"{P}output_{i}",
+                      shapes=[shapes[outputs[i]]], dtypes=[out_dtype])
     for i in range(1 + len(states), len(outputs)):  # a GRU's output_c, reserve_space, host_reserved
         if consumed[i]:
-            ctx.make_const(outputs[i], np.zeros((0,), np.float32))
+            from tf2onnx.utils import map_onnx_to_numpy_type
+
+            kind = ctx.get_dtype(outputs[i])  # T, and host_reserved's int8
+            ctx.make_const(outputs[i], np.zeros((0,), map_onnx_to_numpy_type(kind) if kind else np.float32))
+    return warnings
 
 
 def _const(ctx, where: str, tensor: str, what: str) -> np.ndarray:
@@ -354,11 +352,11 @@ def build(path, *, signature: Optional[str] = None, opset: Optional[int] = None)
 
     gd, inputs, outputs, rename, sig = load(path, signature=signature)
     opset = opset or OPSET
-    converted: list = []
+    converted, warnings = [], []
 
     def handler(ctx, node, name, args):
-        convert_node(ctx, node, name, args)
-        converted.append(node)
+        warnings.extend(convert_node(ctx, node, name, args))
+        converted.append(node.name)
 
     try:
         with tf.Graph().as_default() as tf_graph:
@@ -372,11 +370,36 @@ def build(path, *, signature: Optional[str] = None, opset: Optional[int] = None)
         raise type(e)(e.message, path=path) from None
     except Exception as e:  # noqa: BLE001 - tf2onnx's conversion, any of its errors
         raise UnsupportedError(f"tf2onnx cannot convert the graph ({first_line(e, 200)})", path=path) from None
+    _fill_output_shapes(model)
     check(model, path=path)
     facts = {"signature": sig, "opset": opset,
              "inputs": [i.name for i in model.graph.input], "outputs": [o.name for o in model.graph.output],
-             "cudnn_nodes": [n.name for n in converted], "warnings": []}
+             "cudnn_nodes": converted, "warnings": warnings}
     return model, facts
+
+
+def _fill_output_shapes(model) -> None:
+    """Give each graph output whose shape TensorFlow left unknown the one ONNX's shape inference finds (an
+    empty ``reserve_space`` that a node consumed: tf2onnx writes such an output with no shape, which
+    ``onnx.checker`` refuses)."""
+    import onnx
+
+    missing = [o for o in model.graph.output if not o.type.tensor_type.HasField("shape")]
+    if not missing:
+        return
+    known = {i.name: list(i.dims) for i in model.graph.initializer}
+    inferred = onnx.shape_inference.infer_shapes(model)
+    for v in list(inferred.graph.value_info) + list(inferred.graph.output):
+        if v.type.tensor_type.HasField("shape"):
+            known.setdefault(v.name, [d.dim_value if d.HasField("dim_value") else -1
+                                      for d in v.type.tensor_type.shape.dim])
+    for o in missing:
+        if o.name in known:
+            shape = o.type.tensor_type.shape
+            for d in known[o.name]:
+                dim = shape.dim.add()
+                if d >= 0:
+                    dim.dim_value = d
 
 
 def leftover_ops(model) -> list:
