@@ -19,7 +19,9 @@ graph-onnx`` puts it into the benchmark page.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import statistics
 import shutil
 import subprocess
 import sys
@@ -31,6 +33,34 @@ T_GRAPH_ONNX_VS_TF2ONNX = 1.5  # gruconv's whole-graph ONNX conversion <= 1.5 x 
 
 GRUCONV = ("import sys; from gruconv.writers.onnx.tfgraph import write_graph_onnx; "
            "write_graph_onnx(sys.argv[1], sys.argv[2], force=True)")
+
+#: One process, both conversions after one import and one untimed warm-up each, alternated: the conversion
+#: alone (load, freeze, fold, convert, optimize; gruconv's checker and onnxruntime session included), free of
+#: the import time that dominates the whole-process figures.
+INPROC = r'''
+import json, statistics, sys, time
+from gruconv.writers.onnx import tfgraph
+from gruconv.keras3.runtime import import_quietly
+import_quietly("tf2onnx")
+import logging
+logging.getLogger("tf2onnx").setLevel(logging.CRITICAL)
+from tf2onnx import convert, tf_loader
+src, reps = sys.argv[1], int(sys.argv[2])
+
+def ours():
+    tfgraph.build(src)
+
+def theirs():  # what `python -m tf2onnx.convert --saved-model SRC --opset 17` runs (tf2onnx/convert.py main)
+    gd, i, o, rename = tf_loader.from_saved_model(src, None, None, return_tensors_to_rename=True)
+    convert._convert_common(gd, name=src, opset=17, input_names=i, output_names=o, tensors_to_rename=rename)
+
+times = {"gruconv": [], "tf2onnx": []}
+ours(); theirs()
+for _ in range(reps):
+    for name, f in (("gruconv", ours), ("tf2onnx", theirs)):
+        t = time.perf_counter(); f(); times[name].append(time.perf_counter() - t)
+print(json.dumps(times))
+'''
 
 BIG = r'''
 import os, sys
@@ -92,6 +122,13 @@ def section(bench, out: Path, reps: int, log) -> dict:
         log(f"graph-onnx: {label}, gruconv vs tf2onnx, interleaved")
         res = bench.interleaved(variants, reps, log)
         results[label] = {"series": res, "gruconv_output": _cudnn_ops(ours), "tf2onnx_output": _cudnn_ops(theirs)}
+        p = subprocess.run([sys.executable, "-c", INPROC, str(src), str(max(reps, 3))], env=bench.child_env(),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            results[label]["in_process"] = json.loads(p.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            results[label]["in_process"] = {"error": (p.stderr.strip().splitlines() or ["no output"])[-1][:200]}
+        log(f"  in-process conversion: {results[label]['in_process']}")
     return {"inputs": results}
 
 
@@ -123,6 +160,20 @@ def render(v, verdicts: list) -> list:
                 rss = "" if s.get("rss_mib") is None else f"{s['rss_mib']:.0f}"
                 w(f"| {label} | {name} | {s['wall_s']:.2f} | {runs} | {rss} | {left} |")
         last = r
+    w("")
+    w("The conversion alone, in one process after one import and an untimed warm-up of each (alternated; "
+      "gruconv's includes `onnx.checker` and opening an onnxruntime session):")
+    w("")
+    w("| Input | gruconv median (s) | tf2onnx median (s) | ratio | runs gruconv / tf2onnx (s) |")
+    w("|---|---:|---:|---:|---|")
+    for label, r in v["inputs"].items():
+        ip = r.get("in_process", {"error": "not run"})
+        if "error" in ip:
+            w(f"| {label} | not measured: {ip['error'][:80]} | | | |")
+            continue
+        a_, b_ = statistics.median(ip["gruconv"]), statistics.median(ip["tf2onnx"])
+        runs = " / ".join(f"{x:.2f}" for x in ip["gruconv"]) + " ; " + " / ".join(f"{x:.2f}" for x in ip["tf2onnx"])
+        w(f"| {label} | {a_:.2f} | {b_:.2f} | {a_ / b_:.2f}x | {runs} |")
     w("")
     g, t = last["series"].get("gruconv", {}), last["series"].get("tf2onnx", {})
     if "wall_s" in g and "wall_s" in t:

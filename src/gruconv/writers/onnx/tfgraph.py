@@ -51,9 +51,9 @@ from typing import Optional
 
 import numpy as np
 
-from ...errors import GruconvError, InputError, OutputError, ReferenceUnavailable, UnsupportedError, first_line
-from ...model.canonical import CELLS, RNNStack
-from ...model.canonical import DTYPES, StackShape
+from ...errors import (GruconvError, InputError, OutputError, ReferenceUnavailable, UnsupportedError, UsageError,
+                       first_line)
+from ...model.canonical import CELLS, DTYPES, RNNStack, StackShape
 from ...model.cudnn_layout import iter_matrix_regions, params_size, solve_shapes, unpack
 from .graph import MAX_MODEL_BYTES, OPSET, emit_layers
 
@@ -75,6 +75,8 @@ DEFAULTS = {"rnn_mode": "lstm", "input_mode": "linear_input", "direction": "unid
             "num_proj": 0, "dropout": 0.0, "is_training": True}
 #: ONNX's TensorProto.FLOAT: the dtype the chain computes in (:func:`convert_node`).
 FLOAT = 1
+#: The oldest opset written (:func:`build`).
+MIN_OPSET = 14
 #: The signature a SavedModel is converted through by default (ONNX has one graph).
 DEFAULT_SIGNATURE = "serving_default"
 
@@ -344,14 +346,17 @@ def load(path, *, signature: Optional[str] = None) -> tuple:
 
 
 def build(path, *, signature: Optional[str] = None, opset: Optional[int] = None) -> tuple:
-    """``(onnx.ModelProto, facts)``: the whole graph at ``path`` as ONNX (module docstring), checked."""
-    import onnx
+    """``(onnx.ModelProto, facts)``: the whole graph at ``path`` as ONNX (module docstring), checked.
+    ``opset``: default :data:`gruconv.writers.onnx.graph.OPSET` (17); 14 at least (``GRU``/``LSTM`` with
+    ``layout``, ``Squeeze`` with its axes as an input)."""
+    opset = opset or OPSET
+    if opset < MIN_OPSET:
+        raise UsageError(f"opset {opset}: the whole-graph ONNX writer needs {MIN_OPSET} or newer")
     import tensorflow as tf
     from tf2onnx import optimizer
     from tf2onnx.tfonnx import process_tf_graph
 
     gd, inputs, outputs, rename, sig = load(path, signature=signature)
-    opset = opset or OPSET
     converted, warnings = [], []
 
     def handler(ctx, node, name, args):
