@@ -234,3 +234,20 @@ def test_consumed_reserve_space_is_an_empty_tensor(tmp_path):
     outs = _run(model, {"x": z["x"], "h0": z["h0"]})
     assert facts["outputs"] == ["y", "hy", "rs"] and outs["rs"].size == 0
     assert float(np.abs(outs["hy"] - z["hy"]).max()) <= STRICT
+
+
+@pytest.mark.slow   # one tf_keras interpreter per case: ~30 s each on the shared 2-core machine
+@pytest.mark.parametrize("name", ["tf_keras_cudnngru", "tf_keras_cudnnlstm"])
+def test_a_tf_keras_savedmodel_converts_like_its_hdf5_twin_computes(name, tmp_path):
+    """tf.keras 2.x ``model.save(dir, save_format="tf")`` of CuDNNGRU/CuDNNLSTM models (``CudnnRNNV3`` traced
+    directly, no CPU twin) -> ONNX, against tf_keras running the HDF5 twin with CPU twins (tests/tf_keras_twins.py)."""
+    from tf_keras_twins import reference
+
+    x = np.random.default_rng(392).standard_normal((3, 7, 3)).astype("float32")
+    np.save(tmp_path / "x.npy", x)
+    reference(FIXTURES / "graphs" / f"{name}.h5", tmp_path / "x.npy", tmp_path / "ref.npy")
+    model, facts = tfgraph.build(FIXTURES / "graphs" / name)
+    got = _run(model, {facts["inputs"][0]: x})[facts["outputs"][0]]
+    ref = np.load(tmp_path / "ref.npy")
+    assert got.shape == ref.shape and float(np.abs(got - ref).max()) <= 1e-5, float(np.abs(got - ref).max())
+    assert tfgraph.leftover_ops(model) == []
