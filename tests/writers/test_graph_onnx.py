@@ -201,6 +201,9 @@ def test_bad_inputs_and_outputs_are_one_line(tmp_path):
         tfgraph.build(junk)
     _one_line(info.value, "not a GraphDef")
     with pytest.raises(InputError) as info:
+        tfgraph.build(tmp_path / "missing.pb")
+    _one_line(info.value, "missing.pb")
+    with pytest.raises(InputError) as info:
         tfgraph.build(FIXTURES / "graphs" / "keras3_export", signature="nope")
     _one_line(info.value, "cannot load the SavedModel's 'nope' signature")
     with pytest.raises(UnsupportedError, match="a frozen GraphDef has no signatures"):

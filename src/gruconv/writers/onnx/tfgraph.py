@@ -46,6 +46,7 @@ has no handler for as it is), ``onnx.checker`` (full), and an onnxruntime CPU se
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -285,10 +286,13 @@ def _graph_def_file(path: Path):
     from google.protobuf import message, text_format
     from tensorflow.core.framework import graph_pb2
 
-    size = path.stat().st_size
-    if size > MAX_MODEL_BYTES:
-        raise InputError(f"is {size} bytes, over protobuf's 2 GiB", path=path)
-    data = path.read_bytes()
+    from ...files.inputs import open_regular
+
+    with open_regular(path, "a frozen GraphDef (.pb, .pbtxt)") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > MAX_MODEL_BYTES:
+            raise InputError(f"is {size} bytes, over protobuf's 2 GiB", path=path)
+        data = f.read()
     gd = graph_pb2.GraphDef()
     try:
         if path.suffix == ".pbtxt":
