@@ -254,3 +254,35 @@ def test_a_tf_keras_savedmodel_converts_like_its_hdf5_twin_computes(name, tmp_pa
     ref = np.load(tmp_path / "ref.npy")
     assert got.shape == ref.shape and float(np.abs(got - ref).max()) <= 1e-5, float(np.abs(got - ref).max())
     assert tfgraph.leftover_ops(model) == []
+
+
+def test_batch_major_states_in_the_shape_tensorflow_demands(tmp_path):
+    """``time_major=false`` with the states shaped ``[batch, layers*dirs, units]``, as TensorFlow's kernel demands
+    (``cudnn_rnn_ops.cc`` ``ExtractForwardInput``): their memory is cuDNN's ``[layers*dirs, batch, units]``
+    (``CreateForwardAndBackwardIODescriptors``), so golden ``h0`` goes in reshaped, not transposed, and ``hy``
+    comes back the same way.  A transposed reading (the other plausible one) is far off."""
+    import tensorflow as tf
+
+    z = np.load(FIXTURES / "cudnn-golden" / "gru_2l_bidir.npz")
+    cfg = json.loads(str(z["config"]))
+    LD, B, H = 2 * cfg["L"], cfg["B"], cfg["H"]
+    g = tf.Graph()
+    with g.as_default():
+        v1 = tf.compat.v1
+        x = v1.placeholder(tf.float32, [None, None, cfg["I"]], name="x")
+        h0 = v1.placeholder(tf.float32, [None, LD, H], name="h0")
+        lengths = v1.placeholder(tf.int32, [None], name="lengths")
+        out = tf.raw_ops.CudnnRNNV3(input=x, input_h=h0, input_c=tf.constant(0.0), params=tf.constant(z["opaque"]),
+                                    sequence_lengths=lengths, rnn_mode="gru", direction="bidirectional",
+                                    time_major=False, is_training=False, name="rnn")
+        tf.identity(out[0], name="y")
+        tf.identity(out[1], name="hy")
+    path = tmp_path / "bt.pb"
+    path.write_bytes(g.as_graph_def().SerializeToString())
+    model, _ = tfgraph.build(path)
+    feed = {"x": z["x"].transpose(1, 0, 2), "lengths": z["seq_lengths"].astype(np.int32)}
+    outs = _run(model, {**feed, "h0": z["h0"].reshape(B, LD, H)})
+    assert float(np.abs(outs["y"] - z["y"].transpose(1, 0, 2)).max()) <= STRICT
+    assert outs["hy"].shape == (B, LD, H) and float(np.abs(outs["hy"] - z["hy"].reshape(B, LD, H)).max()) <= STRICT
+    transposed = _run(model, {**feed, "h0": z["h0"].transpose(1, 0, 2)})
+    assert float(np.abs(transposed["y"] - z["y"].transpose(1, 0, 2)).max()) > 1e-3
