@@ -40,7 +40,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
 SKIP_NAMES = {"manifest.json", "README.md", "corpus.txt"}
-SKIP_DIRS = {"cudnn-golden", "cudnn-golden-lstm"}
+SKIP_DIRS = {"cudnn-golden", "cudnn-golden-lstm", "__pycache__"}
 FORMATS = (None, "keras", "h5-weights", "keras-weights", "torch", "onnx")
 
 

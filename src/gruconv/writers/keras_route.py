@@ -71,8 +71,8 @@ def built(graph, *, info: Optional[dict] = None, notes: Optional[list] = None):
     (:func:`gruconv.keras3.config.translate`, the dict the streamed writer writes; a Keras built-in
     class outside its vocabulary carried for Keras to build, ``outside=CARRY``):
     ``model_from_json`` of it with zero initializers (:func:`gruconv.keras3.runtime.from_config`), then
-    the weights of the streamed writer's own array stream (:func:`gruconv.keras3.archive.legacy_h5_arrays`
-    against the model's layers, or :func:`~gruconv.keras3.archive.v3_arrays` for a tf_keras ``.keras``)
+    the weights of the streamed writer's own array stream (:func:`gruconv.keras3.archive.weight_arrays`
+    over the graph's store; against the model's layers, or the streamed writer's plan for a tf_keras ``.keras``)
     assigned in place (:func:`gruconv.keras3.build.assign`).  No legacy ``.h5`` intermediate, no
     legacy loader.  Used by the Keras-built fallback of both Keras writers and by ``verify`` without a
     converted file, so ``verify in.h5`` and ``verify in.h5 out.keras`` check the same model (issue 28).
@@ -96,12 +96,12 @@ def built(graph, *, info: Optional[dict] = None, notes: Optional[list] = None):
         nonfinite: dict = {}
         if graph.layout == "legacy":
             tops = build.layer_tops(model)
-            arrays = dialects.rescaled(archive.legacy_h5_arrays(graph, tops, nonfinite), tops,
+            arrays = dialects.rescaled(archive.weight_arrays(graph, config, tops, nonfinite), tops,
                                        keras3_config.saveable_plan(config)[1])
         else:  # a tf_keras .keras: its weights sit under the streamed writer's object paths
             groups, tops = keras3_config.saveable_plan(config)
             archive.custom_slots(graph, config, groups, tops)
-            arrays = dialects.rescaled(archive.v3_arrays(graph, config, tops, nonfinite), tops, tops)
+            arrays = dialects.rescaled(archive.weight_arrays(graph, config, tops, nonfinite), tops, tops)
         build.assign(model, tops, arrays, source=graph.path)
     except (UnsupportedError, InputError) as e:
         if e.path is None:

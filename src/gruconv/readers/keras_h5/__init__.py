@@ -55,6 +55,7 @@ from ...keras3.legacy import (CONTAINER_CLASSES as _CONTAINER_CLASSES, CUDNN_CLA
                               class_name_of, config_of, converted_config, keras2_names, layers_of as _layers_of,
                               name_of)
 from ...options import Options
+from .store import LegacyStore, first_duplicate, weight_names_of
 
 FORMAT = "keras-h5"
 #: What this reader reads, for messages.
@@ -155,17 +156,11 @@ class KerasH5Model:
     # The Keras-graph passthrough (:class:`gruconv.model.canonical.KerasGraph`): what writers that can
     # express a Keras graph ask of it; they never open the input file themselves.
 
-    def open_file(self):
-        """The input file, opened through every guard (:func:`open_model_file`)."""
-        return open_model_file(self.path)
-
-    def weight_group(self, src):
-        """The group of the open file ``src`` that holds the per-layer weight groups."""
-        return h5safe.child(src, "model_weights", self.path, "group") if self.kind == "model" else src
-
-    def weight_names(self, group) -> list:
-        """A layer group's ``weight_names``, checked (:func:`weight_names_of`)."""
-        return weight_names_of(group, self.path)
+    @property
+    def store(self) -> LegacyStore:
+        """The stored weights (:class:`gruconv.readers.keras_h5.store.LegacyStore`), opened through every
+        guard (:func:`open_model_file`) for each pass."""
+        return LegacyStore(self.path, self.kind, self.layer_names, lambda: open_model_file(self.path))
 
     def legacy_config(self) -> dict:
         """The model config with every CuDNNGRU / CuDNNLSTM replaced by its GRU / LSTM config (still in
@@ -255,27 +250,6 @@ def _weight_groups(f, root, path: Path, layer_names: list) -> dict:
             entries.append((wname, ds))
         out[lname] = entries
     return out
-
-
-def weight_names_of(group, path) -> list:
-    names = h5safe.read_attr(group, "weight_names", []) or []
-    if isinstance(names, str):
-        names = [names]
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise InputError(f"{group.name}: attribute 'weight_names' is not a list of strings", path=path)
-    dup = _first_duplicate(names)
-    if dup is not None:
-        raise InputError(f"{group.name}: attribute 'weight_names' lists {dup!r} twice", path=path)
-    return names
-
-
-def _first_duplicate(names: list) -> Optional[str]:
-    seen = set()
-    for n in names:
-        if n in seen:
-            return n
-        seen.add(n)
-    return None
 
 
 def _owner_and_role(wname: str) -> tuple:
@@ -469,7 +443,7 @@ def read_with_config(path: Path, config: Optional[dict]) -> KerasH5Model:
             layer_names = [layer_names]
         if not isinstance(layer_names, list) or not all(isinstance(n, str) for n in layer_names):
             raise InputError("attribute 'layer_names' is not a list of strings", path=path)
-        dup = _first_duplicate(layer_names)
+        dup = first_duplicate(layer_names)
         if dup is not None:
             raise InputError(f"attribute 'layer_names' lists {dup!r} twice", path=path)
         # a layer whose config has no name gets the one Keras 2 gave it at load time (keras3/legacy.py)
