@@ -52,6 +52,9 @@ class OpenStore(Protocol):
     def layer_weights(self, layer: str) -> list:
         """The names of the weights top-level ``layer`` stores, in stored order (checked)."""
 
+    def weight(self, layer: str, name: str) -> WeightRef:
+        """Weight ``name`` (one :meth:`layer_weights` lists) of top-level ``layer``."""
+
     def rnn(self, rnn, direction: int) -> dict:
         """``{role: WeightRef}`` of one CuDNN layer's direction (``rnn`` a reader's cuDNN layer)."""
 

@@ -126,6 +126,9 @@ class OpenV3Store:
         raise UnsupportedError(f"layer {layer!r}: a tf_keras .keras file stores its weights by object path, "
                                "not per top-level layer")
 
+    def weight(self, layer: str, name: str):
+        return self.layer_weights(layer)
+
     def rnn(self, rnn, direction: int) -> dict:
         return {role: H5Weight(h5safe.resolve(self._f, name, self.path, "dataset"), self.path)
                 for role, name in rnn.datasets[direction].items()}

@@ -129,10 +129,10 @@ def load(path, rebuild):
 def runners(path) -> dict:
     """``{rnn name: StackRunner}``: each module of the file run by torch on the CPU
     (:func:`gruconv.writers.torch.run.run_torch`), shaped for ``verify``'s stack checks
-    (:class:`gruconv.verify.runners.StackRunner`)."""
+    (:class:`gruconv.writers.runner.StackRunner`)."""
     from . import run as gtorch
     from ...model.canonical import StackShape
-    from ...verify.runners import StackRunner
+    from ..runner import StackRunner
     from .safetensors import CELL_OF_MODULE, read_document
 
     doc = read_document(path)
