@@ -604,8 +604,8 @@ def weight_arrays(doc, config: dict, tops: list, nonfinite: Optional[dict] = Non
 
 
 #: A copied weight (any layer's but a cuDNN one's, which :func:`cudnn_direction` streams gate by gate)
-#: of more bytes than this is read and written in leading-axis row blocks
-#: (:func:`gruconv.files.hdf5.row_blocks`, about ``ROW_BLOCK_BYTES`` each) instead of whole (issue 30:
+#: of more bytes than this is read and written in blocks of about ``ROW_BLOCK_BYTES``
+#: (:func:`gruconv.files.hdf5.blocks`: whole rows, or pieces of a wider row) instead of whole (issue 30:
 #: a legacy file whose largest tensor is a 1.2 GB ``Dense`` kernel converted at 2.3 GB peak RSS, the
 #: tensor read whole and then written).  Below it, one read is as cheap and keeps the in-memory digest.
 STREAM_COPY_BYTES = 32 << 20
@@ -613,8 +613,10 @@ STREAM_COPY_BYTES = 32 << 20
 
 def copied(ref, path):
     """A non-cuDNN weight of the input (a :class:`gruconv.model.weights.WeightRef`) as the streamed writer
-    copies it: the array itself when small, else :class:`Pieces` of whole leading-axis rows in the
-    machine's byte order, so peak memory does not grow with the largest tensor.  The stored tensor is
+    copies it: the array itself when small, else :class:`Pieces` of about
+    :data:`~gruconv.files.hdf5.ROW_BLOCK_BYTES` each in the machine's byte order (whole leading-axis rows,
+    or pieces of a row larger than that), so peak memory grows with neither the largest tensor nor its
+    widest row.  The stored tensor is
     checked first (declared size, storage, dtype) either way."""
     import numpy as np
 
@@ -627,13 +629,11 @@ def copied(ref, path):
         return ref.read()
     dtype = np.dtype(ref.dtype).newbyteorder("=")
 
-    def rows():
-        start = 0
-        for block in ref.row_blocks(h5safe.ROW_BLOCK_BYTES):
-            yield slice(start, start + block.shape[0]), h5safe.native(block)
-            start += block.shape[0]
+    def pieces():
+        for where, block in ref.blocks(h5safe.ROW_BLOCK_BYTES):
+            yield where, h5safe.native(block)
 
-    return Pieces(shape, dtype, rows)
+    return Pieces(shape, dtype, pieces)
 
 
 def cudnn_direction(refs: dict, path, rnn, d: int, nonfinite: Optional[dict] = None) -> list:

@@ -37,8 +37,10 @@ class WeightRef(Protocol):
         """``tensor[key]`` (a NumPy array), e.g. one gate's columns: the gate-block streaming of the large
         conversion reads a CuDNN kernel one ``(rows, units)`` block at a time."""
 
-    def row_blocks(self, block_bytes: int) -> Iterator:
-        """The tensor in leading-axis row blocks of about ``block_bytes`` each (native byte order)."""
+    def blocks(self, block_bytes: int) -> Iterator:
+        """The tensor as ``(index, block)`` in C order, each block about ``block_bytes`` whatever the shape
+        (whole leading-axis rows when a row fits, else pieces of a row: :func:`gruconv.files.hdf5.blocks`),
+        in the stored byte order."""
 
     def copy_into(self, group, name: str, transform: Optional[Callable] = None) -> None:
         """Rewrite the tensor, with its stored attributes and compression, as ``group[name]`` of an HDF5

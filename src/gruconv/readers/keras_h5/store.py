@@ -49,8 +49,8 @@ class H5Weight:
         except (OSError, RuntimeError, ValueError, TypeError, KeyError) as e:
             raise InputError(f"{self.name} cannot be read ({first_line(e)})", path=self._path) from None
 
-    def row_blocks(self, block_bytes: int):
-        return h5safe.row_blocks(self._ds, self._path, block_bytes)
+    def blocks(self, block_bytes: int):
+        return h5safe.blocks(self._ds, self._path, block_bytes)
 
     def copy_into(self, group, name: str, transform: Optional[Callable] = None) -> None:
         h5safe.copy_dataset(self._ds, group, name, self._path, transform)
