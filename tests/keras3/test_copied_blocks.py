@@ -36,7 +36,7 @@ def _convert(name, out, monkeypatch, *, blocks: bool):
             m.setattr(archive, "STREAM_COPY_BYTES", 0)
             m.setattr(archive, "IN_MEMORY_MAX", 0)  # the on-disk route, where blocks are written as blocks
             m.setattr(archive, "ASSEMBLE_MAX", 0)  # gate-blocked kernels too
-            m.setattr(h5safe, "ROW_BLOCK_BYTES", 16)  # a few rows a block
+            m.setattr(h5safe, "ROW_BLOCK_BYTES", 2)  # copies go in pieces of 8 x this: 16 bytes, a few values
         api.convert(FIXTURES / name, out)
     return _weights(out) if out.exists() else None  # nothing to convert: no output either way
 

@@ -461,8 +461,9 @@ def metadata(date: Optional[datetime.datetime] = None) -> dict:
 # --------------------------------------------------------------------------- TF1 stack models
 
 def _identifier(scope: str) -> str:
-    name = re.sub(r"[^A-Za-z0-9_]+", "_", scope).strip("_")
-    return name or "gru_stack"
+    from ..model.names import identifier
+
+    return identifier(scope, "gru_stack")
 
 
 def stack_model_config(shape, name: str, *, initial_state: bool = False, return_state: bool = False,

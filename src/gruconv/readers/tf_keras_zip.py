@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Optional
 
 from .. import eligibility
-from ..errors import GruconvError, InputError, UnsupportedError, UsageError
+from ..errors import GruconvError, InputError, UnsupportedError, UsageError, about
 from ..files import hdf5 as h5safe, inputs
 from ..model.canonical import Document, InputFacts
 from ..model.keras_layout import WEIGHT_ROLES
@@ -237,11 +237,8 @@ def read(path, options: Optional[Options] = None, **kw) -> TfKerasZipModel:
     if opts.config is not None:
         raise UsageError("--config does not apply to a .keras file: it carries its own config.json", path=path)
     try:
-        return _read(path)
-    except GruconvError as e:
-        if e.path is None:
-            raise type(e)(e.message, path=path) from None
-        raise
+        with about(path):
+            return _read(path)
     except RecursionError:
         raise InputError("config.json is nested too deeply", path=path) from None
 

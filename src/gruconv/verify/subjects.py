@@ -268,9 +268,9 @@ def staged_weights_subjects(doc, converted, opts: Options):
 
 
 def _model_name(name: str) -> str:
-    import re
+    from ..model.names import identifier
 
-    return re.sub(r"[^A-Za-z0-9_]+", "_", name).strip("_") or "rnn"
+    return identifier(name, "rnn")
 
 
 def _converted_arrays(converted: Path, rnn) -> list:

@@ -78,14 +78,14 @@ def built(graph, *, info: Optional[dict] = None, notes: Optional[list] = None):
     converted file, so ``verify in.h5`` and ``verify in.h5 out.keras`` check the same model (issue 28).
     Returns ``(model, {layer: NaN/Inf count})``; ``info["config"]`` receives the translated dict, ``notes``
     the lines the streamed writer gives too (Keras 2 semantics kept: :mod:`gruconv.keras3.dialects`)."""
-    from ..errors import InputError
+    from ..errors import InputError, about
     from ..keras3 import archive, build, dialects, runtime
     from ..keras3 import config as keras3_config
 
     if graph.model_config is None:
         raise UsageError("a weights-only file needs --config ARCH.json (the model's to_json()) to become "
                          "a Keras model", path=graph.path)
-    try:
+    with about(graph.path, (UnsupportedError, InputError)):
         archive.check_rnn_inputs(graph, notes)
         config = keras3_config.translate(graph.model_config, outside=keras3_config.CARRY)
         if notes is not None:
@@ -103,10 +103,6 @@ def built(graph, *, info: Optional[dict] = None, notes: Optional[list] = None):
             archive.custom_slots(graph, config, groups, tops)
             arrays = dialects.rescaled(archive.weight_arrays(graph, config, tops, nonfinite), tops, tops)
         build.assign(model, tops, arrays, source=graph.path)
-    except (UnsupportedError, InputError) as e:
-        if e.path is None:
-            raise type(e)(e.message, path=graph.path) from None
-        raise
     return model, nonfinite
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from ..errors import GruconvError, InputError, OutputError, first_line
+from ..errors import InputError, OutputError, about, first_line
 from ..keras3 import config as keras3_config
 from ..keras3 import dialects
 from ..model.keras_layout import WEIGHT_ROLES
@@ -65,7 +65,7 @@ def write(doc, out_path, *, include_model: bool = True, include_training: bool =
     dst_file = hdf5_file(out_path)  # a full disk is an OSError here, not a crash in libhdf5 (issue 23)
     where = "the file's attributes"
     try:
-        with doc.store.open() as src, dst_file as dst:
+        with about(doc.path), doc.store.open() as src, dst_file as dst:
             if include_model and doc.model_config is not None:
                 dst.attrs["keras_version"] = doc.keras_version or "2.x"
                 dst.attrs["backend"] = doc.backend or "tensorflow"
@@ -101,10 +101,6 @@ def write(doc, out_path, *, include_model: bool = True, include_training: bool =
             if src.has_top_level():
                 where = "top_level_model_weights"
                 src.copy_top_level_into(droot)
-    except GruconvError as e:
-        if e.path is None:
-            raise type(e)(e.message, path=doc.path) from None
-        raise
     except OSError as e:
         import errno
 

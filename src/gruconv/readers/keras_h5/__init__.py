@@ -49,7 +49,7 @@ from typing import Callable, Optional
 from ...files import hdf5 as h5safe
 from ...model.canonical import CELLS, Document, InputFacts, RNNStack, StackShape
 from ...model.cudnn_layout import params_size
-from ...errors import GruconvError, InputError, UnsupportedError, first_line
+from ...errors import GruconvError, InputError, UnsupportedError, about, first_line
 from ...model.keras_layout import CUDNN_KERAS_CLASS, KERAS3_BIAS_ROWS, WEIGHT_ROLES, describe_keras_layer, from_cudnn, keras3_bias_shape
 from ...keras3.legacy import (CONTAINER_CLASSES as _CONTAINER_CLASSES, CUDNN_CLASSES, TARGET_CLASS as _TARGET_CLASS,
                               class_name_of, config_of, converted_config, keras2_names, layers_of as _layers_of,
@@ -407,14 +407,11 @@ def read(path, options: Optional[Options] = None, **kw) -> KerasH5Model:
     opts = Options.of(options, **kw)
     config = architecture_of(opts.config)
     try:
-        doc = read_with_config(path, config)
-        if opts.config is not None and not isinstance(opts.config, dict):
-            doc.config_file = Path(opts.config)
-        return doc
-    except GruconvError as e:
-        if e.path is None:
-            raise type(e)(e.message, path=path) from None
-        raise
+        with about(path):
+            doc = read_with_config(path, config)
+            if opts.config is not None and not isinstance(opts.config, dict):
+                doc.config_file = Path(opts.config)
+            return doc
     except RecursionError:
         raise InputError("model_config is nested too deeply", path=path) from None
 
