@@ -456,7 +456,6 @@ READERS_IMPORTING_KERAS3 = {
     "gruconv.readers.keras_h5 -> gruconv.keras3.builtins",
     "gruconv.readers.keras_h5 -> gruconv.keras3.legacy",
     "gruconv.readers.tf1.reading -> gruconv.keras3.runtime",
-    "gruconv.readers.tf2.objects -> gruconv.keras3.legacy",
     "gruconv.readers.tf_keras_zip -> gruconv.keras3.config",
 }
 

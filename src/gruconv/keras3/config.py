@@ -42,7 +42,8 @@ from typing import Optional
 from ..errors import InputError, UnsupportedError
 from .builtins import bare_name, is_custom
 from .defaults import DEFAULTS
-from .legacy import CUDNN_CLASSES, converted_config
+from ..model.keras_config import CUDNN_CLASSES
+from .legacy import converted_config
 from .portable import portable_config
 from . import dialects, validate
 

@@ -51,9 +51,9 @@ from ...model.canonical import CELLS, Document, InputFacts, RNNStack, StackShape
 from ...model.cudnn_layout import params_size
 from ...errors import GruconvError, InputError, UnsupportedError, about, first_line
 from ...model.keras_layout import CUDNN_KERAS_CLASS, KERAS3_BIAS_ROWS, WEIGHT_ROLES, describe_keras_layer, from_cudnn, keras3_bias_shape
-from ...keras3.legacy import (CONTAINER_CLASSES as _CONTAINER_CLASSES, CUDNN_CLASSES, TARGET_CLASS as _TARGET_CLASS,
-                              class_name_of, config_of, converted_config, keras2_names, layers_of as _layers_of,
-                              name_of)
+from ...keras3.legacy import converted_config, keras2_names
+from ...model.keras_config import (CONTAINER_CLASSES as _CONTAINER_CLASSES, CUDNN_CLASSES, TARGET_CLASS as _TARGET_CLASS,
+                                   class_name_of, config_of, layers_of as _layers_of, name_of)
 from ...options import Options
 from .store import LegacyStore, first_duplicate, weight_names_of
 
