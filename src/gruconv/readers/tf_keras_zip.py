@@ -127,7 +127,7 @@ class OpenV3Store:
                                "not per top-level layer")
 
     def weight(self, layer: str, name: str):
-        return self.layer_weights(layer)
+        return self.layer_weights(layer)  # refused: no per-layer groups in this layout
 
     def rnn(self, rnn, direction: int) -> dict:
         return {role: H5Weight(h5safe.resolve(self._f, name, self.path, "dataset"), self.path)

@@ -32,8 +32,8 @@ Registry verbs (:mod:`gruconv.readers`): :func:`sniff`, :func:`read`, :func:`ins
 :mod:`gruconv.writers.planning` from the document's plan facts (:func:`plan_facts`) and the input's
 facts, what ``verify`` checks by :mod:`gruconv.verify.subjects` from ``KerasH5Model.content``.  The model read is the Keras-graph passthrough of its
 :class:`~gruconv.model.canonical.Document` (:meth:`KerasH5Model.document`): writers that express a
-Keras graph read it through its accessors (:class:`gruconv.model.canonical.KerasGraph`: ``open_file``,
-``weight_group``, ``weight_names``, ``legacy_config``, ``other_weights``); the legacy file above is
+Keras graph read it as data and through its weight store (:class:`gruconv.model.canonical.KerasGraph`:
+``store``, :mod:`gruconv.readers.keras_h5.store`; ``legacy_config``, ``other_weights``); the legacy file above is
 written by :mod:`gruconv.writers.legacy_graph`, and a Keras 3 model is built from
 :func:`gruconv.keras3.config.translate` (:func:`gruconv.writers.keras_route.built`).  The legacy config
 mends live in :mod:`gruconv.keras3.legacy`.
