@@ -408,20 +408,25 @@ def test_temporaries_are_made_in_one_place():
     assert _temp_makers(planted) == [2, 4]
 
 
-def _reader_imports(mods: dict, packages) -> list:
-    """``module -> gruconv.readers...`` imports (any depth) from the modules under ``packages``."""
+def _package_imports(mods: dict, packages, targets=("readers",)) -> list:
+    """``module -> gruconv.<target>...`` imports (any depth) from the modules under ``packages``."""
     found = []
     for m, p in mods.items():
         if any(m == f"gruconv.{pkg}" or m.startswith(f"gruconv.{pkg}.") for pkg in packages):
             found += [f"{m} -> {t}" for t, _ in _imports(m, p, mods)
-                      if t == "gruconv.readers" or t.startswith("gruconv.readers.")]
-    return sorted(found)
+                      if any(t == f"gruconv.{x}" or t.startswith(f"gruconv.{x}.") for x in targets)]
+    return sorted(set(found))
 
 
-def test_writers_and_keras3_never_import_readers():
-    """A writer reads nothing but the ``Document`` (issue 28): no module under ``writers/`` or
-    ``keras3/`` imports a reader, at any depth."""
-    assert _reader_imports(_modules(), ("writers", "keras3")) == []
+def _reader_imports(mods: dict, packages) -> list:
+    return _package_imports(mods, packages, ("readers",))
+
+
+def test_writers_keras3_and_model_never_import_readers():
+    """A writer reads nothing but the ``Document`` (issue 28): no module under ``writers/``, ``keras3/`` or
+    ``model/`` imports a reader, at any depth (a Keras graph's weights come through its store,
+    :mod:`gruconv.model.weights`)."""
+    assert _reader_imports(_modules(), ("writers", "keras3", "model")) == []
 
 
 def test_the_reader_import_finder_finds_a_planted_one(tmp_path):
@@ -432,29 +437,112 @@ def test_the_reader_import_finder_finds_a_planted_one(tmp_path):
     assert _reader_imports(mods, ("writers",)) == ["gruconv.writers.planted -> gruconv.readers.keras_h5"]
 
 
+def test_writers_never_import_verify():
+    """A writer hands ``verify`` what it wrote (its ``load`` and ``runners`` verbs) and imports nothing of
+    it: the runner of a torch/onnx stack lives with the targets and takes the GPU math as an argument
+    (:class:`gruconv.writers.runner.StackRunner`)."""
+    assert _package_imports(_modules(), ("writers",), ("verify",)) == []
+
+
+def test_readers_never_import_writers():
+    """A reader imports no writer: option refusal and the input suffixes batch strips read both registries,
+    so they live with the drivers (:mod:`gruconv.run_options`), not in ``readers/__init__.py``."""
+    assert _package_imports(_modules(), ("readers",), ("writers", "verify", "batch", "api", "run_options")) == []
+
+
+#: Readers that still import the Keras 3 side for config vocabulary (issue 38 point 3 moves the pure config
+#: walking into one module under ``model/``; each entry goes when its import does, and no new one comes).
+READERS_IMPORTING_KERAS3 = {
+    "gruconv.readers.keras_h5 -> gruconv.keras3.builtins",
+    "gruconv.readers.keras_h5 -> gruconv.keras3.legacy",
+    "gruconv.readers.tf1.reading -> gruconv.keras3.runtime",
+    "gruconv.readers.tf_keras_zip -> gruconv.keras3.config",
+}
+
+
+def test_readers_import_keras3_only_where_still_known():
+    assert set(_package_imports(_modules(), ("readers",), ("keras3",))) == READERS_IMPORTING_KERAS3
+
+
+def test_the_package_import_finder_finds_planted_ones(tmp_path):
+    mods = _modules()
+    planted = tmp_path / "planted.py"
+    planted.write_text("from ...verify.runners import matching_runner\n"
+                       "def f():\n    from ... import writers\n    from ...keras3 import config\n")
+    mods["gruconv.readers.tf1.planted"] = planted
+    got = _package_imports(mods, ("readers",), ("writers", "verify", "keras3"))
+    assert "gruconv.readers.tf1.planted -> gruconv.verify.runners" in got
+    assert "gruconv.readers.tf1.planted -> gruconv.writers" in got
+    assert "gruconv.readers.tf1.planted -> gruconv.keras3.config" in got
+    writer = tmp_path / "writer.py"
+    writer.write_text("def runners(path):\n    from ..verify.runners import StackRunner\n")
+    mods["gruconv.writers.planted"] = writer
+    assert _package_imports(mods, ("writers",), ("verify",)) == ["gruconv.writers.planted -> gruconv.verify.runners"]
+
+
+#: What hands out an input's open storage: the reader-side openers and walkers, and the accessors a Keras
+#: graph had before its store (``open_file``, ``weight_group``, ``weight_names``, ``open_weights``,
+#: ``stored_weights``).  Outside ``readers/`` and ``files/`` none is named, as an attribute or an import.
+STORAGE_WALKERS = {"open_model_file", "weight_names_of", "stored_layer_weights", "open_file", "weight_group",
+                   "weight_names", "open_weights", "stored_weights", "open_hdf5_member"}
+
+
+def _storage_walks(source: str) -> list:
+    """Lines of ``source`` naming a :data:`STORAGE_WALKERS` name (attribute, imported name or call)."""
+    out = []
+    for n in ast.walk(ast.parse(source)):
+        if isinstance(n, ast.Attribute) and n.attr in STORAGE_WALKERS:
+            out.append(n.lineno)
+        elif isinstance(n, ast.ImportFrom) and any(a.name in STORAGE_WALKERS for a in n.names):
+            out.append(n.lineno)
+        elif isinstance(n, ast.Name) and n.id in STORAGE_WALKERS:
+            out.append(n.lineno)
+    return sorted(set(out))
+
+
+def test_only_readers_and_files_walk_an_inputs_storage():
+    """Only modules under ``readers/`` and ``files/`` open an input or walk its storage: everyone else
+    reads a Keras graph's weights through its store (:class:`gruconv.model.weights.WeightStore`)."""
+    found = {}
+    for m, p in _modules().items():
+        if m.startswith(("gruconv.readers", "gruconv.files")):
+            continue
+        lines = _storage_walks(p.read_text())
+        if lines:
+            found[m] = lines
+    assert found == {}
+
+
+def test_the_storage_walk_finder_finds_planted_ones():
+    planted = ("from ..readers.keras_h5 import open_model_file\n"
+               "def f(doc):\n    with doc.open_file() as src:\n        return doc.weight_names(src)\n"
+               "def g(doc):\n    with doc.store.open() as s:\n        return s.layer_weights('x')\n")
+    assert _storage_walks(planted) == [1, 3, 4]
+
+
 def test_options_cover_every_field_once():
     """Every ``Options`` field is read by some reader or writer (or is common): none can be refused
     for every input, and none is silently ignored by all."""
     import dataclasses
 
-    from gruconv import readers, writers
+    from gruconv import readers, run_options, writers
     from gruconv.options import Options
 
     read = set(writers.COMMON_OPTIONS)
     for name in readers.READERS:
-        read |= readers.accepted_options(name, list(writers.WRITERS))
+        read |= run_options.accepted_options(name, list(writers.WRITERS))
     assert {f.name for f in dataclasses.fields(Options)} == read
     importlib.import_module("gruconv.cli")  # the --format choices come from the registry
 
 
 def _graph_gaps(cls) -> list:
-    """The members of :class:`gruconv.model.canonical.KerasGraph` (and, for a v3-layout graph,
-    ``KerasGraphV3``) that class ``cls`` lacks: attributes, dataclass fields or methods."""
+    """The members of :class:`gruconv.model.canonical.KerasGraph` that class ``cls`` lacks: attributes,
+    dataclass fields or methods."""
     import dataclasses
 
-    from gruconv.model.canonical import KerasGraph, KerasGraphV3
+    from gruconv.model.canonical import KerasGraph
 
-    protos = [KerasGraph] + ([KerasGraphV3] if getattr(cls, "layout", None) == "v3" else [])
+    protos = [KerasGraph]
     fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
     gaps = []
     for proto in protos:
@@ -485,11 +573,11 @@ def test_the_keras_graph_check_finds_a_planted_gap():
         model_config: dict
         layout = "v3"
 
-        def open_file(self):
+        def legacy_config(self):
             pass
 
     gaps = _graph_gaps(Half)
-    assert "weight_names" in gaps and "stored_weights" in gaps and "open_file" not in gaps and "path" not in gaps
+    assert "store" in gaps and "other_weights" in gaps and "legacy_config" not in gaps and "path" not in gaps
     assert _graph_gaps(TfKerasZipModel) == []
 
 

@@ -1,4 +1,4 @@
-"""gruconv: cuDNN-only GRU models (TF1 cudnn_rnn checkpoints, Keras CuDNNGRU HDF5, tf_keras .keras and SavedModels) to Keras 3.
+"""gruconv: cuDNN-only GRU/LSTM models (TF1 cudnn_rnn and TF2 checkpoints, Keras CuDNNGRU/CuDNNLSTM HDF5, tf_keras .keras and SavedModels, graphs holding CudnnRNN ops) to Keras 3, safetensors and ONNX.
 
 The Python API mirrors the CLI: :func:`gruconv.api.inspect`,
 :func:`gruconv.api.convert`, :func:`gruconv.verify.verify`.

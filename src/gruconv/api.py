@@ -17,7 +17,7 @@ import dataclasses
 from pathlib import Path
 from typing import Optional
 
-from . import readers
+from . import readers, run_options
 from .options import ConvertResult, Options
 
 __all__ = ["inspect", "convert", "write", "verify", "check_not_inputs", "ConvertResult", "Options"]
@@ -29,7 +29,7 @@ def inspect(path, options=None, **kw) -> dict:
     :mod:`gruconv.eligibility`).  No TensorFlow/Keras."""
     opts = Options.of(options, **kw)
     module = readers.module(readers.detect(path))
-    readers.refuse_unread(opts, readers.accepted_options(module.FORMAT, ()), module.DESCRIPTION)
+    run_options.refuse_unread(opts, run_options.accepted_options(module.FORMAT, ()), module.DESCRIPTION)
     doc = module.read(Path(path), opts)
     info = module.inspect(doc)
     if "cudnn_eligibility" not in info:  # a Keras graph read by another reader (issue 22)
@@ -195,7 +195,7 @@ def write(document, planned, outputs, opts: Options) -> ConvertResult:
 
 def refuse_unread(module, output: Path, opts: Options) -> None:
     """Refuse (exit 2, one line) every given option that neither this input's reader nor the writer
-    of ``output`` reads (:func:`gruconv.readers.accepted_options`); an output name that tells no
+    of ``output`` reads (:func:`gruconv.run_options.accepted_options`); an output name that tells no
     writer is left for the conversion to report (only the reader's options count then)."""
     from . import writers
     from .writers.planning import output_format
@@ -205,7 +205,7 @@ def refuse_unread(module, output: Path, opts: Options) -> None:
         fmt, what = (), module.DESCRIPTION
     else:
         what = f"{module.DESCRIPTION} converted to {writers.module(fmt).SUFFIX}"
-    readers.refuse_unread(opts, readers.accepted_options(module.FORMAT, fmt), what)
+    run_options.refuse_unread(opts, run_options.accepted_options(module.FORMAT, fmt), what)
 
 
 def verify(input, converted=None, options=None, **kw):

@@ -375,7 +375,8 @@ def verify(input, converted, tolerance, rtol, floor_k, reference, allow_tf32, de
     """Check that CONVERTED (or INPUT converted in memory) computes what INPUT computed.
 
     Runs the ORIGINAL parameters through the reference (real cuDNN on a GPU,
-    or a float64 oracle) and the converted Keras 3 model on the CPU and, with
+    or a float64 oracle) and the converted model (Keras 3; a .safetensors by
+    torch, an .onnx by onnxruntime) on the CPU and, with
     --device gpu/both, on the backend's GPU path (strict fp32, and the
     framework's default math as information), per recurrent layer and end to
     end. A check passes within --tolerance (absolute), --rtol of the reference's

@@ -32,6 +32,7 @@ path), so the CLI can print them as one line.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import unicodedata
@@ -167,6 +168,19 @@ def first_line(e: BaseException, limit: int = 0) -> str:
     if limit and len(msg) > limit:
         msg = msg[:limit].rsplit(" ", 1)[0] + " ..."
     return msg
+
+
+@contextlib.contextmanager
+def about(path, kinds: tuple = ()):
+    """An error of ``kinds`` (default: every :class:`GruconvError`) raised inside the block that names no
+    file is raised again said of ``path``: the one place of that rule (a reader's ``read``, a writer's pass
+    over a graph's weights: the message is about the input, which the code deep inside never knew)."""
+    try:
+        yield
+    except (kinds or GruconvError) as e:
+        if e.path is None:
+            raise type(e)(e.message, path=path) from None
+        raise
 
 
 def said_of(e: GruconvError, stand_in, source) -> GruconvError:

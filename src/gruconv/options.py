@@ -22,7 +22,7 @@ class Options:
     """Every conversion option, in one record that every format module takes whole.
 
     Each reader and writer declares the fields it reads (a reader's ``OPTIONS``, a writer's
-    ``options(graph)``); :func:`gruconv.readers.refuse_unread` refuses any other one given, in
+    ``options(graph)``); :func:`gruconv.run_options.refuse_unread` refuses any other one given, in
     one line (exit 2), instead of dropping it silently.
     """
 

@@ -1,6 +1,7 @@
-"""Copied (non-cuDNN) weights above ``keras3.archive.STREAM_COPY_BYTES`` are streamed in row blocks
-(issue 30): the written file must hold exactly what the whole-array copy writes.  Here every copied
-weight is forced through the block route, in blocks of a few rows, and compared array by array with
+"""Copied (non-cuDNN) weights above ``keras3.archive.STREAM_COPY_BYTES`` are streamed in blocks bounded by
+bytes (issue 30; issue 38: pieces of a row when one row is larger): the written file must hold exactly what
+the whole-array copy writes.  Here every copied weight is forced through the block route, in blocks of 16
+bytes (a few rows, or pieces of a row: most fixture rows are wider), and compared array by array with
 the default route on every Keras HDF5 fixture; then a planted fault in the block route (a dropped
 block) is shown to change the output, so the comparison can fail."""
 
@@ -35,7 +36,7 @@ def _convert(name, out, monkeypatch, *, blocks: bool):
             m.setattr(archive, "STREAM_COPY_BYTES", 0)
             m.setattr(archive, "IN_MEMORY_MAX", 0)  # the on-disk route, where blocks are written as blocks
             m.setattr(archive, "ASSEMBLE_MAX", 0)  # gate-blocked kernels too
-            m.setattr(h5safe, "ROW_BLOCK_BYTES", 16)  # a few rows a block
+            m.setattr(h5safe, "ROW_BLOCK_BYTES", 2)  # copies go in pieces of 8 x this: 16 bytes, a few values
         api.convert(FIXTURES / name, out)
     return _weights(out) if out.exists() else None  # nothing to convert: no output either way
 
@@ -56,12 +57,12 @@ def test_block_copies_write_what_whole_copies_write(name, monkeypatch, tmp_path)
 def test_a_dropped_block_is_seen(monkeypatch, tmp_path):
     name = "keras/sequential.h5"
     whole = _convert(name, tmp_path / "whole.keras", monkeypatch, blocks=False)
-    real = h5safe.row_blocks
+    real = h5safe.blocks
 
     def drop_second(ds, path, block_bytes=h5safe.ROW_BLOCK_BYTES):
-        for i, b in enumerate(real(ds, path, block_bytes)):
-            yield np.zeros_like(b) if i == 1 else b
+        for i, (where, b) in enumerate(real(ds, path, block_bytes)):
+            yield where, (np.zeros_like(b) if i == 1 else b)
 
-    monkeypatch.setattr(h5safe, "row_blocks", drop_second)
+    monkeypatch.setattr(h5safe, "blocks", drop_second)
     blocked = _convert(name, tmp_path / "blocks.keras", monkeypatch, blocks=True)
     assert any(not np.array_equal(whole[k], blocked[k]) for k in whole)

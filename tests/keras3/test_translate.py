@@ -143,7 +143,7 @@ def test_compile_config_is_the_one_training_translation(tmp_path):
     streamed, built = tmp_path / "s.keras", tmp_path / "b.keras"
     api.convert(src, streamed)
     doc = keras_h5.read(src)
-    keras_model._graph_with_keras(doc.document(), built, Options(), [], final=built)
+    keras_model._graph_with_keras(doc.document(), built, Options(), [])
     configs = [json.loads(zipfile.ZipFile(p).read("config.json")) for p in (streamed, built)]
     assert configs[0]["compile_config"] == configs[1]["compile_config"]
     assert configs[0] == configs[1]

@@ -124,11 +124,11 @@ def test_verify_without_converted_checks_what_convert_writes(name, monkeypatch, 
     (It used to check the Keras-built route, which this plant does not touch.)"""
     from gruconv.keras3 import archive
 
-    real = archive.legacy_h5_arrays
+    real = archive.weight_arrays
 
-    def planted(doc, tops, nonfinite=None):
+    def planted(doc, config, tops, nonfinite=None):
         first = True
-        for group, index, arr in real(doc, tops, nonfinite):
+        for group, index, arr in real(doc, config, tops, nonfinite):
             if first and isinstance(arr, archive.Pieces):  # a converted kernel, written gate block by block
                 pieces = arr.pieces
 
@@ -140,7 +140,7 @@ def test_verify_without_converted_checks_what_convert_writes(name, monkeypatch, 
 
     path = FIXTURES / name
     assert verify(path, reference="oracle", device="cpu").passed
-    monkeypatch.setattr(archive, "legacy_h5_arrays", planted)
+    monkeypatch.setattr(archive, "weight_arrays", planted)
     api.convert(path, tmp_path / "out.keras")
     with_file = verify(path, tmp_path / "out.keras", reference="oracle", device="cpu")
     in_memory = verify(path, reference="oracle", device="cpu")

@@ -637,6 +637,7 @@ def test_gate_wise_transform_equals_keras_layout(tmp_path, cell, gates):
     from types import SimpleNamespace
 
     from gruconv.model.keras_layout import from_cudnn, to_keras
+    from gruconv.readers.keras_h5.store import H5Weight
 
     rng = np.random.default_rng(7)
     I, H = 6, 5
@@ -653,7 +654,8 @@ def test_gate_wise_transform_equals_keras_layout(tmp_path, cell, gates):
         dst = tmp_path / f"dst_{np.dtype(dtype).name}.h5"
         nonfinite = {}
         with h5py.File(src, "r") as f:
-            got = keras_archive.cudnn_direction(f, src, rnn, 0, nonfinite)
+            refs = {role: H5Weight(f[name], src) for role, name in rnn.datasets[0].items()}
+            got = keras_archive.cudnn_direction(refs, src, rnn, 0, nonfinite)
             keras_archive.write_weights_h5(dst, [("w", None)], [("w", i, a) for i, a in enumerate(got)])
         want = to_keras(from_cudnn(k, rk, b, cell=cell), cell)
         with h5py.File(dst, "r") as f:

@@ -53,9 +53,9 @@ def options_record(options: dict):
 
 
 def _stem(name: str) -> str:
-    from .. import readers
+    from .. import run_options
 
-    return name[: -len(Path(name).suffix)] if Path(name).suffix.lower() in readers.input_suffixes() else name
+    return name[: -len(Path(name).suffix)] if Path(name).suffix.lower() in run_options.input_suffixes() else name
 
 
 def output_name(path: Path, fmt: str, options: dict) -> str:

@@ -203,25 +203,25 @@ def _run_formats(options: dict) -> list:
 def refuse_unread_options(items: list, options: dict) -> None:
     """Refuse (exit 2) before any work an option that no reader or writer of the run reads (a
     ``--config`` in a run of checkpoints only, ``--rnn`` with Keras files only, ...)."""
-    from .. import readers
+    from .. import run_options
 
     names = sorted({item.format for item in items if item.format})
     if not names:
         return  # nothing is read: nothing to refuse
     accepted = set()
     for name in names:
-        accepted |= readers.accepted_options(name, _run_formats(options))
-    readers.refuse_unread(options_record(options), accepted, "any input of this run")
+        accepted |= run_options.accepted_options(name, _run_formats(options))
+    run_options.refuse_unread(options_record(options), accepted, "any input of this run")
 
 
 def _job_options(job: Job, options: dict) -> dict:
     """``options`` for one input: those its reader and writers do not read are left out (they are
     for the run's other inputs; the run refused any that no input reads)."""
     if job.item.format:
-        from .. import readers
+        from .. import run_options
         from ..options import Options
 
-        accepted = readers.accepted_options(job.item.format, _run_formats(options))
+        accepted = run_options.accepted_options(job.item.format, _run_formats(options))
         options = {k: v for k, v in options.items() if k not in Options.__dataclass_fields__ or k in accepted}
     return dict(options, force=True) if job.force else options
 

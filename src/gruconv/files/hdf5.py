@@ -416,27 +416,44 @@ def check_dataset(ds, path, *, max_bytes: int | None = None, numeric: bool = Tru
 ROW_BLOCK_BYTES = 4 << 20
 
 
-def row_blocks(ds, path, block_bytes: int = ROW_BLOCK_BYTES):
-    """A dataset's values as C-contiguous arrays of whole leading-axis rows, about ``block_bytes`` at a
-    time (the whole value for a 0-d or empty dataset): for the reads that must not hold a large weight
-    at once (the self-check's digests, ``inspect``'s NaN/Inf count).  The caller has checked ``ds``
-    (:func:`check_dataset`); a read error is an :class:`InputError`."""
+def blocks(ds, path, block_bytes: int = ROW_BLOCK_BYTES):
+    """A dataset's values as ``(index, block)``: C-contiguous arrays of about ``block_bytes`` each, in C
+    order (their bytes, one after the other, are the dataset's), ``ds[index]`` being ``block``.  Whole
+    leading-axis rows when a row fits (whole chunk rows when chunked: a filtered chunk is then
+    decompressed once); when one row alone is larger, each row is cut along the first axis whose
+    sub-blocks fit (a ``(5, 50_000_000)`` float32 kernel: 200 MB rows, read about ``block_bytes`` at a
+    time, not a row), so memory never grows with a tensor's shape.  A 0-d or empty dataset is one block
+    (index ``()``).  The caller has checked ``ds`` (:func:`check_dataset`); a read error is an
+    :class:`InputError`."""
+    shape = tuple(ds.shape)
     if ds.ndim == 0 or ds.size == 0:
-        spans = [None]
+        spans = [()]
     else:
-        row = max(1, ds.size // ds.shape[0]) * ds.dtype.itemsize
-        step = max(1, block_bytes // row)
-        if ds.chunks:  # whole chunk rows per read: a filtered (gzip) chunk is then decompressed once
-            c = ds.chunks[0]
+        item = ds.dtype.itemsize
+        axis = 0  # the first axis along which one step fits in block_bytes
+        while axis < len(shape) - 1 and int(np.prod(shape[axis + 1:], dtype=np.int64)) * item > block_bytes:
+            axis += 1
+        inner = max(1, int(np.prod(shape[axis + 1:], dtype=np.int64)) * item)
+        step = max(1, block_bytes // inner)
+        if ds.chunks:  # whole chunks along the cut axis per read
+            c = ds.chunks[axis]
             step = max(c, step - step % c)
-        spans = [slice(a, a + step) for a in range(0, ds.shape[0], step)]
+        spans = (outer + (slice(a, a + step),) for outer in np.ndindex(*shape[:axis])
+                 for a in range(0, shape[axis], step))
     for span in spans:
         try:
-            block = np.ascontiguousarray(ds[()] if span is None else ds[span])
+            block = np.ascontiguousarray(ds[span]) if span else np.asarray(ds[()])  # 0-d stays 0-d
         except (OSError, RuntimeError, ValueError, TypeError, KeyError) as e:
             raise InputError(f"{ds.name} cannot be read ({first_line(e)})", path=path) from None
-        yield block
+        yield span, block
         del block
+
+
+def row_blocks(ds, path, block_bytes: int = ROW_BLOCK_BYTES):
+    """:func:`blocks` without their indices: for the reads that must not hold a large weight at once and
+    only need the values in order (the self-check's digests, ``inspect``'s NaN/Inf count)."""
+    for _, block in blocks(ds, path, block_bytes):
+        yield block
 
 
 def read_dataset(ds, path, *, max_bytes: int | None = None) -> np.ndarray:

@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from ..errors import InputError, OutputError, UnsupportedError
+from ..errors import InputError, OutputError, UnsupportedError, about
 from ..progress import step
 from . import config as keras3_config
 from . import dialects
@@ -557,172 +557,88 @@ def _check_h5(f, manifest: list, path) -> None:
 
 # --------------------------------------------------------------------------- sources
 
-def _check_fits(layer: str, slot, wname: str, ds, path) -> None:
-    """The stored weight ``ds`` has the shape the layer's config fixes (:attr:`gruconv.keras3.config.Slot.shape`),
-    else one :class:`InputError`: ``load_model`` would refuse the output (issue 31's generative test:
+def _check_fits(layer: str, slot, wname: str, ref, path) -> None:
+    """The stored weight ``ref`` has the shape the layer's config fixes (:attr:`gruconv.keras3.config.Slot.shape`),
+    else one :class:`InputError`: ``load_model`` would refuse the output (the generative test's case:
     ``Embedding input_dim`` changed in the config, the stored table not)."""
-    if not keras3_config.fits(slot.shape, ds.shape):
+    if not keras3_config.fits(slot.shape, ref.shape):
         want = "(" + ", ".join("?" if e is None else str(e) for e in slot.shape) + ")"
-        raise InputError(f"layer {layer!r}: the stored {wname} has shape {tuple(ds.shape)}, its config makes "
+        raise InputError(f"layer {layer!r}: the stored {wname} has shape {tuple(ref.shape)}, its config makes "
                          f"{slot.role} {want}: keras.saving.load_model would refuse the output", path=path)
 
 
-def legacy_h5_arrays(doc, tops: list, nonfinite: Optional[dict] = None) -> Iterable:
-    """``(group, index, array)`` for a legacy Keras HDF5 document (:mod:`gruconv.readers.keras_h5`),
-    one array in memory at a time: each top-level layer's saved weights, matched in the order Keras 3's
-    legacy loader matches them (:attr:`gruconv.keras3.config.TopLayer.legacy_order`); CuDNNGRU /
-    CuDNNLSTM weights transformed one gate block at a time (:func:`cudnn_direction`: the values of
-    :func:`gruconv.model.keras_layout.to_keras` of :func:`~gruconv.model.keras_layout.from_cudnn`, as
-    :func:`gruconv.writers.legacy_graph.write` writes them).  ``nonfinite`` (when given) receives the NaN/Inf count
-    per CuDNN layer path, counted on the stored values before the transform (an LSTM's two biases
-    are summed by the transform, so counting after it could merge or hide one)."""
-    from ..files import hdf5 as h5safe
-
+def weight_arrays(doc, config: dict, tops: list, nonfinite: Optional[dict] = None) -> Iterable:
+    """``(group, index, array)`` for a Keras graph document, over its weight store whatever the input's
+    layout (:class:`gruconv.model.weights.WeightStore`), one array in memory at a time: each Keras 3
+    slot of ``tops`` filled from the stored weight the store pairs with it (:meth:`~gruconv.model.weights.OpenStore.fill`:
+    a legacy file in the order Keras 3's legacy loader matches them,
+    :attr:`gruconv.keras3.config.TopLayer.legacy_order`; a tf_keras ``.keras`` by object path) and checked
+    against the shape the config fixes; CuDNNGRU / CuDNNLSTM weights transformed one gate block at a
+    time (:func:`cudnn_direction`: the values of :func:`gruconv.model.keras_layout.to_keras` of
+    :func:`~gruconv.model.keras_layout.from_cudnn`, as :func:`gruconv.writers.legacy_graph.write` writes
+    them).  ``nonfinite`` (when given) receives the NaN/Inf count per CuDNN layer path, counted on the
+    stored values before the transform (an LSTM's two biases are summed by the transform, so counting after
+    it could merge or hide one)."""
     replaced = {}
     for rnn in doc.rnns:
         for d, roles in enumerate(rnn.datasets):
             for i, role in enumerate(WEIGHT_ROLES):
-                replaced[roles[role]] = (rnn, d, i)
-    with doc.open_file() as src:
-        sroot = doc.weight_group(src)
-        _refuse_top_level_weights(sroot, doc.path)
-        names = set(doc.layer_names)
-        for n, top in enumerate(tops, 1):
+                replaced["/" + roles[role].lstrip("/")] = (rnn, d, i)
+    with doc.store.open() as store:
+        current = None
+        for n, (top, entries) in enumerate(store.fill(tops, config), 1):
             step("convert", n, len(tops), top.name)
-            order = top.legacy_order
-            if not order:
-                continue
-            if top.name not in names:
-                raise InputError(f"layer {top.name!r} has {len(order)} weight(s) but no weight group in the file",
-                                 path=doc.path)
-            group = h5safe.child(sroot, top.name, doc.path, "group")
-            wnames = doc.weight_names(group)
-            if len(wnames) != len(order):
-                raise InputError(f"layer {top.name!r}: the file holds {len(wnames)} weight(s), Keras 3's "
-                                 f"{top.name} has {len(order)}", path=doc.path)
-            current = None
-            for slot, wname in zip(order, wnames):
-                ds = h5safe.resolve(group, wname, doc.path, "dataset")
-                _check_fits(top.name, slot, wname, ds, doc.path)
-                if ds.name in replaced:
-                    rnn, d, i = replaced[ds.name]
+            for slot, label, ref in entries:
+                _check_fits(top.name, slot, label, ref, doc.path)
+                if ref.name in replaced:
+                    rnn, d, i = replaced[ref.name]
                     if current is None or current[0] != (id(rnn), d):
                         current = None  # the previous direction's arrays go first
-                        current = ((id(rnn), d), cudnn_direction(src, doc.path, rnn, d, nonfinite))
+                        current = ((id(rnn), d), cudnn_direction(store.rnn(rnn, d), doc.path, rnn, d, nonfinite))
                     value = current[1][i]
                     current[1][i] = None
                 else:  # checked: no external storage, no virtual dataset, native byte order
-                    value = copied(ds, doc.path)
+                    value = copied(ref, doc.path)
                 yield slot.group, slot.index, value
                 del value
 
 
 #: A copied weight (any layer's but a cuDNN one's, which :func:`cudnn_direction` streams gate by gate)
-#: of more bytes than this is read and written in leading-axis row blocks
-#: (:func:`gruconv.files.hdf5.row_blocks`, about ``ROW_BLOCK_BYTES`` each) instead of whole (issue 30:
+#: of more bytes than this is read and written in blocks of about ``ROW_BLOCK_BYTES``
+#: (:func:`gruconv.files.hdf5.blocks`: whole rows, or pieces of a wider row) instead of whole (issue 30:
 #: a legacy file whose largest tensor is a 1.2 GB ``Dense`` kernel converted at 2.3 GB peak RSS, the
 #: tensor read whole and then written).  Below it, one read is as cheap and keeps the in-memory digest.
 STREAM_COPY_BYTES = 32 << 20
 
 
-def copied(ds, path):
-    """A non-cuDNN weight of the input as the streamed writer copies it: the array itself when small,
-    else :class:`Pieces` of whole leading-axis rows in the machine's byte order, so peak memory does not
-    grow with the largest tensor.  The dataset is checked first (:func:`gruconv.files.hdf5.check_dataset`:
-    declared size, storage, dtype) either way."""
+def copied(ref, path):
+    """A non-cuDNN weight of the input (a :class:`gruconv.model.weights.WeightRef`) as the streamed writer
+    copies it: the array itself when small, else :class:`Pieces` of about 8 x
+    :data:`~gruconv.files.hdf5.ROW_BLOCK_BYTES` each in the machine's byte order (whole leading-axis rows,
+    or pieces of a row larger than that), so peak memory grows with neither the largest tensor nor its
+    widest row.  The stored tensor is
+    checked first (declared size, storage, dtype) either way."""
     import numpy as np
 
     from ..files import hdf5 as h5safe
 
-    h5safe.check_dataset(ds, path)
-    if ds.ndim == 0 or ds.size * ds.dtype.itemsize <= STREAM_COPY_BYTES:
-        return h5safe.read_dataset(ds, path)
-    dtype = np.dtype(ds.dtype).newbyteorder("=")
+    ref.check()
+    shape = ref.shape
+    size = int(np.prod(shape, dtype=np.int64))
+    if len(shape) == 0 or size * ref.dtype.itemsize <= STREAM_COPY_BYTES:
+        return ref.read()
+    dtype = np.dtype(ref.dtype).newbyteorder("=")
 
-    def rows():
-        start = 0
-        for block in h5safe.row_blocks(ds, path, h5safe.ROW_BLOCK_BYTES):
-            yield slice(start, start + block.shape[0]), h5safe.native(block)
-            start += block.shape[0]
+    def pieces():
+        # 8 read blocks a piece (32 MiB): as fast as whole 200 MB rows on bench/wide.py's (5, 50_000_000)
+        # kernel, where 4 MiB pieces were ~15% slower; peak RSS 0.12 x its parameter bytes
+        for where, block in ref.blocks(8 * h5safe.ROW_BLOCK_BYTES):
+            yield where, h5safe.native(block)
 
-    return Pieces(ds.shape, dtype, rows)
-
-
-def v3_arrays(doc, config: dict, tops: list, nonfinite: Optional[dict] = None) -> Iterable:
-    """:func:`legacy_h5_arrays` for a document whose weights are in the ``.keras`` (v3) layout
-    (``layers/<snake class>/vars/0..n``: a tf_keras ``.keras`` zip, :mod:`gruconv.readers.tf_keras_zip`):
-    each Keras 3 slot filled from the input group that object paths pair with it
-    (:func:`gruconv.keras3.config.tf_keras_sources`), the CuDNN layers' weights through the same
-    :func:`cudnn_direction` as the legacy layout.  Every stored layer weight must land in a slot: one
-    left over is refused, named (a weight Keras 3 would silently drop)."""
-    from ..files import hdf5 as h5safe
-
-    try:
-        sources = keras3_config.tf_keras_sources(doc.model_config, config)
-    except InputError as e:
-        raise InputError(e.message, path=doc.path) from None
-    replaced = {}
-    for rnn in doc.rnns:
-        for d, roles in enumerate(rnn.datasets):
-            for i, role in enumerate(WEIGHT_ROLES):
-                replaced[roles[role].lstrip("/")] = (rnn, d, i)
-    plan, top_of = [], {}
-    for top in tops:
-        for slot in top.legacy_order:
-            top_of[id(slot)] = top.name
-            group = sources.get(slot.group)
-            if group is None:
-                raise InputError(f"layer {top.name!r}: no stored weights for Keras 3's {slot.group}", path=doc.path)
-            plan.append((slot, f"{group}/{slot.index}"))
-    with doc.open_weights() as src:
-        wanted = {name for _, name in plan}
-        left = [n for n in doc.stored_weights(src) if n not in wanted]
-        if left:
-            raise InputError(f"weight {left[0]} ({len(left)} in all) has no place in the converted Keras 3 model; "
-                             "refused", path=doc.path)
-        current = None
-        for slot, name in plan:
-            if name not in replaced:
-                _check_fits(top_of[id(slot)], slot, name, h5safe.resolve(src, name, doc.path, "dataset"), doc.path)
-            if name in replaced:
-                rnn, d, i = replaced[name]
-                if current is None or current[0] != (id(rnn), d):
-                    current = None  # the previous direction's arrays go first
-                    current = ((id(rnn), d), cudnn_direction(src, doc.path, rnn, d, nonfinite))
-                value = current[1][i]
-                current[1][i] = None
-            else:
-                value = copied(h5safe.resolve(src, name, doc.path, "dataset"), doc.path)
-            yield slot.group, slot.index, value
-            del value
+    return Pieces(shape, dtype, pieces)
 
 
-#: The weight sources by :attr:`gruconv.readers.keras_h5.KerasH5Model.layout`.
-_ARRAYS = {"legacy": lambda doc, config, tops, nonfinite: legacy_h5_arrays(doc, tops, nonfinite),
-           "v3": v3_arrays}
-
-
-def _refuse_top_level_weights(root, path) -> None:
-    """A legacy file's ``top_level_model_weights`` group holds weights of the model object itself
-    (tf_keras writes it, empty, for every Sequential/functional model:
-    ``tf_keras/src/saving/legacy/hdf5_format.py`` ``save_weights_to_hdf5_group``).  A Keras 3
-    Sequential/functional model has no weights of its own, and Keras 3's legacy loader refuses a
-    non-empty group for it ("top-level weight count mismatch"), so a member there is refused here too,
-    named, before anything is written (issue 23: such a member can also be a link or external
-    storage pointing outside the file).  Only names are listed: nothing is resolved or read."""
-    from ..files import hdf5 as h5safe
-
-    if not h5safe.child_exists(root, "top_level_model_weights", path):
-        return
-    group = h5safe.child(root, "top_level_model_weights", path, "group")
-    members = sorted(group.keys())
-    if members:
-        raise InputError(f"top_level_model_weights/{members[0]}: the file holds {len(members)} weight(s) of the "
-                         "model object itself, which a Keras 3 Sequential/functional model has no place for; "
-                         "refused", path=path)
-
-
-def cudnn_direction(src, path, rnn, d: int, nonfinite: Optional[dict] = None) -> list:
+def cudnn_direction(refs: dict, path, rnn, d: int, nonfinite: Optional[dict] = None) -> list:
     """One direction of a CuDNNGRU / CuDNNLSTM as Keras 3 ``[kernel, recurrent_kernel, bias]``, the two
     kernels as :class:`Pieces` read and written one gate block at a time (about two gate blocks in
     memory, where the whole-direction route holds the raw, canonical and Keras arrays at once).
@@ -734,8 +650,7 @@ def cudnn_direction(src, path, rnn, d: int, nonfinite: Optional[dict] = None) ->
     stored block ``order[order[k]]``, reshaped ``(H, I)`` and transposed.  The bias is small: whole, by
     :func:`keras_bias`.  NaN/Inf are counted on the raw blocks (the same values as the canonical arrays).
     ``tests/writers/test_streaming_writer.py`` checks the result against ``to_keras(from_cudnn(...))`` for both
-    cells and dtypes."""
-    from ..files import hdf5 as h5safe
+    cells and dtypes.  ``refs``: the direction's ``{role: WeightRef}`` (:meth:`~gruconv.model.weights.OpenStore.rnn`)."""
     from ..model.canonical import CELLS
     from ..model.keras_layout import KERAS_GATE_ORDER
 
@@ -746,16 +661,15 @@ def cudnn_direction(src, path, rnn, d: int, nonfinite: Optional[dict] = None) ->
     G = CELLS[cell].num_gates
     order = KERAS_GATE_ORDER[cell]
     where = f"{rnn.cls} {rnn.path}" + ("" if len(rnn.datasets) == 1 else f" ({'forward' if d == 0 else 'backward'})")
-    ds = {role: h5safe.resolve(src, name, path, "dataset") for role, name in roles.items()}
-    for x in ds.values():
-        h5safe.check_dataset(x, path)
-    k, rk = ds["kernel"], ds["recurrent_kernel"]
+    for x in refs.values():
+        x.check()
+    k, rk = refs["kernel"], refs["recurrent_kernel"]
     if len(k.shape) != 2 or k.shape[1] % G:
         raise InputError(f"{where}: kernel has shape {tuple(k.shape)}, expected (input_size, {G}*units)", path=path)
     I, H = k.shape[0], k.shape[1] // G
     if tuple(rk.shape) != (H, G * H):
         raise InputError(f"{where}: recurrent_kernel has shape {tuple(rk.shape)}, expected {(H, G * H)}", path=path)
-    bias_raw = h5safe.read_dataset(ds["bias"], path)
+    bias_raw = refs["bias"].read()
     if tuple(bias_raw.shape) != (2 * G * H,):
         raise InputError(f"{where}: bias has shape {tuple(bias_raw.shape)}, expected {(2 * G * H,)}", path=path)
 
@@ -771,12 +685,7 @@ def cudnn_direction(src, path, rnn, d: int, nonfinite: Optional[dict] = None) ->
         def gen():
             for kk in range(G):
                 j = order[order[kk]]
-                try:
-                    raw = np.asarray(x[:, j * H:(j + 1) * H])
-                except (OSError, RuntimeError, ValueError, TypeError, KeyError) as e:
-                    from ..errors import first_line
-
-                    raise InputError(f"{x.name} cannot be read ({first_line(e)})", path=path) from None
+                raw = x.block(np.s_[:, j * H:(j + 1) * H])
                 count(raw)
                 # a transposed view: the consumer copies it once, into the assembled array or into the
                 # contiguous block it writes (``_write_arrays``), not twice
@@ -889,7 +798,8 @@ def write_keras_h5_doc(doc, target, *, weights_only: bool = False, warnings: Opt
     if doc.model_config is None:
         raise UnsupportedError("a weights-only input needs its architecture (--config)", path=doc.path)
     check_rnn_inputs(doc, warnings)
-    try:
+    # InputError too: a value Keras 3 refuses (keras3/validate.py)
+    with about(doc.path, (UnsupportedError, InputError)):
         config = keras3_config.translate(doc.model_config)
         groups, tops = keras3_config.saveable_plan(config)
         custom_slots(doc, config, groups, tops)
@@ -897,7 +807,7 @@ def write_keras_h5_doc(doc, target, *, weights_only: bool = False, warnings: Opt
             warnings.extend(dialects.rescale_notes(tops))
         if info is not None:
             info["config"] = config
-        arrays = dialects.rescaled(_ARRAYS[doc.layout](doc, config, tops, nonfinite), tops, tops)
+        arrays = dialects.rescaled(weight_arrays(doc, config, tops, nonfinite), tops, tops)
         hint = _doc_bytes(doc)
         if weights_only:
             return write_weights(target, groups, arrays, size_hint=hint)
@@ -913,10 +823,6 @@ def write_keras_h5_doc(doc, target, *, weights_only: bool = False, warnings: Opt
             arrays = with_optimizer(arrays, tops, compiled)
             hint = None if hint is None else hint * 4  # the model + at most three optimizer slots a weight
         return write_keras(target, config, groups, arrays, size_hint=hint)
-    except (UnsupportedError, InputError) as e:  # InputError: a value Keras 3 refuses (keras3/validate.py)
-        if e.path is None:
-            raise type(e)(e.message, path=doc.path) from None
-        raise
 
 
 def custom_slots(doc, config: dict, groups: list, tops: list) -> None:
@@ -931,8 +837,6 @@ def custom_slots(doc, config: dict, groups: list, tops: list) -> None:
     A custom layer below the top level (inside a nested model or a wrapper) that holds weights is refused
     (:class:`UnsupportedError`): its weights sit in its top-level layer's group under names the file
     alone cannot pair with Keras 3's object paths."""
-    from ..files import hdf5 as h5safe
-
     names = [n for ns in keras3_config.custom_layers(config).values() for n in ns]
     if not names:
         return
@@ -941,12 +845,10 @@ def custom_slots(doc, config: dict, groups: list, tops: list) -> None:
         raise UnsupportedError(f"custom layer name {(odd or names)[0]!r:.60} is not a unique layer name")
     by_name = {t.name: t for t in tops}
     counts = {}
-    with doc.open_file() as src:
-        root = doc.weight_group(src)
+    with doc.store.open() as store:
         for name in names:
             if name in by_name and name in doc.layer_names:
-                group = h5safe.child(root, name, doc.path, "group")
-                counts[name] = len(doc.weight_names(group))
+                counts[name] = len(store.layer_weights(name))
     for name in names:
         top = by_name.get(name)
         if top is None:
@@ -963,13 +865,9 @@ def custom_slots(doc, config: dict, groups: list, tops: list) -> None:
 
 def _holds_weights_below(doc, name: str) -> bool:
     """Whether any stored weight name has ``name`` as an owner (``outer/<name>/w:0``)."""
-    from ..files import hdf5 as h5safe
-
-    with doc.open_file() as src:
-        root = doc.weight_group(src)
+    with doc.store.open() as store:
         for layer in doc.layer_names:
-            group = h5safe.child(root, layer, doc.path, "group")
-            if any(name in w.split("/")[:-1] for w in doc.weight_names(group)):
+            if any(name in w.split("/")[:-1] for w in store.layer_weights(layer)):
                 return True
     return False
 

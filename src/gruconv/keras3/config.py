@@ -42,7 +42,8 @@ from typing import Optional
 from ..errors import InputError, UnsupportedError
 from .builtins import bare_name, is_custom
 from .defaults import DEFAULTS
-from .legacy import CUDNN_CLASSES, converted_config
+from ..model.keras_config import CUDNN_CLASSES
+from .legacy import converted_config
 from .portable import portable_config
 from . import dialects, validate
 
@@ -461,8 +462,9 @@ def metadata(date: Optional[datetime.datetime] = None) -> dict:
 # --------------------------------------------------------------------------- TF1 stack models
 
 def _identifier(scope: str) -> str:
-    name = re.sub(r"[^A-Za-z0-9_]+", "_", scope).strip("_")
-    return name or "gru_stack"
+    from ..model.names import identifier
+
+    return identifier(scope, "gru_stack")
 
 
 def stack_model_config(shape, name: str, *, initial_state: bool = False, return_state: bool = False,

@@ -1,8 +1,8 @@
 """The legacy mends: a Keras 2 / tf.keras ``model_config`` made ready for the Keras 3 translation
 (:func:`gruconv.keras3.config.translate` starts here): CuDNNGRU / CuDNNLSTM become the cuDNN-compatible
 GRU / LSTM (:func:`gru_config`), and the Keras 2-isms Keras 3 cannot read are mended
-(:func:`converted_config`).  Also the config accessors and the cuDNN class table the Keras HDF5 reader
-shares (:mod:`gruconv.readers.keras_h5` imports them from here: one copy).
+(:func:`converted_config`).  The config accessors and the cuDNN class table are
+:mod:`gruconv.model.keras_config`'s (readers share them without importing the Keras 3 side).
 
 No framework import: JSON in, JSON out.
 """
@@ -13,7 +13,8 @@ import copy
 from typing import Optional
 
 from ..errors import UnsupportedError
-from ..model.keras_layout import CELL_OF_CUDNN_CLASS, CUDNN_COMPATIBLE, KERAS3_CLASS
+from ..model.keras_config import CONTAINER_CLASSES, CUDNN_CLASSES, TARGET_CLASS, class_name_of, config_of, layers_of, name_of
+from ..model.keras_layout import CUDNN_COMPATIBLE, KERAS3_CLASS
 
 #: CuDNNGRU config keys that GRU also takes (and CuDNNLSTM keys LSTM takes, with
 #: ``unit_forget_bias``: :data:`CARRIED`); anything else is dropped or refused.
@@ -24,40 +25,9 @@ _CARRIED_KEYS = (
     "kernel_constraint", "recurrent_constraint", "bias_constraint",
     "return_sequences", "return_state", "go_backwards", "stateful",
 )
-#: The Keras 2 / tf.keras / tf_keras cuDNN-only layer classes and the cell each holds, and per cell the
-#: Keras 3 layer class it becomes (``model/keras_layout.py``'s tables under this module's names).
-CUDNN_CLASSES = CELL_OF_CUDNN_CLASS
-TARGET_CLASS = KERAS3_CLASS
 #: Per cell: the config keys carried over.  CuDNNLSTM's ``unit_forget_bias`` (an initializer option,
 #: tf_keras ``cudnn_lstm.py``) is kept.
 CARRIED = {"gru": _CARRIED_KEYS, "lstm": _CARRIED_KEYS + ("unit_forget_bias",)}
-CONTAINER_CLASSES = {"Sequential", "Model", "Functional"}
-
-
-def class_name_of(cfg) -> Optional[str]:
-    name = cfg.get("class_name") if isinstance(cfg, dict) else None
-    return name if isinstance(name, str) else None
-
-
-def config_of(cfg) -> dict:
-    """A layer's ``config`` object, or ``{}`` when it is missing or not an object."""
-    c = cfg.get("config") if isinstance(cfg, dict) else None
-    return c if isinstance(c, dict) else {}
-
-
-def layers_of(cfg: dict) -> list:
-    inner = cfg.get("config")
-    if isinstance(inner, list):  # Keras 2.0–2.2.2 Sequential: config is the layer list
-        return inner
-    if isinstance(inner, dict) and isinstance(inner.get("layers"), list):
-        return inner["layers"]
-    return []
-
-
-def name_of(cfg: dict) -> str:
-    c = cfg.get("config")
-    name = (c.get("name") if isinstance(c, dict) else None) or cfg.get("name")
-    return str(name) if name is not None else "?"
 
 
 def gru_config(cudnn_cfg: dict, *, wrapped: bool = False) -> dict:

@@ -239,8 +239,9 @@ class RNNStack:
 
 class KerasGraph(Protocol):
     """The Keras-graph passthrough of a :class:`Document` (``document.graph``): the rest of a Keras
-    model, as the writers that can express it read it.  Writers and :mod:`gruconv.keras3` read the
-    input only through these accessors, never by opening the file or importing a reader; the reader
+    model, as the writers that can express it read it: plain data and a weight store.  Writers and
+    :mod:`gruconv.keras3` read the input only through these, never by opening the file or importing a
+    reader (no attribute returns an h5py, zipfile or bundle object); the reader
     that made the graph implements them (``readers/keras_h5`` ``KerasH5Model``, ``readers/tf_keras_zip``
     ``TfKerasZipModel``).  ``tests/test_structure.py`` checks every implementation is complete."""
 
@@ -260,33 +261,17 @@ class KerasGraph(Protocol):
     rnns: list
     #: paths of ``Lambda`` layers (code a conversion never runs)
     lambdas: list
-    #: where the weights are and how they are named: ``"legacy"`` or ``"v3"`` (``layers/.../vars/i``)
+    #: how the store names its weights: ``"legacy"`` (per top-level layer) or ``"v3"`` (object paths); plain
+    #: data (the Keras-built route pairs a legacy file's weights with the built model's own layers)
     layout: str
-
-    def open_file(self):
-        """The input file, opened through every guard (a context manager)."""
-
-    def weight_group(self, src):
-        """The group of the open file that holds the per-layer weight groups."""
-
-    def weight_names(self, group) -> list:
-        """A layer group's weight names, checked."""
+    #: the stored weights (:class:`gruconv.model.weights.WeightStore`): the only way to them
+    store: object
 
     def legacy_config(self) -> dict:
         """The model config with every cuDNN layer replaced by its GRU / LSTM config (Keras 2 form)."""
 
     def other_weights(self):
         """``("<layer>/<weight name>", array)`` for every stored weight of no cuDNN layer, in file order."""
-
-
-class KerasGraphV3(KerasGraph, Protocol):
-    """A :class:`KerasGraph` whose weights are in the ``.keras`` (v3) layout (``layout == "v3"``)."""
-
-    def open_weights(self):
-        """The stored weights file (a context manager)."""
-
-    def stored_weights(self, f) -> list:
-        """Every model weight stored in the open weights file ``f``."""
 
 
 @dataclass

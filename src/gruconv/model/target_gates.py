@@ -1,6 +1,6 @@
 """Gate order and packing for the PyTorch and ONNX targets: every reorder for them happens here.
 
-(How ``verify`` drives such a target, :class:`gruconv.verify.runners.StackRunner`, is verify's and lives there.)
+(How ``verify`` drives such a target: :class:`gruconv.writers.runner.StackRunner`, with the targets.)
 
 Both targets store, per pseudo-layer (layer x direction), the gate blocks of one side stacked
 along the first axis, each block in cuDNN orientation (``(units, in)``, a matrix maps a column

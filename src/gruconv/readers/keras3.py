@@ -35,7 +35,7 @@ from typing import Optional
 
 from .. import eligibility
 from ..files import hdf5 as h5safe, inputs
-from ..errors import GruconvError, InputError, UsageError, first_line
+from ..errors import GruconvError, InputError, UsageError, about, first_line
 from ..model.canonical import Document, InputFacts
 from ..options import Options
 
@@ -260,13 +260,10 @@ def _text(value) -> Optional[str]:
 
 def _evaluate(doc: Keras3File, fmt: str, source: str) -> dict:
     try:
-        rep = eligibility.evaluate(doc.config, legacy=False, source=source)
+        with about(doc.path):
+            rep = eligibility.evaluate(doc.config, legacy=False, source=source)
     except RecursionError:
         raise InputError("model config is nested too deeply", path=doc.path) from None
-    except GruconvError as e:
-        if e.path is None:
-            raise type(e)(e.message, path=doc.path) from None
-        raise
     rep["format"] = fmt
     if doc.keras_version:
         rep["saved_by_keras"] = doc.keras_version

@@ -32,18 +32,20 @@ names); not legacy ``.h5`` weights, whose writer copies the legacy layout's grou
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from .. import eligibility
-from ..errors import GruconvError, InputError, UnsupportedError, UsageError
+from ..errors import GruconvError, InputError, UnsupportedError, UsageError, about
 from ..files import hdf5 as h5safe, inputs
 from ..model.canonical import Document, InputFacts
 from ..model.keras_layout import WEIGHT_ROLES
 from ..options import Options
 from . import keras_h5
+from .keras_h5.store import H5Weight
 
 FORMAT = "tf-keras-zip"
 DESCRIPTION = "a tf_keras .keras file"
@@ -70,12 +72,10 @@ class TfKerasZipModel(keras_h5.KerasH5Model):
     member: tuple = (0, 0)         # (local header offset, size) of the stored weights member
     layout = "v3"
 
-    def open_weights(self):
-        return h5safe.open_hdf5_member(self.path, *self.member, "a tf_keras .keras weights file")
-
-    def stored_weights(self, f) -> list:
-        """Every model weight stored in the open weights file ``f`` (:func:`stored_layer_weights`)."""
-        return stored_layer_weights(f, self.path)
+    @property
+    def store(self) -> "V3Store":
+        """The stored weights (:class:`V3Store`: the zip's ``model.weights.h5``, read in place)."""
+        return V3Store(self)
 
     def document(self) -> Document:
         d = keras_h5.plan_facts(self, Document(source=str(self.path), reader=FORMAT, stacks=list(self.rnns),
@@ -89,13 +89,80 @@ class TfKerasZipModel(keras_h5.KerasH5Model):
         """Every stored weight that belongs to no cuDNN layer, as ``("<object path>/vars/<i>", array)``
         (the names of this layout; the HDF5 twin names them ``<layer>/<weight name>``)."""
         ours = {ds.lstrip("/") for rnn in self.rnns for roles in rnn.datasets for ds in roles.values()}
-        with self.open_weights() as f:
+        with _open_member(self) as f:
             for name in stored_layer_weights(f, self.path):
                 if name not in ours:
                     yield name, h5safe.read_dataset(h5safe.resolve(f, name, self.path, "dataset"), self.path)
 
 
 # --------------------------------------------------------------------------- weights
+
+
+def _open_member(doc: TfKerasZipModel):
+    """The zip's ``model.weights.h5``, opened in place through every guard."""
+    return h5safe.open_hdf5_member(doc.path, *doc.member, "a tf_keras .keras weights file")
+
+
+class V3Store:
+    """The :class:`gruconv.model.weights.WeightStore` of a tf_keras ``.keras`` zip: ``model.weights.h5``'s
+    ``layers/<object path>/vars/<i>`` datasets (the module docstring's layout)."""
+
+    def __init__(self, doc: TfKerasZipModel):
+        self.doc, self.path = doc, doc.path
+
+    @contextlib.contextmanager
+    def open(self):
+        with _open_member(self.doc) as f:
+            yield OpenV3Store(self.doc, f)
+
+
+class OpenV3Store:
+    """A :class:`V3Store` opened for one pass."""
+
+    def __init__(self, doc: TfKerasZipModel, f):
+        self._doc, self._f, self.path = doc, f, doc.path
+
+    def layer_weights(self, layer: str) -> list:
+        raise UnsupportedError(f"layer {layer!r}: a tf_keras .keras file stores its weights by object path, "
+                               "not per top-level layer")
+
+    def weight(self, layer: str, name: str):
+        return self.layer_weights(layer)  # refused: no per-layer groups in this layout
+
+    def rnn(self, rnn, direction: int) -> dict:
+        return {role: H5Weight(h5safe.resolve(self._f, name, self.path, "dataset"), self.path)
+                for role, name in rnn.datasets[direction].items()}
+
+    def fill(self, tops: list, config: dict):
+        """Each Keras 3 slot filled from the group object paths pair with it
+        (:func:`gruconv.keras3.config.tf_keras_sources`: ``<group>/<slot index>``).  Every stored layer
+        weight must land in a slot: one left over is refused, named (a weight Keras 3 would silently
+        drop)."""
+        from ..keras3 import config as keras3_config
+
+        doc = self._doc
+        try:
+            sources = keras3_config.tf_keras_sources(doc.model_config, config)
+        except InputError as e:
+            raise InputError(e.message, path=doc.path) from None
+        plan = []
+        for top in tops:
+            entries = []
+            for slot in top.legacy_order:
+                group = sources.get(slot.group)
+                if group is None:
+                    raise InputError(f"layer {top.name!r}: no stored weights for Keras 3's {slot.group}",
+                                     path=doc.path)
+                entries.append((slot, f"{group}/{slot.index}"))
+            plan.append((top, entries))
+        wanted = {name for _, entries in plan for _, name in entries}
+        left = [n for n in stored_layer_weights(self._f, doc.path) if n not in wanted]
+        if left:
+            raise InputError(f"weight {left[0]} ({len(left)} in all) has no place in the converted Keras 3 model; "
+                             "refused", path=doc.path)
+        for top, entries in plan:
+            yield top, ((slot, name, H5Weight(h5safe.resolve(self._f, name, doc.path, "dataset"), doc.path))
+                        for slot, name in entries)
 
 
 def stored_layer_weights(f, path) -> list:
@@ -170,11 +237,8 @@ def read(path, options: Optional[Options] = None, **kw) -> TfKerasZipModel:
     if opts.config is not None:
         raise UsageError("--config does not apply to a .keras file: it carries its own config.json", path=path)
     try:
-        return _read(path)
-    except GruconvError as e:
-        if e.path is None:
-            raise type(e)(e.message, path=path) from None
-        raise
+        with about(path):
+            return _read(path)
     except RecursionError:
         raise InputError("config.json is nested too deeply", path=path) from None
 
@@ -210,11 +274,11 @@ def _read(path: Path) -> TfKerasZipModel:
         return [{role: h5safe.resolve(f, f"{owner}/vars/{i}", path, "dataset")
                  for i, role in enumerate(WEIGHT_ROLES)} for owner in owners]
 
-    with doc.open_weights() as f:
+    with _open_member(doc) as f:
         doc.optimizer_weight_count = _count_optimizer(f, path)
         keras_h5.scan_layers(doc, find)
     for rnn in doc.rnns:
-        rnn.opener = doc.open_weights
+        rnn.opener = lambda: _open_member(doc)
     return doc
 
 

@@ -142,9 +142,10 @@ def verify(input, converted=None, options: Optional[Options] = None, *, toleranc
 
         regular_file(converted, "a converted model (.keras or weights .h5)")
     module = readers.module(readers.detect(input))
-    from .. import writers
+    from .. import run_options, writers
 
-    readers.refuse_unread(opts, readers.accepted_options(module.FORMAT, list(writers.WRITERS)), module.DESCRIPTION)
+    run_options.refuse_unread(opts, run_options.accepted_options(module.FORMAT, list(writers.WRITERS)),
+                              module.DESCRIPTION)
     doc = module.read(input, opts)
     refuse_early(doc)  # a document that never has anything to check says so before Keras is imported
     keras = keras3.keras()

@@ -151,19 +151,15 @@ def _feed(doc, layers: list, rnn, outputs: dict, rng, report) -> tuple:
 
 def _embedding_rows(doc, name: str) -> Optional[np.ndarray]:
     """The stored embedding matrix of top-level layer ``name`` (the converted model holds the same
-    values: only cuDNN layers are transformed), or None when the file does not hold exactly one."""
-    from ..files import hdf5 as h5safe
-    from ..readers.keras_h5 import open_model_file, weight_names_of
-
-    with open_model_file(doc.path) as f:
-        root = h5safe.child(f, "model_weights", doc.path, "group") if doc.kind == "model" else f
+    values: only cuDNN layers are transformed), or None when the file does not hold exactly one.  Read
+    from the document's weight store (:class:`gruconv.model.weights.WeightStore`)."""
+    with doc.store.open() as store:
         if name not in doc.layer_names:
             return None
-        group = h5safe.child(root, name, doc.path, "group")
-        names = weight_names_of(group, doc.path)
+        names = store.layer_weights(name)
         if len(names) != 1:
             return None
-        return h5safe.read_dataset(h5safe.resolve(group, names[0], doc.path, "dataset"), doc.path)
+        return store.weight(name, names[0]).read()
 
 
 def _model_output(rnn, got: list) -> Optional[np.ndarray]:

@@ -1,24 +1,11 @@
-"""How ``verify`` drives a converted stack of a non-Keras target (torch, onnx): the same inputs and
-outputs as the ``.keras`` stack model (:func:`gruconv.keras3.build.build_stack_model`), so the per-stack
-checks and verdicts are one code path for every target.  The writers of those targets hand their
-stacks over as :class:`StackRunner` (their ``runners`` verb); the gate packing they need is
-:mod:`gruconv.model.target_gates`."""
+"""How ``verify`` picks the converted stack of a non-Keras target (torch, onnx) it drives: the writers hand
+their stacks over as :class:`gruconv.writers.runner.StackRunner` (their ``runners`` verb), made for the CPU;
+:func:`matching_runner` checks the one for a stack and binds it to the run ``verify`` is doing
+(:data:`gruconv.verify.run.CURRENT_RUN`)."""
 
 from __future__ import annotations
 
-import numpy as np
-
-from ..errors import InputError
-from ..model.canonical import CELLS
 from .run import CURRENT_RUN
-
-
-
-class _Input:
-    """A named model input, as ``verify`` reads them off a Keras model (``t.name``)."""
-
-    def __init__(self, name: str):
-        self.name = name
 
 
 def matching_runner(runners: dict, stack, *, only: bool, path):
@@ -39,58 +26,4 @@ def matching_runner(runners: dict, stack, *, only: bool, path):
         what = lambda t: f"{t[0].upper()} input {t[1]}, units {t[2]}, {t[3]} layer(s), {'bi' if t[4] else 'uni'}"  # noqa: E731
         raise InputError(f"RNN {runner.name!r} is {what(mine)}; the original {stack.name!r} is {what(theirs)}: "
                          "not a conversion of this input", path=path)
-    return runner
-
-
-class StackRunner:
-    """A converted stack of a non-Keras target, driven the way ``verify`` drives the ``.keras`` stack
-    model (:func:`gruconv.verify.stacks.verify_stack`), so that the per-stack checks and verdicts are
-    the same code for every target.
-
-    ``inputs``: ``x``, then (``state_inputs``) one ``initial_state_*`` per pseudo-layer state (h, and
-    c for an LSTM, pseudo-layer by pseudo-layer: cuDNN's order, as
-    :func:`gruconv.keras3.build.build_stack_model` names them), then (``mask_input``) ``mask``.
-    Calling it with those arrays (batch-major; ``mask`` right-padded booleans) returns
-    ``[y (batch, time, dirs*units), h_0 (, c_0), h_1 ...]``: the sequence, then every final state.
-
-    ``run(x_tm, h0, c0, lengths, math)`` is the target's own engine (torch, onnxruntime), time-major,
-    returning ``(y, hy, cy or None)`` as :func:`gruconv.verify.reference.oracle.run_stack` does; ``math`` is the GPU
-    math of the run ``verify`` is doing (:data:`gruconv.verify.run.CURRENT_RUN`; None: the CPU), and
-    ``engine(math)`` says in words what runs it (``self.engine``: the last run's).
-    """
-
-    def __init__(self, name: str, shape, run, *, state_inputs: bool = True, mask_input: bool = True,
-                 engine=None):
-        self.name, self.shape, self._run = name, shape, run
-        self._engine = engine or (lambda math: "")
-        self.engine = self._engine(None)
-        self.state_inputs, self.mask_input = state_inputs, mask_input
-        per = len(CELLS[shape.cell].states)
-        names = ["x"]
-        if state_inputs:
-            names += [f"initial_state_{i}" for i in range(shape.num_pseudo_layers * per)]
-        if mask_input:
-            names.append("mask")
-        self.inputs = [_Input(n) for n in names]
-
-    def __call__(self, args):
-        args = list(args) if isinstance(args, (list, tuple)) else [args]
-        s = self.shape
-        per = len(CELLS[s.cell].states)  # h (and c): each pseudo-layer's final states, cuDNN's order
-        x = np.asarray(args.pop(0))
-        h0 = c0 = lengths = None
-        if self.state_inputs:
-            states = [np.asarray(a) for a in args[:s.num_pseudo_layers * per]]
-            args = args[s.num_pseudo_layers * per:]
-            h0 = np.stack(states[0::per])
-            c0 = np.stack(states[1::per]) if per > 1 else None
-        if self.mask_input:
-            lengths = np.asarray(args.pop(0)).astype(bool).sum(axis=1)
-        _, math = CURRENT_RUN.get()  # None: CPU; "strict" / "default": the GPU run verify is doing
-        self.engine = self._engine(math)
-        y, hy, cy = self._run(np.ascontiguousarray(x.transpose(1, 0, 2)), h0, c0, lengths, math)
-        finals = (hy, cy)[:per]
-        out = [np.ascontiguousarray(np.asarray(y).transpose(1, 0, 2))]
-        for i in range(s.num_pseudo_layers):
-            out += [f[i] for f in finals]
-        return out
+    return runner.on(CURRENT_RUN.get()[1])  # None: CPU; "strict" / "default": the GPU run verify is doing

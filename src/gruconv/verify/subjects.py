@@ -272,33 +272,33 @@ def staged_weights_subjects(doc, converted, opts: Options):
 
 
 def _model_name(name: str) -> str:
-    import re
+    from ..model.names import identifier
 
-    return re.sub(r"[^A-Za-z0-9_]+", "_", name).strip("_") or "rnn"
+    return identifier(name, "rnn")
 
 
 def _converted_arrays(converted: Path, rnn) -> list:
     """The converted layer's arrays (forward then backward; kernel, recurrent_kernel, bias each) from the
-    legacy ``.h5`` written for a staged layer: the group of the layer, datasets in ``weight_names`` order."""
-    import h5py
-
+    legacy ``.h5`` written for a staged layer: the group of the layer, datasets in ``weight_names`` order.
+    Opened through :mod:`gruconv.files.hdf5`'s guards, as every HDF5 file gruconv reads."""
     from ..files import hdf5 as h5safe
 
     group = rnn.top_layer
     try:
-        with h5py.File(converted, "r") as f:
-            if group not in f:
+        with h5safe.open_hdf5(converted, "the converted weights file") as f:
+            if not h5safe.child_exists(f, group, converted):
                 raise InputError(f"has no group {group!r}: not the legacy .h5 this checkpoint converts to",
                                  path=converted)
-            g = f[group]
-            names = [n.decode() if isinstance(n, bytes) else str(n) for n in g.attrs.get("weight_names", [])]
+            g = h5safe.child(f, group, converted, "group")
+            names = h5safe.read_attr(g, "weight_names", []) or []
+            names = [names] if isinstance(names, str) else [str(n) for n in names]
             found = []
             for direction in rnn.datasets:
                 for role in WEIGHT_ROLES:
                     src = direction[role].lstrip("/").split("/", 1)[1]
                     if src not in names:
                         raise InputError(f"group {group!r} has no weight {src!r}", path=converted)
-                    found.append(np.asarray(h5safe.resolve(g, src, converted, "dataset")[...]))
+                    found.append(h5safe.read_dataset(h5safe.resolve(g, src, converted, "dataset"), converted))
             return found
     except GruconvError:
         raise

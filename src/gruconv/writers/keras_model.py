@@ -69,7 +69,7 @@ def _graph_notes(graph, warnings: list) -> None:
             "(`gruconv verify` feeds padded inputs and shows whether they do)")
 
 
-def _write_graph(document, target, options, warnings: list, *, final) -> dict:
+def _write_graph(document, target, options, warnings: list) -> dict:
     """A Keras graph as a ``.keras`` model, streamed (:func:`gruconv.keras3.archive.write_keras_h5_doc`);
     the Keras-built route when the streaming writer refuses and Keras is installed.  Returns NaN/Inf
     counts per layer."""
@@ -81,7 +81,7 @@ def _write_graph(document, target, options, warnings: list, *, final) -> dict:
     manifest = streamed(graph, warnings, lambda: keras_archive.write_keras_h5_doc(graph, target, warnings=notes,
                                                                                   nonfinite=nonfinite, info=info))
     if isinstance(manifest, Fallback):  # the Keras-built route (its warning line is written)
-        return with_keras(manifest, lambda: _graph_with_keras(document, target, options, warnings, final=final))
+        return with_keras(manifest, lambda: _graph_with_keras(document, target, options, warnings))
     _graph_notes(graph, warnings)
     warnings.extend(notes)
     custom = custom_notes(info["config"], warnings)
@@ -91,7 +91,7 @@ def _write_graph(document, target, options, warnings: list, *, final) -> dict:
     return nonfinite
 
 
-def _graph_with_keras(document, target, options, warnings: list, *, final) -> dict:
+def _graph_with_keras(document, target, options, warnings: list) -> dict:
     """A Keras graph as a ``.keras`` model, built by Keras (:func:`gruconv.writers.keras_route.built`:
     ``model_from_json`` of the one translated config, the streamed writer's weights), compiled from
     :func:`gruconv.keras3.config.compile_config` where Keras 3 takes it, saved with that same config
@@ -174,7 +174,7 @@ def write(document, target, options) -> dict:
     """A bare stack's model (kind ``stack``) or a Keras graph's (kind ``graph``), streamed; see the
     module docstring."""
     if target.kind == "graph":
-        return _write_graph(document, target.tmp, options, target.warnings, final=target.path)
+        return _write_graph(document, target.tmp, options, target.warnings)
     _write_stack(document, document.stacks[target.stack], target.tmp, options, target.name)
     return {}
 
@@ -183,7 +183,7 @@ def write_with_keras(document, target, options) -> dict:
     """``write`` through Keras: built, saved and loaded back (the fallback route; tests compare it
     with the streamed file)."""
     if target.kind == "graph":
-        return _graph_with_keras(document, target.tmp, options, target.warnings, final=target.path)
+        return _graph_with_keras(document, target.tmp, options, target.warnings)
     _stack_with_keras(document, document.stacks[target.stack], target.tmp, options, target.name)
     return {}
 

@@ -71,21 +71,21 @@ def built(graph, *, info: Optional[dict] = None, notes: Optional[list] = None):
     (:func:`gruconv.keras3.config.translate`, the dict the streamed writer writes; a Keras built-in
     class outside its vocabulary carried for Keras to build, ``outside=CARRY``):
     ``model_from_json`` of it with zero initializers (:func:`gruconv.keras3.runtime.from_config`), then
-    the weights of the streamed writer's own array stream (:func:`gruconv.keras3.archive.legacy_h5_arrays`
-    against the model's layers, or :func:`~gruconv.keras3.archive.v3_arrays` for a tf_keras ``.keras``)
+    the weights of the streamed writer's own array stream (:func:`gruconv.keras3.archive.weight_arrays`
+    over the graph's store; against the model's layers, or the streamed writer's plan for a tf_keras ``.keras``)
     assigned in place (:func:`gruconv.keras3.build.assign`).  No legacy ``.h5`` intermediate, no
     legacy loader.  Used by the Keras-built fallback of both Keras writers and by ``verify`` without a
     converted file, so ``verify in.h5`` and ``verify in.h5 out.keras`` check the same model (issue 28).
     Returns ``(model, {layer: NaN/Inf count})``; ``info["config"]`` receives the translated dict, ``notes``
     the lines the streamed writer gives too (Keras 2 semantics kept: :mod:`gruconv.keras3.dialects`)."""
-    from ..errors import InputError
+    from ..errors import InputError, about
     from ..keras3 import archive, build, dialects, runtime
     from ..keras3 import config as keras3_config
 
     if graph.model_config is None:
         raise UsageError("a weights-only file needs --config ARCH.json (the model's to_json()) to become "
                          "a Keras model", path=graph.path)
-    try:
+    with about(graph.path, (UnsupportedError, InputError)):
         archive.check_rnn_inputs(graph, notes)
         config = keras3_config.translate(graph.model_config, outside=keras3_config.CARRY)
         if notes is not None:
@@ -96,17 +96,13 @@ def built(graph, *, info: Optional[dict] = None, notes: Optional[list] = None):
         nonfinite: dict = {}
         if graph.layout == "legacy":
             tops = build.layer_tops(model)
-            arrays = dialects.rescaled(archive.legacy_h5_arrays(graph, tops, nonfinite), tops,
+            arrays = dialects.rescaled(archive.weight_arrays(graph, config, tops, nonfinite), tops,
                                        keras3_config.saveable_plan(config)[1])
         else:  # a tf_keras .keras: its weights sit under the streamed writer's object paths
             groups, tops = keras3_config.saveable_plan(config)
             archive.custom_slots(graph, config, groups, tops)
-            arrays = dialects.rescaled(archive.v3_arrays(graph, config, tops, nonfinite), tops, tops)
+            arrays = dialects.rescaled(archive.weight_arrays(graph, config, tops, nonfinite), tops, tops)
         build.assign(model, tops, arrays, source=graph.path)
-    except (UnsupportedError, InputError) as e:
-        if e.path is None:
-            raise type(e)(e.message, path=graph.path) from None
-        raise
     return model, nonfinite
 
 

@@ -26,7 +26,7 @@ def options(graph: bool) -> frozenset:
     return frozenset({"check_load", "custom_objects"})
 
 
-def _write_graph(document, target, options, warnings: list, *, final) -> dict:
+def _write_graph(document, target, options, warnings: list) -> dict:
     """A Keras graph's converted model's weights, streamed; Keras's ``save_weights`` outside the
     streaming writer's vocabulary when Keras is installed."""
     from ..keras3 import archive as keras_archive
@@ -38,7 +38,7 @@ def _write_graph(document, target, options, warnings: list, *, final) -> dict:
         graph, warnings, lambda: keras_archive.write_keras_h5_doc(graph, target, weights_only=True,
                                                                   nonfinite=nonfinite, info=info))
     if isinstance(manifest, Fallback):  # the Keras-built route (its warning line is written)
-        return with_keras(manifest, lambda: _graph_with_keras(document, target, options, warnings, final=final))
+        return with_keras(manifest, lambda: _graph_with_keras(document, target, options, warnings))
     custom = custom_notes(info["config"], warnings, weights_only=True)
     objects = load_custom(options, custom, warnings) if getattr(options, "check_load", False) else None
     if objects is not None:
@@ -46,7 +46,7 @@ def _write_graph(document, target, options, warnings: list, *, final) -> dict:
     return nonfinite
 
 
-def _graph_with_keras(document, target, options, warnings: list, *, final) -> dict:
+def _graph_with_keras(document, target, options, warnings: list) -> dict:
     """The Keras-built route: the converted model built by Keras from the one translated config
     (:func:`gruconv.writers.keras_route.built`), ``model.save_weights`` (checked by loading it back into
     the same model)."""
@@ -89,7 +89,7 @@ def _stack_with_keras(document, entry, target, options, name: str) -> None:
 def write(document, target, options) -> dict:
     """A bare stack's weights (kind ``stack``) or a Keras graph's (kind ``graph``), streamed."""
     if target.kind == "graph":
-        return _write_graph(document, target.tmp, options, target.warnings, final=target.path)
+        return _write_graph(document, target.tmp, options, target.warnings)
     _write_stack(document, document.stacks[target.stack], target.tmp, options, target.name)
     return {}
 
@@ -97,7 +97,7 @@ def write(document, target, options) -> dict:
 def write_with_keras(document, target, options) -> dict:
     """``write`` through Keras (``model.save_weights``)."""
     if target.kind == "graph":
-        return _graph_with_keras(document, target.tmp, options, target.warnings, final=target.path)
+        return _graph_with_keras(document, target.tmp, options, target.warnings)
     _stack_with_keras(document, document.stacks[target.stack], target.tmp, options, target.name)
     return {}
 

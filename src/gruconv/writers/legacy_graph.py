@@ -2,10 +2,10 @@
 
 Not a registered writer (it is not in :data:`gruconv.writers.registry.WRITERS`): the ``h5-weights``
 writer writes a graph's weights with it (the Keras-built route no longer goes through a legacy file: it
-builds from :func:`gruconv.keras3.config.translate`, :mod:`gruconv.writers.keras_route`).  The graph is read through its accessors only
-(:class:`gruconv.model.canonical.KerasGraph`: ``open_file``, ``weight_group``, ``weight_names``,
-``legacy_config``); every other layer, weight and attribute is copied unchanged (tf_keras
-``saving/legacy/hdf5_format.py`` layout).
+builds from :func:`gruconv.keras3.config.translate`, :mod:`gruconv.writers.keras_route`).  The graph is read through its accessors and its legacy
+weight store only (:class:`gruconv.model.canonical.KerasGraph` ``store``, ``legacy_config``:
+:class:`gruconv.readers.keras_h5.store.OpenLegacyStore` copies what this layout stores); every other
+layer, weight and attribute is copied unchanged (tf_keras ``saving/legacy/hdf5_format.py`` layout).
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from ..errors import GruconvError, InputError, OutputError, first_line
-from ..files import hdf5 as h5safe
+from ..errors import InputError, OutputError, about, first_line
 from ..keras3 import config as keras3_config
 from ..keras3 import dialects
 from ..model.keras_layout import WEIGHT_ROLES
@@ -33,8 +32,6 @@ def write(doc, out_path, *, include_model: bool = True, include_training: bool =
     so the weights are read once).
     """
     import json
-
-    import h5py
 
     # dataset name -> (pseudo-layer params, role index); each direction is transformed when its first
     # dataset is written and dropped with the next, so only one layer's GRU arrays exist at a time.
@@ -68,8 +65,7 @@ def write(doc, out_path, *, include_model: bool = True, include_training: bool =
     dst_file = hdf5_file(out_path)  # a full disk is an OSError here, not a crash in libhdf5 (issue 23)
     where = "the file's attributes"
     try:
-        with doc.open_file() as src, dst_file as dst:
-            sroot = doc.weight_group(src)
+        with about(doc.path), doc.store.open() as src, dst_file as dst:
             if include_model and doc.model_config is not None:
                 dst.attrs["keras_version"] = doc.keras_version or "2.x"
                 dst.attrs["backend"] = doc.backend or "tensorflow"
@@ -80,38 +76,31 @@ def write(doc, out_path, *, include_model: bool = True, include_training: bool =
                 droot = dst.create_group("model_weights")
             else:
                 droot = dst
-            h5safe.copy_attrs(sroot, droot, doc.path)
+            src.copy_attrs_into(None, droot)
             if scales:
-                dialects.stored_counts_agree(plan, {n: len(doc.weight_names(h5safe.child(sroot, n, doc.path, "group")))
-                                                    for n in doc.layer_names})
+                dialects.stored_counts_agree(plan, {n: len(src.layer_weights(n)) for n in doc.layer_names})
             for lname in doc.layer_names:
                 where = f"layer {lname!r}"
-                sg = h5safe.child(sroot, lname, doc.path, "group")
                 dg = droot.create_group(lname)
-                h5safe.copy_attrs(sg, dg, doc.path)
-                for position, wname in enumerate(doc.weight_names(sg)):
+                src.copy_attrs_into(lname, dg)
+                wnames = src.layer_weights(lname)
+                for position, wname in enumerate(wnames):
                     where = f"weight {lname}/{wname}"
-                    sds = h5safe.resolve(sg, wname, doc.path, "dataset")
+                    ref = src.weight(lname, wname)
                     parent = os.path.dirname(wname)
                     dparent = dg.require_group(parent) if parent else dg
                     leaf = os.path.basename(wname)
-                    if sds.name in replaced:
-                        dparent.create_dataset(leaf, data=gru_array(sds.name))
+                    if ref.name in replaced:
+                        dparent.create_dataset(leaf, data=gru_array(ref.name))
                     else:
-                        # rewritten, not H5Ocopy'd: guarded, checksums verified (issue 23)
+                        # rewritten, not H5Ocopy'd: guarded, checksums verified
                         factors = scales.get((lname, position))
                         transform = None if factors is None else (
-                            lambda block, rows, f=factors, shape=sds.shape: dialects.scale_block(block, f, shape, rows))
-                        h5safe.copy_dataset(sds, dparent, leaf, doc.path, transform)
-            if (h5safe.child_exists(sroot, "top_level_model_weights", doc.path)
-                    and "top_level_model_weights" not in doc.layer_names):
+                            lambda block, rows, f=factors, shape=ref.shape: dialects.scale_block(block, f, shape, rows))
+                        ref.copy_into(dparent, leaf, transform)
+            if src.has_top_level():
                 where = "top_level_model_weights"
-                h5safe.copy_group(h5safe.child(sroot, "top_level_model_weights", doc.path, "group"), droot,
-                                  doc.path)
-    except GruconvError as e:
-        if e.path is None:
-            raise type(e)(e.message, path=doc.path) from None
-        raise
+                src.copy_top_level_into(droot)
     except OSError as e:
         import errno
 

@@ -10,11 +10,10 @@ layers by order).  A Keras graph (a Keras HDF5 input's) writes itself in this la
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from ..model.keras_layout import WEIGHT_ROLES
+from ..model.names import identifier
 
 
 FORMAT = "h5-weights"
@@ -69,7 +68,7 @@ def _write_stack(document, entry, target, options, name: str) -> None:
 
     stack = entry.stack
     s = stack.shape
-    base = re.sub(r"[^A-Za-z0-9_]+", "_", name).strip("_") or "gru_stack"  # keras3's layer-name rule
+    base = identifier(name, "gru_stack")  # the stack model's layer names (keras3.config.stack_model_config)
     layer_names = ["inputs"] + [f"{base}_l{layer}" for layer in range(s.num_layers)]
     f = hdf5_file(target)  # not h5py's own file driver: it segfaults closing after a full disk (issue 23)
     with f:

@@ -224,10 +224,10 @@ def stack_targets(names: list, cells: list, directory: Path, fmt: str) -> list:
 
 
 def file_stem(scope: str, default: str = "gru_stack") -> str:
-    """A scope as a file name: ``/`` becomes ``__``, anything outside ``[A-Za-z0-9_.-]`` ``_``."""
-    import re
+    """A scope as a file name (:func:`gruconv.model.names.file_chars`), never a hidden one."""
+    from ..model.names import file_chars
 
-    stem = re.sub(r"[^A-Za-z0-9_.\-]", "_", scope.replace("/", "__")).lstrip(".")
+    stem = file_chars(scope).lstrip(".")
     return stem or default
 
 

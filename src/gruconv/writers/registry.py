@@ -76,7 +76,7 @@ class Writer(Protocol):
 
     def options(self, graph: bool) -> frozenset:
         """The :class:`gruconv.options.Options` fields it reads for a document with (or without) a
-        Keras graph; :func:`gruconv.readers.refuse_unread` refuses every other one given."""
+        Keras graph; :func:`gruconv.run_options.refuse_unread` refuses every other one given."""
 
     def write(self, document, target, options) -> dict:
         """Write ``target`` (a :class:`gruconv.writers.planning.Target` of one of its ``KINDS``) of
@@ -92,7 +92,7 @@ class Writer(Protocol):
     @optional
     def runners(self, path) -> dict:
         """``{rnn name: StackRunner}``: it writes no Keras model; verify runs each RNN through the
-        target's own engine (:class:`gruconv.verify.runners.StackRunner`)."""
+        target's own engine (:class:`gruconv.writers.runner.StackRunner`)."""
 
     @optional
     def describe(self, shape) -> dict:

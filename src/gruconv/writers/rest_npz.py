@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import UnsupportedError
+from ..model.names import file_chars
 
 #: The name of the file in a directory output, and the ending beside a one-file output.
 NAME = "rest.npz"
@@ -44,7 +45,7 @@ def npz_member_names(keys: list) -> list:
 
     out, used = [], set()
     for key in keys:
-        name = re.sub(r"[^A-Za-z0-9_.\-]", "_", key.replace("/", "__"))
+        name = file_chars(key)
         name = re.sub(r"\.{2,}", lambda m: "_" * len(m[0]), name)
         if name.startswith("."):
             name = "_" + name[1:]

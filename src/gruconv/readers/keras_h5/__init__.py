@@ -32,8 +32,8 @@ Registry verbs (:mod:`gruconv.readers`): :func:`sniff`, :func:`read`, :func:`ins
 :mod:`gruconv.writers.planning` from the document's plan facts (:func:`plan_facts`) and the input's
 facts, what ``verify`` checks by :mod:`gruconv.verify.subjects` from ``KerasH5Model.content``.  The model read is the Keras-graph passthrough of its
 :class:`~gruconv.model.canonical.Document` (:meth:`KerasH5Model.document`): writers that express a
-Keras graph read it through its accessors (:class:`gruconv.model.canonical.KerasGraph`: ``open_file``,
-``weight_group``, ``weight_names``, ``legacy_config``, ``other_weights``); the legacy file above is
+Keras graph read it as data and through its weight store (:class:`gruconv.model.canonical.KerasGraph`:
+``store``, :mod:`gruconv.readers.keras_h5.store`; ``legacy_config``, ``other_weights``); the legacy file above is
 written by :mod:`gruconv.writers.legacy_graph`, and a Keras 3 model is built from
 :func:`gruconv.keras3.config.translate` (:func:`gruconv.writers.keras_route.built`).  The legacy config
 mends live in :mod:`gruconv.keras3.legacy`.
@@ -49,12 +49,13 @@ from typing import Callable, Optional
 from ...files import hdf5 as h5safe
 from ...model.canonical import CELLS, Document, InputFacts, RNNStack, StackShape
 from ...model.cudnn_layout import params_size
-from ...errors import GruconvError, InputError, UnsupportedError, first_line
+from ...errors import GruconvError, InputError, UnsupportedError, about, first_line
 from ...model.keras_layout import CUDNN_KERAS_CLASS, KERAS3_BIAS_ROWS, WEIGHT_ROLES, describe_keras_layer, from_cudnn, keras3_bias_shape
-from ...keras3.legacy import (CONTAINER_CLASSES as _CONTAINER_CLASSES, CUDNN_CLASSES, TARGET_CLASS as _TARGET_CLASS,
-                              class_name_of, config_of, converted_config, keras2_names, layers_of as _layers_of,
-                              name_of)
+from ...keras3.legacy import converted_config, keras2_names
+from ...model.keras_config import (CONTAINER_CLASSES as _CONTAINER_CLASSES, CUDNN_CLASSES, TARGET_CLASS as _TARGET_CLASS,
+                                   class_name_of, config_of, layers_of as _layers_of, name_of)
 from ...options import Options
+from .store import LegacyStore, first_duplicate, weight_names_of
 
 FORMAT = "keras-h5"
 #: What this reader reads, for messages.
@@ -155,17 +156,11 @@ class KerasH5Model:
     # The Keras-graph passthrough (:class:`gruconv.model.canonical.KerasGraph`): what writers that can
     # express a Keras graph ask of it; they never open the input file themselves.
 
-    def open_file(self):
-        """The input file, opened through every guard (:func:`open_model_file`)."""
-        return open_model_file(self.path)
-
-    def weight_group(self, src):
-        """The group of the open file ``src`` that holds the per-layer weight groups."""
-        return h5safe.child(src, "model_weights", self.path, "group") if self.kind == "model" else src
-
-    def weight_names(self, group) -> list:
-        """A layer group's ``weight_names``, checked (:func:`weight_names_of`)."""
-        return weight_names_of(group, self.path)
+    @property
+    def store(self) -> LegacyStore:
+        """The stored weights (:class:`gruconv.readers.keras_h5.store.LegacyStore`), opened through every
+        guard (:func:`open_model_file`) for each pass."""
+        return LegacyStore(self.path, self.kind, self.layer_names, lambda: open_model_file(self.path))
 
     def legacy_config(self) -> dict:
         """The model config with every CuDNNGRU / CuDNNLSTM replaced by its GRU / LSTM config (still in
@@ -255,27 +250,6 @@ def _weight_groups(f, root, path: Path, layer_names: list) -> dict:
             entries.append((wname, ds))
         out[lname] = entries
     return out
-
-
-def weight_names_of(group, path) -> list:
-    names = h5safe.read_attr(group, "weight_names", []) or []
-    if isinstance(names, str):
-        names = [names]
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise InputError(f"{group.name}: attribute 'weight_names' is not a list of strings", path=path)
-    dup = _first_duplicate(names)
-    if dup is not None:
-        raise InputError(f"{group.name}: attribute 'weight_names' lists {dup!r} twice", path=path)
-    return names
-
-
-def _first_duplicate(names: list) -> Optional[str]:
-    seen = set()
-    for n in names:
-        if n in seen:
-            return n
-        seen.add(n)
-    return None
 
 
 def _owner_and_role(wname: str) -> tuple:
@@ -433,14 +407,11 @@ def read(path, options: Optional[Options] = None, **kw) -> KerasH5Model:
     opts = Options.of(options, **kw)
     config = architecture_of(opts.config)
     try:
-        doc = read_with_config(path, config)
-        if opts.config is not None and not isinstance(opts.config, dict):
-            doc.config_file = Path(opts.config)
-        return doc
-    except GruconvError as e:
-        if e.path is None:
-            raise type(e)(e.message, path=path) from None
-        raise
+        with about(path):
+            doc = read_with_config(path, config)
+            if opts.config is not None and not isinstance(opts.config, dict):
+                doc.config_file = Path(opts.config)
+            return doc
     except RecursionError:
         raise InputError("model_config is nested too deeply", path=path) from None
 
@@ -469,7 +440,7 @@ def read_with_config(path: Path, config: Optional[dict]) -> KerasH5Model:
             layer_names = [layer_names]
         if not isinstance(layer_names, list) or not all(isinstance(n, str) for n in layer_names):
             raise InputError("attribute 'layer_names' is not a list of strings", path=path)
-        dup = _first_duplicate(layer_names)
+        dup = first_duplicate(layer_names)
         if dup is not None:
             raise InputError(f"attribute 'layer_names' lists {dup!r} twice", path=path)
         # a layer whose config has no name gets the one Keras 2 gave it at load time (keras3/legacy.py)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..keras_h5.by_shape import classify
-from ...keras3.legacy import class_name_of, config_of
+from ...model.keras_config import class_name_of, config_of
 from ...errors import GruconvError, InputError, UnsupportedError
 from ...model.keras_layout import CUDNN_KERAS_CLASS, KERAS3_CLASS, WEIGHT_ROLES
 

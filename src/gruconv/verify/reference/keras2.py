@@ -48,7 +48,7 @@ class Unavailable(Exception):
 
 def _layer_classes(cfg, out: set) -> set:
     """Every layer class of a legacy model config: its layers, nested models' and wrapped layers."""
-    from ...keras3.legacy import class_name_of, config_of, layers_of
+    from ...model.keras_config import class_name_of, config_of, layers_of
 
     for layer in layers_of(cfg):
         if not isinstance(layer, dict):

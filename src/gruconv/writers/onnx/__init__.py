@@ -143,7 +143,7 @@ def runners(path) -> dict:
     """``{graph name: StackRunner}`` (one entry): the model run by onnxruntime on the CPU
     (:func:`gruconv.writers.onnx.graph.run_onnx`), shaped for ``verify``'s stack checks."""
     from .graph import read_model, run_onnx
-    from ...verify.runners import StackRunner
+    from ..runner import StackRunner
 
     model, shape, name = read_model(path)
     inputs = {i.name for i in model.graph.input}

@@ -73,10 +73,10 @@ def _write_document(document, named_entries: list, target, options, warnings: li
     document.drop()
 
 
-def _write_graph(document, target, options, warnings: list, *, final) -> dict:
+def _write_graph(document, target, options, warnings: list) -> dict:
     """A Keras HDF5 file's cuDNN layers as one-layer modules (named by layer path) and its other
     layers' weights as ``<layer>/<weight>``.  Returns NaN/Inf counts per layer (carried unchanged)."""
-    from ...errors import GruconvError
+    from ...errors import about
 
     graph = document.graph
     stacks, nonfinite = [], {}
@@ -95,11 +95,9 @@ def _write_graph(document, target, options, warnings: list, *, final) -> dict:
         nonfinite[rnn.path] = rnn.stack.nonfinite_count()
         stacks.append((rnn.path, rnn.stack, f"keras:{rnn.cls} {rnn.path}"))
     others = {}
-    try:
+    with about(graph.path):
         for name, arr in graph.other_weights():
             others[name] = arr
-    except GruconvError as e:
-        raise type(e)(e.message, path=e.path or graph.path) from None
     _write(target, stacks, others, warnings)
     for rnn in graph.rnns:
         rnn.release()
@@ -110,7 +108,7 @@ def write(document, target, options) -> dict:
     """One bare stack (kind ``stack``), a Keras graph (``graph``) or every stack and other tensor of
     the document (``document``) into one ``.safetensors`` file."""
     if target.kind == "graph":
-        return _write_graph(document, target.tmp, options, target.warnings, final=target.path)
+        return _write_graph(document, target.tmp, options, target.warnings)
     if target.kind == "document":
         named = [(e, name or f"{e.stack.shape.cell}_stack") for e, name in zip(document.stacks, document.names)]
         _write_document(document, named, target.tmp, options, target.warnings)
@@ -129,10 +127,10 @@ def load(path, rebuild):
 def runners(path) -> dict:
     """``{rnn name: StackRunner}``: each module of the file run by torch on the CPU
     (:func:`gruconv.writers.torch.run.run_torch`), shaped for ``verify``'s stack checks
-    (:class:`gruconv.verify.runners.StackRunner`)."""
+    (:class:`gruconv.writers.runner.StackRunner`)."""
     from . import run as gtorch
     from ...model.canonical import StackShape
-    from ...verify.runners import StackRunner
+    from ..runner import StackRunner
     from .safetensors import CELL_OF_MODULE, read_document
 
     doc = read_document(path)

@@ -1,0 +1,100 @@
+#!/usr/bin/env python
+"""The wide-tensor case: a legacy Keras HDF5 model whose largest weight is a ``(5, 50_000_000)`` Dense kernel
+(and its 50 M bias, 1.2 GB in all, gzip-stored), converted to ``.keras``: peak RSS must stay at most
+0.5 x the parameter bytes (``T_RSS_VS_PARAMS`` of ``bench/run.py``), as for the large GRU model, whatever
+the shape of the largest tensor (a block is bounded by bytes, not by rows: ``files/hdf5.py`` ``blocks``).
+
+The input is built once into ``bench-out/wide/wide.h5`` from ``fixtures/keras/options.h5`` (written by
+tf_keras's own legacy HDF5 writer: ``fixtures/make_keras_fixtures.py``): its groups, attributes and
+``weight_names`` are kept; the CuDNNGRU is made 5 units wide and the Dense layer 50 M units (the config and
+the datasets, seeded values; the kernel and bias gzip-compressed, as the issue's file was), the training
+config and optimizer weights dropped (a compiled model's optimizer slots would add two more copies of the
+output's size, which is not what this case measures).  Not committed: it is 1.2 GB uncompressed.
+
+    .venv/bin/python bench/wide.py                        # this tree, 3 runs
+    .venv/bin/python bench/wide.py --base /path/to/src    # interleaved with another tree's sources
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import run as R  # noqa: E402  (bench/run.py: run_once, the child environment)
+
+UNITS_IN, WIDE = 5, 50_000_000
+SOURCE = R.REPO / "fixtures" / "keras" / "options.h5"
+
+
+def build(path: Path) -> None:
+    import h5py
+    import numpy as np
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.h5")
+    shutil.copyfile(SOURCE, tmp)
+    rng = np.random.default_rng(0)
+    with h5py.File(tmp, "r+") as f:
+        cfg = json.loads(f.attrs["model_config"])
+        for layer in cfg["config"]["layers"]:
+            if layer["class_name"] == "CuDNNGRU":
+                layer["config"]["units"] = UNITS_IN
+            elif layer["class_name"] == "Dense":
+                layer["config"]["units"] = WIDE
+        f.attrs["model_config"] = json.dumps(cfg).encode("utf-8")
+        del f.attrs["training_config"]
+        del f["optimizer_weights"]
+        gru = f["model_weights/regularized_gru/regularized_gru"]
+        inp = gru["kernel:0"].shape[0]
+        for name, shape in (("kernel:0", (inp, 3 * UNITS_IN)), ("recurrent_kernel:0", (UNITS_IN, 3 * UNITS_IN)),
+                            ("bias:0", (6 * UNITS_IN,))):
+            del gru[name]
+            gru.create_dataset(name, data=rng.uniform(-0.3, 0.3, shape).astype("float32"))
+        dense = f["model_weights/dense/dense"]
+        del dense["kernel:0"], dense["bias:0"]
+        k = dense.create_dataset("kernel:0", shape=(UNITS_IN, WIDE), dtype="float32", compression="gzip",
+                                 compression_opts=1, chunks=(1, 1 << 20))
+        row = (np.arange(WIDE, dtype=np.int64) % 251).astype("float32") / 251.0  # compressible, not constant
+        for i in range(UNITS_IN):
+            k[i] = row * (i + 1)
+        dense.create_dataset("bias:0", data=row[::-1], compression="gzip", compression_opts=1, chunks=(1 << 20,))
+    tmp.replace(path)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--base", type=Path, help="another gruconv source tree, measured interleaved with this one")
+    ap.add_argument("--reps", type=int, default=3)
+    args = ap.parse_args(argv)
+    R.OUT.mkdir(exist_ok=True)
+    src = R.OUT / "wide" / "wide.h5"
+    if not src.is_file():
+        print("building", src, flush=True)
+        build(src)
+    out = R.OUT / "wide" / "out.keras"
+    trees = {"head": R.SRC} if args.base is None else {"base": args.base, "head": R.SRC}
+    res = {k: [] for k in trees}
+    for i in range(args.reps):
+        for name, tree in trees.items():
+            r = R.run_once(R.gruconv_cmd() + ["convert", str(src), str(out), "--force"], src=tree)
+            res[name].append(r)
+            print(f"[{i + 1}/{args.reps}] {name}: {r['wall_s']:.1f} s, {r['rss_mib']:.0f} MiB"
+                  + (f"  FAILED: {r['error']}" if "error" in r else ""), flush=True)
+    param_mib = (UNITS_IN * WIDE + WIDE + 0) * 4 / 2**20
+    for name, runs in res.items():
+        ok = [r for r in runs if "error" not in r]
+        if ok:
+            rss = statistics.median(r["rss_mib"] for r in ok)
+            print(f"{name}: median {statistics.median(r['wall_s'] for r in ok):.1f} s, peak RSS {rss:.0f} MiB "
+                  f"= {rss / param_mib:.2f} x the {param_mib:.0f} MiB of parameters")
+    out.unlink(missing_ok=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+#!/usr/bin/env python
+"""Every fixture converted to every output format by one gruconv source tree, and two such runs compared.
+
+    PYTHONPATH=SRC python scripts/compare_outputs.py run OUT_DIR     # convert with the gruconv on PYTHONPATH
+    python scripts/compare_outputs.py run OUT_DIR --src /work/main/src   # the same, in a child with that tree
+    python scripts/compare_outputs.py diff A_DIR B_DIR               # exit 0 when the two runs agree
+
+A *case* is one input (every top-level file or directory of a ``fixtures/*/`` folder but the generators,
+READMEs, manifests and goldens) with one ``--format`` (none, then each registered writer), converted in
+process through :func:`gruconv.api.convert` into ``OUT_DIR/<case>/``; what each case did is in
+``OUT_DIR/results.json``: the result's JSON or the error's class, exit code and message, with the output
+folder's path replaced by ``<OUT>`` so two runs compare.  ``api.inspect`` of every input is recorded too
+(the readers' other verb).
+
+``diff`` compares the two ``results.json`` and every output byte for byte.  What is not deterministic, and
+so compared by content instead of by bytes (found by converting the same tree twice):
+
+* a ``.keras`` archive: its zip members are dated at the time of writing (``keras3/archive.py`` writes
+  ``ZipInfo(date_time=localtime())``, as Keras does) and ``metadata.json`` holds ``date_saved`` (to the
+  second), so a ``.keras`` is compared member by member (names, order, each member's bytes, ``date_saved``
+  masked), not as one file;
+* a ``rest.npz``: its ``__manifest__.json`` member is dated at writing (``numpy.savez`` via zipfile), so it
+  is compared member by member too (the members' bytes are deterministic).
+
+Everything else (legacy ``.h5``, ``.weights.h5``, ``.safetensors``, ``.onnx``) compares byte for byte.  No model code runs: gruconv executes none.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "fixtures"
+SKIP_NAMES = {"manifest.json", "README.md", "corpus.txt"}
+SKIP_DIRS = {"cudnn-golden", "cudnn-golden-lstm", "__pycache__"}
+FORMATS = (None, "keras", "h5-weights", "keras-weights", "torch", "onnx")
+
+
+def inputs() -> list:
+    out = []
+    for d in sorted(p for p in FIXTURES.iterdir() if p.is_dir() and p.name not in SKIP_DIRS):
+        for p in sorted(d.iterdir()):
+            if p.name in SKIP_NAMES or p.suffix in (".py", ".md", ".npz") or p.name.startswith("."):
+                continue
+            out.append(p)
+    return out
+
+
+def _case_name(p: Path, fmt) -> str:
+    return f"{p.parent.name}__{p.name}__{fmt or 'natural'}"
+
+
+def _output_name(p: Path, fmt) -> str:
+    suffix = {None: "", "keras": ".keras", "h5-weights": ".h5", "keras-weights": ".weights.h5",
+              "torch": ".safetensors", "onnx": ".onnx"}[fmt]
+    if fmt is None:
+        return "out"          # the natural format: planning picks the name's writer; no claim -> NATURAL_FORMAT
+    return "out" + suffix
+
+
+def _scrub(obj, out: str):
+    s = json.dumps(obj, sort_keys=True, default=str)
+    return json.loads(s.replace(out, "<OUT>").replace(str(REPO), "<REPO>"))
+
+
+def run(out_dir: Path) -> int:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+    from gruconv import api
+    from gruconv.errors import GruconvError
+
+    out_dir = out_dir.resolve()
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    out_dir.mkdir(parents=True)
+    results = {"gruconv": str(Path(api.__file__).resolve().parent), "cases": {}, "inspect": {}}
+    for p in inputs():
+        key = f"{p.parent.name}/{p.name}"
+        try:
+            results["inspect"][key] = _scrub(api.inspect(p), str(out_dir))
+        except GruconvError as e:
+            results["inspect"][key] = {"error": type(e).__name__, "exit": e.exit_code, "message": str(e)}
+        except Exception as e:  # noqa: BLE001 - recorded: a difference between trees is what we look for
+            results["inspect"][key] = {"bug": type(e).__name__, "message": str(e)}
+        for fmt in FORMATS:
+            case = _case_name(p, fmt)
+            d = out_dir / case
+            d.mkdir()
+            target = d / _output_name(p, fmt)
+            kw = {"format": fmt} if fmt else {}
+            try:
+                r = api.convert(p, target, **kw).to_json()
+                rec = {"result": r}
+            except GruconvError as e:
+                rec = {"error": type(e).__name__, "exit": e.exit_code, "message": str(e)}
+            except Exception as e:  # noqa: BLE001
+                rec = {"bug": type(e).__name__, "message": str(e)}
+            results["cases"][case] = _scrub(rec, str(d))
+        print(f"{key}: done", flush=True)
+    (out_dir / "results.json").write_text(json.dumps(results, indent=1, sort_keys=True))
+    return 0
+
+
+def _member(name: str, data: bytes) -> bytes:
+    if name == "metadata.json":            # a .keras archive's save date (the only varying content)
+        meta = json.loads(data)
+        meta["date_saved"] = "<DATE>"
+        return json.dumps(meta, sort_keys=True).encode()
+    return data
+
+
+def _digest(path: Path) -> str:
+    if path.suffix in (".keras", ".npz") and zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as z:
+            h = hashlib.sha256()
+            for i in z.infolist():
+                h.update(i.filename.encode() + b"\0" + hashlib.sha256(_member(i.filename, z.read(i))).digest())
+            return "zip-members:" + h.hexdigest()
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _files(root: Path) -> dict:
+    return {str(p.relative_to(root)): _digest(p) for p in sorted(root.rglob("*"))
+            if p.is_file() and p.name != "results.json"}
+
+
+def diff(a: Path, b: Path) -> int:
+    ra, rb = (json.loads((x / "results.json").read_text()) for x in (a, b))
+    bad = 0
+    for section in ("inspect", "cases"):
+        for k in sorted(set(ra[section]) | set(rb[section])):
+            if ra[section].get(k) != rb[section].get(k):
+                bad += 1
+                print(f"DIFF {section} {k}:\n  A: {json.dumps(ra[section].get(k))[:600]}\n"
+                      f"  B: {json.dumps(rb[section].get(k))[:600]}")
+    fa, fb = _files(a), _files(b)
+    for k in sorted(set(fa) | set(fb)):
+        if fa.get(k) != fb.get(k):
+            bad += 1
+            print(f"DIFF file {k}: {fa.get(k, 'missing')[:20]} vs {fb.get(k, 'missing')[:20]}")
+    n_ok = sum(1 for c in ra["cases"].values() if "result" in c)
+    print(f"{len(ra['cases'])} cases ({n_ok} converted), {len(ra['inspect'])} inspects, {len(fa)} output files; "
+          f"{bad} differences")
+    return 1 if bad else 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("out", type=Path)
+    r.add_argument("--src", type=Path, help="gruconv source tree (a child process runs with it on PYTHONPATH)")
+    d = sub.add_parser("diff")
+    d.add_argument("a", type=Path)
+    d.add_argument("b", type=Path)
+    args = ap.parse_args(argv)
+    if args.cmd == "diff":
+        return diff(args.a, args.b)
+    if args.src:
+        env = dict(os.environ, PYTHONPATH=str(args.src.resolve()))
+        return subprocess.call([sys.executable, __file__, "run", str(args.out)], env=env)
+    return run(args.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

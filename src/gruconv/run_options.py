@@ -1,0 +1,67 @@
+"""Driver knowledge about a run's options and names, over both registries: which options a run of a reader
+into a writer reads (:func:`accepted_options`), the refusal of every other given one (:func:`refuse_unread`),
+and the name endings batch mode strips from an input's name (:func:`input_suffixes`).
+
+Here, not in ``readers/__init__.py``: these rules read the writers' registry too, and a reader imports no
+writer; the drivers (:mod:`gruconv.api`, :mod:`gruconv.verify`, :mod:`gruconv.batch`) call them.
+"""
+
+from __future__ import annotations
+
+from . import readers, writers
+from .errors import UsageError
+
+
+def input_suffixes() -> tuple:
+    """Name endings batch mode strips from an input's name to name its output: every reader's
+    ``SUFFIXES`` and every ending a writer claims (an input named like an output)."""
+    return tuple(dict.fromkeys(sum((tuple(readers.module(n).SUFFIXES) for n in readers.READERS), ())
+                               + writers.suffixes()))
+
+
+# --------------------------------------------------------------------------- options
+
+#: The command-line spelling of the :class:`gruconv.options.Options` fields whose flag is not
+#: simply ``--field-name`` (the TF1 shape hints travel in one dict).
+_HINT_FLAGS = {"variable": "--variable", "forget_bias": "--forget-bias"}
+
+
+def given_options(options) -> list:
+    """``(field, flag)`` for every option set to something other than its default, in field order
+    (``force`` and ``format`` included: :data:`gruconv.writers.COMMON_OPTIONS` reads them)."""
+    import dataclasses
+
+    out = []
+    for f in dataclasses.fields(options):
+        value = getattr(options, f.name)
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if value == default:
+            continue
+        if f.name == "hints":
+            out += [("hints", _HINT_FLAGS.get(k, "--" + k.replace("_", "-"))) for k in value]
+        else:
+            out.append((f.name, "--" + f.name.replace("_", "-")))
+    return out
+
+
+def accepted_options(name: str, fmt) -> frozenset:
+    """The options a run of reader ``name`` into writer ``fmt`` reads: the reader's ``OPTIONS``, the
+    writer's ``options(graph)`` (``graph``: the reader's documents carry a Keras graph), and
+    :data:`gruconv.writers.COMMON_OPTIONS`.  ``fmt`` may be a collection of writer names (batch:
+    every writer the run may use)."""
+    reader = readers.module(name)
+    fmts = [fmt] if isinstance(fmt, str) else list(fmt)
+    out = set(writers.COMMON_OPTIONS) | set(reader.OPTIONS)
+    for f in fmts:
+        out |= writers.module(f).options(reader.GRAPH)
+    return frozenset(out)
+
+
+def refuse_unread(options, accepted, what: str) -> None:
+    """One :class:`UsageError` (exit 2) naming every given option outside ``accepted``: an option
+    nothing reads is refused, never dropped silently."""
+    unread = [flag for field, flag in given_options(options) if field not in accepted]
+    if unread:
+        it = "it" if len(unread) == 1 else "them"
+        raise UsageError(f"{', '.join(unread)} {'does' if len(unread) == 1 else 'do'} not apply to {what}: "
+                         f"refusing to ignore {it}")
