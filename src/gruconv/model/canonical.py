@@ -397,3 +397,35 @@ class InputFacts:
     def __post_init__(self) -> None:
         if self.content not in CONTENTS:
             raise ValueError(f"content must be one of {tuple(CONTENTS)}, got {self.content!r}")
+
+
+@dataclass(frozen=True)
+class GraphRNN:
+    """One cuDNN node of a TensorFlow graph, as the ``saved-model`` writer replaces it: its ``op``
+    (``CudnnRNN``/``V2``/``V3``) and node ``name``, where it is (``graph``: the index of the SavedModel's
+    MetaGraphDef, 0 for a GraphDef; ``function``: the library function holding it, None for the graph's
+    own nodes), its stack's shape and whether its tensors are time-major."""
+
+    op: str
+    name: str
+    function: Optional[str]
+    shape: StackShape
+    time_major: bool
+    graph: int = 0
+
+
+@dataclass
+class TfGraph:
+    """A TensorFlow graph whose cuDNN nodes are to be replaced (``document.tf_graph``, content ``tf-graph``).
+
+    ``kind``: ``SavedModel`` or ``GraphDef``; ``path`` its graph file; ``text``: text format;
+    ``rnns``: the :class:`GraphRNN` nodes; ``data()``: the graph file's bytes (read by the reader, through
+    its guards); ``files``: ``(relative path, source)`` of the SavedModel's other files the output
+    carries byte for byte (``variables/``, ``assets/``)."""
+
+    kind: str
+    path: object
+    text: bool
+    rnns: list
+    data: object
+    files: list = field(default_factory=list)
