@@ -63,7 +63,7 @@ def test_the_schema_field_numbers_are_tensorflows():
     """Every field number in ``protos.SCHEMA`` is the one TensorFlow's and tf_keras's generated classes have."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     from tensorflow.core.framework import (attr_value_pb2, function_pb2, graph_pb2, node_def_pb2,
-                                           op_def_pb2)
+                                           op_def_pb2, tensor_pb2, tensor_shape_pb2)
     from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2, trackable_object_graph_pb2 as tog
     from tf_keras.protobuf import saved_metadata_pb2
 
@@ -72,7 +72,12 @@ def test_the_schema_field_numbers_are_tensorflows():
         "SavedModel": saved_model_pb2.SavedModel.DESCRIPTOR, "MetaGraphDef": meta_graph_pb2.MetaGraphDef.DESCRIPTOR,
         "GraphDef": graph_pb2.GraphDef.DESCRIPTOR, "FunctionDefLibrary": function_pb2.FunctionDefLibrary.DESCRIPTOR,
         "FunctionDef": function_pb2.FunctionDef.DESCRIPTOR, "OpDef": op_def_pb2.OpDef.DESCRIPTOR,
-        "NodeDef": node_def_pb2.NodeDef.DESCRIPTOR,
+        "NodeDef": node_def_pb2.NodeDef.DESCRIPTOR, "ArgDef": op_def_pb2.OpDef.ArgDef.DESCRIPTOR,
+        "ArgAttrEntry": function_pb2.FunctionDef.DESCRIPTOR.fields_by_name["arg_attr"].message_type,
+        "ArgAttrs": function_pb2.FunctionDef.ArgAttrs.DESCRIPTOR,
+        "ListValue": attr_value_pb2.AttrValue.ListValue.DESCRIPTOR,
+        "TensorShapeProto": tensor_shape_pb2.TensorShapeProto.DESCRIPTOR,
+        "Dim": tensor_shape_pb2.TensorShapeProto.Dim.DESCRIPTOR, "TensorProto": tensor_pb2.TensorProto.DESCRIPTOR,
         "AttrEntry": node_def_pb2.NodeDef.DESCRIPTOR.fields_by_name["attr"].message_type,
         "AttrValue": attr_value_pb2.AttrValue.DESCRIPTOR,
         "TrackableObjectGraph": tog.TrackableObjectGraph.DESCRIPTOR, "TrackableObject": t.DESCRIPTOR,

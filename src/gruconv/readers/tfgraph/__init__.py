@@ -27,6 +27,7 @@ walked by :mod:`gruconv.readers.tfgraph.protos` (no TensorFlow, bounded).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,7 +135,7 @@ def scan(gf: GraphFile) -> Scan:
                            keep=cudnn.keep_text)
         graphs = ([g for m in top.each("meta_graphs") for g in m.each("graph_def")] if gf.type == "SavedModel"
                   else [top])
-        nodes = [n for g in graphs for n in cudnn.graph_nodes(g)]
+        nodes = [dataclasses.replace(n, graph=i) for i, g in enumerate(graphs) for n in cudnn.graph_nodes(g)]
     except Malformed as e:
         raise protos.malformed(e, what, gf.path) from None
     except RecursionError:  # the walk does not recurse; kept as a guard
