@@ -305,6 +305,8 @@ class Document:
     reader: str
     stacks: list = field(default_factory=list)
     graph: Optional[KerasGraph] = None
+    #: a TensorFlow graph whose cuDNN nodes a writer replaces (:class:`TfGraph`; content ``tf-graph``)
+    tf_graph: object = None
     other_tensors: list = field(default_factory=list)
     view: object = None
     release: object = None
@@ -379,7 +381,8 @@ CONTENTS = {
     "staged-graph": "a Keras graph read through a legacy weights file staged from the input, with --config",
     "staged-weights": "the recurrent layers' weights staged from the input, no architecture (no --config)",
     "final": "already a Keras 3 file, or a graph that already serves on a CPU: nothing to convert",
-    "refused": "an input gruconv recognises and cannot convert yet (a graph running cuDNN ops): one-line refusal",
+    "tf-graph": "a TensorFlow graph (SavedModel or frozen GraphDef) whose cuDNN nodes become standard ops",
+    "refused": "an input gruconv recognises and cannot convert (a graph node it cannot replace): one-line refusal",
 }
 
 

@@ -329,6 +329,24 @@ def _refused_subjects(doc, converted, opts: Options):
     return iter(())
 
 
+# --------------------------------------------------------------------------- a TensorFlow graph
+
+def _tf_graph_nothing(doc) -> Optional[str]:
+    """``verify`` of a graph holding cuDNN ops is not implemented: a refusal (exit 3), never a green
+    "nothing to verify" (issue 39)."""
+    from ..errors import UnsupportedError
+
+    raise UnsupportedError(f"{doc.what()} holds {doc.found()}; verify of graphs is not implemented yet (gruconv "
+                           "convert checks that its SavedModel holds no cuDNN op and serves every signature on a "
+                           "CPU; the replacement ops match real cuDNN within 3.4e-7 on the golden files, "
+                           "tests/writers/test_saved_model.py)", path=doc.path)
+
+
+def _tf_graph_subjects(doc, converted, opts: Options):
+    _tf_graph_nothing(doc)
+    return iter(())
+
+
 #: What ``verify`` checks, by what the document holds (:data:`gruconv.model.canonical.CONTENTS`).
 CHECKS = {
     "graph": Checks(_graph_nothing, graph_subjects),
@@ -337,5 +355,6 @@ CHECKS = {
     "staged-graph": Checks(_staged_nothing, staged_graph_subjects),
     "staged-weights": Checks(_staged_nothing, staged_weights_subjects),
     "final": Checks(_final_nothing, _final_subjects, early=True),
+    "tf-graph": Checks(_tf_graph_nothing, _tf_graph_subjects, early=True),
     "refused": Checks(_refused_nothing, _refused_subjects, early=True),
 }
