@@ -214,10 +214,9 @@ def _sized(nodes: list, scope_nodes, arguments: dict, in_function: bool) -> list
     from . import sizes
 
     refs = {sizes.reference(r, in_function)[0] for n in nodes if n.runs_the_rnn for r in n.inputs}
-    if not refs:
-        return nodes
     known = dict(arguments)
-    known.update(sizes.producers(scope_nodes(), refs - set(arguments)))
+    if refs - set(arguments):
+        known.update(sizes.producers(scope_nodes(), refs - set(arguments)))
 
     def lookup(ref: str):
         name, pos = sizes.reference(ref, in_function)
