@@ -407,14 +407,18 @@ class GraphRNN:
     """One cuDNN node of a TensorFlow graph, as the ``saved-model`` writer replaces it: its ``op``
     (``CudnnRNN``/``V2``/``V3``) and node ``name``, where it is (``graph``: the index of the SavedModel's
     MetaGraphDef, 0 for a GraphDef; ``function``: the library function holding it, None for the graph's
-    own nodes), its stack's shape and whether its tensors are time-major."""
+    own nodes), its stack's shape and whether its tensors are time-major.  A ``CudnnRNNCanonicalToParams*``
+    node (which packs canonical weights into the buffer) has no shape: ``packs`` is its (weights, biases)
+    count and ``dtype`` its ``T`` (a ``DataType`` number)."""
 
     op: str
     name: str
     function: Optional[str]
-    shape: StackShape
+    shape: Optional[StackShape]
     time_major: bool
     graph: int = 0
+    packs: Optional[tuple] = None
+    dtype: Optional[int] = None
 
 
 @dataclass

@@ -36,7 +36,7 @@ from typing import Optional
 from ...errors import InputError, UnsupportedError
 from ...model.canonical import Document, InputFacts
 from ...options import Options
-from .cudnn import CUDNN_OPS as CUDNN_OPS_WORDS
+from .cudnn import CUDNN_OPS as CUDNN_OPS_WORDS, PACKING_OPS
 
 FORMAT = "tf-graph"
 #: What this reader reads, for messages.
@@ -184,8 +184,6 @@ def _claims(p: Path, gf: GraphFile) -> bool:
         return _variables(directory) is None  # with its variables it is the tf2 reader's
     if not contains(gf.path, cudnn.MARKER, "a TensorFlow graph"):
         return False
-    if directory is not None and (prefix := _variables(directory)) is not None and _name_based(prefix):
-        return False
     try:
         return bool(scan(gf).nodes)
     except GruconvError:
@@ -270,13 +268,19 @@ class GraphDoc:
         """The nodes that run on a GPU only (no CPU twin)."""
         return [n for n in self.nodes if not n.cpu_twin]
 
+    def _rnn_nodes(self) -> list:
+        return [n for n in self._gpu_only() if n.runs_the_rnn]
+
     def problems(self) -> list:
         """Why the graph cannot be converted, one clause each (empty: it can)."""
         out = []
         if self.python_ops:
             out.append(f"it holds Python code ops ({', '.join(self.python_ops[:3])}), which gruconv never runs")
         for n in self._gpu_only():
-            if not n.runs_the_rnn:
+            if n.op in PACKING_OPS:
+                if n.packs is None or len(n.inputs) != 3 + sum(n.packs):
+                    out.append(f"{n.op} '{n.name}': its weight and bias counts do not match its inputs")
+            elif not n.runs_the_rnn:
                 out.append(f"{n.op} '{n.name}' ({CUDNN_OPS_WORDS.get(n.op, n.op)}) has no CPU replacement here")
             elif n.problem:
                 out.append(f"{n.op} '{n.name}': {n.problem}")
@@ -305,7 +309,7 @@ class GraphDoc:
         return "SavedModel" if self.file is not None and self.file.type == "SavedModel" else "frozen graph"
 
     def _row(self, i: int, nonfinite: int = 0) -> dict:
-        n = self._gpu_only()[i]
+        n = self._rnn_nodes()[i]
         return {"name": n.name, "cell": n.shape.cell, "kind": n.op, "shape": n.shape.to_dict(),
                 "where": n.where, "params_from": n.params_from,
                 "converts_to": f"standard TensorFlow ops ({n.shape.describe()})"}
@@ -328,14 +332,16 @@ class GraphDoc:
         else:
             gf = self.file
             rnns = [GraphRNN(n.op, n.name, n.function, n.shape, True if n.time_major is None else n.time_major,
-                             n.graph) for n in self._gpu_only()]
+                             n.graph) for n in self._rnn_nodes()]
+            rnns += [GraphRNN(n.op, n.name, n.function, None, True, n.graph, packs=n.packs, dtype=n.dtype)
+                     for n in self._gpu_only() if n.op in PACKING_OPS]
             from ...files.inputs import read_bytes
 
             what = "SavedModel graph" if gf.type == "SavedModel" else "TensorFlow GraphDef"
             d.tf_graph = TfGraph(gf.type, gf.path, gf.text, rnns,
                                  data=lambda: read_bytes(gf.path, "a " + what, kind="graph-text" if gf.text else "graph"),
                                  files=_carried_files(gf.path.parent) if gf.type == "SavedModel" else [])
-            d.names = [n.name for n in self._gpu_only()]
+            d.names = [n.name for n in self._rnn_nodes()]
             d.row = self._row
             d.stack_word = "cuDNN node"
         return d

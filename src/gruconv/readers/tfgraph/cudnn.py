@@ -80,6 +80,9 @@ class CudnnNode:
     num_proj: int = 0
     dropout: float = 0.0
     is_training: bool = False
+    #: a ``CudnnRNNCanonicalToParams*`` node's weight and bias counts (``num_params`` /
+    #: ``num_params_weights``, ``num_params_biases``), else None
+    packs: Optional[tuple] = None
     #: the node's own ``_output_shapes`` (each a tuple of dims, None unknown; None for an unknown rank)
     out_shapes: Optional[tuple] = None
     #: index of the SavedModel's MetaGraphDef holding it (0 for a GraphDef)
@@ -128,7 +131,10 @@ def _text(attr: Optional[Message]) -> Optional[str]:
     return None if s is None else bytes(s).decode("utf-8", "replace")
 
 
-_NODE_ATTRS = frozenset(ATTR_DEFAULTS) | {"time_major", "T", "num_proj", "dropout", "is_training", "_output_shapes"}
+_NODE_ATTRS = frozenset(ATTR_DEFAULTS) | {"time_major", "T", "num_proj", "dropout", "is_training", "_output_shapes",
+                                          "num_params", "num_params_weights", "num_params_biases"}
+#: Ops that pack canonical weights into the opaque buffer; each is replaced by a concatenation.
+PACKING_OPS = frozenset({"CudnnRNNCanonicalToParams", "CudnnRNNCanonicalToParamsV2"})
 _FUNCTION_ATTRS = frozenset({API_IMPLEMENTS, API_DEVICE})
 
 
@@ -160,7 +166,12 @@ def _node(node: Message, where: str) -> Optional[CudnnNode]:
     shapes = attrs.get("_output_shapes")
     out_shapes = None if shapes is None or shapes.get("list") is None else \
         tuple(tensor_shape(t) for t in shapes.get("list").each("shape"))
-    return CudnnNode(op=op, name=name, where=where, time_major=time_major, inputs=tuple(inputs),
+    packs = None
+    if op in PACKING_OPS:
+        n = scalar("num_params", "i", None)
+        w, b = scalar("num_params_weights", "i", n), scalar("num_params_biases", "i", n)
+        packs = None if w is None or b is None else (w, b)
+    return CudnnNode(op=op, name=name, where=where, time_major=time_major, inputs=tuple(inputs), packs=packs,
                      dtype=scalar("T", "type", None), num_proj=scalar("num_proj", "i", 0),
                      dropout=scalar("dropout", "f", 0.0), is_training=scalar("is_training", "b", False),
                      out_shapes=out_shapes, **settings)

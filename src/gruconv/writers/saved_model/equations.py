@@ -28,12 +28,16 @@ of the op's dtypes.
 
 from __future__ import annotations
 
+from typing import Optional
+
 #: The op's output names and dtypes (``output_c`` for a GRU is a scalar), in the op's order
 #: (``tensorflow/core/ops/cudnn_rnn_ops.cc``); ``host_reserved`` is ``int8``.
 OUTPUTS = {
     "CudnnRNN": ("output", "output_h", "output_c", "reserve_space"),
     "CudnnRNNV2": ("output", "output_h", "output_c", "reserve_space", "host_reserved"),
     "CudnnRNNV3": ("output", "output_h", "output_c", "reserve_space", "host_reserved"),
+    "CudnnRNNCanonicalToParams": ("params",),
+    "CudnnRNNCanonicalToParamsV2": ("params",),
 }
 #: Ops that take ``sequence_lengths`` (their 5th input).
 WITH_LENGTHS = frozenset({"CudnnRNNV3"})
@@ -157,6 +161,30 @@ def forward(tf, shape, time_major, x, h0, c0, params, lengths):
         if lstm:
             output_c = tf.transpose(output_c, [1, 0, 2])
     return tf.cast(output, dtype), tf.cast(output_h, dtype), tf.cast(output_c, dtype)
+
+
+#: ``DataType`` numbers (``tensorflow/core/framework/types.proto``) of a packing node's ``T``.
+PACK_DTYPES = {1: "float32", 2: "float64", 19: "float16"}
+
+
+def packing_function(tf, packs: tuple, dtype: Optional[int]):
+    """The concrete ``tf.function`` standing for ``CudnnRNNCanonicalToParams[V2]``: ``(num_layers, num_units,
+    input_size, weights..., biases...) -> params``, the weights then the biases flattened and concatenated.
+    Why that is the buffer: the op copies each weight tensor by its flat size into the region cuDNN names
+    for it, pseudo-layer by pseudo-layer in ``linLayerID`` order, then the biases the same way
+    (``tensorflow/core/kernels/cudnn_rnn_ops.cc``), and cuDNN lays those regions out back to back, matrices
+    first (:mod:`gruconv.model.cudnn_layout`; ``fixtures/graphs_golden/gru_2l_bidir_canonical_savedmodel``
+    checks it against real cuDNN)."""
+    t = tf.as_dtype(PACK_DTYPES.get(1 if dtype is None else dtype, "float32"))
+    n_w, n_b = packs
+    specs = [tf.TensorSpec([], tf.int32, n) for n in ("num_layers", "num_units", "input_size")]
+    specs += [tf.TensorSpec(None, t, f"weights_{i}") for i in range(n_w)]
+    specs += [tf.TensorSpec(None, t, f"biases_{i}") for i in range(n_b)]
+
+    def run(num_layers, num_units, input_size, *tensors):
+        return tf.concat([tf.reshape(a, [-1]) for a in tensors], axis=0)
+
+    return tf.function(run, input_signature=specs, autograph=False).get_concrete_function()
 
 
 def function(tf, op: str, shape, time_major: bool):

@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 
 from ...errors import InputError
-from .equations import OUTPUTS, function
+from .equations import OUTPUTS, function, packing_function
 
 #: Every generated function's name starts with this.
 PREFIX = "gruconv_"
@@ -63,16 +63,19 @@ class Replacements:
         return name
 
     def name_for(self, rnn) -> str:
-        key = (rnn.op, rnn.shape, rnn.time_major)
+        key = (rnn.op, rnn.shape, rnn.time_major, rnn.packs, rnn.dtype)
         if key in self.made:
             return self.made[key]
         digest = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
         fdefs = []
-        for f in _library_of(self.tf, function(self.tf, rnn.op, rnn.shape, rnn.time_major)):
+        traced = (packing_function(self.tf, rnn.packs, rnn.dtype) if rnn.packs is not None
+                  else function(self.tf, rnn.op, rnn.shape, rnn.time_major))
+        for f in _library_of(self.tf, traced):
             fdefs.append(type(f)())
             fdefs[-1].CopyFrom(f)
         main = fdefs[0]
-        renamed = {main.signature.name: self._unique(f"{PREFIX}{rnn.op}_{rnn.shape.cell}_{digest}")}
+        what = "pack" if rnn.shape is None else rnn.shape.cell
+        renamed = {main.signature.name: self._unique(f"{PREFIX}{rnn.op}_{what}_{digest}")}
         for f in fdefs[1:]:
             renamed[f.signature.name] = self._unique(f"{PREFIX}{digest}_{f.signature.name.strip('_')}")
         for f in fdefs:
