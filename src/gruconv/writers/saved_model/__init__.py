@@ -168,9 +168,16 @@ def _zeros(tf, spec):
     return tf.zeros(shape, spec.dtype)
 
 
-def serves_on_cpu(tf, path: Path) -> list:
+def _why(e: Exception) -> str:
+    """The informative line of a TensorFlow error (its text opens with "Graph execution error:" and the node)."""
+    skip = ("Graph execution error", "Detected at node", "<stack traces", "[[")
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip() and not ln.strip().startswith(skip)]
+    return (lines[0] if lines else type(e).__name__)[:200]
+
+
+def serves_on_cpu(tf, path: Path, shown=None) -> list:
     """Load ``path`` with ``tf.saved_model.load`` and run every signature on the CPU; returns the keys
-    run.  A failure is an :class:`~gruconv.errors.UnsupportedError` naming the signature."""
+    run.  A failure is an :class:`~gruconv.errors.UnsupportedError` said of ``shown`` (the output's final path)."""
     from ...errors import UnsupportedError
 
     try:
@@ -182,9 +189,9 @@ def serves_on_cpu(tf, path: Path) -> list:
                 _, kwargs = fn.structured_input_signature
                 fn(**{name: _zeros(tf, spec) for name, spec in kwargs.items()})
     except Exception as e:  # noqa: BLE001 - TensorFlow's errors, at its call: the output is not proven
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        raise UnsupportedError(f"the converted SavedModel does not serve on a CPU ({type(e).__name__}: {first}); "
-                               "nothing written", path=path) from None
+        raise UnsupportedError(f"the converted SavedModel does not serve on a CPU ({type(e).__name__}: {_why(e)}; "
+                               "run on zeros of each signature's inputs, an unknown dimension taken as 1); nothing "
+                               "written", path=shown or path) from None
     return keys
 
 
@@ -202,7 +209,7 @@ def write(document, target, options) -> dict:
         _saved_model(tf, graph, proto, out)
     else:
         _frozen(tf, graph, proto, out)
-    serves_on_cpu(tf, out)
+    serves_on_cpu(tf, out, shown=target.path)
     return {}
 
 
