@@ -346,3 +346,12 @@ def test_a_converted_saved_model_is_no_graph_to_convert_any_more(tmp_path):
         assert _run(["convert", src, out]).exit_code == 0
         assert tfgraph.sniff(out) is False
         shutil.rmtree(out)
+
+
+def test_the_replacement_has_one_step_per_cell_of_the_cell_table():
+    """``equations.STEPS`` is keyed by cell like ``CELLS``: a cell added to the table without its equations
+    fails here, not in a user's conversion."""
+    from gruconv.model.canonical import CELLS
+    from gruconv.writers.saved_model import equations
+
+    assert set(equations.STEPS) == set(CELLS)

@@ -31,7 +31,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
-from .protos import Message
+from .protos import Message, tensor_shape
 
 #: op -> what it does; every op TensorFlow 2.21 registers under the ``CudnnRNN`` prefix (GPU kernels only).
 CUDNN_OPS = {
@@ -175,13 +175,6 @@ def _node(node: Message, where: str) -> Optional[CudnnNode]:
                      dtype=scalar("T", "type", None), num_proj=scalar("num_proj", "i", 0),
                      dropout=scalar("dropout", "f", 0.0), is_training=scalar("is_training", "b", False),
                      out_shapes=out_shapes, **settings)
-
-
-def tensor_shape(shape: Optional[Message]) -> Optional[tuple]:
-    """A ``TensorShapeProto`` as a tuple of dims (None for an unknown dim), None for an unknown rank."""
-    if shape is None or shape.get("unknown_rank", False):
-        return None
-    return tuple(None if d < 0 else d for d in (dim.get("size", 0) for dim in shape.each("dim")))
 
 
 def _function(f: Message) -> tuple:

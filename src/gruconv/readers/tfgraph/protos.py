@@ -361,3 +361,10 @@ def first_text(message: Optional[Message], *names: str, default=None):
             return default
         message = message.get(n)
     return default if message is None else message
+
+
+def tensor_shape(shape: Optional[Message]) -> Optional[tuple]:
+    """A ``TensorShapeProto`` as a tuple of dims (None for an unknown dim), None for an unknown rank."""
+    if shape is None or shape.get("unknown_rank", False):
+        return None
+    return tuple(None if d < 0 else d for d in (dim.get("size", 0) for dim in shape.each("dim")))

@@ -118,7 +118,7 @@ def _sinks_and_placeholders(graph_def) -> tuple:
     return placeholders, sinks
 
 
-def signature_key(name: str) -> str:
+def _signature_key(name: str) -> str:
     """A node name as a signature key: characters outside ``[A-Za-z0-9_]`` become ``_`` (a signature's
     input keys become argument names of the loaded function)."""
     import re
@@ -135,7 +135,7 @@ def _frozen(tf, graph, graph_def, out: Path) -> None:
     g = tf.Graph()
     with g.as_default():
         tf.graph_util.import_graph_def(graph_def, name="")
-        inputs = {signature_key(p): g.get_operation_by_name(p).outputs[0] for p in placeholders}
+        inputs = {_signature_key(p): g.get_operation_by_name(p).outputs[0] for p in placeholders}
         outputs = {}
         for s in sinks:
             op = g.get_operation_by_name(s)
@@ -175,7 +175,7 @@ def _why(e: Exception) -> str:
     return (lines[0] if lines else type(e).__name__)[:200]
 
 
-def serves_on_cpu(tf, path: Path, shown=None) -> list:
+def _serves_on_cpu(tf, path: Path, shown=None) -> list:
     """Load ``path`` with ``tf.saved_model.load`` and run every signature on the CPU; returns the keys
     run.  A failure is an :class:`~gruconv.errors.UnsupportedError` said of ``shown`` (the output's final path)."""
     from ...errors import UnsupportedError
@@ -209,7 +209,7 @@ def write(document, target, options) -> dict:
         _saved_model(tf, graph, proto, out)
     else:
         _frozen(tf, graph, proto, out)
-    serves_on_cpu(tf, out, shown=target.path)
+    _serves_on_cpu(tf, out, shown=target.path)
     return {}
 
 
