@@ -77,6 +77,7 @@ def test_the_schema_field_numbers_are_tensorflows():
         "ArgAttrEntry": function_pb2.FunctionDef.DESCRIPTOR.fields_by_name["arg_attr"].message_type,
         "ArgAttrs": function_pb2.FunctionDef.ArgAttrs.DESCRIPTOR,
         "ListValue": attr_value_pb2.AttrValue.ListValue.DESCRIPTOR,
+        "NameAttrList": attr_value_pb2.NameAttrList.DESCRIPTOR,
         "TensorShapeProto": tensor_shape_pb2.TensorShapeProto.DESCRIPTOR,
         "Dim": tensor_shape_pb2.TensorShapeProto.Dim.DESCRIPTOR, "TensorProto": tensor_pb2.TensorProto.DESCRIPTOR,
         "AttrEntry": node_def_pb2.NodeDef.DESCRIPTOR.fields_by_name["attr"].message_type,
@@ -123,7 +124,9 @@ def test_inspect_lists_each_cudnn_node_with_its_settings():
     r = _run(["inspect", GRAPHS / "frozen_gru_bidir_skip.pbtxt", "--json"])
     assert r.exit_code == 0, r.output
     info = json.loads(r.output)
-    assert info["format"] == "tf-graph" and info["rnns"] == []
+    assert info["format"] == "tf-graph" and [r["name"] for r in info["rnns"]] == ["cudnn_gru"]
+    assert info["rnns"][0]["converts_to"] == ("standard TensorFlow ops (1 layer(s) x 7 units, bidirectional, input "
+                                              "size 7, skip input, float32)")
     assert info["cudnn_nodes"] == [{"op": "CudnnRNNV3", "name": "cudnn_gru", "where": "graph", "rnn_mode": "gru",
                                     "direction": "bidirectional", "input_mode": "skip_input", "time_major": True,
                                     "cpu_twin": None, "params_from": "a Const", "problem": None,

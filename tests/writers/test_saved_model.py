@@ -116,6 +116,30 @@ def test_a_graph_node_gruconv_cannot_replace_is_refused_in_one_line(case, tmp_pa
     assert r.exit_code == 0 and "gruconv convert refuses it (exit 3)" in r.output, r.output
 
 
+_CYCLE = '''library {
+  function {
+    signature { name: "f" input_arg { name: "a" type: DT_FLOAT } output_arg { name: "b" type: DT_FLOAT } }
+    node_def { name: "call" op: "g" input: "a" }
+    ret { key: "b" value: "call:b:0" }
+  }
+  function {
+    signature { name: "g" input_arg { name: "a" type: DT_FLOAT } output_arg { name: "b" type: DT_FLOAT } }
+    node_def { name: "w" op: "While" attr { key: "body" value { func { name: "f" } } } }
+    ret { key: "b" value: "w:output:0" }
+  }
+}
+versions'''
+
+
+def test_a_function_library_that_calls_itself_is_refused_before_tensorflow_sees_it(tmp_path):
+    """f calls g (by op name), g calls f (a While body): TensorFlow crashed (segfault) importing and running
+    such a graph; the reader refuses it in one line, bounded, with no TensorFlow."""
+    p = _edited(tmp_path, "versions", 'node {\n  name: "loop"\n  op: "f"\n  input: "c0"\n}\n' + _CYCLE)
+    r = _run(["convert", p, tmp_path / "out"])
+    _one_line_error(r, 3, "whose function library calls itself (f -> g -> f); TensorFlow has no recursive functions")
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["g.pbtxt"]
+
+
 def test_the_projection_golden_graph_is_refused_in_one_line(tmp_path):
     m = GOLDEN["lstm_2l_bidir_proj_v3"]
     r = _run(["convert", GOLDEN_GRAPHS / m["file"], tmp_path / "out"])

@@ -154,7 +154,7 @@ def scan(gf: GraphFile) -> Scan:
     """Every cuDNN node of the graph file; a damaged file is an :class:`InputError` (one line)."""
     from ...files.inputs import read_bytes
     from ..tfbundle import Malformed
-    from . import cudnn, protos
+    from . import calls, cudnn, protos
 
     what = "SavedModel graph" if gf.type == "SavedModel" else "TensorFlow GraphDef"
     data = read_bytes(gf.path, "a " + what, kind="graph-text" if gf.text else "graph")
@@ -165,10 +165,15 @@ def scan(gf: GraphFile) -> Scan:
                   else [top])
         nodes = [dataclasses.replace(n, graph=i) for i, g in enumerate(graphs) for n in cudnn.graph_nodes(g)]
         python = _python_ops(graphs) if bytes(data).find(PYTHON_MARKER) >= 0 else []
+        loop = next((c for g in graphs if (c := calls.cycle(calls.call_graph(g)))), None) if nodes else None
     except Malformed as e:
         raise protos.malformed(e, what, gf.path) from None
     except RecursionError:  # the walk does not recurse; kept as a guard
         raise InputError(f"is not a readable {what} (nested too deeply)", path=gf.path) from None
+    if loop is not None:
+        shown = " -> ".join(loop[:6]) + (" -> ..." if len(loop) > 6 else "")
+        raise InputError(f"is a {what} whose function library calls itself ({shown}); TensorFlow has no recursive "
+                         "functions (and crashed on one here): refused", path=gf.path)
     return Scan(gf, nodes, len(graphs), python)
 
 
@@ -310,7 +315,10 @@ class GraphDoc:
 
     def _row(self, i: int, nonfinite: int = 0) -> dict:
         n = self._rnn_nodes()[i]
+        from ...model.cudnn_layout import params_size
+
         return {"name": n.name, "cell": n.shape.cell, "kind": n.op, "shape": n.shape.to_dict(),
+                "params": params_size(n.shape), "nonfinite_weights": None, "details": [],
                 "where": n.where, "params_from": n.params_from,
                 "converts_to": f"standard TensorFlow ops ({n.shape.describe()})"}
 
@@ -379,7 +387,8 @@ def inspect(doc: GraphDoc) -> dict:
     details = [n.describe() for n in doc.nodes]
     if d.refusal is not None and doc.missing is None:
         details.append(f"gruconv convert refuses it (exit 3): {d.refusal.message}")
-    return {"file": str(doc.path), "format": FORMAT, "kind": "graph", "summary": summary, "rnns": [],
+    rnns = [doc._row(i) for i in range(len(doc._rnn_nodes()))] if d.tf_graph is not None else []
+    return {"file": str(doc.path), "format": FORMAT, "kind": "graph", "summary": summary, "rnns": rnns,
             "details": details, "cudnn_nodes": [n.to_dict() for n in doc.nodes],
             "refused": None if d.refusal is None else d.refusal.message,
             "nothing_to_convert": d.nothing}

@@ -16,7 +16,7 @@ frozen ``GraphDef`` and its cuDNN nodes, each with its :class:`~gruconv.model.ca
 Checked before it is placed (the output contract: exit 0 only for an output proven loadable): no
 ``CudnnRNN*`` op anywhere in it (graph, every library function, ``stripped_op_list``), and
 ``tf.saved_model.load`` opens it and every signature runs on the CPU (on zeros of its input specs, an
-unknown dimension taken as 1).  The output is a directory written as one piece
+unknown dimension taken as 1, else each of PROBE_SIZES in turn).  The output is a directory written as one piece
 (:meth:`gruconv.files.outputs.Outputs.tree`).  TensorFlow is needed (the ``tensorflow`` extra).
 """
 
@@ -161,8 +161,14 @@ def _frozen(tf, graph, graph_def, out: Path) -> None:
                  [m.meta_info_def.stripped_op_list for m in written.meta_graphs], graph.path)
 
 
-def _zeros(tf, spec):
-    shape = [1 if d is None else d for d in (spec.shape.as_list() if spec.shape.rank is not None else [])]
+#: The sizes tried for every unknown dimension at once when a signature is run on zeros: a graph whose
+#: fixed dimensions tie its batch to another size (a state of fixed ``L*D`` rows read as the batch)
+#: runs only at that size.
+PROBE_SIZES = (1, 2, 3, 4, 6, 8)
+
+
+def _zeros(tf, spec, k: int = 1):
+    shape = [k if d is None else d for d in (spec.shape.as_list() if spec.shape.rank is not None else [])]
     if spec.dtype == tf.string:
         return tf.fill(shape, "")
     return tf.zeros(shape, spec.dtype)
@@ -184,13 +190,21 @@ def _serves_on_cpu(tf, path: Path, shown=None) -> list:
         with tf.device("/CPU:0"):
             loaded = tf.saved_model.load(str(path))
             keys = sorted(loaded.signatures.keys())
-            for k in keys:
-                fn = loaded.signatures[k]
+            for key in keys:
+                fn = loaded.signatures[key]
                 _, kwargs = fn.structured_input_signature
-                fn(**{name: _zeros(tf, spec) for name, spec in kwargs.items()})
+                first = None
+                for k in PROBE_SIZES:
+                    try:
+                        fn(**{name: _zeros(tf, spec, k) for name, spec in kwargs.items()})
+                        break
+                    except tf.errors.InvalidArgumentError as e:  # shapes that do not fit: the next size
+                        first = first or e
+                else:
+                    raise first
     except Exception as e:  # noqa: BLE001 - TensorFlow's errors, at its call: the output is not proven
         raise UnsupportedError(f"the converted SavedModel does not serve on a CPU ({type(e).__name__}: {_why(e)}; "
-                               "run on zeros of each signature's inputs, an unknown dimension taken as 1); nothing "
+                               "run on zeros of each signature's inputs, every unknown dimension taken as 1, 2, 3, 4, 6 or 8); nothing "
                                "written", path=shown or path) from None
     return keys
 
