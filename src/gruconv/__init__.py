@@ -1,4 +1,4 @@
-"""gruconv: cuDNN-only GRU models (TF1 cudnn_rnn checkpoints, Keras CuDNNGRU HDF5, tf_keras .keras and SavedModels) to Keras 3.
+"""gruconv: cuDNN-only GRU models (TF1 cudnn_rnn checkpoints, Keras CuDNNGRU HDF5, tf_keras .keras and SavedModels) to Keras 3, and graphs holding cuDNN ops to SavedModels that serve on a CPU.
 
 The Python API mirrors the CLI: :func:`gruconv.api.inspect`,
 :func:`gruconv.api.convert`, :func:`gruconv.verify.verify`.

@@ -379,3 +379,12 @@ def test_the_replacement_has_one_step_per_cell_of_the_cell_table():
     from gruconv.writers.saved_model import equations
 
     assert set(equations.STEPS) == set(CELLS)
+
+
+def test_format_saved_model_for_an_input_that_is_no_graph_is_a_usage_line(tmp_path):
+    """``--format saved-model`` of a Keras HDF5 file: exit 2 and one line, before any work (not exit 4)."""
+    src = FIXTURES / "keras" / "bidir_ave.h5"
+    r = _run(["convert", src, tmp_path / "out", "--format", "saved-model"])
+    _one_line_error(r, 2, "--format saved-model writes only TensorFlow graphs holding cuDNN ops, as SavedModels, and "
+                          "this input (keras-h5) is not one")
+    assert list(tmp_path.iterdir()) == []

@@ -143,8 +143,20 @@ def plan(document, output, options) -> Plan:
     if document.tf_graph is not None:
         return _plan_tf_graph(document, output, options)
     if document.graph is not None or document.nothing_forced:
-        return _plan_graph(document, output, options)
-    return _plan_stacks(document, output, options)
+        planned = _plan_graph(document, output, options)
+    else:
+        planned = _plan_stacks(document, output, options)
+    _check_kinds(planned, document)
+    return planned
+
+
+def _check_kinds(planned: Plan, document) -> None:
+    """Every target is of a kind its writer writes (``--format saved-model`` takes only a TensorFlow graph)."""
+    writer = planned.writer
+    if any(t.kind not in writer.KINDS for t in planned.targets):
+        raise UsageError(f"--format {planned.format} writes only {writers.WRITES[writer.WRITES]}, and this input "
+                         f"({document.reader}) is not one: name another output format",
+                         path=Path(document.source))
 
 
 # --------------------------------------------------------------------------- a Keras graph

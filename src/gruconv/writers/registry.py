@@ -56,7 +56,8 @@ DIRECTORY_KINDS = frozenset({"tf-graph"})
 #: What a writer's file is (its ``WRITES``): a whole Keras model (a graph's layers are rebuilt: a
 #: ``Lambda`` is refused), Keras weights, stacks in a non-Keras framework's own format, or a whole
 #: TensorFlow graph.
-WRITES = ("model", "weights", "stacks", "graph")
+WRITES = {"model": "Keras models", "weights": "Keras weights", "stacks": "RNN stacks in other frameworks' formats",
+          "graph": "TensorFlow graphs holding cuDNN ops, as SavedModels"}
 
 
 class Writer(Protocol):
