@@ -372,6 +372,21 @@ def test_a_converted_saved_model_is_no_graph_to_convert_any_more(tmp_path):
         shutil.rmtree(out)
 
 
+@pytest.mark.slow
+def test_force_replaces_a_saved_model_output_as_one_piece(tmp_path):
+    """An existing SavedModel output is replaced only with --force, and then whole: the old directory's files are
+    gone, no temporary directory is left beside it."""
+    src = GOLDEN_GRAPHS / GOLDEN["gru_1l_uni_v1"]["file"]
+    out = tmp_path / "cpu_model"
+    assert _run(["convert", src, out]).exit_code == 0
+    (out / "stale.txt").write_text("from before")
+    _one_line_error(_run(["convert", src, out]), 3, "output exists; pass --force to replace it")
+    r = _run(["convert", src, out, "--force"])
+    assert r.exit_code == 0, r.output
+    assert not (out / "stale.txt").exists() and (out / "saved_model.pb").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cpu_model"]
+
+
 def test_the_replacement_has_one_step_per_cell_of_the_cell_table():
     """``equations.STEPS`` is keyed by cell like ``CELLS``: a cell added to the table without its equations
     fails here, not in a user's conversion."""
