@@ -30,13 +30,7 @@ from gruconv.readers.tfgraph import protos
 
 GRAPHS = FIXTURES / "graphs"
 MANIFEST = json.loads((GRAPHS / "manifest.json").read_text())["fixtures"]
-GPU_ONLY = {  # fixture -> what verify says (after "gruconv: error: PATH: "): graphs are not verified yet
-    "keras3_export": "SavedModel holds 4 cuDNN op(s) (CudnnRNNV3 x4) in function {fn}; verify of graphs is not "
-                     "implemented yet",
-    "frozen_gru.pb": "frozen graph holds 1 cuDNN op(s) (CudnnRNN) in graph; verify of graphs is not implemented yet",
-    "frozen_gru_bidir_skip.pbtxt": "frozen graph holds 1 cuDNN op(s) (CudnnRNNV3) in graph; verify of graphs is not "
-                                   "implemented yet",
-}
+GPU_ONLY = ("keras3_export", "frozen_gru.pb", "frozen_gru_bidir_skip.pbtxt")  # graphs running cuDNN ops
 #: What ``convert`` to a model file says of them (exit 2): a graph becomes a SavedModel directory.
 NOT_A_KERAS_FILE = ("a TensorFlow graph holding cuDNN ops converts to a SavedModel directory (--format saved-model: "
                     "name OUTPUT without a model suffix), not to keras")
@@ -135,28 +129,22 @@ def test_inspect_lists_each_cudnn_node_with_its_settings():
 
 
 @pytest.mark.parametrize("name", sorted(GPU_ONLY))
-@pytest.mark.parametrize("command", ["convert", "verify"])
-def test_verify_refuses_a_graph_running_cudnn_ops_and_convert_names_the_saved_model_output(name, command, tmp_path):
-    """Never "nothing to verify" (exit 0): verify is exit 3 and one line saying what was found; convert to a
-    ``.keras`` name is a usage line (exit 2) naming the output a graph gets; nothing written."""
-    args = [command, GRAPHS / name] + ([tmp_path / "out.keras"] if command == "convert" else [])
-    r = _run(args)
-    fn = _function(name) if name == "keras3_export" else ""
-    if command == "verify":
-        _one_line_error(r, 3, f"{GRAPHS / name}: " + GPU_ONLY[name].format(fn=fn))
-    else:
-        _one_line_error(r, 2, NOT_A_KERAS_FILE)
+def test_convert_of_a_graph_running_cudnn_ops_to_a_keras_name_is_a_usage_line(name, tmp_path):
+    """Never "nothing to convert" (exit 0): a ``.keras`` name is a usage line (exit 2) naming the output a graph
+    gets (a SavedModel directory); nothing written.  (verify of these graphs: tests/writers/test_saved_model.py.)"""
+    _one_line_error(_run(["convert", GRAPHS / name, tmp_path / "out.keras"]), 2, NOT_A_KERAS_FILE)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_inspect_convert_and_verify_of_a_graph_import_no_framework(tmp_path):
-    """The graphs are walked without TensorFlow, and the refusals are decided from the graph alone
-    (``CHECKS['tf-graph']`` is early, the plan refuses a .keras output before any writer): no ML framework is
+    """The graphs are walked without TensorFlow, and the refusals are decided from the graph alone (the plan
+    refuses a .keras output, and the reader a graph it cannot convert, before any writer): no ML framework is
     imported."""
-    sm, pb, out = str(GRAPHS / "keras3_export"), str(GRAPHS / "frozen_gru.pb"), str(tmp_path / "o.keras")
+    sm, out = str(GRAPHS / "keras3_export"), str(tmp_path / "o.keras")
+    proj = str(FIXTURES / "graphs_golden" / "lstm_2l_bidir_proj_v3.pb")
     code = ("import sys\nfrom gruconv import api\nfrom gruconv.errors import GruconvError\n"
             f"assert len(api.inspect({sm!r})['cudnn_nodes']) == 4\n"
-            f"for f in (lambda: api.convert({sm!r}, {out!r}), lambda: api.verify({pb!r})):\n"
+            f"for f in (lambda: api.convert({sm!r}, {out!r}), lambda: api.verify({proj!r})):\n"
             "    try:\n        f()\n    except GruconvError as e:\n        print(e.exit_code)\n"
             "print(sorted(m for m in ('keras', 'tensorflow', 'torch', 'jax') if m in sys.modules))\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,

@@ -403,3 +403,39 @@ def test_format_saved_model_for_an_input_that_is_no_graph_is_a_usage_line(tmp_pa
     _one_line_error(r, 2, "--format saved-model writes only TensorFlow graphs holding cuDNN ops, as SavedModels, and "
                           "this input (keras-h5) is not one")
     assert list(tmp_path.iterdir()) == []
+
+
+# --------------------------------------------------------------------------- verify
+
+@pytest.mark.slow   # TensorFlow and Keras: ~20 s
+def test_verify_checks_each_cudnn_node_of_a_graph_and_its_conversion(tmp_path):
+    """``verify GRAPH``: each RNN node's replacement (traced as convert traces it) against the float64 oracle;
+    ``verify GRAPH CONVERTED``: the function the converted SavedModel's node calls.  Same report, exit 0."""
+    r = _run(["verify", GRAPHS / "keras3_export", "--json", tmp_path / "r.json"])
+    assert r.exit_code == 0, r.output
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["passed"] and len(report["checks"]) == 10  # 2 GRU x (y, h), 2 LSTM x (y, h, c)
+    assert "TensorFlow on the CPU (the node's replacement function)" in report["environment"]["converted_by"]
+    m = GOLDEN["gru_2l_bidir_varlen_v3"]
+    out = tmp_path / "cpu_model"
+    assert _run(["convert", GOLDEN_GRAPHS / m["file"], out]).exit_code == 0
+    r = _run(["verify", GOLDEN_GRAPHS / m["file"], out])
+    assert r.exit_code == 0 and "parity: PASS" in r.output, r.output
+
+
+@pytest.mark.slow
+def test_verify_fails_a_planted_error_in_a_converted_node(tmp_path, monkeypatch):
+    """A converted SavedModel whose GRU replacement has its reset and update gates swapped: verify of it is a
+    parity failure (exit 1, no exception escaped)."""
+    from gruconv.writers.saved_model import equations
+
+    gru = equations.STEPS["gru"]
+    monkeypatch.setitem(equations.STEPS, "gru", lambda tf_, xw, hr, h, c: gru(tf_, [xw[1], xw[0], xw[2]],
+                                                                              [hr[1], hr[0], hr[2]], h, c))
+    src = GOLDEN_GRAPHS / GOLDEN["gru_2l_uni_v2"]["file"]
+    out = tmp_path / "cpu_model"
+    assert _run(["convert", src, out]).exit_code == 0
+    monkeypatch.setitem(equations.STEPS, "gru", gru)
+    r = _run(["verify", src, out])
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+    assert r.exit_code == 1 and "parity: FAIL" in r.output, r.output
