@@ -22,6 +22,9 @@ Sections (see docs/benchmarks.md for what each one means):
    the in-process ``gruconv.api.inspect`` call) vs ``tf.train.list_variables``.
 4. verify (issue 30) -- ``gruconv verify`` of the large model and of one small
    model, and ``convert --verify --jobs 2`` over 60 copies of a small model.
+5. graph-onnx (issue 39) -- gruconv's whole-graph ONNX conversion of Keras 3 exports holding
+   ``CudnnRNNV3`` vs ``python -m tf2onnx.convert --saved-model`` of the same SavedModels
+   (bench/graph_onnx.py).
 
 A section whose tool is missing or fails is reported as "not measured: <reason>"
 instead of stopping the run.
@@ -59,6 +62,7 @@ BIN = Path(sys.executable).parent
 
 sys.path.insert(0, str(REPO / "bench"))
 import make_large  # noqa: E402  (bench/make_large.py: shape constants and param count)
+import graph_onnx  # noqa: E402  (bench/graph_onnx.py: issue 39's whole-graph ONNX section)
 
 # Targets (issue 20: the streamed writer, no Keras on the convert path).
 T_CONVERT_VS_MANUAL = 0.2     # convert wall time <= 0.2 x manual route
@@ -730,12 +734,13 @@ def _row_or_missing(s, cells_fn):
     return cells_fn(s), None
 
 
-def render(facts, load, large, batch, insp, total_s, quick, n_models, reps, verify=None) -> tuple:
+def render(facts, load, large, batch, insp, total_s, quick, n_models, reps, verify=None, gonnx=None) -> tuple:
     L = []
     w = L.append
     mib = 1024 * 1024
     verdicts = []  # (target, measured, ok)
     verify_lines = render_verify(verify, verdicts)
+    verify_lines += graph_onnx.render(gonnx, verdicts)
 
     # ---- large
     S = large["series"] if large else {}
@@ -1068,14 +1073,14 @@ def main(argv=None) -> int:
     ap.add_argument("--regen", action="store_true", help="rebuild the large inputs even if cached")
     ap.add_argument("--render-only", action="store_true",
                     help="measure nothing: rewrite docs/benchmarks.md from bench-out/results.json")
-    ap.add_argument("--only", choices=["large", "batch", "inspect", "verify"], action="append",
+    ap.add_argument("--only", choices=["large", "batch", "inspect", "verify", "graph-onnx"], action="append",
                     help="run only these sections (repeatable); the doc then goes into bench-out/")
     args = ap.parse_args(argv)
     if args.render_only:
         raw = json.loads((OUT / "results.json").read_text())  # the last full run's
         doc, verdicts = render(raw["facts"], raw["load"], raw["large"], raw["batch"], raw["inspect"],
                                raw["total_s"], raw.get("quick", False), raw.get("n_models", 100), raw.get("reps", 3),
-                               raw.get("verify"))
+                               raw.get("verify"), raw.get("graph_onnx"))
         target = OUT / "benchmarks-quick.md" if raw.get("partial") else DOC
         target.write_text(doc, encoding="utf-8")
         print(f"wrote {target.relative_to(REPO)} from bench-out/results.json")
@@ -1091,7 +1096,7 @@ def main(argv=None) -> int:
     reps_fast = 1 if args.quick else 5
     n_models = 20 if args.quick else 100
     n_single = 5 if args.quick else 20
-    sections = set(args.only or ["large", "batch", "inspect", "verify"])
+    sections = set(args.only or ["large", "batch", "inspect", "verify", "graph-onnx"])
     facts = machine_facts()
     log(f"machine: {facts['cpu']}, {facts['cores']} cores, load {load_start}")
 
@@ -1109,7 +1114,7 @@ def main(argv=None) -> int:
                               "--jobs", "2"], before=rm(warm_dir))
     rm(warm_dir)()
 
-    large = batch = insp = ver = None
+    large = batch = insp = ver = gonnx = None
     if "large" in sections:
         large = section_large(OUT, big, reps, reps_fast, log)
         large["generated"] = big["generated"]
@@ -1120,17 +1125,20 @@ def main(argv=None) -> int:
         insp = section_inspect(OUT, big, 1 if args.quick else 5, log)
     if "verify" in sections:
         ver = section_verify(OUT, big, reps, log)
+    if "graph-onnx" in sections:
+        gonnx = graph_onnx.section(sys.modules[__name__], OUT, reps, log)
     load_end = os.getloadavg()
     total = time.perf_counter() - t_start
     load = {"start": load_start, "end": load_end}
-    doc, verdicts = render(facts, load, large, batch, insp, total, args.quick, n_models, reps, ver)
+    doc, verdicts = render(facts, load, large, batch, insp, total, args.quick, n_models, reps, ver, gonnx)
     partial = args.quick or args.only
     target = OUT / "benchmarks-quick.md" if partial else DOC
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(target.name + ".tmp")
     tmp.write_text(doc, encoding="utf-8")
     os.replace(tmp, target)
-    raw = {"facts": facts, "load": load, "large": large, "batch": batch, "inspect": insp, "verify": ver, "total_s": total,
+    raw = {"facts": facts, "load": load, "large": large, "batch": batch, "inspect": insp, "verify": ver,
+           "graph_onnx": gonnx, "total_s": total,
            "quick": args.quick, "n_models": n_models, "reps": reps, "partial": bool(partial)}
     results = OUT / ("results-quick.json" if partial else "results.json")
     results.write_text(json.dumps(raw, indent=1, default=str))

@@ -4,7 +4,7 @@ Numerical truth: ``fixtures/graphs_golden`` (real cuDNN 9.19 buffers inside ``Cu
 frozen GraphDefs and TF1 SavedModels, one whose params ``CudnnRNNCanonicalToParams`` packs; cuDNN's own
 strict-fp32 ``y``/``hy``/``cy`` as the expected outputs: ``fixtures/make_golden_graph_fixtures.py``) and, for
 Keras 3's ``model.export`` traced on its cuDNN branch, what the Keras model predicts on the CPU
-(``fixtures/graphs_reference/keras3_export.npz``, ``fixtures/make_graph_fixtures.py --part reference``).
+(``fixtures/graphs/keras3_export_reference.npz``, ``fixtures/make_graph_fixtures.py --part reference``).
 
 The quick tier needs no TensorFlow (refusals are decided by the reader and the plan); everything that
 writes a SavedModel is slow (TensorFlow's import and tracing: ~5-15 s per conversion).
@@ -316,7 +316,7 @@ def test_a_keras3_export_serves_what_keras_predicts_on_the_cpu(tf, tmp_path):
     """Keras 3 ``model.export`` traced on its cuDNN branch (4 CudnnRNNV3, params computed from the Keras
     variables): both endpoints (``serving_default``, ``serve``) match Keras's own CPU prediction; the
     variables are copied byte for byte."""
-    ref = np.load(FIXTURES / "graphs_reference" / "keras3_export.npz")
+    ref = np.load(GRAPHS / "keras3_export_reference.npz")
     out = tmp_path / "cpu_model"
     r = _run(["convert", GRAPHS / "keras3_export", out])
     assert r.exit_code == 0, r.output

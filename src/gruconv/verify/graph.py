@@ -284,20 +284,53 @@ KERAS2_NOT_RUN = ("end to end against the original as Keras 2 computes it (tf_ke
                   "layers around the cuDNN ones were checked only as gruconv translated them")
 
 
+@dataclass(frozen=True)
+class Original:
+    """One end-to-end reference that is not gruconv's translation: its module (``build(doc)`` -> a model with
+    ``__call__(feed)``, ``perturbed(rng, perturb)``, ``restore()``; ``Unavailable``; ``NOT_NEEDED``, the reason
+    given silently or with ``quiet_note``), the rows' label, the report's environment key and the note
+    template when it could not run."""
+
+    module: str
+    label: str
+    env_key: str
+    where: str
+    not_run: str
+    quiet_note: bool = False
+
+
+#: The originals every Keras-graph verify runs beside the converted model (issue 40: tf_keras; issue 39: a
+#: tf.keras 2.x SavedModel served by TensorFlow).
+ORIGINALS = (
+    Original("keras2", "end to end (tf_keras)", "keras2_reference", "tf_keras, CPU", KERAS2_NOT_RUN),
+    Original("saved_model", "end to end (SavedModel)", "saved_model_reference", "TensorFlow serving_default, CPU",
+             "end to end against the original SavedModel served by TensorFlow: not checked, {why}",
+             quiet_note=True),
+)
+
+
 def keras2_end_to_end(doc, engine, report, feed, tolerance, got) -> None:
-    """Every model output of the converted model against the ORIGINAL model run by tf_keras
-    (:mod:`gruconv.verify.reference.keras2`: the file's own config and weights, each CuDNN layer as its CPU
-    twin), on the same inputs: the one check a translation error of the layers around the cuDNN ones fails
-    (the others feed both sides from the converted model).  Its floor: the same tf_keras run with every
-    weight and float input moved by one float32 ulp (:func:`gruconv.verify.floor.perturb`), over :data:`gruconv.verify.floor.DEFAULT_SEEDS`
-    seeds.  The tf_keras outputs are computed once per verify run (kept on ``engine`` for the other device
-    runs); where the reference cannot run, a note says why."""
-    from .floor import DEFAULT_SEEDS, perturb
-    from .reference import keras2
+    """Every model output of the converted model against each :data:`ORIGINALS` reference: the ORIGINAL model
+    run by tf_keras (:mod:`gruconv.verify.reference.keras2`: the file's own config and weights, each CuDNN layer
+    as its CPU twin) and, for a tf.keras 2.x SavedModel TensorFlow serves on a CPU, its own serving function
+    (:mod:`gruconv.verify.reference.saved_model`), on the same inputs: the checks a translation error of the
+    layers around the cuDNN ones fails (the others feed both sides from the converted model).  Their floor:
+    the same run with every weight and float input moved by one float32 ulp
+    (:func:`gruconv.verify.floor.perturb`), over :data:`gruconv.verify.floor.DEFAULT_SEEDS` seeds.  A
+    reference's outputs are computed once per verify run (kept on ``engine`` for the other device runs);
+    where one cannot run, a note says why."""
+    for original in ORIGINALS:
+        _original_end_to_end(original, doc, engine, report, feed, tolerance, got)
 
-    cache = engine.__dict__.setdefault("keras2_cache", {})
+
+def _original_end_to_end(original: Original, doc, engine, report, feed, tolerance, got) -> None:
     import hashlib
+    import importlib
 
+    from .floor import DEFAULT_SEEDS, perturb
+
+    ref_mod = importlib.import_module(f".reference.{original.module}", __package__)
+    cache = engine.__dict__.setdefault(f"{original.module}_cache", {})
     digest = hashlib.sha1()
     for a in feed:
         a = np.ascontiguousarray(a)
@@ -306,20 +339,22 @@ def keras2_end_to_end(doc, engine, report, feed, tolerance, got) -> None:
     key = (id(doc), digest.hexdigest())
     if key not in cache:
         try:
-            ref_model = keras2.build(doc)
+            ref_model = ref_mod.build(doc)
             cache[key] = (ref_model, ref_model(feed), None)
-        except keras2.Unavailable as e:
+        except ref_mod.Unavailable as e:
             cache[key] = (None, None, str(e))
     ref_model, ref, why = cache[key]
-    report.environment["keras2_reference"] = "tf_keras, CPU" if why is None else f"not run: {why}"
-    staged = why is None and str(doc.path) != str(report.input)
+    if why == ref_mod.NOT_NEEDED and original.quiet_note:
+        return
+    report.environment[original.env_key] = original.where if why is None else f"not run: {why}"
+    staged = original.module == "keras2" and why is None and str(doc.path) != str(report.input)
     if staged:
         note = ("end to end (tf_keras): the original's weights read from the legacy file staged from the "
                 "checkpoint (its weights as gruconv laid them out): the row checks the config's translation")
         if note not in report.notes:
             report.notes.append(note)
     if why is not None:
-        note = (KERAS2_NOT_RUN.format(why=why) if why != keras2.NOT_NEEDED
+        note = (original.not_run.format(why=why) if why != ref_mod.NOT_NEEDED
                 else f"end to end against the original as Keras 2 computes it (tf_keras): {why}")
         if note not in report.notes:
             report.notes.append(note)
@@ -345,12 +380,12 @@ def keras2_end_to_end(doc, engine, report, feed, tolerance, got) -> None:
         return floors_of
 
     if len(got) != len(ref):
-        report.checks.append(Check("end to end (tf_keras): output count", float("inf"), float("inf"), tolerance,
+        report.checks.append(Check(f"{original.label}: output count", float("inf"), float("inf"), tolerance,
                                    False, None, (len(got), len(ref)), bound="none",
                                    reason=f"{len(got)} outputs where the original has {len(ref)}"))
         return
     for i, (g, r) in enumerate(zip(got, ref)):
-        name = "end to end (tf_keras): model output" + (f" {i}" if len(ref) > 1 else "")
+        name = f"{original.label}: model output" + (f" {i}" if len(ref) > 1 else "")
         half = any(_compute_dtype(rnn) == "float16" for rnn in doc.rnns)  # a float16 / mixed model's floor
         dtype = "float16" if half or np.float16 in (np.asarray(g).dtype, np.asarray(r).dtype) else "float32"
         report.checks.append(judge(report, name, g, r, None, tolerance, dtype, floors()[i]))

@@ -79,7 +79,11 @@ def _checks(doc) -> Checks:
 # --------------------------------------------------------------------------- a Keras graph
 
 def _graph_nothing(doc) -> Optional[str]:
-    return None if doc.rnns else "nothing to convert: no CuDNNGRU or CuDNNLSTM layers"
+    """Nothing to check without a cuDNN layer, unless the original is a tf.keras 2.x SavedModel TensorFlow
+    serves (``served_by``): its conversion is checked end to end against it."""
+    if doc.rnns or getattr(doc, "served_by", None) is not None and getattr(doc, "served_why", None) is None:
+        return None
+    return "nothing to convert: no CuDNNGRU or CuDNNLSTM layers"
 
 
 def graph_subjects(doc, converted, opts: Options):

@@ -155,6 +155,12 @@ class TF2CheckpointDoc:
         if self.metadata is not None and self.metadata not in d.inputs:
             d.inputs.append(self.metadata)
         d.stand_in = (self.keras.path, self.path)
+        if self.metadata is not None and d.nothing:
+            # Keras 3 cannot open a tf.keras 2.x SavedModel ("File format not supported"), so its translation
+            # is the conversion even without a cuDNN layer (issue 39)
+            d.nothing = False
+            d.notes.append("no CuDNNGRU/CuDNNLSTM layer: converted because Keras 3 cannot open a tf.keras 2.x "
+                           "SavedModel (its config from keras_metadata.pb, its weights from the variables)")
         if not self.config_given:
             d.needs_config = ("a TF2 checkpoint without --config ARCH.json (the model's to_json()) has no layer "
                               "names or order for a {suffix} file; pass --config, or write a .h5 weights file")
@@ -197,6 +203,28 @@ def _metadata(path, opts: Options) -> Optional[Path]:
     if opts.config is not None or saved_model_prefix(path) is None:
         return None
     return metadata_file(path)
+
+
+def _served(path: Path) -> tuple:
+    """``(directory, None)`` when TensorFlow serves the SavedModel's graph on a CPU (no cuDNN node, or each in a
+    tf.keras GPU variant with a standard twin: :func:`gruconv.readers.tfgraph.cudnn.serves_on_cpu`), else
+    ``(directory, why not)``: verify runs it as one more original (:mod:`gruconv.verify.reference.saved_model`).
+    A graph this scan cannot read is not served (the conversion itself reads the variables, not the graph)."""
+    from ..tfgraph import graph_file, scan
+    from ..tfgraph.cudnn import serves_on_cpu
+
+    gf = graph_file(path)
+    if gf is None:
+        return path, "no saved_model.pb"
+    try:
+        nodes = scan(gf).nodes
+    except GruconvError as e:
+        return path, f"its graph cannot be read ({e.message})"
+    if nodes and not serves_on_cpu(nodes):
+        ops = sorted({n.op for n in nodes if not n.cpu_twin})
+        return path, (f"its graph calls {', '.join(ops)} with no CPU twin (a CuDNNGRU/CuDNNLSTM layer calls it "
+                      "directly): TensorFlow cannot serve it on a CPU")
+    return path, None
 
 
 def _fix(e: GruconvError, doc_or_staged, source: Path) -> GruconvError:
@@ -242,6 +270,7 @@ def read(path, options: Optional[Options] = None, **kw) -> TF2CheckpointDoc:
             raise _fix(e, staged, path) from None
         except RecursionError:
             raise InputError("the architecture (--config) is nested too deeply", path=path) from None
+        kdoc.served_by, kdoc.served_why = _served(path) if meta is not None else (None, None)
         doc = TF2CheckpointDoc(path=path, prefix=prefix, keras=kdoc, objects=objects,
                                config_given=config is not None,
                                other_tensors=n_keys - len(set(objects.values())),

@@ -10,7 +10,7 @@ Interface (issue 21; the ``.keras`` stack model's, batch-first):
 
 ONNX's recurrent operators are time-major and put the direction axis in ``Y``
 (``[seq_length, num_directions, batch_size, hidden_size]``), so the graph is
-``Transpose(x) -> [GRU -> Transpose(0,2,1,3) -> Reshape(T,B,D*H)] per layer -> Transpose(y)``,
+``Transpose(x) -> [GRU -> Split/Squeeze/Concat(T,B,D*H)] per layer -> Transpose(y)``,
 with the per-layer ``Y_h`` (``Y_c``) concatenated along axis 0.  ``GRU`` has
 ``linear_before_reset=1``: ``ht = g(Xt*(Wh^T) + (rt (.) (Ht-1*(Rh^T) + Rbh)) + Wbh)``, cuDNN's
 equation (ONNX operator docs, GRU since opset 14); with 0 it would be Keras 2's
@@ -67,6 +67,65 @@ def describe(stack) -> dict:
             "note": "identity input matrices (skip input)" if s.input_mode == "skip" else ""}
 
 
+def emit_layers(stack: RNNStack, emit, const, x_tm: str, dtype, *, initial: Optional[dict] = None,
+                sequence_lens: str = "", prefix: str = "") -> tuple:
+    """The operator chain of ``stack`` on a time-major input ``x_tm`` ``(T, B, input_size)``: per layer one
+    ``GRU``/``LSTM`` (weights from :func:`gruconv.model.target_gates.stacked_blocks`, directions stacked
+    along ``W``'s first axis), its ``Y`` ``[T, dirs, B, H]`` made ``[T, B, dirs*H]`` for the next layer.
+
+    Written once for both graphs that hold such a chain: :func:`build`'s stack model and the whole-graph
+    writer's cuDNN-node handlers (:mod:`gruconv.writers.onnx.tfgraph`), which emit into a tf2onnx graph.
+    ``emit(op_type, inputs, outputs, name, **attrs)`` adds a node; ``const(name, array) -> tensor name``
+    an initializer (names are ``prefix`` + this function's own).  ``initial``: state name -> a tensor
+    ``(layers*dirs, B, H)`` in cuDNN's pseudo-layer order, sliced per layer; ``sequence_lens``: an int32
+    ``(B,)`` tensor name or ``""``.  Returns ``(y [T, B, dirs*H], {state: [each layer's final state
+    (dirs, B, H)]})``, the caller concatenating the states along axis 0."""
+    s = stack.shape
+    states = CELLS[s.cell].states
+    D, G, H = s.num_directions, s.gates, s.units
+    P = prefix
+    axis1 = const(f"{P}axis1", np.array([1], np.int64))
+    if initial:
+        axes0 = const(f"{P}axes0", np.array([0], np.int64))  # only where used: onnxruntime warns of unused ones
+    layer_in, finals = x_tm, {st: [] for st in states}
+    for k in range(s.num_layers):
+        blocks = [stacked_blocks(stack.params[s.pseudo_layer(k, d)], "onnx", s.cell, s.layer_input_size(k), dtype)
+                  for d in range(D)]
+        W = const(f"{P}W_l{k}", np.stack([b[0] for b in blocks]))                          # (D, G*H, in)
+        R = const(f"{P}R_l{k}", np.stack([b[1] for b in blocks]))                          # (D, G*H, H)
+        B = const(f"{P}B_l{k}", np.stack([np.concatenate([b[2], b[3]]) for b in blocks]))  # (D, 2*G*H)
+        assert blocks[0][0].shape[0] == G * H
+        op_in = [layer_in, W, R, B, sequence_lens]
+        if initial:
+            start = const(f"{P}h0_start_l{k}", np.array([k * D], np.int64))
+            end = const(f"{P}h0_end_l{k}", np.array([(k + 1) * D], np.int64))
+            for st in states:
+                emit("Slice", [initial[st], start, end, axes0], [f"{P}{st}0_l{k}"], f"{P}{st}0_slice_l{k}")
+            op_in += [f"{P}{st}0_l{k}" for st in states]
+        else:
+            op_in += [""] * len(states)
+        while op_in and op_in[-1] == "":
+            op_in.pop()
+        outs = [f"{P}Y_l{k}"] + [f"{P}Y{st}_l{k}" for st in states]
+        attrs = {"hidden_size": H, "direction": "bidirectional" if D == 2 else "forward", **OP_ATTRS[s.cell]}
+        emit(OP[s.cell], op_in, outs, f"{P}{OP[s.cell].lower()}_l{k}", **attrs)
+        # [T, D, B, H] -> [T, B, D*H], forward half first: each direction squeezed, then concatenated (a
+        # Transpose + Reshape([0, 0, -1]) is the same function, but tf2onnx's optimizer folds the transpose
+        # into the reshape and its 0s then copy the wrong axes: y came out [T, 1, B*H], measured)
+        halves = emit("Split", [f"{P}Y_l{k}"], [f"{P}Y_l{k}_d{d}" for d in range(D)], f"{P}y_dirs_l{k}",
+                      axis=1) if D > 1 else [f"{P}Y_l{k}"]
+        for d, half in enumerate(halves):
+            emit("Squeeze", [half, axis1], [f"{P}y_l{k}_d{d}"], f"{P}y_squeeze_l{k}_d{d}")
+        if D > 1:
+            emit("Concat", [f"{P}y_l{k}_d{d}" for d in range(D)], [f"{P}y_l{k}"], f"{P}y_concat_dirs_l{k}", axis=2)
+        else:
+            emit("Identity", [f"{P}y_l{k}_d0"], [f"{P}y_l{k}"], f"{P}y_l{k}")
+        layer_in = f"{P}y_l{k}"
+        for st in states:
+            finals[st].append(f"{P}Y{st}_l{k}")
+    return layer_in, finals
+
+
 def build(stack: RNNStack, *, initial_state: bool = False, mask_input: bool = False):
     """The ``onnx.ModelProto`` computing ``stack`` (checked with ``onnx.checker`` and shape inference)."""
     onnx = _onnx()
@@ -74,7 +133,7 @@ def build(stack: RNNStack, *, initial_state: bool = False, mask_input: bool = Fa
 
     s = stack.shape
     states = CELLS[s.cell].states  # h (and c): ONNX's initial_h (initial_c) inputs, Y_h (Y_c) outputs
-    H, D, G = s.units, s.num_directions, s.gates
+    H, D = s.units, s.num_directions
     f32 = TensorProto.FLOAT
     nodes, inits = [], []
 
@@ -89,38 +148,14 @@ def build(stack: RNNStack, *, initial_state: bool = False, mask_input: bool = Fa
     if mask_input:
         inputs.append(helper.make_tensor_value_info("sequence_lens", TensorProto.INT32, ["batch"]))
     nodes.append(helper.make_node("Transpose", ["x"], ["x_tm"], perm=[1, 0, 2], name="x_to_time_major"))
-    if initial_state:
-        const("axes0", np.array([0], np.int64))   # only where used: onnxruntime warns of unused initializers
-    const("shape_tb_", np.array([0, 0, -1], np.int64))
-    layer_in, finals = "x_tm", {st: [] for st in states}
-    for k in range(s.num_layers):
-        blocks = [stacked_blocks(stack.params[s.pseudo_layer(k, d)], "onnx", s.cell, s.layer_input_size(k),
-                                 np.float32) for d in range(D)]
-        W = const(f"W_l{k}", np.stack([b[0] for b in blocks]))                             # (D, G*H, in)
-        R = const(f"R_l{k}", np.stack([b[1] for b in blocks]))                             # (D, G*H, H)
-        B = const(f"B_l{k}", np.stack([np.concatenate([b[2], b[3]]) for b in blocks]))     # (D, 2*G*H)
-        assert list(inits[-3].dims[:2]) == [D, G * H]
-        op_in = [layer_in, W, R, B, "sequence_lens" if mask_input else ""]
-        if initial_state:
-            const(f"h0_start_l{k}", np.array([k * D], np.int64))
-            const(f"h0_end_l{k}", np.array([(k + 1) * D], np.int64))
-            for st in states:
-                nodes.append(helper.make_node("Slice", [f"{st}0", f"h0_start_l{k}", f"h0_end_l{k}", "axes0"],
-                                              [f"{st}0_l{k}"], name=f"{st}0_slice_l{k}"))
-            op_in += [f"{st}0_l{k}" for st in states]
-        else:
-            op_in += [""] * len(states)
-        while op_in and op_in[-1] == "":
-            op_in.pop()
-        outs = [f"Y_l{k}"] + [f"Y{st}_l{k}" for st in states]
-        attrs = {"hidden_size": H, "direction": "bidirectional" if D == 2 else "forward", **OP_ATTRS[s.cell]}
-        nodes.append(helper.make_node(OP[s.cell], op_in, outs, name=f"{OP[s.cell].lower()}_l{k}", **attrs))
-        nodes.append(helper.make_node("Transpose", [f"Y_l{k}"], [f"Yt_l{k}"], perm=[0, 2, 1, 3],
-                                      name=f"y_dirs_last_l{k}"))
-        nodes.append(helper.make_node("Reshape", [f"Yt_l{k}", "shape_tb_"], [f"y_l{k}"], name=f"y_concat_dirs_l{k}"))
-        layer_in = f"y_l{k}"
-        for st in states:
-            finals[st].append(f"Y{st}_l{k}")
+
+    def emit(op_type, ins, outs, name, **attrs):
+        nodes.append(helper.make_node(op_type, ins, outs, name=name, **attrs))
+        return outs
+
+    layer_in, finals = emit_layers(stack, emit, const, "x_tm", np.float32,
+                                   initial={st: f"{st}0" for st in states} if initial_state else None,
+                                   sequence_lens="sequence_lens" if mask_input else "")
     nodes.append(helper.make_node("Transpose", [layer_in], ["y"], perm=[1, 0, 2], name="y_to_batch_major"))
     outputs = [helper.make_tensor_value_info("y", f32, ["batch", "time", D * H])]
     for st in states:
