@@ -4,7 +4,7 @@ Numerical truth: ``fixtures/graphs_golden`` (real cuDNN 9.19 buffers inside ``Cu
 frozen GraphDefs and TF1 SavedModels, one whose params ``CudnnRNNCanonicalToParams`` packs; cuDNN's own
 strict-fp32 ``y``/``hy``/``cy`` as the expected outputs: ``fixtures/make_golden_graph_fixtures.py``) and, for
 Keras 3's ``model.export`` traced on its cuDNN branch, what the Keras model predicts on the CPU
-(``fixtures/graphs/keras3_export_reference.npz``, ``fixtures/make_graph_fixtures.py --part reference``).
+(``fixtures/graphs/keras3_export_reference.npz``, ``fixtures/make_graph_fixtures.py --part keras3_reference``).
 
 The quick tier needs no TensorFlow (refusals are decided by the reader and the plan); everything that
 writes a SavedModel is slow (TensorFlow's import and tracing: ~5-15 s per conversion).
@@ -31,14 +31,7 @@ GOLDEN = json.loads((GOLDEN_GRAPHS / "manifest.json").read_text())["fixtures"]
 GRAPHS = FIXTURES / "graphs"
 #: The golden graph the reader refuses by name (an LSTM with projections).
 REFUSED_GOLDEN = {"lstm_2l_bidir_proj_v3": "CudnnRNNV3 'cudnn_rnn': num_proj=5 (LSTM projections do not convert)"}
-#: The batch-major (``time_major=false``) golden graphs feed ``CudnnRNNV3`` time-major states ``[L*D, B, H]``,
-#: which TensorFlow's kernel refuses: with ``time_major=false`` it wants ``[B, L*D, H]``
-#: (``tensorflow/core/kernels/cudnn_rnn_ops.cc`` ``ExtractForwardInput``: ``hidden_state_shape`` is
-#: ``{batch_size, dir_count * num_layers, num_units}``; Keras 3's export feeds ``[B, 1, H]``).  They are not
-#: served as they are; :func:`test_batch_major_v3_graphs_serve_what_cudnn_computed` builds the same graphs with
-#: the states transposed to the kernel's layout and judges them against the same golden outputs.
-STATES_MISLAID = sorted(k for k in GOLDEN if k.endswith("_bt"))
-CONVERTIBLE = sorted(k for k in GOLDEN if k not in REFUSED_GOLDEN and k not in STATES_MISLAID)
+CONVERTIBLE = sorted(k for k in GOLDEN if k not in REFUSED_GOLDEN)
 #: Strict fp32 (``CUDNN_FMA_MATH``) outputs are within ~3e-7 of float64 (``shared/cudnn-golden/README.md``): a
 #: correct float32 replacement is within 1e-6 of them (``DESIGN.md``, verification on a GPU).
 TOLERANCE = 1e-6
@@ -181,17 +174,22 @@ def tf():
     return tensorflow
 
 
+def _laid_out(a, layout: str):
+    """A golden (time-major) array as the manifest says the graph takes it: ``bt`` the batch-major transpose,
+    ``mem`` a batch-major graph's states (the ``[L*D, B, H]`` memory reshaped to ``[B, L*D, H]``)."""
+    if layout == "bt":
+        return a.transpose(1, 0, 2)
+    if layout == "mem":
+        return a.reshape(a.shape[1], a.shape[0], a.shape[2])
+    return a
+
+
 def _feeds(m: dict, golden) -> dict:
-    out = {}
-    for key, f in m["feeds"].items():
-        a = golden[f["golden"]]
-        out[key] = a.transpose(1, 0, 2) if f["layout"] == "bt" else a
-    return out
+    return {key: _laid_out(golden[f["golden"]], f["layout"]) for key, f in m["feeds"].items()}
 
 
 def _expected(m: dict, golden) -> dict:
-    return {key: (golden[f["golden"]].transpose(1, 0, 2) if f["layout"] == "bt" else golden[f["golden"]])
-            for key, f in m["fetches"].items()}
+    return {key: _laid_out(golden[f["golden"]], f["layout"]) for key, f in m["fetches"].items()}
 
 
 def _cudnn_ops_in(path: Path) -> list:
@@ -232,50 +230,6 @@ def test_every_golden_graph_converts_and_serves_on_a_cpu_what_cudnn_computed(tf,
     checks = _judge(_serve(tf, out, _feeds(m, golden)), _expected(m, golden), name)
     assert all(c.passed for c in checks), [(c.name, c.max_abs) for c in checks]
     assert max(c.max_abs for c in checks) < 5e-7
-
-
-def _batch_major_graph(tf, golden, cell: str, path: Path) -> None:
-    """A frozen GraphDef around ``CudnnRNNV3(time_major=false)`` as TensorFlow's kernel takes it: ``x`` ``[B, T, I]``
-    and the states fed time-major, transposed to ``[B, L*D, H]`` for the node and back for ``hy``/``cy``."""
-    cfg = json.loads(str(golden["config"]))
-    dirs = 2 if cfg["bidir"] else 1
-    v1 = tf.compat.v1
-    g = tf.Graph()
-    with g.as_default():
-        x = v1.placeholder(tf.float32, [None, None, cfg["I"]], name="x")
-        h0 = v1.placeholder(tf.float32, [cfg["L"] * dirs, None, cfg["H"]], name="h0")
-        c0 = v1.placeholder(tf.float32, [cfg["L"] * dirs, None, cfg["H"]], name="c0") if cell == "lstm" \
-            else tf.constant(0.0)
-        lengths = v1.placeholder(tf.int32, [None], name="lengths")
-        out = tf.raw_ops.CudnnRNNV3(
-            input=x, input_h=tf.transpose(h0, [1, 0, 2]), input_c=tf.transpose(c0, [1, 0, 2]) if cell == "lstm" else c0,
-            params=tf.constant(golden["opaque"]), sequence_lengths=lengths, rnn_mode=cell, time_major=False,
-            is_training=False, direction="bidirectional" if cfg["bidir"] else "unidirectional",
-            input_mode="skip_input" if cfg["skip"] else "linear_input", name="cudnn_rnn")
-        tf.identity(out[0], name="y")
-        tf.transpose(out[1], [1, 0, 2], name="hy")
-        if cell == "lstm":
-            tf.transpose(out[2], [1, 0, 2], name="cy")
-    path.write_bytes(g.as_graph_def().SerializeToString())
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", STATES_MISLAID)
-def test_batch_major_v3_graphs_serve_what_cudnn_computed(tf, name, tmp_path):
-    m = GOLDEN[name]
-    golden = np.load(FIXTURES / m["golden"])
-    src = tmp_path / "bt.pb"
-    _batch_major_graph(tf, golden, m["cell"], src)
-    out = tmp_path / "cpu_model"
-    r = _run(["convert", src, out])
-    assert r.exit_code == 0, r.output
-    assert _cudnn_ops_in(out) == []
-    feeds = {"x": golden["x"].transpose(1, 0, 2), "h0": golden["h0"], "lengths": golden["seq_lengths"]}
-    want = {"y": golden["y"].transpose(1, 0, 2), "hy": golden["hy"]}
-    if m["cell"] == "lstm":
-        feeds["c0"], want["cy"] = golden["c0"], golden["cy"]
-    checks = _judge(_serve(tf, out, feeds), want, name)
-    assert all(c.passed for c in checks), [(c.name, c.max_abs) for c in checks]
 
 
 @pytest.mark.slow

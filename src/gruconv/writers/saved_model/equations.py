@@ -14,9 +14,14 @@ The facts it computes by, each from its source:
   :mod:`gruconv.verify.reference.oracle`): GRU ``h~ = tanh(W_h x + b_Wh + r * (R_h h + b_Rh))``, LSTM
   ``i, f, c~, o`` with ``c' = f c + i c~``, ``h' = o tanh(c')``;
 * shapes (``tensorflow/core/ops/cudnn_rnn_ops.cc``, TensorFlow 2.21): ``input`` is ``[T, B, I]``, states
-  ``[L*D, B, H]``; a ``CudnnRNNV3`` with ``time_major=false`` takes and returns ``[B, T, I]`` and states
-  ``[B, L*D, H]``; a GRU's ``output_c`` is a scalar (the op's shape function says ``[]``); ``output`` holds
-  the forward then the backward half of the last layer;
+  ``[L*D, B, H]``; a ``CudnnRNNV3`` with ``time_major=false`` takes and returns ``[B, T, I]`` and states of
+  shape ``[B, L*D, H]`` -- but the kernel hands the states' memory to cuDNN unchanged, under a state
+  descriptor that is always ``(L*D, B, H)`` (``tensorflow/core/kernels/cudnn_rnn_ops.cc``
+  ``ExtractForwardInput`` checks the shape; stream executor's ``CreateRnnStateTensorDescriptor(num_layer,
+  batch_size, data_size)`` has no layout): so they are *reshaped* to ``[L*D, B, H]``, not transposed, and
+  ``output_h``/``output_c`` reshaped back (``fixtures/graphs_golden/*_bt``, layout ``mem``; the same for
+  ``L*D == 1``, Keras 3's case); a GRU's ``output_c`` is a scalar (the op's shape function says ``[]``);
+  ``output`` holds the forward then the backward half of the last layer;
 * ``sequence_lengths`` (``CudnnRNNV3``; ``shared/cudnn-golden/README.md``, measured with
   ``CUDNN_RNN_PADDED_IO_ENABLED``): outputs past a sequence's length are 0, the final state is the one at
   its last valid step, and the backward direction starts at each sequence's own last valid step;
@@ -123,13 +128,14 @@ def forward(tf, shape, time_major, x, h0, c0, params, lengths):
     x = tf.cast(x, compute)
     h0 = tf.cast(h0, compute)
     lstm = "c" in shape.cell_spec.states
-    if not time_major:
+    LD = shape.num_pseudo_layers
+    if not time_major:  # states: [B, L*D, H] memory read as [L*D, B, H] (module docstring)
         x = tf.transpose(x, [1, 0, 2])
-        h0 = tf.transpose(h0, [1, 0, 2])
+        h0 = tf.reshape(h0, [LD, -1, shape.units])
     if lstm:
         c0 = tf.cast(c0, compute)
         if not time_major:
-            c0 = tf.transpose(c0, [1, 0, 2])
+            c0 = tf.reshape(c0, [LD, -1, shape.units])
     T, B = tf.shape(x)[0], tf.shape(x)[1]
     if lengths is None:
         lengths = tf.fill([B], T)
@@ -157,9 +163,9 @@ def forward(tf, shape, time_major, x, h0, c0, params, lengths):
     output_c = tf.stack(cy) if lstm else tf.zeros([], compute)
     if not time_major:
         output = tf.transpose(output, [1, 0, 2])
-        output_h = tf.transpose(output_h, [1, 0, 2])
+        output_h = tf.reshape(output_h, [B, LD, shape.units])
         if lstm:
-            output_c = tf.transpose(output_c, [1, 0, 2])
+            output_c = tf.reshape(output_c, [B, LD, shape.units])
     return tf.cast(output, dtype), tf.cast(output_h, dtype), tf.cast(output_c, dtype)
 
 

@@ -74,9 +74,10 @@ def runner(tf, rnn, converted=None):
         np_t = np.dtype(shape.dtype)
         h0 = np.zeros((shape.num_pseudo_layers, B, shape.units), np_t) if h0 is None else h0
         c0 = (np.zeros_like(h0) if c0 is None else c0) if lstm else np.zeros((), np_t)
-        if not rnn.time_major:
-            x, h0 = x.transpose(1, 0, 2), h0.transpose(1, 0, 2)
-            c0 = c0.transpose(1, 0, 2) if lstm else c0
+        LD = shape.num_pseudo_layers
+        if not rnn.time_major:  # the op's states: [B, L*D, H], the same memory (equations' docstring)
+            x, h0 = x.transpose(1, 0, 2), h0.reshape(B, LD, shape.units)
+            c0 = c0.reshape(B, LD, shape.units) if lstm else c0
         feeds = {"input:0": x.astype(np_t), "input_h:0": h0.astype(np_t), "input_c:0": np.asarray(c0, np_t),
                  "params:0": run.params}
         if with_lengths:
@@ -86,8 +87,8 @@ def runner(tf, rnn, converted=None):
         with tf.compat.v1.Session(graph=g) as sess, tf.device("/CPU:0"):
             y, hy, cy = sess.run(["call:0", "call:1", "call:2"], feeds)
         if not rnn.time_major:
-            y, hy = y.transpose(1, 0, 2), hy.transpose(1, 0, 2)
-            cy = cy.transpose(1, 0, 2) if lstm else cy
+            y, hy = y.transpose(1, 0, 2), hy.reshape(LD, B, shape.units)
+            cy = cy.reshape(LD, B, shape.units) if lstm else cy
         return y, hy, cy if lstm else None
 
     run.params = None  # the opaque buffer to run with: set by the caller (verify's subject)
