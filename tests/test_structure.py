@@ -259,12 +259,17 @@ def test_every_writer_satisfies_the_writer_protocol():
     for name in writers.WRITERS:
         w = writers.module(name)
         assert _writer_breaches(w, consts, verbs, optional) == [], name
-        assert w.FORMAT == name and "stack" in w.KINDS and "graph" in w.KINDS
+        assert w.FORMAT == name
+        if w.WRITES == "graph":  # a whole TensorFlow graph (a SavedModel directory): no stacks, no name ending
+            assert w.KINDS == ("tf-graph",) and w.CLAIMS == () and w.SUFFIX == "", name
+            continue
+        assert "stack" in w.KINDS and "graph" in w.KINDS
         assert w.SUFFIX.endswith(w.CLAIMS) or any(w.SUFFIX.endswith(c) for c in w.CLAIMS)
         assert writers.claimed_by("x" + w.SUFFIX) == name
         if "graph-rnn" in w.KINDS:  # a directory of one file per RNN needs their names
             assert writers.hook(w, "graph_targets") and writers.hook(w, "refuse"), name
     assert writers.by_kind("document") == ["torch"] and writers.by_kind("graph-rnn") == ["onnx"]
+    assert writers.by_kind("tf-graph") == ["saved-model"]
 
 
 def test_the_writer_protocol_check_finds_planted_breaches():

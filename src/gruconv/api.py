@@ -164,7 +164,9 @@ def write(document, planned, outputs, opts: Options) -> ConvertResult:
             outputs.directory(planned.directory)
         for t in planned.targets:
             t.warnings = result.warnings
-            with outputs.file(t.path, force=t.force, suffix=writer.SUFFIX) as tmp:
+            place = (outputs.tree(t.path, force=t.force) if t.kind in writers.DIRECTORY_KINDS
+                     else outputs.file(t.path, force=t.force, suffix=writer.SUFFIX))
+            with place as tmp:
                 t.tmp = tmp
                 nonfinite = writer.write(document, t, opts)
             document.drop()
@@ -177,6 +179,8 @@ def write(document, planned, outputs, opts: Options) -> ConvertResult:
                         result.rnns[-1]["converts_to"] = describe(document.stacks[i].shape)["target"]
                     if bad:
                         result.warnings.append(f"{name}: {bad} NaN/Inf weight value(s) carried over unchanged")
+            elif t.kind == "tf-graph":  # the graph's cuDNN nodes, each as the reader describes it
+                result.rnns.extend(document.row(i, 0) for i in range(len(document.names)))
             elif t.kind == "document":
                 result.rnns.extend(dict(document.row(i), output=str(t.path), converts_to=describe(s.shape)["target"])
                                    for i, s in enumerate(document.stacks))

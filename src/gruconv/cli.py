@@ -260,7 +260,9 @@ def _verify_inputs(batch: int, steps: int, seed: int) -> dict:
 @click.option("--format", "fmt", type=click.Choice(list(OUTPUT_FORMATS)),
               help="Output format (default from OUTPUT's name: .keras model; .weights.h5 Keras 3 weights; "
                    ".h5 legacy-layout weights for Keras 2/tf_keras and Keras 3 load_weights; .safetensors "
-                   "torch.nn.GRU/LSTM state dicts; .onnx one ONNX model per RNN stack).")
+                   "torch.nn.GRU/LSTM state dicts; .onnx one ONNX model per RNN stack; saved-model: a TensorFlow "
+                   "graph holding cuDNN ops as a SavedModel directory that serves on a CPU, the default for such "
+                   "an input and an OUTPUT without a model suffix).")
 @click.option("--config", type=click.Path(path_type=Path, readable=False),
               help="Architecture JSON (model.to_json()) to turn a weights-only file into a .keras model.")
 @click.option("--initial-state", is_flag=True, help="TF1: add initial-state inputs, one per layer and direction.")
@@ -287,7 +289,7 @@ def _verify_inputs(batch: int, steps: int, seed: int) -> dict:
 def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path, junit, html_dir, force, fmt, config,
             initial_state, return_state, mask_input, check_load, custom_objects, verify, tolerance, rtol, floor_k,
             verify_batch, verify_steps, verify_seed, rnn, prefer, **kw):
-    """Convert INPUT (Keras HDF5, tf_keras .keras or SavedModel, TF1/TF2 checkpoint) into OUTPUT (.keras, .weights.h5, .h5, .safetensors, .onnx).
+    """Convert INPUT (Keras HDF5, tf_keras .keras or SavedModel, TF1/TF2 checkpoint, graph with cuDNN ops) into OUTPUT (.keras, .weights.h5, .h5, .safetensors, .onnx, SavedModel dir).
 
     Usage: gruconv convert INPUT OUTPUT, or gruconv convert INPUT... --out-dir DIR.
 
@@ -298,7 +300,10 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
     --format): a Keras 3 .keras model; Keras 3 .weights.h5; legacy-layout .h5
     weights (Keras 3 `model.load_weights()` into the same architecture with GRU
     in place of CuDNNGRU); PyTorch .safetensors (torch.nn.GRU/LSTM state
-    dicts); ONNX (one GRU/LSTM model per stack). A legacy file is read as the
+    dicts); ONNX (one GRU/LSTM model per stack). A SavedModel or frozen
+    graph (.pb/.pbtxt) holding CudnnRNN ops becomes a SavedModel directory
+    with each cuDNN node replaced by standard ops (serves on a CPU; needs
+    TensorFlow). A legacy file is read as the
     Keras that wrote it reads it (docs/legacy-dialects.md). Written
     atomically; an existing OUTPUT is refused without --force.
 
@@ -306,6 +311,7 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
     Examples:
       gruconv convert model.h5 model.keras
       gruconv convert ckpt_dir/ model.keras --rnn encoder/cudnn_gru
+      gruconv convert gpu_model/ cpu_model/
       gruconv convert models/ --out-dir converted/ --jobs 2 --keep-going --report r.json --junit r.xml
     """
     from . import api, report

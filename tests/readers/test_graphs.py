@@ -30,15 +30,10 @@ from gruconv.readers.tfgraph import protos
 
 GRAPHS = FIXTURES / "graphs"
 MANIFEST = json.loads((GRAPHS / "manifest.json").read_text())["fixtures"]
-REFUSED = {  # fixture -> what convert and verify say (after "gruconv: error: PATH: ")
-    "keras3_export": "SavedModel holds 4 cuDNN op(s) (CudnnRNNV3 x4) in function {fn}, which run only on a GPU; "
-                     "converting graphs with cuDNN ops is not implemented yet (gruconv inspect lists them)",
-    "frozen_gru.pb": "frozen graph holds 1 cuDNN op(s) (CudnnRNN) in graph, which run only on a GPU; converting "
-                     "graphs with cuDNN ops is not implemented yet (gruconv inspect lists them)",
-    "frozen_gru_bidir_skip.pbtxt": "frozen graph holds 1 cuDNN op(s) (CudnnRNNV3) in graph, which run only on a "
-                                   "GPU; converting graphs with cuDNN ops is not implemented yet (gruconv inspect "
-                                   "lists them)",
-}
+GPU_ONLY = ("keras3_export", "frozen_gru.pb", "frozen_gru_bidir_skip.pbtxt")  # graphs running cuDNN ops
+#: What ``convert`` to a model file says of them (exit 2): a graph becomes a SavedModel directory.
+NOT_A_KERAS_FILE = ("a TensorFlow graph holding cuDNN ops converts to a SavedModel directory (--format saved-model: "
+                    "name OUTPUT without a model suffix), not to keras")
 
 
 def _run(args, **kw):
@@ -63,7 +58,7 @@ def test_the_schema_field_numbers_are_tensorflows():
     """Every field number in ``protos.SCHEMA`` is the one TensorFlow's and tf_keras's generated classes have."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     from tensorflow.core.framework import (attr_value_pb2, function_pb2, graph_pb2, node_def_pb2,
-                                           op_def_pb2)
+                                           op_def_pb2, tensor_pb2, tensor_shape_pb2)
     from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2, trackable_object_graph_pb2 as tog
     from tf_keras.protobuf import saved_metadata_pb2
 
@@ -72,7 +67,13 @@ def test_the_schema_field_numbers_are_tensorflows():
         "SavedModel": saved_model_pb2.SavedModel.DESCRIPTOR, "MetaGraphDef": meta_graph_pb2.MetaGraphDef.DESCRIPTOR,
         "GraphDef": graph_pb2.GraphDef.DESCRIPTOR, "FunctionDefLibrary": function_pb2.FunctionDefLibrary.DESCRIPTOR,
         "FunctionDef": function_pb2.FunctionDef.DESCRIPTOR, "OpDef": op_def_pb2.OpDef.DESCRIPTOR,
-        "NodeDef": node_def_pb2.NodeDef.DESCRIPTOR,
+        "NodeDef": node_def_pb2.NodeDef.DESCRIPTOR, "ArgDef": op_def_pb2.OpDef.ArgDef.DESCRIPTOR,
+        "ArgAttrEntry": function_pb2.FunctionDef.DESCRIPTOR.fields_by_name["arg_attr"].message_type,
+        "ArgAttrs": function_pb2.FunctionDef.ArgAttrs.DESCRIPTOR,
+        "ListValue": attr_value_pb2.AttrValue.ListValue.DESCRIPTOR,
+        "NameAttrList": attr_value_pb2.NameAttrList.DESCRIPTOR,
+        "TensorShapeProto": tensor_shape_pb2.TensorShapeProto.DESCRIPTOR,
+        "Dim": tensor_shape_pb2.TensorShapeProto.Dim.DESCRIPTOR, "TensorProto": tensor_pb2.TensorProto.DESCRIPTOR,
         "AttrEntry": node_def_pb2.NodeDef.DESCRIPTOR.fields_by_name["attr"].message_type,
         "AttrValue": attr_value_pb2.AttrValue.DESCRIPTOR,
         "TrackableObjectGraph": tog.TrackableObjectGraph.DESCRIPTOR, "TrackableObject": t.DESCRIPTOR,
@@ -109,42 +110,46 @@ def test_inspect_lists_each_cudnn_node_with_its_settings():
     fn = _function("keras3_export")
     assert r.output.splitlines()[0] == (
         f"{GRAPHS / 'keras3_export'}: SavedModel; 4 cuDNN op(s) (CudnnRNNV3 x4) in function {fn}: runs only on a "
-        "GPU; converting graphs with cuDNN ops is not implemented yet")
+        "GPU; gruconv convert makes a SavedModel that serves on a CPU (each cuDNN node replaced by standard ops)")
     assert (f"  CudnnRNNV3 'functional_1/bi_gru_1/forward_gru_1/CudnnRNNV3' (gru, unidirectional, linear_input, "
-            f"time_major=false) in function {fn}") in r.output
+            f"time_major=false) in function {fn}: 1 layer(s) x 4 units, unidirectional, input size 3, linear input, "
+            "float32; params computed in the graph (ConcatV2)") in r.output
     assert f"  CudnnRNNV3 'functional_1/bi_lstm_1/backward_lstm_1/CudnnRNNV3' (lstm, unidirectional, " in r.output
     r = _run(["inspect", GRAPHS / "frozen_gru_bidir_skip.pbtxt", "--json"])
     assert r.exit_code == 0, r.output
     info = json.loads(r.output)
-    assert info["format"] == "tf-graph" and info["rnns"] == []
+    assert info["format"] == "tf-graph" and [r["name"] for r in info["rnns"]] == ["cudnn_gru"]
+    assert info["rnns"][0]["converts_to"] == ("standard TensorFlow ops (1 layer(s) x 7 units, bidirectional, input "
+                                              "size 7, skip input, float32)")
     assert info["cudnn_nodes"] == [{"op": "CudnnRNNV3", "name": "cudnn_gru", "where": "graph", "rnn_mode": "gru",
                                     "direction": "bidirectional", "input_mode": "skip_input", "time_major": True,
-                                    "cpu_twin": None}]
+                                    "cpu_twin": None, "params_from": "a Const", "problem": None,
+                                    "shape": {"input_size": 7, "units": 7, "num_layers": 1, "bidirectional": True,
+                                              "input_mode": "skip", "dtype": "float32", "cell": "gru"}}]
 
 
-@pytest.mark.parametrize("name", sorted(REFUSED))
-@pytest.mark.parametrize("command", ["convert", "verify"])
-def test_convert_and_verify_refuse_a_graph_running_cudnn_ops(name, command, tmp_path):
-    """Never "nothing to convert" (exit 0): exit 3 and one line saying what was found; nothing written."""
-    args = [command, GRAPHS / name] + ([tmp_path / "out.keras"] if command == "convert" else [])
-    r = _run(args)
-    fn = _function(name) if name == "keras3_export" else ""
-    _one_line_error(r, 3, f"{GRAPHS / name}: " + REFUSED[name].format(fn=fn))
+@pytest.mark.parametrize("name", sorted(GPU_ONLY))
+def test_convert_of_a_graph_running_cudnn_ops_to_a_keras_name_is_a_usage_line(name, tmp_path):
+    """Never "nothing to convert" (exit 0): a ``.keras`` name is a usage line (exit 2) naming the output a graph
+    gets (a SavedModel directory); nothing written.  (verify of these graphs: tests/writers/test_saved_model.py.)"""
+    _one_line_error(_run(["convert", GRAPHS / name, tmp_path / "out.keras"]), 2, NOT_A_KERAS_FILE)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_inspect_convert_and_verify_of_a_graph_import_no_framework(tmp_path):
-    """The graphs are walked without TensorFlow, and the refusal is decided from the graph alone
-    (``CHECKS['refused']`` is early): no ML framework is imported."""
-    sm, pb, out = str(GRAPHS / "keras3_export"), str(GRAPHS / "frozen_gru.pb"), str(tmp_path / "o.keras")
+    """The graphs are walked without TensorFlow, and the refusals are decided from the graph alone (the plan
+    refuses a .keras output, and the reader a graph it cannot convert, before any writer): no ML framework is
+    imported."""
+    sm, out = str(GRAPHS / "keras3_export"), str(tmp_path / "o.keras")
+    proj = str(FIXTURES / "graphs_golden" / "lstm_2l_bidir_proj_v3.pb")
     code = ("import sys\nfrom gruconv import api\nfrom gruconv.errors import GruconvError\n"
             f"assert len(api.inspect({sm!r})['cudnn_nodes']) == 4\n"
-            f"for f in (lambda: api.convert({sm!r}, {out!r}), lambda: api.verify({pb!r})):\n"
+            f"for f in (lambda: api.convert({sm!r}, {out!r}), lambda: api.verify({proj!r})):\n"
             "    try:\n        f()\n    except GruconvError as e:\n        print(e.exit_code)\n"
             "print(sorted(m for m in ('keras', 'tensorflow', 'torch', 'jax') if m in sys.modules))\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "src")})
-    assert r.stdout.split() == ["3", "3", "[]"], r.stderr[-2000:]
+    assert r.stdout.split() == ["2", "3", "[]"], r.stderr[-2000:]
 
 
 def _saved_model(tmp_path, functions: list) -> Path:
@@ -208,7 +213,8 @@ def test_one_cudnn_node_without_a_twin_makes_the_graph_gpu_only(tmp_path):
                                 ("gpu_gru_2", "CudnnRNNV3", {"api_implements": "gru_b", "api_preferred_device": "GPU"})])
     r = _run(["convert", d, tmp_path / "out.keras"])
     _one_line_error(r, 3, "SavedModel holds 3 cuDNN op(s) (CudnnRNNV3 x2, CudnnRNN) in function gpu_gru_1, "
-                          "function call and 1 more, which run only on a GPU")
+                          "function call and 1 more and cannot be converted: CudnnRNN 'call/rnn': sizes not "
+                          "determined (input size, units, layers, params size unknown)")
 
 
 # --------------------------------------------------------------------------- hostile inputs
@@ -431,9 +437,10 @@ def test_a_damaged_keras_metadata_is_one_line_exit_3(tmp_path):
 
 # --------------------------------------------------------------------------- batch
 
-def test_batch_finds_savedmodels_and_graph_files_and_refuses_the_gpu_only_ones(tmp_path, monkeypatch):
-    """``convert DIR --out-dir``: each SavedModel directory and each .pb/.pbtxt graph is one input; the
-    graphs running cuDNN ops fail (exit 3), the tf.keras SavedModels convert."""
+@pytest.mark.slow   # three graphs through TensorFlow: ~40 s
+def test_batch_finds_savedmodels_and_graph_files_and_converts_each(tmp_path, monkeypatch):
+    """``convert DIR --out-dir``: each SavedModel directory and each .pb/.pbtxt graph is one input; a
+    graph running cuDNN ops becomes a SavedModel directory named after it, the tf.keras SavedModels a .keras."""
     from gruconv import batch
 
     monkeypatch.chdir(tmp_path)
@@ -443,8 +450,11 @@ def test_batch_finds_savedmodels_and_graph_files_and_refuses_the_gpu_only_ones(t
         (shutil.copytree if src.is_dir() else shutil.copy)(src, Path("models") / name)
     s = batch.convert_many(["models"], "out", jobs=1, echo=False, keep_going=True)
     got = {r.input: r.status for r in s.records}
-    assert got == {"models/frozen_gru.pb": "failed", "models/frozen_gru_bidir_skip.pbtxt": "failed",
-                   "models/keras3_export": "failed", "models/tf_keras_cudnnlstm": "ok"}, \
+    assert got == {"models/frozen_gru.pb": "ok", "models/frozen_gru_bidir_skip.pbtxt": "ok",
+                   "models/keras3_export": "ok", "models/tf_keras_cudnnlstm": "ok"}, \
         [(r.input, r.status, r.error) for r in s.records]
-    assert s.exit_code == 3
-    assert sorted(n for n in os.listdir("out") if not n.startswith(".")) == ["tf_keras_cudnnlstm.keras"]
+    assert s.exit_code == 0
+    assert sorted(n for n in os.listdir("out") if not n.startswith(".")) == [
+        "frozen_gru", "frozen_gru_bidir_skip", "keras3_export", "tf_keras_cudnnlstm.keras"]
+    for name in ("frozen_gru", "frozen_gru_bidir_skip", "keras3_export"):
+        assert (Path("out") / name / "saved_model.pb").is_file()

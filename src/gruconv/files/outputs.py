@@ -481,6 +481,35 @@ def hdf5_file(path):
 
 # --------------------------------------------------------------------------- one conversion's outputs
 
+#: Files whose presence makes an existing directory one ``--force`` may replace (a SavedModel's graph
+#: file, ``tensorflow/python/saved_model/constants.py``); any other non-empty directory is refused.
+REPLACEABLE_TREES = ("saved_model.pb", "saved_model.pbtxt")
+
+
+def check_tree_target(out: Path, *, force: bool) -> None:
+    """Refuse a directory output that cannot or must not be written, before any work: its parent must be
+    a writable directory; an existing one is replaced only with ``--force`` and only when it is empty
+    or a SavedModel (never an arbitrary directory of the user's)."""
+    from .inputs import display
+
+    out = Path(out)
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.is_dir():
+        why = "is not a directory" if os.path.lexists(parent) else "does not exist"
+        raise OutputError(f"output directory '{display(parent)}' {why}", path=out)
+    if os.path.islink(out) or (os.path.lexists(out) and not out.is_dir()):
+        raise OutputError("output exists and is not a directory (a SavedModel is one)", path=out)
+    if out.is_dir():
+        if not force:
+            raise OutputError("output exists; pass --force to replace it", path=out)
+        entries = os.listdir(out)
+        if entries and not any(name in entries for name in REPLACEABLE_TREES):
+            raise OutputError("output is a directory that is not a SavedModel; gruconv replaces only an empty "
+                              "directory or a SavedModel, even with --force", path=out)
+    if not os.access(parent, os.W_OK):
+        raise OutputError(f"output directory '{display(parent)}' is not writable", path=out)
+
+
 class Outputs:
     """One conversion's output transaction: the one place a conversion's files are placed.
 
@@ -495,6 +524,7 @@ class Outputs:
     def __init__(self, *, force: bool):
         self.force = force
         self.placed: list = []
+        self.placed_trees: list = []
         self.created: Optional[Path] = None
 
     # -- writing
@@ -518,11 +548,43 @@ class Outputs:
             yield tmp
         self.placed.append(Path(target))
 
+    @contextlib.contextmanager
+    def tree(self, target: Path, *, force: Optional[bool] = None):
+        """A new private directory beside ``target``, renamed to ``target`` when the block succeeds (an
+        existing one, which :func:`check_tree_target` allows only with ``--force``, is moved aside first
+        and removed after); the directory is this transaction's from then on."""
+        target = Path(target)
+        force = self.force if force is None else force
+        check_tree_target(target, force=force)
+        parent = target.parent if str(target.parent) else Path(".")
+        with scratch_dir(parent, prefix=f".{target.name}.{os.getpid()}-") as tmp:
+            yield tmp
+            try:
+                if os.path.lexists(target):
+                    with scratch_dir(parent, prefix=f".{target.name}.old-") as aside:
+                        os.rename(target, aside / "old")
+                        os.rename(tmp, target)
+                else:
+                    os.mkdir(target)  # fails if it appeared meanwhile: never merged into
+                    os.rmdir(target)
+                    os.rename(tmp, target)
+            except FileExistsError:
+                raise OutputError("output appeared while converting; pass --force to replace it", path=target) from None
+            except OSError as e:
+                raise OutputError(f"cannot write output ({write_failure(e)})", path=target) from None
+            _fsync_dir(parent)
+        self.placed_trees.append(target)
+
     def abort(self) -> None:
         """Remove every file placed so far and a directory this transaction made (all or nothing)."""
+        import shutil
+
         for f in self.placed:
             with contextlib.suppress(OSError):
                 Path(f).unlink()
+        for d in self.placed_trees:
+            shutil.rmtree(d, ignore_errors=True)
+        self.placed_trees = []
         self.placed = []
         if self.created is not None:
             with contextlib.suppress(OSError):

@@ -290,6 +290,8 @@ class Document:
     reader: str
     stacks: list = field(default_factory=list)
     graph: Optional[KerasGraph] = None
+    #: a TensorFlow graph whose cuDNN nodes a writer replaces (:class:`TfGraph`; content ``tf-graph``)
+    tf_graph: object = None
     other_tensors: list = field(default_factory=list)
     view: object = None
     release: object = None
@@ -364,7 +366,8 @@ CONTENTS = {
     "staged-graph": "a Keras graph read through a legacy weights file staged from the input, with --config",
     "staged-weights": "the recurrent layers' weights staged from the input, no architecture (no --config)",
     "final": "already a Keras 3 file, or a graph that already serves on a CPU: nothing to convert",
-    "refused": "an input gruconv recognises and cannot convert yet (a graph running cuDNN ops): one-line refusal",
+    "tf-graph": "a TensorFlow graph (SavedModel or frozen GraphDef) whose cuDNN nodes become standard ops",
+    "refused": "an input gruconv recognises and cannot convert (a graph node it cannot replace): one-line refusal",
 }
 
 
@@ -382,3 +385,39 @@ class InputFacts:
     def __post_init__(self) -> None:
         if self.content not in CONTENTS:
             raise ValueError(f"content must be one of {tuple(CONTENTS)}, got {self.content!r}")
+
+
+@dataclass(frozen=True)
+class GraphRNN:
+    """One cuDNN node of a TensorFlow graph, as the ``saved-model`` writer replaces it: its ``op``
+    (``CudnnRNN``/``V2``/``V3``) and node ``name``, where it is (``graph``: the index of the SavedModel's
+    MetaGraphDef, 0 for a GraphDef; ``function``: the library function holding it, None for the graph's
+    own nodes), its stack's shape and whether its tensors are time-major.  A ``CudnnRNNCanonicalToParams*``
+    node (which packs canonical weights into the buffer) has no shape: ``packs`` is its (weights, biases)
+    count and ``dtype`` its ``T`` (a ``DataType`` number)."""
+
+    op: str
+    name: str
+    function: Optional[str]
+    shape: Optional[StackShape]
+    time_major: bool
+    graph: int = 0
+    packs: Optional[tuple] = None
+    dtype: Optional[int] = None
+
+
+@dataclass
+class TfGraph:
+    """A TensorFlow graph whose cuDNN nodes are to be replaced (``document.tf_graph``, content ``tf-graph``).
+
+    ``kind``: ``SavedModel`` or ``GraphDef``; ``path`` its graph file; ``text``: text format;
+    ``rnns``: the :class:`GraphRNN` nodes; ``data()``: the graph file's bytes (read by the reader, through
+    its guards); ``files``: ``(relative path, source)`` of the SavedModel's other files the output
+    carries byte for byte (``variables/``, ``assets/``)."""
+
+    kind: str
+    path: object
+    text: bool
+    rnns: list
+    data: object
+    files: list = field(default_factory=list)

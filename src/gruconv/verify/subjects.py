@@ -18,8 +18,11 @@ decided by :data:`CHECKS`, keyed by that kind:
 ``final``
     a Keras 3 file (or a graph that already serves on a CPU): nothing to verify, a usage error before
     Keras is imported;
+``tf-graph``
+    a graph holding cuDNN ops: each cuDNN RNN node as a bare stack, its replacement function run by
+    TensorFlow (:func:`tf_graph_subjects`);
 ``refused``
-    an input ``convert`` refuses (a graph running cuDNN ops): the same one-line refusal, before Keras.
+    an input ``convert`` refuses (a graph node it cannot replace): the same one-line refusal, before Keras.
 
 Converted files are loaded through the writers (:func:`gruconv.writers.load`,
 :func:`gruconv.writers.stack_runners`); no format is named here.
@@ -333,6 +336,42 @@ def _refused_subjects(doc, converted, opts: Options):
     return iter(())
 
 
+# --------------------------------------------------------------------------- a TensorFlow graph
+
+def _tf_graph_nothing(doc) -> Optional[str]:
+    return None  # every cuDNN node is a subject
+
+
+#: Seed of the weights each graph node is checked with.
+TF_GRAPH_SEED = 3939
+
+
+def tf_graph_subjects(doc, converted, opts: Options):
+    """Every cuDNN RNN node of a graph, as a bare stack: its replacement (the function the converted
+    SavedModel's node calls, :mod:`gruconv.writers.saved_model.runners`; without ``converted``, traced the
+    way ``convert`` traces it) run by TensorFlow on the CPU, against the reference, on seeded weights of
+    the node's shape (uniform in [-0.5, 0.5]: the graph's own ``params`` tensor reaches the replacement
+    unchanged, so what is checked is the replacement's function of any buffer of that layout)."""
+    from ..keras3.runtime import import_quietly
+    from ..model.canonical import RNNStack
+    from ..model.cudnn_layout import params_size, unpack
+    from ..writers.saved_model.equations import WITH_LENGTHS
+    from ..writers.saved_model.runners import runner
+    from .runners import StackRunner
+
+    tf = import_quietly("tensorflow")
+    rng = np.random.default_rng(TF_GRAPH_SEED)
+    for r in doc.document().tf_graph.rnns:
+        if r.shape is None:  # a packing node: it feeds one of the nodes checked here
+            continue
+        buf = rng.uniform(-0.5, 0.5, params_size(r.shape)).astype(r.shape.dtype)
+        run = runner(tf, r, converted)
+        run.params = buf
+        model = StackRunner(r.name, r.shape, run, mask_input=r.op in WITH_LENGTHS,
+                            engine=lambda math: "TensorFlow on the CPU (the node's replacement function)")
+        yield Subject(name=r.name, model=model, stack=RNNStack(r.name, r.shape, unpack(buf, r.shape)), opaque=buf)
+
+
 #: What ``verify`` checks, by what the document holds (:data:`gruconv.model.canonical.CONTENTS`).
 CHECKS = {
     "graph": Checks(_graph_nothing, graph_subjects),
@@ -341,5 +380,6 @@ CHECKS = {
     "staged-graph": Checks(_staged_nothing, staged_graph_subjects),
     "staged-weights": Checks(_staged_nothing, staged_weights_subjects),
     "final": Checks(_final_nothing, _final_subjects, early=True),
+    "tf-graph": Checks(_tf_graph_nothing, tf_graph_subjects),
     "refused": Checks(_refused_nothing, _refused_subjects, early=True),
 }

@@ -97,6 +97,7 @@ NATURAL_FORMAT = {
     "staged-graph": "keras",
     "staged-weights": "h5-weights",
     "final": "keras",
+    "tf-graph": "saved-model",
     "refused": "keras",  # never written: plan raises the document's refusal first
 }
 
@@ -139,9 +140,23 @@ def plan(document, output, options) -> Plan:
         raise document.refusal
     if document.nothing and not (document.nothing_forced and options.force):
         return Plan(output=output, route="nothing", reason=document.reason)
+    if document.tf_graph is not None:
+        return _plan_tf_graph(document, output, options)
     if document.graph is not None or document.nothing_forced:
-        return _plan_graph(document, output, options)
-    return _plan_stacks(document, output, options)
+        planned = _plan_graph(document, output, options)
+    else:
+        planned = _plan_stacks(document, output, options)
+    _check_kinds(planned, document)
+    return planned
+
+
+def _check_kinds(planned: Plan, document) -> None:
+    """Every target is of a kind its writer writes (``--format saved-model`` takes only a TensorFlow graph)."""
+    writer = planned.writer
+    if any(t.kind not in writer.KINDS for t in planned.targets):
+        raise UsageError(f"--format {planned.format} writes only {writers.WRITES[writer.WRITES]}, and this input "
+                         f"({document.reader}) is not one: name another output format",
+                         path=Path(document.source))
 
 
 # --------------------------------------------------------------------------- a Keras graph
@@ -185,6 +200,25 @@ def _plan_graph(document, output: Path, options) -> Plan:
     check_target(output, force=options.force)
     never_an_input([output], document.inputs)
     return Plan(output=output, route="graph", format=fmt, targets=[Target("graph", path=output, force=options.force)])
+
+
+# --------------------------------------------------------------------------- a TensorFlow graph
+
+def _plan_tf_graph(document, output: Path, options) -> Plan:
+    """A graph holding cuDNN ops: to a writer of ``tf-graph`` targets (``--format``, else ``saved-model``
+    for an output whose name no writer claims); the output is a directory written as one piece."""
+    from ..files.outputs import check_outputs as never_an_input, check_tree_target
+
+    never_an_input([output], document.inputs)
+    fmt = writers.output_format(output, options) or "saved-model"
+    writer = writers.module(fmt)
+    if "tf-graph" not in writer.KINDS:
+        able = ", ".join(writers.by_kind("tf-graph"))
+        raise UsageError(f"a TensorFlow graph holding cuDNN ops converts to a SavedModel directory (--format {able}: "
+                         f"name OUTPUT without a model suffix), not to {fmt}", path=output)
+    check_tree_target(output, force=options.force)
+    return Plan(output=output, route="graph", format=fmt,
+                targets=[Target("tf-graph", path=output, force=options.force)])
 
 
 # --------------------------------------------------------------------------- bare stacks

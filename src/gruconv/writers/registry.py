@@ -28,6 +28,7 @@ WRITERS = {
     "keras-weights": "gruconv.writers.keras_weights",
     "torch": "gruconv.writers.torch",
     "onnx": "gruconv.writers.onnx",
+    "saved-model": "gruconv.writers.saved_model",
 }
 
 
@@ -46,11 +47,17 @@ KINDS = {
     "graph-rnn": "one RNN of a Keras graph (``document.stacks[target.stack]``) as a file of its own "
                  "(a directory output: one file per RNN, named by ``graph_targets``)",
     "document": "every stack and the document's other tensors in one file (no rest.npz beside it)",
+    "tf-graph": "a TensorFlow graph (``document.tf_graph``) as a SavedModel directory",
 }
 
+#: Target kinds whose output is a directory written as one piece (:meth:`gruconv.files.outputs.Outputs.tree`).
+DIRECTORY_KINDS = frozenset({"tf-graph"})
+
 #: What a writer's file is (its ``WRITES``): a whole Keras model (a graph's layers are rebuilt: a
-#: ``Lambda`` is refused), Keras weights, or stacks in a non-Keras framework's own format.
-WRITES = ("model", "weights", "stacks")
+#: ``Lambda`` is refused), Keras weights, stacks in a non-Keras framework's own format, or a whole
+#: TensorFlow graph.
+WRITES = {"model": "Keras models", "weights": "Keras weights", "stacks": "RNN stacks in other frameworks' formats",
+          "graph": "TensorFlow graphs holding cuDNN ops, as SavedModels"}
 
 
 class Writer(Protocol):

@@ -27,6 +27,7 @@ walked by :mod:`gruconv.readers.tfgraph.protos` (no TensorFlow, bounded).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,7 @@ from typing import Optional
 from ...errors import InputError, UnsupportedError
 from ...model.canonical import Document, InputFacts
 from ...options import Options
+from .cudnn import CUDNN_OPS as CUDNN_OPS_WORDS, PACKING_OPS
 
 FORMAT = "tf-graph"
 #: What this reader reads, for messages.
@@ -112,20 +114,47 @@ def _name_based(prefix: Path) -> bool:
 
 # --------------------------------------------------------------------------- scanning
 
+#: Ops no conversion runs: Python code stored in the graph (``tensorflow/python/ops/script_ops.py``
+#: ``py_func``/``numpy_function``/``eager_py_func``), refused wherever they are.
+PYTHON_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
+#: Bytes every one of them contains: the cheap look before a walk for them.
+PYTHON_MARKER = b"PyFunc"
+
+
 @dataclass
 class Scan:
-    """What a graph file holds: its cuDNN nodes (:class:`~gruconv.readers.tfgraph.cudnn.CudnnNode`)."""
+    """What a graph file holds: its cuDNN nodes (:class:`~gruconv.readers.tfgraph.cudnn.CudnnNode`) and
+    the ops of :data:`PYTHON_OPS` in it (``where: op``)."""
 
     file: GraphFile
     nodes: list
     graphs: int = 1
+    python_ops: list = field(default_factory=list)
+
+
+def _python_ops(graphs: list) -> list:
+    """``name (op)`` of every :data:`PYTHON_OPS` node of the graphs and their function libraries."""
+    found = []
+
+    def look(nodes):
+        for n in nodes:
+            if n.may_hold(PYTHON_MARKER) and (op := n.get("op", "")) in PYTHON_OPS:
+                found.append(f"{n.get('name', '')} ({op})")
+
+    for g in graphs:
+        look(g.each("node"))
+        for lib in g.each("library"):
+            for f in lib.each("function"):
+                if f.may_hold(PYTHON_MARKER):
+                    look(f.each("node_def"))
+    return found
 
 
 def scan(gf: GraphFile) -> Scan:
     """Every cuDNN node of the graph file; a damaged file is an :class:`InputError` (one line)."""
     from ...files.inputs import read_bytes
     from ..tfbundle import Malformed
-    from . import cudnn, protos
+    from . import calls, cudnn, protos
 
     what = "SavedModel graph" if gf.type == "SavedModel" else "TensorFlow GraphDef"
     data = read_bytes(gf.path, "a " + what, kind="graph-text" if gf.text else "graph")
@@ -134,12 +163,18 @@ def scan(gf: GraphFile) -> Scan:
                            keep=cudnn.keep_text)
         graphs = ([g for m in top.each("meta_graphs") for g in m.each("graph_def")] if gf.type == "SavedModel"
                   else [top])
-        nodes = [n for g in graphs for n in cudnn.graph_nodes(g)]
+        nodes = [dataclasses.replace(n, graph=i) for i, g in enumerate(graphs) for n in cudnn.graph_nodes(g)]
+        python = _python_ops(graphs) if bytes(data).find(PYTHON_MARKER) >= 0 else []
+        loop = next((c for g in graphs if (c := calls.cycle(calls.call_graph(g)))), None) if nodes else None
     except Malformed as e:
         raise protos.malformed(e, what, gf.path) from None
     except RecursionError:  # the walk does not recurse; kept as a guard
         raise InputError(f"is not a readable {what} (nested too deeply)", path=gf.path) from None
-    return Scan(gf, nodes, len(graphs))
+    if loop is not None:
+        shown = " -> ".join(loop[:6]) + (" -> ..." if len(loop) > 6 else "")
+        raise InputError(f"is a {what} whose function library calls itself ({shown}); TensorFlow has no recursive "
+                         "functions (and crashed on one here): refused", path=gf.path)
+    return Scan(gf, nodes, len(graphs), python)
 
 
 def _claims(p: Path, gf: GraphFile) -> bool:
@@ -153,8 +188,6 @@ def _claims(p: Path, gf: GraphFile) -> bool:
     if directory is not None and (directory / KERAS_METADATA).exists():
         return _variables(directory) is None  # with its variables it is the tf2 reader's
     if not contains(gf.path, cudnn.MARKER, "a TensorFlow graph"):
-        return False
-    if directory is not None and (prefix := _variables(directory)) is not None and _name_based(prefix):
         return False
     try:
         return bool(scan(gf).nodes)
@@ -174,10 +207,13 @@ def sniff(path) -> bool:
 
 
 def input_files(path) -> list:
-    """Every file a conversion of ``path`` reads: the graph file (and ``keras_metadata.pb``)."""
+    """Every file a conversion of ``path`` reads: the graph file (and ``keras_metadata.pb``, and a
+    SavedModel's variables and assets, which its conversion carries)."""
     p = Path(path)
     gf = graph_file(p)
     files = [] if gf is None else [gf.path]
+    if gf is not None and gf.type == "SavedModel":
+        files += [src for _, src in _carried_files(gf.path.parent)]
     if p.is_dir() and (p / KERAS_METADATA).is_file():
         files.append(p / KERAS_METADATA)
     return files
@@ -193,18 +229,39 @@ def input_prefix(path):
 
 # --------------------------------------------------------------------------- the document
 
+def _carried_files(directory: Path) -> list:
+    """``(relative path, path)`` of every regular file under a SavedModel's ``variables/`` and ``assets/``
+    (and ``assets.extra/``): what a converted SavedModel carries byte for byte."""
+    from ...files.inputs import is_regular
+
+    out = []
+    for sub in ("variables", "assets", "assets.extra"):
+        root = directory / sub
+        if not root.is_dir() or root.is_symlink():
+            continue
+        for dirpath, dirnames, files in os.walk(root):
+            dirnames[:] = sorted(d for d in dirnames if not (Path(dirpath) / d).is_symlink())
+            for f in sorted(files):
+                p = Path(dirpath) / f
+                if is_regular(p):
+                    out.append((str(p.relative_to(directory)), p))
+    return out
+
+
 @dataclass
 class GraphDoc:
-    """A graph and its cuDNN nodes; ``missing``: a tf.keras SavedModel's absent variables, in words."""
+    """A graph and its cuDNN nodes; ``missing``: a tf.keras SavedModel's absent variables, in words;
+    ``python_ops``: the Python-code ops it holds (refused)."""
 
     path: Path
     file: Optional[GraphFile]
     nodes: list = field(default_factory=list)
     missing: Optional[str] = None
+    python_ops: list = field(default_factory=list)
 
     @property
     def rnns(self) -> list:
-        return []  # no stack is read out of a graph (yet)
+        return []  # no stack is read out of a graph: its cuDNN nodes are replaced where they are
 
     @property
     def serves_on_cpu(self) -> bool:
@@ -212,13 +269,37 @@ class GraphDoc:
 
         return self.missing is None and serves_on_cpu(self.nodes)
 
+    def _gpu_only(self) -> list:
+        """The nodes that run on a GPU only (no CPU twin)."""
+        return [n for n in self.nodes if not n.cpu_twin]
+
+    def _rnn_nodes(self) -> list:
+        return [n for n in self._gpu_only() if n.runs_the_rnn]
+
+    def problems(self) -> list:
+        """Why the graph cannot be converted, one clause each (empty: it can)."""
+        out = []
+        if self.python_ops:
+            out.append(f"it holds Python code ops ({', '.join(self.python_ops[:3])}), which gruconv never runs")
+        for n in self._gpu_only():
+            if n.op in PACKING_OPS:
+                if n.packs is None or len(n.inputs) != 3 + sum(n.packs):
+                    out.append(f"{n.op} '{n.name}': its weight and bias counts do not match its inputs")
+            elif not n.runs_the_rnn:
+                out.append(f"{n.op} '{n.name}' ({CUDNN_OPS_WORDS.get(n.op, n.op)}) has no CPU replacement here")
+            elif n.problem:
+                out.append(f"{n.op} '{n.name}': {n.problem}")
+        return out
+
     @property
     def content(self) -> str:
         """What the document holds (:data:`gruconv.model.canonical.CONTENTS`)."""
-        return "final" if self.serves_on_cpu else "refused"
+        if self.missing is not None or self.problems():
+            return "refused"
+        return "final" if self.serves_on_cpu else "tf-graph"
 
     def found(self) -> str:
-        """The nodes in a few words: ``4 cuDNN ops (CudnnRNNV3 x4) in function __inference___call___1534``."""
+        """The nodes in a few words: ``4 cuDNN op(s) (CudnnRNNV3 x4) in function __inference___call___1534``."""
         ops: dict = {}
         places: list = []
         for n in self.nodes:
@@ -232,18 +313,45 @@ class GraphDoc:
     def what(self) -> str:
         return "SavedModel" if self.file is not None and self.file.type == "SavedModel" else "frozen graph"
 
+    def _row(self, i: int, nonfinite: int = 0) -> dict:
+        n = self._rnn_nodes()[i]
+        from ...model.cudnn_layout import params_size
+
+        return {"name": n.name, "cell": n.shape.cell, "kind": n.op, "shape": n.shape.to_dict(),
+                "params": params_size(n.shape), "nonfinite_weights": None, "details": [],
+                "where": n.where, "params_from": n.params_from,
+                "converts_to": f"standard TensorFlow ops ({n.shape.describe()})"}
+
     def document(self) -> Document:
+        from ...model.canonical import GraphRNN, TfGraph
+
         d = Document(source=str(self.path), reader=FORMAT, inputs=input_files(self.path))
+        problems = self.problems()
         if self.missing is not None:
             d.refusal = InputError(self.missing, path=self.path)
+        elif problems:
+            d.refusal = UnsupportedError(
+                f"{self.what()} holds {self.found()} and cannot be converted: {'; '.join(problems[:3])}"
+                + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""), path=self.path)
         elif self.serves_on_cpu:
             d.nothing = True
             d.reason = (f"the {self.what()} already serves on a CPU: its {self.found()} sit in tf.keras GPU-only "
                         "variants, each with a standard twin TensorFlow runs instead on a CPU")
         else:
-            d.refusal = UnsupportedError(
-                f"{self.what()} holds {self.found()}, which run only on a GPU; converting graphs with cuDNN ops "
-                "is not implemented yet (gruconv inspect lists them)", path=self.path)
+            gf = self.file
+            rnns = [GraphRNN(n.op, n.name, n.function, n.shape, True if n.time_major is None else n.time_major,
+                             n.graph) for n in self._rnn_nodes()]
+            rnns += [GraphRNN(n.op, n.name, n.function, None, True, n.graph, packs=n.packs, dtype=n.dtype)
+                     for n in self._gpu_only() if n.op in PACKING_OPS]
+            from ...files.inputs import read_bytes
+
+            what = "SavedModel graph" if gf.type == "SavedModel" else "TensorFlow GraphDef"
+            d.tf_graph = TfGraph(gf.type, gf.path, gf.text, rnns,
+                                 data=lambda: read_bytes(gf.path, "a " + what, kind="graph-text" if gf.text else "graph"),
+                                 files=_carried_files(gf.path.parent) if gf.type == "SavedModel" else [])
+            d.names = [n.name for n in self._rnn_nodes()]
+            d.row = self._row
+            d.stack_word = "cuDNN node"
         return d
 
 
@@ -259,7 +367,7 @@ def read(path, options: Optional[Options] = None, **kw) -> GraphDoc:
     if gf is None:
         raise InputError("is not a SavedModel directory nor a .pb/.pbtxt graph", path=path)
     s = scan(gf)
-    return GraphDoc(path, gf, s.nodes)
+    return GraphDoc(path, gf, s.nodes, python_ops=s.python_ops)
 
 
 # --------------------------------------------------------------------------- registry verbs
@@ -271,18 +379,22 @@ def inspect(doc: GraphDoc) -> dict:
         summary = doc.missing
     elif doc.serves_on_cpu:
         summary = f"{doc.what()}; {doc.found()}, all in GPU-only variants with a CPU twin: already serves on a CPU"
+    elif d.refusal is not None:
+        summary = f"{doc.what()}; {doc.found()}: runs only on a GPU, and gruconv cannot convert it"
     else:
-        summary = (f"{doc.what()}; {doc.found()}: runs only on a GPU; converting graphs with cuDNN ops is not "
-                   "implemented yet")
+        summary = (f"{doc.what()}; {doc.found()}: runs only on a GPU; gruconv convert makes a SavedModel that serves "
+                   "on a CPU (each cuDNN node replaced by standard ops)")
     details = [n.describe() for n in doc.nodes]
     if d.refusal is not None and doc.missing is None:
-        details.append("gruconv convert/verify refuse this graph (exit 3)")
-    return {"file": str(doc.path), "format": FORMAT, "kind": "graph", "summary": summary, "rnns": [],
+        details.append(f"gruconv convert refuses it (exit 3): {d.refusal.message}")
+    rnns = [doc._row(i) for i in range(len(doc._rnn_nodes()))] if d.tf_graph is not None else []
+    return {"file": str(doc.path), "format": FORMAT, "kind": "graph", "summary": summary, "rnns": rnns,
             "details": details, "cudnn_nodes": [n.to_dict() for n in doc.nodes],
             "refused": None if d.refusal is None else d.refusal.message,
             "nothing_to_convert": d.nothing}
 
 
 def input_facts(path, opts: Options) -> InputFacts:
-    """``refused`` (cuDNN ops a CPU cannot run, or no variables) or ``final`` (already serves on a CPU)."""
+    """``tf-graph`` (cuDNN nodes to replace), ``refused`` (a node it cannot replace, Python ops, no
+    variables) or ``final`` (already serves on a CPU)."""
     return InputFacts(read(path, opts).content)

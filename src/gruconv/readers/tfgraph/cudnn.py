@@ -31,7 +31,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
-from .protos import Message
+from .protos import Message, tensor_shape
 
 #: op -> what it does; every op TensorFlow 2.21 registers under the ``CudnnRNN`` prefix (GPU kernels only).
 CUDNN_OPS = {
@@ -73,6 +73,31 @@ class CudnnNode:
     input_mode: str
     time_major: Optional[bool]
     cpu_twin: Optional[str] = None
+    #: the data inputs, as the NodeDef names them (control inputs left out)
+    inputs: tuple = ()
+    #: the ``T`` attr (a ``DataType`` number; None: not given) and the other attrs refusals are decided by
+    dtype: Optional[int] = None
+    num_proj: int = 0
+    dropout: float = 0.0
+    is_training: bool = False
+    #: a ``CudnnRNNCanonicalToParams*`` node's weight and bias counts (``num_params`` /
+    #: ``num_params_weights``, ``num_params_biases``), else None
+    packs: Optional[tuple] = None
+    #: the node's own ``_output_shapes`` (each a tuple of dims, None unknown; None for an unknown rank)
+    out_shapes: Optional[tuple] = None
+    #: index of the SavedModel's MetaGraphDef holding it (0 for a GraphDef)
+    graph: int = 0
+    #: the stack's :class:`~gruconv.model.canonical.StackShape`, where :mod:`.sizes` determined it
+    shape: object = None
+    #: where ``params`` comes from, in words (``Const``, ``a variable``, ``computed in the graph (ConcatV2)``)
+    params_from: Optional[str] = None
+    #: why this node cannot be converted (one clause), or None
+    problem: Optional[str] = None
+
+    @property
+    def function(self) -> Optional[str]:
+        """The library function holding it, None for a node of the graph itself."""
+        return self.where.removeprefix("function ") if self.where.startswith("function ") else None
 
     @property
     def runs_the_rnn(self) -> bool:
@@ -85,12 +110,18 @@ class CudnnNode:
             settings.append(f"time_major={str(self.time_major).lower()}")
         twin = (f"; a GPU-only variant: on a CPU its twin {self.cpu_twin} runs instead"
                 if self.cpu_twin else "")
-        return f"{self.op} '{self.name}' ({', '.join(settings)}) in {self.where}{twin}"
+        facts = ""
+        if self.runs_the_rnn and not self.cpu_twin:
+            facts = f": {self.shape.describe()}" if self.shape is not None else ""
+            facts += f"; params {self.params_from}" if self.params_from else ""
+            facts += f"; not convertible: {self.problem}" if self.problem else ""
+        return f"{self.op} '{self.name}' ({', '.join(settings)}) in {self.where}{twin}{facts}"
 
     def to_dict(self) -> dict:
         return {"op": self.op, "name": self.name, "where": self.where, "rnn_mode": self.rnn_mode,
                 "direction": self.direction, "input_mode": self.input_mode, "time_major": self.time_major,
-                "cpu_twin": self.cpu_twin}
+                "cpu_twin": self.cpu_twin, "shape": None if self.shape is None else self.shape.to_dict(),
+                "params_from": self.params_from, "problem": self.problem}
 
 
 def _text(attr: Optional[Message]) -> Optional[str]:
@@ -100,7 +131,10 @@ def _text(attr: Optional[Message]) -> Optional[str]:
     return None if s is None else bytes(s).decode("utf-8", "replace")
 
 
-_NODE_ATTRS = frozenset(ATTR_DEFAULTS) | {"time_major"}
+_NODE_ATTRS = frozenset(ATTR_DEFAULTS) | {"time_major", "T", "num_proj", "dropout", "is_training", "_output_shapes",
+                                          "num_params", "num_params_weights", "num_params_biases"}
+#: Ops that pack canonical weights into the opaque buffer; each is replaced by a concatenation.
+PACKING_OPS = frozenset({"CudnnRNNCanonicalToParams", "CudnnRNNCanonicalToParamsV2"})
 _FUNCTION_ATTRS = frozenset({API_IMPLEMENTS, API_DEVICE})
 
 
@@ -110,11 +144,15 @@ def _node(node: Message, where: str) -> Optional[CudnnNode]:
         return None
     op = name = ""
     attrs: dict = {}
-    for field, value in node.fields("name", "op", "attr"):
+    inputs: list = []
+    for field, value in node.fields("name", "op", "input", "attr"):
         if field == "op":
             op = value
         elif field == "name":
             name = value
+        elif field == "input":
+            if not value.startswith("^"):
+                inputs.append(value)
         elif (key := value.get("key", "")) in _NODE_ATTRS:
             attrs[key] = value.get("value")
     if op not in CUDNN_OPS:
@@ -124,11 +162,23 @@ def _node(node: Message, where: str) -> Optional[CudnnNode]:
     if op in TIME_MAJOR_OPS:
         tm = attrs.get("time_major")
         time_major = True if tm is None else bool(tm.get("b", False))
-    return CudnnNode(op=op, name=name, where=where, time_major=time_major, **settings)
+    scalar = lambda k, f, default: default if attrs.get(k) is None else attrs[k].get(f, default)  # noqa: E731
+    shapes = attrs.get("_output_shapes")
+    out_shapes = None if shapes is None or shapes.get("list") is None else \
+        tuple(tensor_shape(t) for t in shapes.get("list").each("shape"))
+    packs = None
+    if op in PACKING_OPS:
+        n = scalar("num_params", "i", None)
+        w, b = scalar("num_params_weights", "i", n), scalar("num_params_biases", "i", n)
+        packs = None if w is None or b is None else (w, b)
+    return CudnnNode(op=op, name=name, where=where, time_major=time_major, inputs=tuple(inputs), packs=packs,
+                     dtype=scalar("T", "type", None), num_proj=scalar("num_proj", "i", 0),
+                     dropout=scalar("dropout", "f", 0.0), is_training=scalar("is_training", "b", False),
+                     out_shapes=out_shapes, **settings)
 
 
 def _function(f: Message) -> tuple:
-    """``(name, api_implements, api_preferred_device, [its cuDNN nodes, no twin yet])`` in one pass; the
+    """``(name, api_implements, api_preferred_device, [its cuDNN nodes, no twin yet], f)`` in one pass; the
     nodes of a function whose bytes never name a cuDNN op are not looked into."""
     walk = f.may_hold(MARKER)
     name, attrs, pending = "", {}, []
@@ -142,43 +192,68 @@ def _function(f: Message) -> tuple:
         elif walk and (n := _node(value, "")) is not None:
             pending.append(n)
     found = [dataclasses.replace(n, where=f"function {name}") for n in pending]
-    return name, _text(attrs.get(API_IMPLEMENTS)), _text(attrs.get(API_DEVICE)), found
+    return name, _text(attrs.get(API_IMPLEMENTS)), _text(attrs.get(API_DEVICE)), found, f
 
 
 def _twins(functions: list) -> dict:
     """function name -> the name of its CPU twin, for every tf.keras GPU-only variant that has one: another
     function with the same ``api_implements``, another preferred device and no cuDNN op."""
     by_api: dict = {}
-    for name, api, device, nodes in functions:
+    for name, api, device, nodes, _ in functions:
         if api and not nodes and (device or "").upper() != "GPU":
             by_api.setdefault(api, name)
-    return {name: by_api[api] for name, api, device, _ in functions
+    return {name: by_api[api] for name, api, device, _, _ in functions
             if api and (device or "").upper() == "GPU" and api in by_api}
 
 
 def keep_text(message: Message) -> bool:
-    """For :func:`gruconv.readers.tfgraph.protos.parse_text`: keep every message but a non-cuDNN node."""
-    return message.type != "NodeDef" or message.get("op", "") in CUDNN_OPS
+    """For :func:`gruconv.readers.tfgraph.protos.parse_text`: every message is kept (a node's producers
+    are looked up by name; only the :data:`~gruconv.readers.tfgraph.protos.SCHEMA` fields are)."""
+    return True
+
+
+def _sized(nodes: list, scope_nodes, arguments: dict, in_function: bool) -> list:
+    """``nodes`` (one scope's) with their sizes determined from the scope's producers
+    (:func:`gruconv.readers.tfgraph.sizes.determine`)."""
+    from . import sizes
+
+    refs = {sizes.reference(r, in_function)[0] for n in nodes if n.runs_the_rnn for r in n.inputs}
+    known = dict(arguments)
+    if refs - set(arguments):
+        known.update(sizes.producers(scope_nodes(), refs - set(arguments)))
+
+    def lookup(ref: str):
+        name, pos = sizes.reference(ref, in_function)
+        return known.get(name), pos
+
+    return [sizes.determine(n, lookup) if n.runs_the_rnn else n for n in nodes]
 
 
 def graph_nodes(graph: Message) -> Iterator[CudnnNode]:
     """Every cuDNN node of a GraphDef: its own nodes, then each library function's (a repeated
-    ``library`` field merges, as protobuf merges a message field given twice)."""
+    ``library`` field merges, as protobuf merges a message field given twice), each RNN node with its
+    sizes (:mod:`gruconv.readers.tfgraph.sizes`; a node with a CPU twin needs none)."""
+    from .sizes import function_arguments
+
     functions = []  # only those that matter to the twin rule: with an api_implements attr or cuDNN nodes
+    top = []
     for field, value in graph.fields("node", "library"):
         if field == "node":
             found = _node(value, "graph")
             if found is not None:
-                yield found
+                top.append(found)
             continue
         for f in value.each("function"):
             fn = _function(f)
             if fn[1] or fn[3]:
                 functions.append(fn)
+    yield from _sized(top, lambda: graph.each("node"), {}, False)
     twins = _twins(functions)
-    for name, _, _, nodes in functions:
-        for n in nodes:
-            yield dataclasses.replace(n, cpu_twin=twins.get(name))
+    for name, _, _, nodes, f in functions:
+        twin = twins.get(name)
+        nodes = [dataclasses.replace(n, cpu_twin=twin) for n in nodes]
+        yield from nodes if twin or not nodes else _sized(nodes, lambda f=f: f.each("node_def"),
+                                                          function_arguments(f), True)
 
 
 def serves_on_cpu(nodes: list) -> bool:

@@ -12,14 +12,15 @@ by the field names of :data:`SCHEMA`.
 Only the fields gruconv reads are in :data:`SCHEMA`; every other field is skipped unread (a frozen
 graph's weights, ``Const`` tensors, are stepped over as one length-delimited field).  Nothing recurses:
 the schema is a fixed tree (SavedModel -> MetaGraphDef -> GraphDef -> FunctionDefLibrary -> FunctionDef
--> NodeDef -> attr map entry -> AttrValue, eight levels), so a protobuf nested a million levels deep is a
+-> NodeDef -> attr map entry -> AttrValue -> ListValue -> TensorShapeProto -> Dim, at most eleven levels), so a protobuf nested a million levels deep is a
 run of skipped bytes in binary and :data:`MAX_TEXT_DEPTH` in text.  Binary values are ``memoryview``
 slices of the one buffer read (:func:`gruconv.files.inputs.read_bytes`, bounded by ``LIMITS["graph"]``),
-so a walk copies no message; the time is linear in the bytes at each of the eight levels.
+so a walk copies no message; the time is linear in the bytes at each level.
 
 Field numbers, from the ``.proto`` files (TensorFlow 2.21; checked against the generated descriptors
 in ``tests/readers/test_graphs.py``): ``tensorflow/core/protobuf/saved_model.proto`` (SavedModel),
-``meta_graph.proto`` (MetaGraphDef), ``tensorflow/core/framework/graph.proto`` (GraphDef),
+``meta_graph.proto`` (MetaGraphDef), ``tensorflow/core/framework/graph.proto`` (GraphDef), ``tensor_shape.proto`` (TensorShapeProto, its Dim),
+``tensor.proto`` (TensorProto: ``dtype = 1``, ``tensor_shape = 2``; its data is never read),
 ``function.proto`` (FunctionDefLibrary, FunctionDef), ``op_def.proto`` (OpDef), ``node_def.proto``
 (NodeDef), ``attr_value.proto`` (AttrValue; a ``map<string, AttrValue>`` is a repeated entry message with
 ``key = 1``, ``value = 2``), ``tensorflow/core/protobuf/trackable_object_graph.proto`` (a checkpoint's
@@ -31,6 +32,7 @@ SavedObject: ``node_id = 2``, ``node_path = 3``, ``identifier = 4``, ``metadata 
 from __future__ import annotations
 
 import re
+import struct
 from typing import Iterator, Optional
 
 from ...errors import InputError
@@ -44,11 +46,23 @@ SCHEMA = {
     "MetaGraphDef": {"graph_def": (2, "GraphDef")},
     "GraphDef": {"node": (1, "NodeDef"), "library": (2, "FunctionDefLibrary")},
     "FunctionDefLibrary": {"function": (1, "FunctionDef")},
-    "FunctionDef": {"signature": (1, "OpDef"), "node_def": (3, "NodeDef"), "attr": (5, "AttrEntry")},
-    "OpDef": {"name": (1, "string")},
-    "NodeDef": {"name": (1, "string"), "op": (2, "string"), "device": (4, "string"), "attr": (5, "AttrEntry")},
+    "FunctionDef": {"signature": (1, "OpDef"), "node_def": (3, "NodeDef"), "attr": (5, "AttrEntry"),
+                    "arg_attr": (7, "ArgAttrEntry")},
+    "OpDef": {"name": (1, "string"), "input_arg": (2, "ArgDef")},
+    "ArgDef": {"name": (1, "string")},
+    "ArgAttrEntry": {"key": (1, "int"), "value": (2, "ArgAttrs")},
+    "ArgAttrs": {"attr": (1, "AttrEntry")},
+    "NodeDef": {"name": (1, "string"), "op": (2, "string"), "input": (3, "string"), "device": (4, "string"),
+                "attr": (5, "AttrEntry")},
     "AttrEntry": {"key": (1, "string"), "value": (2, "AttrValue")},
-    "AttrValue": {"s": (2, "bytes"), "i": (3, "int"), "b": (5, "bool")},
+    "AttrValue": {"list": (1, "ListValue"), "s": (2, "bytes"), "i": (3, "int"), "f": (4, "float"), "b": (5, "bool"),
+                  "type": (6, "dtype"), "shape": (7, "TensorShapeProto"), "tensor": (8, "TensorProto"),
+                  "func": (10, "NameAttrList")},
+    "ListValue": {"shape": (7, "TensorShapeProto"), "func": (9, "NameAttrList")},
+    "NameAttrList": {"name": (1, "string")},
+    "TensorShapeProto": {"dim": (2, "Dim"), "unknown_rank": (3, "bool")},
+    "Dim": {"size": (1, "int")},
+    "TensorProto": {"dtype": (1, "dtype"), "tensor_shape": (2, "TensorShapeProto")},
     "TrackableObjectGraph": {"nodes": (1, "TrackableObject")},
     "TrackableObject": {"children": (1, "ObjectReference"), "attributes": (2, "SerializedTensor")},
     "ObjectReference": {"node_id": (1, "int"), "local_name": (2, "string")},
@@ -59,7 +73,11 @@ SCHEMA = {
 }
 
 #: Wire type of each scalar type (``2`` for strings, bytes and messages).
-_WIRE = {"int": 0, "bool": 0, "string": 2, "bytes": 2}
+_WIRE = {"int": 0, "dtype": 0, "bool": 0, "string": 2, "bytes": 2, "float": 5}
+#: ``DataType`` enum names a text-format graph writes, by number (``tensorflow/core/framework/types.proto``;
+#: only those a reader decides by; any other name reads as -1).
+DATA_TYPES = {"DT_FLOAT": 1, "DT_DOUBLE": 2, "DT_INT32": 3, "DT_INT8": 6, "DT_INT64": 9, "DT_BOOL": 10,
+              "DT_HALF": 19, "DT_RESOURCE": 20}
 
 #: Most nesting a text-format graph may have: protobuf's own default recursion limit
 #: (``google/protobuf/io/coded_stream.h`` ``kDefaultRecursionLimit``).
@@ -119,8 +137,12 @@ class WireMessage(Message):
                 yield name, bytes(value).decode("utf-8", "replace")
             elif kind == "bytes":
                 yield name, bytes(value)
-            elif kind == "int":
+            elif kind == "dtype":
                 yield name, value
+            elif kind == "int":
+                yield name, value - (1 << 64) if value >= 1 << 63 else value  # int64: two's complement
+            elif kind == "float":
+                yield name, struct.unpack("<f", value.to_bytes(4, "little"))[0]
             elif kind == "bool":
                 yield name, bool(value)
             else:
@@ -189,6 +211,8 @@ def _scalar(kind: str, tokens: list, what: str):
     if len(tokens) != 1 or tokens[0][0] != "word":
         raise Malformed(f"{what}: expected one value")
     word = tokens[0][1]
+    if kind == "dtype" and not word.lstrip("-").isdigit():
+        return DATA_TYPES.get(word, -1)
     if kind == "bool":
         if word in _TRUE:
             return True
@@ -196,7 +220,7 @@ def _scalar(kind: str, tokens: list, what: str):
             return False
         raise Malformed(f"{what}: {word[:40]!r} is not a bool")
     try:
-        return int(word, 0)
+        return float(word.rstrip("fF")) if kind == "float" else int(word, 0 if kind == "int" else 10)
     except ValueError:
         raise Malformed(f"{what}: {word[:40]!r} is not an integer") from None
 
@@ -339,3 +363,10 @@ def first_text(message: Optional[Message], *names: str, default=None):
             return default
         message = message.get(n)
     return default if message is None else message
+
+
+def tensor_shape(shape: Optional[Message]) -> Optional[tuple]:
+    """A ``TensorShapeProto`` as a tuple of dims (None for an unknown dim), None for an unknown rank."""
+    if shape is None or shape.get("unknown_rank", False):
+        return None
+    return tuple(None if d < 0 else d for d in (dim.get("size", 0) for dim in shape.each("dim")))

@@ -1,0 +1,149 @@
+"""A graph's ``CudnnRNN*`` nodes replaced by calls of generated library functions (TensorFlow's protos).
+
+Why a proto rewrite and not a re-trace: the graph is the user's (its signatures, names, dtypes, shapes,
+variables, every other op), and re-tracing it would need the Python code that made it.  So each cuDNN
+node keeps its name and its inputs and only changes its ``op`` to the name of a function added to the
+graph's library (a node whose op names a library function calls it: ``tensorflow/core/framework/
+function.h``, ``FunctionLibraryDefinition::Find``), so ``params`` stays whatever it was (a ``Const``, a
+variable read, a buffer computed in the graph) and ``variables/`` is copied byte for byte.  The
+function is :func:`gruconv.writers.saved_model.equations.function` traced for that node; its output
+args are renamed to the op's output arg names (``output``, ``output_h``, ...) so that ``node:output_h:0``
+inside a function body and ``node:1`` in a graph still name the same tensors; the ``While`` bodies it
+calls are added with it, every generated name prefixed ``gruconv_`` and made unique in the library.
+
+The node's attrs that configured the op (``rnn_mode``, ``T``, ...) are dropped (a function call takes
+only the function's own attrs; ``_``-prefixed internal ones such as ``_output_shapes`` stay), and a
+device pinning it to a GPU is cleared: the replacement runs anywhere.  The MetaGraphDef's
+``stripped_op_list`` is recomputed (``tensorflow/python/framework/meta_graph.py``), so no ``CudnnRNN*``
+op is named anywhere in the output (:func:`cudnn_ops_left`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from ...errors import InputError
+from .equations import OUTPUTS, function, packing_function
+
+#: Every generated function's name starts with this.
+PREFIX = "gruconv_"
+
+
+def _func_attrs(fdef):
+    """Every ``NameAttrList`` of a function's nodes that names a function (``While`` bodies, calls)."""
+    for n in fdef.node_def:
+        for value in n.attr.values():
+            if value.HasField("func"):
+                yield value.func
+            for f in value.list.func:
+                yield f
+
+
+def _library_of(tf, cf) -> list:
+    """The FunctionDefs a concrete function needs: itself first, then what it calls."""
+    main = cf.function_def
+    rest = [f for f in cf.graph.as_graph_def().library.function if f.signature.name != main.signature.name]
+    return [main] + rest
+
+
+class Replacements:
+    """The functions made for one graph's cuDNN nodes, one per node signature (op, shape, time_major)."""
+
+    def __init__(self, tf, taken: set):
+        self.tf, self.taken = tf, set(taken)
+        self.made: dict = {}
+        self.functions: list = []
+
+    def _unique(self, base: str) -> str:
+        name, n = base, 1
+        while name in self.taken:
+            n += 1
+            name = f"{base}_{n}"
+        self.taken.add(name)
+        return name
+
+    def name_for(self, rnn) -> str:
+        key = (rnn.op, rnn.shape, rnn.time_major, rnn.packs, rnn.dtype)
+        if key in self.made:
+            return self.made[key]
+        digest = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
+        fdefs = []
+        traced = (packing_function(self.tf, rnn.packs, rnn.dtype) if rnn.packs is not None
+                  else function(self.tf, rnn.op, rnn.shape, rnn.time_major))
+        for f in _library_of(self.tf, traced):
+            fdefs.append(type(f)())
+            fdefs[-1].CopyFrom(f)
+        main = fdefs[0]
+        what = "pack" if rnn.shape is None else rnn.shape.cell
+        renamed = {main.signature.name: self._unique(f"{PREFIX}{rnn.op}_{what}_{digest}")}
+        for f in fdefs[1:]:
+            renamed[f.signature.name] = self._unique(f"{PREFIX}{digest}_{f.signature.name.strip('_')}")
+        for f in fdefs:
+            f.signature.name = renamed[f.signature.name]
+            f.attr.pop("_construction_context", None)
+            for ref in _func_attrs(f):
+                ref.name = renamed.get(ref.name, ref.name)
+        # the op's output names, so node:output_h:0 (in functions) and node:1 (in graphs) keep their meaning
+        names = OUTPUTS[rnn.op]
+        if len(main.signature.output_arg) != len(names):
+            raise AssertionError(f"{main.signature.name}: {len(main.signature.output_arg)} outputs, {rnn.op} has "
+                                 f"{len(names)}")
+        old = [a.name for a in main.signature.output_arg]
+        rets = {k: main.ret[k] for k in old}
+        for arg, new in zip(main.signature.output_arg, names):
+            arg.name = new
+        main.ClearField("ret")
+        for o, new in zip(old, names):
+            main.ret[new] = rets[o]
+        self.functions.extend(fdefs)
+        self.made[key] = main.signature.name
+        return main.signature.name
+
+
+def _replace(node, name: str) -> None:
+    node.op = name
+    for key in [k for k in node.attr if not k.startswith("_")]:
+        del node.attr[key]
+    if "GPU" in node.device.upper():
+        node.device = ""
+
+
+def rewrite_graph_def(tf, graph_def, rnns) -> int:
+    """Replace, in ``graph_def`` (changed in place), every node of ``rnns``
+    (:class:`gruconv.model.canonical.GraphRNN`, by function and name); returns how many.  A node the
+    reader listed that is not there is an :class:`InputError` (the file changed under us)."""
+    wanted = {(r.function, r.name): r for r in rnns}
+    seen = set()
+    reps = Replacements(tf, {f.signature.name for f in graph_def.library.function})
+    for n in graph_def.node:
+        r = wanted.get((None, n.name))
+        if r is not None and n.op == r.op:
+            _replace(n, reps.name_for(r))
+            seen.add((None, n.name))
+    for f in graph_def.library.function:
+        for n in f.node_def:
+            r = wanted.get((f.signature.name, n.name))
+            if r is not None and n.op == r.op:
+                _replace(n, reps.name_for(r))
+                seen.add((f.signature.name, n.name))
+    missing = [f"{name!r}" for key, name in ((k, k[1]) for k in wanted) if key not in seen]
+    if missing:
+        raise InputError(f"cuDNN node(s) {', '.join(missing)} not found where the graph was read; the file changed "
+                         "while converting")
+    for f in reps.functions:
+        graph_def.library.function.add().CopyFrom(f)
+    return len(seen)
+
+
+def cudnn_ops_left(graph_defs, op_lists=()) -> list:
+    """``where: op`` for every ``CudnnRNN*`` op still named in the graphs (nodes, function bodies) or in
+    the op lists (a MetaGraphDef's ``stripped_op_list``): the check every output passes."""
+    left = []
+    for g in graph_defs:
+        left += [f"graph: {n.name} ({n.op})" for n in g.node if n.op.startswith("CudnnRNN")]
+        for f in g.library.function:
+            left += [f"function {f.signature.name}: {n.name} ({n.op})" for n in f.node_def
+                     if n.op.startswith("CudnnRNN")]
+    for ops in op_lists:
+        left += [f"stripped_op_list: {o.name}" for o in ops.op if o.name.startswith("CudnnRNN")]
+    return left
