@@ -179,8 +179,13 @@ def write(document, planned, outputs, opts: Options) -> ConvertResult:
                         result.rnns[-1]["converts_to"] = describe(document.stacks[i].shape)["target"]
                     if bad:
                         result.warnings.append(f"{name}: {bad} NaN/Inf weight value(s) carried over unchanged")
-            elif t.kind == "tf-graph":  # the graph's cuDNN nodes, each as the reader describes it
-                result.rnns.extend(document.row(i, 0) for i in range(len(document.names)))
+            elif t.kind in ("tf-graph", "tf-graph-file"):  # the graph's cuDNN nodes, as the reader describes them
+                rows = [document.row(i, 0) for i in range(len(document.names))]
+                shapes = [r.shape for r in document.tf_graph.rnns if r.shape is not None]
+                if describe and len(shapes) == len(rows):  # a non-TensorFlow target says what it made
+                    for row, shape in zip(rows, shapes):
+                        row["converts_to"] = describe(shape)["target"]
+                result.rnns.extend(rows)
             elif t.kind == "document":
                 result.rnns.extend(dict(document.row(i), output=str(t.path), converts_to=describe(s.shape)["target"])
                                    for i, s in enumerate(document.stacks))

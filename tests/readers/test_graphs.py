@@ -33,7 +33,8 @@ MANIFEST = json.loads((GRAPHS / "manifest.json").read_text())["fixtures"]
 GPU_ONLY = ("keras3_export", "frozen_gru.pb", "frozen_gru_bidir_skip.pbtxt")  # graphs running cuDNN ops
 #: What ``convert`` to a model file says of them (exit 2): a graph becomes a SavedModel directory.
 NOT_A_KERAS_FILE = ("a TensorFlow graph holding cuDNN ops converts to a SavedModel directory (--format saved-model: "
-                    "name OUTPUT without a model suffix), not to keras")
+                    "name OUTPUT without a model suffix) or to one file of the whole graph (--format onnx: "
+                    "OUTPUT.onnx), not to keras")
 
 
 def _run(args, **kw):

@@ -289,3 +289,31 @@ def test_batch_major_states_in_the_shape_tensorflow_demands(tmp_path):
     assert outs["hy"].shape == (B, LD, H) and float(np.abs(outs["hy"] - z["hy"].reshape(B, LD, H)).max()) <= STRICT
     transposed = _run(model, {**feed, "h0": z["h0"].transpose(1, 0, 2)})
     assert float(np.abs(transposed["y"] - z["y"].transpose(1, 0, 2)).max()) > 1e-3
+
+
+# --------------------------------------------------------------------------- through the command line
+
+def _cli(*args):
+    """The CLI in-process; no exception may escape it (an exit code is gruconv's own)."""
+    from click.testing import CliRunner
+
+    from gruconv.cli import main
+
+    res = CliRunner().invoke(main, [str(a) for a in args])
+    escaped = res.exception if not isinstance(res.exception, (SystemExit, type(None))) else None
+    assert escaped is None, f"{type(escaped).__name__}: {escaped}"
+    return res
+
+
+@pytest.mark.parametrize("name", ["gru_2l_bidir_canonical_savedmodel", "lstm_2l_bidir_varlen_v3_bt"])
+def test_convert_graph_to_onnx_on_the_command_line(name, tmp_path):
+    """``gruconv convert GRAPH model.onnx``: the whole graph, each node's row naming the ONNX operators."""
+    out = tmp_path / "model.onnx"
+    res = _cli("convert", FIXTURES / "graphs_golden" / MANIFEST[name]["file"], out)
+    assert res.exit_code == 0, res.output
+    assert res.output.splitlines()[0] == f"wrote {out}"
+    assert "-> ONNX opset 17: " in res.output
+    model = onnx.load(str(out))
+    assert not [op for op in _ops(model) if op.startswith("CudnnRNN")]
+    assert max(_errors(name, model).values()) <= STRICT
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]

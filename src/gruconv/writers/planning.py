@@ -206,19 +206,25 @@ def _plan_graph(document, output: Path, options) -> Plan:
 
 def _plan_tf_graph(document, output: Path, options) -> Plan:
     """A graph holding cuDNN ops: to a writer of ``tf-graph`` targets (``--format``, else ``saved-model``
-    for an output whose name no writer claims); the output is a directory written as one piece."""
-    from ..files.outputs import check_outputs as never_an_input, check_tree_target
+    for an output whose name no writer claims), a directory written as one piece, or of ``tf-graph-file``
+    targets (``model.onnx``: the whole graph in one file)."""
+    from ..files.outputs import check_outputs as never_an_input, check_target, check_tree_target
 
     never_an_input([output], document.inputs)
     fmt = writers.output_format(output, options) or "saved-model"
     writer = writers.module(fmt)
-    if "tf-graph" not in writer.KINDS:
-        able = ", ".join(writers.by_kind("tf-graph"))
-        raise UsageError(f"a TensorFlow graph holding cuDNN ops converts to a SavedModel directory (--format {able}: "
-                         f"name OUTPUT without a model suffix), not to {fmt}", path=output)
-    check_tree_target(output, force=options.force)
-    return Plan(output=output, route="graph", format=fmt,
-                targets=[Target("tf-graph", path=output, force=options.force)])
+    if "tf-graph" in writer.KINDS:
+        check_tree_target(output, force=options.force)
+        kind = "tf-graph"
+    elif "tf-graph-file" in writer.KINDS:
+        check_target(output, force=options.force)
+        kind = "tf-graph-file"
+    else:
+        dirs, files = ", ".join(writers.by_kind("tf-graph")), ", ".join(writers.by_kind("tf-graph-file"))
+        raise UsageError(f"a TensorFlow graph holding cuDNN ops converts to a SavedModel directory (--format {dirs}: "
+                         f"name OUTPUT without a model suffix) or to one file of the whole graph (--format {files}: "
+                         f"OUTPUT.onnx), not to {fmt}", path=output)
+    return Plan(output=output, route="graph", format=fmt, targets=[Target(kind, path=output, force=options.force)])
 
 
 # --------------------------------------------------------------------------- bare stacks

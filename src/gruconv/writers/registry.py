@@ -48,6 +48,7 @@ KINDS = {
                  "(a directory output: one file per RNN, named by ``graph_targets``)",
     "document": "every stack and the document's other tensors in one file (no rest.npz beside it)",
     "tf-graph": "a TensorFlow graph (``document.tf_graph``) as a SavedModel directory",
+    "tf-graph-file": "a TensorFlow graph (``document.tf_graph``) as one file (the whole graph as ONNX)",
 }
 
 #: Target kinds whose output is a directory written as one piece (:meth:`gruconv.files.outputs.Outputs.tree`).

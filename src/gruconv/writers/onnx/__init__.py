@@ -19,8 +19,9 @@ FORMAT = "onnx"
 SUFFIX = ".onnx"
 CLAIMS = (".onnx",)
 #: Writes no Keras model.
-#: A bare stack, a weights-only Keras graph's one RNN, or each RNN of one as a file of its own.
-KINDS = ("stack", "graph", "graph-rnn")
+#: A bare stack, a weights-only Keras graph's one RNN, or each RNN of one as a file of its own; a TensorFlow
+#: graph holding cuDNN ops, whole (:mod:`gruconv.writers.onnx.tfgraph`).
+KINDS = ("stack", "graph", "graph-rnn", "tf-graph-file")
 WRITES = "stacks"
 #: Needs no architecture (a weights-only Keras file converts as it is).
 NEEDS_ARCHITECTURE = False
@@ -120,9 +121,29 @@ def _write_graph(document, target, options, warnings: list, *, final) -> dict:
     return nonfinite
 
 
+def _write_tf_graph(document, target) -> None:
+    """A TensorFlow graph holding cuDNN ops, whole, through tf2onnx with gruconv's handlers.  tf2onnx loads
+    the graph with TensorFlow from where the reader found it (``document.source``: the SavedModel directory
+    or the frozen graph), after the reader's bounded checks passed; the ``serving_default`` signature."""
+    from ...errors import OutputError
+    from .graph import MAX_MODEL_BYTES
+    from .tfgraph import build
+
+    model, facts = build(Path(document.source))
+    data = model.SerializeToString()
+    if len(data) > MAX_MODEL_BYTES:
+        raise OutputError(f"the ONNX model would be {len(data)} bytes, over protobuf's 2 GiB", path=target.path)
+    with open(target.tmp, "wb") as f:
+        f.write(data)
+    target.warnings.extend(facts.get("warnings") or [])
+
+
 def write(document, target, options) -> dict:
-    """A bare stack (kind ``stack``), a weights-only Keras file's one RNN (``graph``), or one of its
-    RNNs in a directory output (``graph-rnn``) as an ONNX model."""
+    """A bare stack (kind ``stack``), a weights-only Keras file's one RNN (``graph``), one of its RNNs in a
+    directory output (``graph-rnn``), or a whole TensorFlow graph (``tf-graph-file``) as an ONNX model."""
+    if target.kind == "tf-graph-file":
+        _write_tf_graph(document, target)
+        return {}
     if target.kind == "graph":
         return _write_graph(document, target.tmp, options, target.warnings, final=target.path)
     if target.kind == "graph-rnn":
