@@ -962,8 +962,11 @@ def inspect(doc: CheckpointDoc) -> dict:
     details = [f"possible opaque buffer: {b['key']} ({b['size']} {b['dtype']} values): pass --variable "
                f"{b['key']} and shape hints to use it" for b in doc.possible_buffers]
     details += [f"! {w}" for w in doc.warnings]
-    details.append(f"other tensors: {len(doc.other_keys)} ({doc.other_bytes} bytes), copied to OUT.rest.npz "
-                   "by convert")
+    if doc.stacks or doc.possible_buffers:
+        details.append(f"other tensors: {len(doc.other_keys)} ({doc.other_bytes} bytes), copied to OUT.rest.npz "
+                       "by convert")
+    else:  # what convert says of it (Document.nothing)
+        details.append(f"no cudnn_rnn stack: nothing to convert ({len(doc.other_keys)} other tensor(s))")
     return {
         "file": doc.path,
         "format": FORMAT,
