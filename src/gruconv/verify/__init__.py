@@ -55,7 +55,7 @@ from .run import CURRENT_RUN
 from .graph import check_user_inputs, verify_alone, verify_graph
 from .partial import verify_partial
 from .stacks import verify_stack
-from .subjects import nothing_to_verify, refuse_early, verify_subjects
+from .subjects import checks_after, nothing_to_verify, refuse_early, verify_subjects
 from .verdicts import FLOAT16_TOLERANCE_FLOOR, Check, VerifyReport, compare
 
 __all__ = ["verify", "Check", "VerifyReport", "compare", "FLOAT16_TOLERANCE_FLOOR", "DEVICES", "MAX_RANDOM_STEPS"]
@@ -226,6 +226,10 @@ def _run_checks(doc, converted, opts, engine, report, rng, tolerance, user_input
             ran = report.environment.setdefault("converted_by", [])
             if subject.model.engine not in ran:
                 ran.append(subject.model.engine)
+    after = checks_after(doc)
+    if after is not None and not engine.__dict__.get("checked_after"):  # once per verify, not per device run
+        engine.__dict__["checked_after"] = True
+        after(doc, converted, engine, report, rng, tolerance)
     return False
 
 

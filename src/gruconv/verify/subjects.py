@@ -49,11 +49,14 @@ class Checks:
     """One row of :data:`CHECKS`: ``nothing(doc)`` is verify's note when there is nothing to check
     (None otherwise; it may raise the one-line refusal), ``subjects(doc, converted, options)`` yields
     each :class:`~gruconv.model.canonical.Subject`; ``early``: ``nothing`` is asked before Keras and
-    its backend are imported (seconds), for a document that never has anything to check."""
+    its backend are imported (seconds), for a document that never has anything to check; ``after(doc,
+    converted, engine, report, rng, tolerance)``, where set, checks the whole after its subjects (a graph's
+    two conversions against each other: :func:`gruconv.verify.tfgraph.cross_check`)."""
 
     nothing: Callable
     subjects: Callable
     early: bool = False
+    after: Optional[Callable] = None
 
 
 def nothing_to_verify(doc) -> Optional[str]:
@@ -65,6 +68,17 @@ def refuse_early(doc) -> None:
     """The refusal of a document that never has anything to check, before Keras is imported."""
     if _checks(doc).early:
         _checks(doc).nothing(doc)
+
+
+def checks_after(doc) -> Optional[Callable]:
+    """The whole-input check run after the subjects, or None (:attr:`Checks.after`)."""
+    return _checks(doc).after
+
+
+def _tf_graph_after(doc, converted, engine, report, rng, tolerance) -> None:
+    from .tfgraph import cross_check
+
+    cross_check(doc, converted, engine, report, rng, tolerance)
 
 
 def verify_subjects(doc, converted, opts: Options):
@@ -357,7 +371,7 @@ def tf_graph_subjects(doc, converted, opts: Options):
     from ..model.cudnn_layout import params_size, unpack
     from ..writers.saved_model.equations import WITH_LENGTHS
     from ..writers.saved_model.runners import runner
-    from .runners import StackRunner
+    from ..writers.runner import StackRunner
 
     tf = import_quietly("tensorflow")
     rng = np.random.default_rng(TF_GRAPH_SEED)
@@ -365,7 +379,7 @@ def tf_graph_subjects(doc, converted, opts: Options):
         if r.shape is None:  # a packing node: it feeds one of the nodes checked here
             continue
         buf = rng.uniform(-0.5, 0.5, params_size(r.shape)).astype(r.shape.dtype)
-        run = runner(tf, r, converted)
+        run = runner(tf, r, converted if converted is not None and Path(converted).is_dir() else None)
         run.params = buf
         model = StackRunner(r.name, r.shape, run, mask_input=r.op in WITH_LENGTHS,
                             engine=lambda math: "TensorFlow on the CPU (the node's replacement function)")
@@ -380,6 +394,6 @@ CHECKS = {
     "staged-graph": Checks(_staged_nothing, staged_graph_subjects),
     "staged-weights": Checks(_staged_nothing, staged_weights_subjects),
     "final": Checks(_final_nothing, _final_subjects, early=True),
-    "tf-graph": Checks(_tf_graph_nothing, tf_graph_subjects),
+    "tf-graph": Checks(_tf_graph_nothing, tf_graph_subjects, after=_tf_graph_after),
     "refused": Checks(_refused_nothing, _refused_subjects, early=True),
 }
