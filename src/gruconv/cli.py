@@ -171,9 +171,10 @@ def main():
     Reads legacy Keras HDF5 files with CuDNNGRU / CuDNNLSTM layers (and the
     .keras zips tf_keras writes of them), TensorFlow 1.x tf.contrib.cudnn_rnn
     checkpoints, TF2 checkpoints and tf.keras SavedModels (format detected from
-    content), as the Keras that wrote them reads them; finds the cuDNN ops in
-    SavedModel and frozen graphs (.pb, .pbtxt). Writes Keras 3 .keras /
-    .weights.h5, legacy-layout .h5 weights, PyTorch .safetensors and ONNX.
+    content), as the Keras that wrote them reads them; rewrites SavedModels and
+    frozen graphs (.pb, .pbtxt) holding cuDNN ops into SavedModels that serve on
+    a CPU, or the whole graph as ONNX. Writes Keras 3 .keras / .weights.h5,
+    legacy-layout .h5 weights, PyTorch .safetensors and ONNX.
 
     \b
     Examples:
@@ -303,7 +304,8 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
     dicts); ONNX (one GRU/LSTM model per stack). A SavedModel or frozen
     graph (.pb/.pbtxt) holding CudnnRNN ops becomes a SavedModel directory
     with each cuDNN node replaced by standard ops (serves on a CPU; needs
-    TensorFlow). A legacy file is read as the
+    TensorFlow), or with an OUTPUT.onnx name the whole graph as ONNX (needs
+    tf2onnx). A legacy file is read as the
     Keras that wrote it reads it (docs/legacy-dialects.md). Written
     atomically; an existing OUTPUT is refused without --force.
 
@@ -312,6 +314,7 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
       gruconv convert model.h5 model.keras
       gruconv convert ckpt_dir/ model.keras --rnn encoder/cudnn_gru
       gruconv convert gpu_model/ cpu_model/
+      gruconv convert gpu_model/ model.onnx
       gruconv convert models/ --out-dir converted/ --jobs 2 --keep-going --report r.json --junit r.xml
     """
     from . import api, report
