@@ -156,11 +156,12 @@ def test_an_existing_output_is_refused_before_any_work(tmp_path):
 
 
 def test_a_graph_to_a_model_file_name_is_a_usage_line(tmp_path):
+    """A Keras model name (or any writer with no graph target) is a usage line; .onnx is the whole graph."""
     src = GOLDEN_GRAPHS / GOLDEN["gru_1l_uni_v1"]["file"]
-    for name, fmt in (("o.keras", "keras"), ("o.onnx", "onnx")):
+    for name, fmt in (("o.keras", "keras"), ("o.weights.h5", "keras-weights"), ("o.safetensors", "torch")):
         _one_line_error(_run(["convert", src, tmp_path / name]), 2,
-                        f"converts to a SavedModel directory (--format saved-model: name OUTPUT without a model "
-                        f"suffix), not to {fmt}")
+                        "converts to a SavedModel directory (--format saved-model: name OUTPUT without a model "
+                        f"suffix) or to one file of the whole graph (--format onnx: OUTPUT.onnx), not to {fmt}")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -368,7 +369,9 @@ def test_verify_checks_each_cudnn_node_of_a_graph_and_its_conversion(tmp_path):
     r = _run(["verify", GRAPHS / "keras3_export", "--json", tmp_path / "r.json"])
     assert r.exit_code == 0, r.output
     report = json.loads((tmp_path / "r.json").read_text())
-    assert report["passed"] and len(report["checks"]) == 10  # 2 GRU x (y, h), 2 LSTM x (y, h, c)
+    names = [c["name"] for c in report["checks"]]
+    # 2 GRU x (y, h), 2 LSTM x (y, h, c), then the two conversions against each other (verify/tfgraph.py)
+    assert report["passed"] and len(names) == 11 and names[-1] == "end to end (SavedModel vs ONNX): output_0", names
     assert "TensorFlow on the CPU (the node's replacement function)" in report["environment"]["converted_by"]
     m = GOLDEN["gru_2l_bidir_varlen_v3"]
     out = tmp_path / "cpu_model"

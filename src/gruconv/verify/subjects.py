@@ -362,7 +362,7 @@ TF_GRAPH_SEED = 3939
 
 def tf_graph_subjects(doc, converted, opts: Options):
     """Every cuDNN RNN node of a graph, as a bare stack: its replacement (the function the converted
-    SavedModel's node calls, :mod:`gruconv.writers.saved_model.runners`; without ``converted``, traced the
+    SavedModel's node calls, :mod:`gruconv.writers.saved_model.node_runner`; without ``converted``, traced the
     way ``convert`` traces it) run by TensorFlow on the CPU, against the reference, on seeded weights of
     the node's shape (uniform in [-0.5, 0.5]: the graph's own ``params`` tensor reaches the replacement
     unchanged, so what is checked is the replacement's function of any buffer of that layout)."""
@@ -370,7 +370,7 @@ def tf_graph_subjects(doc, converted, opts: Options):
     from ..model.canonical import RNNStack
     from ..model.cudnn_layout import params_size, unpack
     from ..writers.saved_model.equations import WITH_LENGTHS
-    from ..writers.saved_model.runners import runner
+    from ..writers.saved_model.node_runner import runner
     from ..writers.runner import StackRunner
 
     tf = import_quietly("tensorflow")

@@ -18,7 +18,6 @@ SavedModel's own movement under one-ulp perturbations of its float inputs (:func
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -92,7 +91,9 @@ def cross_check(doc, converted, engine, report, rng, tolerance) -> None:
         import_quietly("tf2onnx")
     except ImportError as e:
         return skip(f"{e.name or e} is not installed (pip install 'gruconv[graphs]')")
-    with tempfile.TemporaryDirectory(prefix="gruconv-verify-graph-") as tmp:
+    from ..files.outputs import scratch_dir
+
+    with scratch_dir(prefix="gruconv-verify-graph-") as tmp:
         try:
             sm_path = _saved_model(tf, doc, converted, Path(tmp))
             model = _onnx(doc, converted)

@@ -187,8 +187,11 @@ def _claims(p: Path, gf: GraphFile) -> bool:
     directory = p if p.is_dir() else p.parent if gf.type == "SavedModel" else None
     if directory is not None and (directory / KERAS_METADATA).exists():
         return _variables(directory) is None  # with its variables it is the tf2 reader's
-    if not contains(gf.path, cudnn.MARKER, "a TensorFlow graph"):
-        return False
+    try:
+        if not contains(gf.path, cudnn.MARKER, "a TensorFlow graph"):
+            return False
+    except GruconvError:
+        return True  # a graph file too large (or unreadable) to look into: read() says why, in one line
     try:
         return bool(scan(gf).nodes)
     except GruconvError:
