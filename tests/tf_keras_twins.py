@@ -3,8 +3,7 @@ subprocess, each CuDNN layer swapped for its CPU twin (``GRU(reset_after=True)``
 activations) and the HDF5 twin's weights loaded by tf_keras's own ``load_weights`` (it converts cuDNN weights
 itself, ``tf_keras/src/saving/legacy/hdf5_format.py``).
 
-The same script as ``tests/readers/test_graphs.py``'s ``REFERENCE`` (written first there; that test can import
-this one at merge, leaving one copy).
+One copy, used by ``tests/readers/test_graphs.py`` and ``tests/writers/test_graph_onnx.py``.
 """
 
 from __future__ import annotations

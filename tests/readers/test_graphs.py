@@ -21,6 +21,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+import tf_keras_twins
+
 from bundle_proto import _fb, _fv
 from conftest import FIXTURES, assert_parity_failure
 from gruconv import api
@@ -315,33 +317,7 @@ def test_a_large_graph_is_scanned_in_linear_time(tmp_path):
 
 # --------------------------------------------------------------------------- tf.keras 2.x SavedModels
 
-REFERENCE = r'''
-import json, os, sys
-os.environ["TF_USE_LEGACY_KERAS"] = "1"; os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
-import h5py, numpy as np, tf_keras as K
-
-def plain(obj):
-    if isinstance(obj, dict):
-        if obj.get("class_name") in ("CuDNNGRU", "CuDNNLSTM"):
-            obj["class_name"] = obj["class_name"][5:]
-            obj.pop("module", None); obj.pop("registered_name", None)
-            obj["config"].update(activation="tanh", recurrent_activation="sigmoid", use_bias=True)
-            if obj["class_name"] == "GRU":
-                obj["config"]["reset_after"] = True
-        for v in obj.values():
-            plain(v)
-    elif isinstance(obj, list):
-        for v in obj:
-            plain(v)
-    return obj
-
-job = json.loads(sys.argv[1])
-with h5py.File(job["h5"]) as f:
-    cfg = f.attrs["model_config"]
-twin = K.models.model_from_json(json.dumps(plain(json.loads(cfg))))
-twin.load_weights(job["h5"])
-np.save(job["y"], twin.predict(np.load(job["x"]), verbose=0))
-'''
+REFERENCE = tf_keras_twins.SCRIPT  # tf_keras running the HDF5 twin, CuDNN layers as CPU twins
 
 CONVERTED = r'''
 import json, os, sys
