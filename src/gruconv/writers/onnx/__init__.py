@@ -125,14 +125,9 @@ def _write_tf_graph(document, target) -> None:
     """A TensorFlow graph holding cuDNN ops, whole, through tf2onnx with gruconv's handlers.  tf2onnx loads
     the graph with TensorFlow from where the reader found it (``document.source``: the SavedModel directory
     or the frozen graph), after the reader's bounded checks passed; the ``serving_default`` signature."""
-    from ...errors import OutputError
-    from .graph import MAX_MODEL_BYTES
-    from .tfgraph import build
+    from .tfgraph import serialized
 
-    model, facts = build(Path(document.source))
-    data = model.SerializeToString()
-    if len(data) > MAX_MODEL_BYTES:
-        raise OutputError(f"the ONNX model would be {len(data)} bytes, over protobuf's 2 GiB", path=target.path)
+    data, facts = serialized(Path(document.source), target.path)
     with open(target.tmp, "wb") as f:
         f.write(data)
     target.warnings.extend(facts.get("warnings") or [])

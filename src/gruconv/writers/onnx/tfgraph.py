@@ -446,6 +446,15 @@ def check(model, *, path=None) -> None:
         raise UnsupportedError(f"the converted ONNX model is not valid ({first_line(e, 200)})", path=path) from None
 
 
+def serialized(path, out, *, signature: Optional[str] = None, opset: Optional[int] = None) -> tuple:
+    """``(bytes, facts)``: :func:`build`'s model serialized, refused over protobuf's 2 GiB (said of ``out``)."""
+    model, facts = build(path, signature=signature, opset=opset)
+    data = model.SerializeToString()
+    if len(data) > MAX_MODEL_BYTES:
+        raise OutputError(f"the ONNX model would be {len(data)} bytes, over protobuf's 2 GiB", path=out)
+    return data, facts
+
+
 def write_graph_onnx(path, out, *, signature: Optional[str] = None, opset: Optional[int] = None,
                      force: bool = False) -> dict:
     """Convert the graph at ``path`` (SavedModel directory or frozen ``.pb``/``.pbtxt``) to one ONNX
@@ -454,10 +463,7 @@ def write_graph_onnx(path, out, *, signature: Optional[str] = None, opset: Optio
     from ...files.outputs import atomic_path, check_target
 
     check_target(Path(out), force=force)
-    model, facts = build(path, signature=signature, opset=opset)
-    data = model.SerializeToString()
-    if len(data) > MAX_MODEL_BYTES:
-        raise OutputError(f"the ONNX model would be {len(data)} bytes, over protobuf's 2 GiB", path=out)
+    data, facts = serialized(path, out, signature=signature, opset=opset)
     with atomic_path(Path(out), force=force, suffix=".onnx") as tmp:
         with open(tmp, "wb") as f:
             f.write(data)
