@@ -51,7 +51,7 @@ class Checks:
     each :class:`~gruconv.model.canonical.Subject`; ``early``: ``nothing`` is asked before Keras and
     its backend are imported (seconds), for a document that never has anything to check; ``after(doc,
     converted, engine, report, rng, tolerance)``, where set, checks the whole after its subjects (a graph's
-    two conversions against each other: :func:`gruconv.verify.tfgraph.cross_check`)."""
+    conversions against the original graph: :func:`gruconv.verify.tfgraph.end_to_end`)."""
 
     nothing: Callable
     subjects: Callable
@@ -76,9 +76,9 @@ def checks_after(doc) -> Optional[Callable]:
 
 
 def _tf_graph_after(doc, converted, engine, report, rng, tolerance) -> None:
-    from .tfgraph import cross_check
+    from .tfgraph import end_to_end
 
-    cross_check(doc, converted, engine, report, rng, tolerance)
+    end_to_end(doc, converted, engine, report, rng, tolerance)
 
 
 def verify_subjects(doc, converted, opts: Options):

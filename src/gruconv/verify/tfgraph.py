@@ -1,19 +1,23 @@
-"""A graph holding cuDNN ops, end to end: its two conversions against each other (issue 39).
+"""A graph holding cuDNN ops, end to end: the original graph against its two conversions.
 
-Why this check: the original graph cannot run here (TensorFlow has no CPU kernel for a cuDNN op), and each of
-its cuDNN nodes is already checked as a bare stack against the reference (:func:`.subjects.tf_graph_subjects`).
-What that leaves unchecked is the wiring around the nodes: which output a consumer reads, time- or batch-major
-tensors, the states' layout, the signatures.  gruconv converts a graph two ways that share none of that code:
-the SavedModel rewrite (each node a call of standard TensorFlow ops, :mod:`gruconv.writers.saved_model`) and
-the whole graph as ONNX (tf2onnx with gruconv's handlers, run by onnxruntime's own GRU/LSTM kernels:
-:mod:`gruconv.writers.onnx.tfgraph`).  Every ``serving_default`` output of the one is compared with the other's
-on the same inputs; a wiring error in either shows as a failed row.  Both are compared with the real cuDNN
-outputs of every golden file by the tests (``fixtures/graphs_golden``).
+The original graph cannot run here as it is (TensorFlow has no CPU kernel for a cuDNN op), so the
+reference is the original with only its cuDNN nodes swapped for the float64 oracle, each fed the node's own
+inputs and ``params`` as the graph computes them (:mod:`gruconv.verify.reference.tf_graph`; it matches real
+cuDNN's outputs on every golden graph, ``tests/verify/test_graph_end_to_end.py``).  Against it, on the same
+inputs, every ``serving_default`` output of
+
+* the converted SavedModel (each node a call of standard TensorFlow ops, :mod:`gruconv.writers.saved_model`),
+* the whole graph as ONNX (tf2onnx with gruconv's handlers, run by onnxruntime's own GRU/LSTM kernels:
+  :mod:`gruconv.writers.onnx.tfgraph`).
+
+What that checks beyond each node's own check (:func:`.subjects.tf_graph_subjects`, a bare stack on seeded
+weights): the wiring around the nodes (which output a consumer reads, time- or batch-major tensors, the
+states' layout, the signatures), the graph's own ``params`` and how the conversions read the nodes' attrs.
 
 Inputs: each unknown dimension of a signature input is the same size ``k`` (the first of
 :data:`PROBE_SIZES` the SavedModel runs at: a state of fixed rows may tie its batch to another size); float
 inputs uniform in [-1, 1], integer inputs (``sequence_lengths``) uniform in [1, k].  The floor is the
-SavedModel's own movement under one-ulp perturbations of its float inputs (:func:`.floor.perturb`).
+converted SavedModel's own movement under one-ulp perturbations of its float inputs (:func:`.floor.perturb`).
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ import numpy as np
 PROBE_SIZES = (4, 3, 2, 6, 8, 1)
 #: The signature compared (the ONNX writer converts this one).
 SIGNATURE = "serving_default"
-LABEL = "end to end (SavedModel vs ONNX)"
+#: The rows of each converted form.
+SAVED_MODEL_ROWS, ONNX_ROWS = "end to end (converted SavedModel)", "end to end (whole graph as ONNX)"
+LABELS = (SAVED_MODEL_ROWS, ONNX_ROWS)
 
 
 def _feeds(tf, fn, rng) -> tuple:
@@ -74,49 +80,86 @@ def _onnx(doc, converted):
     return build(Path(doc.document().source))[0]
 
 
-def cross_check(doc, converted, engine, report, rng, tolerance) -> None:
-    """Every ``serving_default`` output of the converted SavedModel against the whole-graph ONNX's (module
-    docstring); a note says why when it cannot run (tf2onnx missing, no such signature, names that differ)."""
+def _onnx_outputs(doc, converted, feed: dict, ref: dict):
+    """``(outputs, None)`` of the whole-graph ONNX on ``feed`` run by onnxruntime, or ``(None, why not)``."""
     from ..errors import GruconvError
     from ..keras3.runtime import import_quietly
-    from .floor import DEFAULT_SEEDS, perturb
-    from .verdicts import judge
-
-    def skip(why: str) -> None:
-        report.notes.append(f"{LABEL}: not checked, {why}")
 
     try:
-        tf = import_quietly("tensorflow")
         import onnxruntime as ort
         import_quietly("tf2onnx")
     except ImportError as e:
-        return skip(f"{e.name or e} is not installed (pip install 'gruconv[graphs]')")
+        return None, f"{e.name or e} is not installed (pip install 'gruconv[graphs]')"
+    try:
+        model = _onnx(doc, converted)
+    except GruconvError as e:
+        return None, e.message
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    names_in = [i.name for i in session.get_inputs()]
+    names_out = [o.name.split(":")[0] for o in session.get_outputs()]
+    if sorted(names_in) != sorted(feed) or sorted(names_out) != sorted(ref):
+        return None, (f"the ONNX model takes {sorted(names_in)} and gives {sorted(names_out)}, the SavedModel's "
+                      f"{SIGNATURE!r} takes {sorted(feed)} and gives {sorted(ref)}")
+    return dict(zip(names_out, session.run(None, {n: feed[n] for n in names_in}))), None
+
+
+def _served(tf, path: Path, feed: dict) -> dict:
+    with tf.device("/CPU:0"):
+        fn = tf.saved_model.load(str(path)).signatures[SIGNATURE]
+        out = fn(**{n: tf.constant(a) for n, a in feed.items()})
+    return {n: np.asarray(t.numpy()) for n, t in out.items()}
+
+
+def end_to_end(doc, converted, engine, report, rng, tolerance) -> None:
+    """Every ``serving_default`` output of the converted SavedModel and of the whole-graph ONNX against the
+    original graph's (module docstring); a note says why a part cannot run (TensorFlow or tf2onnx missing,
+    no such signature, names that differ)."""
+    from ..errors import GruconvError
+    from ..keras3.runtime import import_quietly
+    from .floor import DEFAULT_SEEDS, perturb
+    from .reference.tf_graph import original
+    from .verdicts import judge
+
+    def skip(label: str, why: str) -> None:
+        report.notes.append(f"{label}: not checked, {why}")
+
+    try:
+        tf = import_quietly("tensorflow")
+    except ImportError as e:
+        for label in LABELS:
+            skip(label, f"{e.name or e} is not installed (pip install 'gruconv[tensorflow]')")
+        return
     from ..files.outputs import scratch_dir
 
     with scratch_dir(prefix="gruconv-verify-graph-") as tmp:
         try:
             sm_path = _saved_model(tf, doc, converted, Path(tmp))
-            model = _onnx(doc, converted)
+            ref_path = original(doc.document().tf_graph, Path(tmp) / "original")
         except GruconvError as e:
-            return skip(e.message)
+            for label in LABELS:
+                skip(label, e.message)
+            return
         with tf.device("/CPU:0"):
             loaded = tf.saved_model.load(str(sm_path))
         if SIGNATURE not in loaded.signatures:
-            return skip(f"the SavedModel has no {SIGNATURE!r} signature")
+            for label in LABELS:
+                skip(label, f"the SavedModel has no {SIGNATURE!r} signature")
+            return
         fn = loaded.signatures[SIGNATURE]
         run = _feeds(tf, fn, rng)
         if run is None:
-            return skip(f"no input size in {PROBE_SIZES} runs the SavedModel")
-        feed, ref = run
-        opts = ort.SessionOptions()
-        opts.log_severity_level = 3
-        session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-        names_in = [i.name for i in session.get_inputs()]
-        names_out = [o.name.split(":")[0] for o in session.get_outputs()]
-        if sorted(names_in) != sorted(feed) or sorted(names_out) != sorted(ref):
-            return skip(f"the ONNX model takes {sorted(names_in)} and gives {sorted(names_out)}, the SavedModel's "
-                        f"{SIGNATURE!r} takes {sorted(feed)} and gives {sorted(ref)}")
-        got = dict(zip(names_out, session.run(None, {n: feed[n] for n in names_in})))
+            for label in LABELS:
+                skip(label, f"no input size in {PROBE_SIZES} runs the SavedModel")
+            return
+        feed, got_sm = run
+        ref = _served(tf, ref_path, feed)
+        got = {SAVED_MODEL_ROWS: got_sm}
+        got[ONNX_ROWS], why = _onnx_outputs(doc, converted, feed, ref)
+        if why is not None:
+            skip(ONNX_ROWS, why)
+            del got[ONNX_ROWS]
         worst = {k: 0.0 for k in ref}
         for seed in range(DEFAULT_SEEDS):
             prng = np.random.default_rng(seed)
@@ -125,11 +168,14 @@ def cross_check(doc, converted, engine, report, rng, tolerance) -> None:
                 out = fn(**{n: tf.constant(a) for n, a in moved.items()})
             for k in ref:
                 worst[k] = max(worst[k], float(np.max(np.abs(np.asarray(out[k].numpy(), np.float64)
-                                                             - ref[k].astype(np.float64)), initial=0.0)))
+                                                             - got_sm[k].astype(np.float64)), initial=0.0)))
         del loaded, fn
-    report.notes.append(f"{LABEL}: the converted SavedModel (TensorFlow's standard ops) and the whole graph as ONNX "
-                        "(tf2onnx, onnxruntime's GRU/LSTM) on the same inputs, every serving_default output: two "
-                        "conversions that share no wiring code; the original graph runs only on a GPU")
-    for k in sorted(ref):
-        dtype = "float16" if ref[k].dtype == np.float16 else "float32"
-        report.checks.append(judge(report, f"{LABEL}: {k}", got[k], ref[k], None, tolerance, dtype, worst[k]))
+    report.notes.append("end to end: the original graph run by TensorFlow on the CPU, each cuDNN node computed by "
+                        "the float64 oracle from the node's own inputs and params (configured by its NodeDef, not "
+                        "by gruconv's reading of it), against the converted SavedModel and the whole graph as ONNX, "
+                        f"every {SIGNATURE} output; real cuDNN is not run inside the graph (no machine here has both "
+                        "TensorFlow and a GPU)")
+    for label, outputs in got.items():
+        for k in sorted(ref):
+            dtype = "float16" if ref[k].dtype == np.float16 else "float32"
+            report.checks.append(judge(report, f"{label}: {k}", outputs[k], ref[k], None, tolerance, dtype, worst[k]))

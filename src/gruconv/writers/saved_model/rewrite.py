@@ -46,11 +46,29 @@ def _library_of(tf, cf) -> list:
     return [main] + rest
 
 
-class Replacements:
-    """The functions made for one graph's cuDNN nodes, one per node signature (op, shape, time_major)."""
+def equations(tf, rnn, node=None):
+    """The concrete function that computes node ``rnn`` in standard ops: what ``convert`` writes."""
+    if rnn.packs is not None:
+        return packing_function(tf, rnn.packs, rnn.dtype)
+    return function(tf, rnn.op, rnn.shape, rnn.time_major)
 
-    def __init__(self, tf, taken: set):
-        self.tf, self.taken = tf, set(taken)
+
+def signature(rnn, node=None) -> tuple:
+    """What makes two nodes' replacements the same function under :func:`equations`."""
+    return (rnn.op, rnn.shape, rnn.time_major, rnn.packs, rnn.dtype)
+
+
+class Replacements:
+    """The functions made for one graph's cuDNN nodes, one per node signature.
+
+    ``trace(tf, rnn, node)`` makes the concrete function standing for a node (``rnn``: the reader's
+    :class:`~gruconv.model.canonical.GraphRNN`; ``node``: its ``NodeDef`` as TensorFlow parsed it), with the
+    op's inputs and outputs, and ``key(rnn, node)`` says which nodes share one: :func:`equations` and
+    :func:`signature` for what ``convert`` writes; ``verify`` passes its own (the original graph with each
+    node computed by the reference, :mod:`gruconv.verify.reference.tf_graph`)."""
+
+    def __init__(self, tf, taken: set, trace=equations, key=signature):
+        self.tf, self.taken, self.trace, self.key = tf, set(taken), trace, key
         self.made: dict = {}
         self.functions: list = []
 
@@ -62,14 +80,13 @@ class Replacements:
         self.taken.add(name)
         return name
 
-    def name_for(self, rnn) -> str:
-        key = (rnn.op, rnn.shape, rnn.time_major, rnn.packs, rnn.dtype)
+    def name_for(self, rnn, node=None) -> str:
+        key = self.key(rnn, node)
         if key in self.made:
             return self.made[key]
         digest = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
         fdefs = []
-        traced = (packing_function(self.tf, rnn.packs, rnn.dtype) if rnn.packs is not None
-                  else function(self.tf, rnn.op, rnn.shape, rnn.time_major))
+        traced = self.trace(self.tf, rnn, node)
         for f in _library_of(self.tf, traced):
             fdefs.append(type(f)())
             fdefs[-1].CopyFrom(f)
@@ -108,23 +125,24 @@ def _replace(node, name: str) -> None:
         node.device = ""
 
 
-def rewrite_graph_def(tf, graph_def, rnns) -> int:
+def rewrite_graph_def(tf, graph_def, rnns, trace=equations, key=signature) -> int:
     """Replace, in ``graph_def`` (changed in place), every node of ``rnns``
-    (:class:`gruconv.model.canonical.GraphRNN`, by function and name); returns how many.  A node the
-    reader listed that is not there is an :class:`InputError` (the file changed under us)."""
+    (:class:`gruconv.model.canonical.GraphRNN`, by function and name) by a call of ``trace``'s function
+    (:class:`Replacements`, shared by the nodes of one ``key``); returns how many.  A node the reader listed that is not there is an
+    :class:`InputError` (the file changed under us)."""
     wanted = {(r.function, r.name): r for r in rnns}
     seen = set()
-    reps = Replacements(tf, {f.signature.name for f in graph_def.library.function})
+    reps = Replacements(tf, {f.signature.name for f in graph_def.library.function}, trace, key)
     for n in graph_def.node:
         r = wanted.get((None, n.name))
         if r is not None and n.op == r.op:
-            _replace(n, reps.name_for(r))
+            _replace(n, reps.name_for(r, n))
             seen.add((None, n.name))
     for f in graph_def.library.function:
         for n in f.node_def:
             r = wanted.get((f.signature.name, n.name))
             if r is not None and n.op == r.op:
-                _replace(n, reps.name_for(r))
+                _replace(n, reps.name_for(r, n))
                 seen.add((f.signature.name, n.name))
     missing = [f"{name!r}" for key, name in ((k, k[1]) for k in wanted) if key not in seen]
     if missing:

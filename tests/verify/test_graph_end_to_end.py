@@ -1,0 +1,146 @@
+"""verify of a graph holding cuDNN ops, end to end: the original graph (each cuDNN node computed by the float64
+oracle from its own inputs, :mod:`gruconv.verify.reference.tf_graph`) against the converted SavedModel and the
+whole graph as ONNX on every serving_default output (:mod:`gruconv.verify.tfgraph`), beside each node's check.
+
+The reference itself is checked against real cuDNN: on every golden graph (``fixtures/graphs_golden``, real
+cuDNN 9.19 buffers and outputs) it gives cuDNN's ``y``/``hy``/``cy``."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from conftest import FIXTURES, assert_parity_failure
+from gruconv.cli import main
+from gruconv.model import target_gates
+
+pytestmark = pytest.mark.xdist_group("test_graph_end_to_end")
+
+LABEL = "end to end (whole graph as ONNX)"
+SM_LABEL = "end to end (converted SavedModel)"
+GOLDEN_GRAPHS = FIXTURES / "graphs_golden"
+GOLDEN = json.loads((GOLDEN_GRAPHS / "manifest.json").read_text())["fixtures"]
+#: The golden graph the reader refuses (an LSTM with projections).
+REFUSED = {"lstm_2l_bidir_proj_v3"}
+
+
+def run(*args):
+    """The CLI in-process; no exception may escape it (an exit code is gruconv's own)."""
+    res = CliRunner().invoke(main, [str(a) for a in args])
+    escaped = res.exception if not isinstance(res.exception, (SystemExit, type(None))) else None
+    assert escaped is None, f"{type(escaped).__name__}: {escaped}"
+    return res
+
+
+def _rows(path) -> dict:
+    return {c["name"]: c for c in json.loads(path.read_text())["checks"]}
+
+
+@pytest.fixture(scope="module")
+def tf():
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import tensorflow
+
+    return tensorflow
+
+
+def _laid_out(a, layout: str):
+    """A golden (time-major) array as the graph takes it (``fixtures/graphs_golden/manifest.json``)."""
+    if layout == "bt":
+        return a.transpose(1, 0, 2)
+    if layout == "mem":
+        return a.reshape(a.shape[1], a.shape[0], a.shape[2])
+    return a
+
+
+def _reference_outputs(tf, name, tmp_path) -> tuple:
+    from gruconv.readers.tfgraph import read
+    from gruconv.verify.reference.tf_graph import original
+
+    m = GOLDEN[name]
+    golden = np.load(FIXTURES / m["golden"])
+    ref = original(read(GOLDEN_GRAPHS / m["file"]).document().tf_graph, tmp_path / "original")
+    fn = tf.saved_model.load(str(ref)).signatures["serving_default"]
+    feeds = {k: _laid_out(golden[f["golden"]], f["layout"]) for k, f in m["feeds"].items()}
+    with tf.device("/CPU:0"):
+        got = {k: v.numpy() for k, v in fn(**{k: tf.constant(v) for k, v in feeds.items()}).items()}
+    want = {k: _laid_out(golden[f["golden"]], f["layout"]) for k, f in m["fetches"].items()}
+    return got, want
+
+
+@pytest.mark.parametrize("name", sorted(set(GOLDEN) - REFUSED))
+def test_the_reference_graph_computes_what_real_cudnn_computed(tf, name, tmp_path):
+    """The original graph with its cuDNN nodes computed by the oracle: every fetch within 5e-7 of real cuDNN's
+    strict-fp32 output (the nodes' params as the graph holds them: Const, variable, packed in the graph)."""
+    got, want = _reference_outputs(tf, name, tmp_path)
+    assert sorted(got) == sorted(want)
+    worst = {k: float(np.max(np.abs(got[k].astype(np.float64) - want[k]))) for k in want}
+    assert max(worst.values()) < 5e-7, worst
+
+
+def test_the_reference_comparison_can_fail(tf, tmp_path, monkeypatch):
+    """The check above is not vacuous: the oracle's GRU with its reset and update gates swapped is far off."""
+    from gruconv.verify.reference import oracle
+
+    gru = oracle.STEPS["gru"]
+    monkeypatch.setitem(oracle.STEPS, "gru", lambda xw, hr, h, c: gru([xw[1], xw[0], xw[2]], [hr[1], hr[0], hr[2]], h, c))
+    got, want = _reference_outputs(tf, "gru_2l_uni_v2", tmp_path)
+    assert min(float(np.max(np.abs(got[k] - want[k]))) for k in want) > 1e-3
+
+
+@pytest.mark.parametrize("src, outputs", [
+    (FIXTURES / "graphs" / "keras3_export", ["output_0"]),
+    (GOLDEN_GRAPHS / "lstm_2l_bidir_varlen_v3_bt.pb", ["cy", "hy", "y"]),
+    (GOLDEN_GRAPHS / "gru_2l_bidir_canonical_savedmodel", ["hy", "y"]),
+])
+def test_verify_compares_every_output_of_both_conversions_with_the_original(tmp_path, src, outputs):
+    res = run("verify", src, "--json", tmp_path / "r.json")
+    assert res.exit_code == 0, res.output
+    rows = _rows(tmp_path / "r.json")
+    for label in (SM_LABEL, LABEL):
+        assert sorted(k[len(label) + 2:] for k in rows if k.startswith(label)) == outputs
+        assert all(rows[f"{label}: {k}"]["passed"] for k in outputs)
+
+
+def test_a_planted_error_in_the_onnx_output_fails_its_end_to_end_rows(tmp_path, monkeypatch):
+    """An ONNX output with gate blocks left in cuDNN's order: each node's check (the SavedModel replacement
+    against the reference) and the SavedModel's end-to-end rows pass; the ONNX rows fail, exit 1."""
+    src, bad = GOLDEN_GRAPHS / "gru_2l_uni_v2.pb", tmp_path / "bad.onnx"
+    monkeypatch.setitem(target_gates.TARGET_GATE_NAMES["onnx"], "gru", target_gates.CELLS["gru"].gates)
+    assert run("convert", src, bad).exit_code == 0
+    monkeypatch.undo()
+    res = run("verify", src, bad, "--json", tmp_path / "r.json")
+    assert_parity_failure(res)
+    failed = sorted(k for k, c in _rows(tmp_path / "r.json").items() if not c["passed"])
+    assert failed == [f"{LABEL}: hy", f"{LABEL}: y"], failed
+
+
+def test_a_planted_error_in_the_saved_model_fails_its_rows(tmp_path, monkeypatch):
+    """The SavedModel's GRU with reset and update gates swapped: its node rows and its end-to-end rows fail,
+    the ONNX rows pass, exit 1."""
+    from gruconv.writers.saved_model import equations
+
+    gru = equations.STEPS["gru"]
+    monkeypatch.setitem(equations.STEPS, "gru",
+                        lambda tf_, xw, hr, h, c: gru(tf_, [xw[1], xw[0], xw[2]], [hr[1], hr[0], hr[2]], h, c))
+    res = run("verify", GOLDEN_GRAPHS / "gru_2l_uni_v2.pb", "--json", tmp_path / "r.json")
+    assert_parity_failure(res)
+    rows = _rows(tmp_path / "r.json")
+    assert not any(c["passed"] for k, c in rows.items() if k.startswith(SM_LABEL))
+    assert all(c["passed"] for k, c in rows.items() if k.startswith(LABEL))
+
+
+def test_without_tf2onnx_the_report_says_what_was_not_checked(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "tf2onnx", None)  # import tf2onnx: ModuleNotFoundError, as uninstalled
+    res = run("verify", GOLDEN_GRAPHS / "gru_1l_uni_v1.pb", "--json", tmp_path / "r.json")
+    assert res.exit_code == 0, res.output
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert not any(c["name"].startswith(LABEL) for c in report["checks"])
+    assert [c["passed"] for c in report["checks"] if c["name"].startswith(SM_LABEL)] == [True, True]
+    assert any(n.startswith(f"{LABEL}: not checked, tf2onnx is not installed") for n in report["notes"]), report["notes"]
