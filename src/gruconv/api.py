@@ -107,6 +107,11 @@ def convert(input, output, options=None, *, verify: bool = False, tolerance: flo
     outputs = Outputs(force=opts.force)
     with _said_of_input(document):
         planned = plan(document, output, opts)
+        if planned.route == "tf-graph-stacks":  # a graph's cuDNN nodes as bare stacks: their params evaluated
+            from .graph_stacks import stacks_of
+
+            document = stacks_of(document).document()
+            planned = plan(document, output, opts)
         if not verify:
             return write(document, planned, outputs, opts)
     from .verify import verify as _verify

@@ -305,6 +305,9 @@ class Document:
     names: list = field(default_factory=list)
     #: what the stacks are called in messages ("GRU", "LSTM", "RNN")
     stack_word: str = "RNN"
+    #: what holds several stacks, and how one is chosen for a one-file output, in messages
+    holder: str = "checkpoint"
+    choose_one: str = "pass --rnn SCOPE to convert one into {output}, or a directory as OUTPUT for all"
     #: notes for the user once something is converted (after :attr:`warnings`)
     notes: list = field(default_factory=list)
     #: notes added once a file was written

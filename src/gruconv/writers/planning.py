@@ -57,7 +57,8 @@ class Plan:
 
     ``route``: ``"nothing"`` (nothing to convert), ``"graph"`` (a Keras graph into one file),
     ``"graph-many"`` (a graph's RNNs one file each into :attr:`directory`), ``"stacks"`` (one file per
-    bare stack), ``"document"`` (every stack and the other tensors into one file)."""
+    bare stack), ``"document"`` (every stack and the other tensors into one file), ``"tf-graph-stacks"``
+    (a TensorFlow graph's cuDNN nodes as bare stacks: planned again once their params are evaluated)."""
 
     output: Path
     route: str
@@ -207,7 +208,10 @@ def _plan_graph(document, output: Path, options) -> Plan:
 def _plan_tf_graph(document, output: Path, options) -> Plan:
     """A graph holding cuDNN ops: to a writer of ``tf-graph`` targets (``--format``, else ``saved-model``
     for an output whose name no writer claims), a directory written as one piece, or of ``tf-graph-file``
-    targets (``model.onnx``: the whole graph in one file)."""
+    targets (``model.onnx``, a name the writer claims: the whole graph in one file); to any other writer of bare
+    stacks (``.keras``, ``.safetensors``, ``--format keras|onnx DIR``: a directory of them): the cuDNN nodes'
+    stacks alone, route
+    ``tf-graph-stacks`` (the driver evaluates their params and plans the stacks: ``api.convert``)."""
     from ..files.outputs import check_outputs as never_an_input, check_target, check_tree_target
 
     never_an_input([output], document.inputs)
@@ -216,14 +220,17 @@ def _plan_tf_graph(document, output: Path, options) -> Plan:
     if "tf-graph" in writer.KINDS:
         check_tree_target(output, force=options.force)
         kind = "tf-graph"
-    elif "tf-graph-file" in writer.KINDS:
+    elif "tf-graph-file" in writer.KINDS and writers.claimed_by(output) == fmt:
         check_target(output, force=options.force)
         kind = "tf-graph-file"
+    elif "stack" in writer.KINDS:
+        return Plan(output=output, route="tf-graph-stacks", format=fmt)
     else:
         dirs, files = ", ".join(writers.by_kind("tf-graph")), ", ".join(writers.by_kind("tf-graph-file"))
         raise UsageError(f"a TensorFlow graph holding cuDNN ops converts to a SavedModel directory (--format {dirs}: "
-                         f"name OUTPUT without a model suffix) or to one file of the whole graph (--format {files}: "
-                         f"OUTPUT.onnx), not to {fmt}", path=output)
+                         f"name OUTPUT without a model suffix), to one file of the whole graph (--format {files}: "
+                         f"OUTPUT.onnx) or to its cuDNN nodes' stacks alone (OUTPUT.keras, OUTPUT.safetensors, a "
+                         f"directory), not to {fmt}", path=output)
     return Plan(output=output, route="graph", format=fmt, targets=[Target(kind, path=output, force=options.force)])
 
 
@@ -284,9 +291,8 @@ def _plan_stacks(document, output: Path, options) -> Plan:
     n = len(document.stacks)
     if not as_dir and n > 1 and not whole:
         scopes = ", ".join(repr(s) for s in document.names)
-        raise UsageError(f"the checkpoint holds {n} {document.stack_word} stacks ({scopes}): "
-                         f"pass --rnn SCOPE to "
-                         f"convert one into {output.name}, or a directory as OUTPUT for all", path=Path(document.source))
+        raise UsageError(f"the {document.holder} holds {n} {document.stack_word} stacks ({scopes}): "
+                         + document.choose_one.format(output=output.name), path=Path(document.source))
     if as_dir and output.suffix.lower() in _NOT_A_DIRECTORY:  # (.h5 here: --format keras)
         raise UsageError(f"a TF1 checkpoint converts to Keras 3 .keras models (or weights: *.h5 legacy layout, "
                          f"*.weights.h5 Keras 3): name OUTPUT *.keras, *.h5, or a directory "

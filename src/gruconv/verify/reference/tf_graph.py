@@ -84,9 +84,10 @@ def _shape(s: dict, x, h, params):
     return shape
 
 
-def _node(s: dict):
+def _node(s: dict, record=None):
     """``compute(input, input_h, input_c, params[, sequence_lengths]) -> (output, output_h, output_c)`` of a
-    cuDNN node of settings ``s``, in NumPy (the op's layouts; module docstring)."""
+    cuDNN node of settings ``s``, in NumPy (the op's layouts; module docstring); ``record(params)``, where
+    given, is called with each ``params`` it computes with."""
     from ...model.canonical import RNNStack
     from ...model.cudnn_layout import unpack
     from .oracle import run_stack
@@ -97,6 +98,8 @@ def _node(s: dict):
     def compute(x, h, c, params, lengths=None):
         x, h, c, params = (np.asarray(t.numpy()) for t in (x, h, c, params))
         lengths = None if lengths is None else np.asarray(lengths.numpy())
+        if record is not None:
+            record(params)
         shape = _shape(s, x, h, params)
         LD, H = shape.num_pseudo_layers, shape.units
         lstm = "c" in shape.cell_spec.states
@@ -128,12 +131,12 @@ def key(rnn, node) -> tuple:
     return node.op, attrs, len([i for i in node.input if not i.startswith("^")])
 
 
-def trace(tf, rnn, node):
+def trace(tf, rnn, node, record=None):
     """The concrete function standing for ``node`` in the reference graph: the op's inputs and outputs
     (:data:`gruconv.writers.saved_model.equations.OUTPUTS`), its values from a ``tf.py_function`` callback
     configured by the NodeDef alone (:func:`settings`; sizes from the tensors at run time).  The callback
     stays registered while this process runs (TensorFlow's ``script_ops`` keeps a reference to it on the
-    outermost graph)."""
+    outermost graph).  ``record``: :func:`_node`'s."""
     from ...writers.saved_model.equations import OUTPUTS, WITH_LENGTHS
 
     s = settings(tf, node)
@@ -152,7 +155,7 @@ def trace(tf, rnn, node):
     if node.op in WITH_LENGTHS:
         specs.append(tf.TensorSpec([None], tf.int32, "sequence_lengths"))
     names = OUTPUTS[node.op]
-    compute = _node(s)
+    compute = _node(s, record)
 
     def run(*args):
         y, h, c = tf.py_function(compute, list(args), Tout=[dtype, dtype, dtype])
@@ -162,6 +165,61 @@ def trace(tf, rnn, node):
         return tuple(out)
 
     return tf.function(run, input_signature=specs, autograph=False).get_concrete_function()
+
+
+#: The signature inputs tried by :func:`node_params`, per unknown dimension (as the writer's serve check).
+PROBE_SIZES = (1, 2, 3, 4, 6, 8)
+
+
+def _probe(tf, fn) -> bool:
+    """Run signature ``fn`` once on the CPU (float inputs 0, integer inputs 1: a sequence length of one step),
+    every unknown dimension at each of :data:`PROBE_SIZES` until one runs; whether one did."""
+    specs = fn.structured_input_signature[1]
+    for k in PROBE_SIZES:
+        args = {}
+        for name, spec in specs.items():
+            shape = [k if d is None else d for d in (spec.shape.as_list() if spec.shape.rank is not None else [])]
+            args[name] = (tf.fill(shape, "") if spec.dtype == tf.string else
+                          tf.ones(shape, spec.dtype) if spec.dtype.is_integer else tf.zeros(shape, spec.dtype))
+        try:
+            with tf.device("/CPU:0"):
+                fn(**args)
+            return True
+        except tf.errors.InvalidArgumentError:
+            continue
+    return False
+
+
+def node_params(graph) -> dict:
+    """``{(graph index, function, node name): params}``: the opaque buffer each cuDNN RNN node of ``graph``
+    computes with, as the graph computes it (a ``Const``, a variable, a buffer packed in the graph from its
+    variables): the graph run once by TensorFlow on the CPU, each signature on probe inputs
+    (:func:`_probe`), its cuDNN nodes computed by the oracle and their ``params`` inputs recorded.  Nodes
+    no signature reaches are missing from the answer."""
+    from ...files.outputs import scratch_dir
+    from ...keras3.runtime import import_quietly
+    from ...writers.saved_model.build import rewritten
+
+    tf = import_quietly("tensorflow")
+    found: dict = {}
+
+    def traced(tf_, rnn, node):
+        where = (rnn.graph, rnn.function, rnn.name)
+        return trace(tf_, rnn, node, record=lambda params: found.setdefault(where, np.array(params)))
+
+    def per_node(rnn, node):  # a node's own function: its callback records for it alone
+        return (rnn.graph, rnn.function, rnn.name) + key(rnn, node)
+
+    with scratch_dir(prefix="gruconv-graph-params-") as tmp:
+        out = Path(tmp) / "original"
+        out.mkdir()
+        rewritten(graph, out, (traced, per_node))
+        with tf.device("/CPU:0"):
+            loaded = tf.saved_model.load(str(out))
+        for name in sorted(loaded.signatures.keys()):
+            _probe(tf, loaded.signatures[name])
+        del loaded
+    return found
 
 
 def original(graph, out: Path) -> Path:

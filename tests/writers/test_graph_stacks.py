@@ -1,0 +1,116 @@
+"""A graph's cuDNN nodes as bare stacks (:mod:`gruconv.graph_stacks`): ``convert GRAPH out.keras`` /
+``out.safetensors`` / ``--format keras|onnx DIR``, their params evaluated as the graph computes them.
+
+Numerical truth: ``fixtures/graphs_golden`` (real cuDNN 9.19 buffers inside graphs, cuDNN's own outputs): each
+graph's stack, written as PyTorch ``.safetensors`` and run by ``torch.nn.GRU``/``LSTM`` on the golden inputs
+(initial states, sequence lengths), gives cuDNN's ``y``/``hy``/``cy``."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from conftest import FIXTURES, assert_parity_failure
+from gruconv.cli import main
+
+pytestmark = pytest.mark.xdist_group("test_graph_stacks")
+
+GOLDEN_GRAPHS = FIXTURES / "graphs_golden"
+GOLDEN = json.loads((GOLDEN_GRAPHS / "manifest.json").read_text())["fixtures"]
+CONVERTIBLE = sorted(k for k in GOLDEN if k != "lstm_2l_bidir_proj_v3")
+EXPORT = FIXTURES / "graphs" / "keras3_export"
+
+
+def run(*args):
+    """The CLI in-process; no exception may escape it (an exit code is gruconv's own)."""
+    res = CliRunner().invoke(main, [str(a) for a in args])
+    escaped = res.exception if not isinstance(res.exception, (SystemExit, type(None))) else None
+    assert escaped is None, f"{type(escaped).__name__}: {escaped}"
+    return res
+
+
+def _torch_outputs(path, golden) -> dict:
+    from gruconv.torch import run_torch
+
+    c0 = golden["c0"] if "c0" in golden.files else None
+    lengths = golden["seq_lengths"] if "seq_lengths" in golden.files else None
+    y, hy, cy = run_torch(path, golden["x"], golden["h0"], c0, lengths)
+    return {"y": y, "hy": hy, **({"cy": cy} if cy is not None else {})}
+
+
+def _worst(path, name) -> float:
+    golden = np.load(FIXTURES / GOLDEN[name]["golden"])
+    got = _torch_outputs(path, golden)
+    return max(float(np.max(np.abs(got[k].astype(np.float64) - golden[k]))) for k in got)
+
+
+@pytest.mark.parametrize("name", CONVERTIBLE)
+def test_every_golden_graph_stack_computes_what_cudnn_computed(tmp_path, name):
+    """Const, variable and in-graph-packed params alike: the stack written alone runs cuDNN's numbers (torch on
+    the CPU, within 5e-7 of strict fp32), and the output says the graph's other ops are not in it."""
+    out = tmp_path / "stack.safetensors"
+    res = run("convert", GOLDEN_GRAPHS / GOLDEN[name]["file"], out)
+    assert res.exit_code == 0, res.output
+    assert "cuDNN node stack(s) written alone" in res.output
+    assert _worst(out, name) < 5e-7
+
+
+def test_a_wrong_params_buffer_is_caught_by_the_comparison(tmp_path, monkeypatch):
+    """The comparison above can fail: params evaluated wrong (the buffer reversed) are far from cuDNN's."""
+    from gruconv.verify.reference import tf_graph
+
+    real = tf_graph.node_params
+    monkeypatch.setattr(tf_graph, "node_params", lambda graph: {k: v[::-1].copy() for k, v in real(graph).items()})
+    out = tmp_path / "stack.safetensors"
+    assert run("convert", GOLDEN_GRAPHS / GOLDEN["gru_2l_uni_v2"]["file"], out).exit_code == 0
+    assert _worst(out, "gru_2l_uni_v2") > 1e-3
+
+
+def test_a_keras_export_converts_to_one_keras_model_per_node_and_verifies(tmp_path):
+    """Keras 3's export computes each node's params from its variables inside a function: a directory of
+    ``.keras`` models, each opened by plain ``load_model``; verify checks each against the reference on those
+    params (exit 0) and says why the graph is not checked end to end."""
+    import keras
+
+    out = tmp_path / "stacks"
+    res = run("convert", EXPORT, out, "--format", "keras")
+    assert res.exit_code == 0, res.output
+    files = sorted(p.name for p in out.iterdir())
+    assert len(files) == 4 and all(f.endswith(".keras") for f in files), files
+    for f in files:
+        keras.saving.load_model(out / f)
+    res = run("verify", EXPORT, out, "--json", tmp_path / "r.json")
+    assert res.exit_code == 0, res.output
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert len(report["checks"]) == 4 and report["passed"]
+    assert any(n.startswith("end to end: not checked, the converted stacks") for n in report["notes"])
+
+
+def test_onnx_stacks_go_to_a_directory_and_a_dot_onnx_file_is_the_whole_graph(tmp_path):
+    out = tmp_path / "onnx_stacks"
+    assert run("convert", EXPORT, out, "--format", "onnx").exit_code == 0
+    assert len(list(out.glob("*.onnx"))) == 4
+    whole = tmp_path / "model.onnx"
+    res = run("convert", EXPORT, whole)
+    assert res.exit_code == 0 and whole.is_file() and "written alone" not in res.output
+
+
+def test_several_nodes_into_one_file_is_a_usage_line(tmp_path):
+    res = run("convert", EXPORT, tmp_path / "one.keras")
+    assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
+    assert "the graph holds 4 RNN stacks" in res.output and "name a directory as OUTPUT" in res.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_planted_error_in_a_written_stack_fails_verify(tmp_path, monkeypatch):
+    """A GRU written with its reset and update gates swapped: verify of the written stack fails, exit 1."""
+    from gruconv.model import target_gates
+
+    out = tmp_path / "stack.safetensors"
+    monkeypatch.setitem(target_gates.TARGET_GATE_NAMES["torch"], "gru", ("update", "reset", "candidate"))
+    assert run("convert", GOLDEN_GRAPHS / GOLDEN["gru_2l_uni_v2"]["file"], out).exit_code == 0
+    monkeypatch.undo()
+    assert_parity_failure(run("verify", GOLDEN_GRAPHS / GOLDEN["gru_2l_uni_v2"]["file"], out))
