@@ -66,9 +66,7 @@ class GraphStacksDoc:
         d = Document(source=b.source, reader=b.reader, stacks=list(self.stacks), inputs=list(b.inputs),
                      warnings=list(b.warnings))
         d.names = [e.scope for e in self.stacks]
-        cells = {e.cell for e in self.stacks}
-        d.stack_word = cells.pop().upper() if len(cells) == 1 else "RNN"
-        d.holder, d.choose_one = "graph", "name a directory as OUTPUT (one file per node)"
+        d.stack_word, d.holder, d.choose_one = b.stack_word, b.holder, b.choose_one
         d.row = lambda i, nonfinite=None: {**b.row(i), "converts_to": describe_keras_stack(self.stacks[i].shape)}
         d.notes = [f"{len(self.stacks)} cuDNN node stack(s) written alone: the graph's other ops are not in the output "
                    "(convert to a SavedModel directory or to OUTPUT.onnx for the whole graph)"]

@@ -33,10 +33,8 @@ from gruconv.readers.tfgraph import protos
 GRAPHS = FIXTURES / "graphs"
 MANIFEST = json.loads((GRAPHS / "manifest.json").read_text())["fixtures"]
 GPU_ONLY = ("keras3_export", "frozen_gru.pb", "frozen_gru_bidir_skip.pbtxt")  # graphs running cuDNN ops
-#: What ``convert`` to a model file says of them (exit 2): a graph becomes a SavedModel directory.
-NOT_A_KERAS_FILE = ("a TensorFlow graph holding cuDNN ops converts to a SavedModel directory (--format saved-model: "
-                    "name OUTPUT without a model suffix) or to one file of the whole graph (--format onnx: "
-                    "OUTPUT.onnx), not to keras")
+#: What ``convert`` of a graph of several cuDNN nodes to one model file says (exit 2), before any TensorFlow.
+SEVERAL_INTO_ONE = "the graph holds 4 cuDNN node stacks ("
 
 
 def _run(args, **kw):
@@ -132,11 +130,17 @@ def test_inspect_lists_each_cudnn_node_with_its_settings():
 
 
 @pytest.mark.parametrize("name", sorted(GPU_ONLY))
-def test_convert_of_a_graph_running_cudnn_ops_to_a_keras_name_is_a_usage_line(name, tmp_path):
-    """Never "nothing to convert" (exit 0): a ``.keras`` name is a usage line (exit 2) naming the output a graph
-    gets (a SavedModel directory); nothing written.  (verify of these graphs: tests/writers/test_saved_model.py.)"""
-    _one_line_error(_run(["convert", GRAPHS / name, tmp_path / "out.keras"]), 2, NOT_A_KERAS_FILE)
-    assert list(tmp_path.iterdir()) == []
+def test_convert_of_a_graph_running_cudnn_ops_to_a_keras_name_is_never_nothing_to_convert(name, tmp_path):
+    """Never "nothing to convert" (exit 0): a ``.keras`` name gets the one cuDNN node's stack
+    (:mod:`gruconv.graph_stacks`), or, for several nodes, a usage line (exit 2) with nothing written.
+    (verify of these graphs: tests/verify/test_graph_end_to_end.py, tests/writers/test_graph_stacks.py.)"""
+    r = _run(["convert", GRAPHS / name, tmp_path / "out.keras"])
+    if name == "keras3_export":
+        _one_line_error(r, 2, SEVERAL_INTO_ONE)
+        assert list(tmp_path.iterdir()) == []
+    else:
+        assert r.exit_code == 0 and f"wrote {tmp_path / 'out.keras'}\n" in r.output, r.output
+        assert "nothing to convert" not in r.output
 
 
 def test_inspect_convert_and_verify_of_a_graph_import_no_framework(tmp_path):

@@ -101,7 +101,7 @@ def test_onnx_stacks_go_to_a_directory_and_a_dot_onnx_file_is_the_whole_graph(tm
 def test_several_nodes_into_one_file_is_a_usage_line(tmp_path):
     res = run("convert", EXPORT, tmp_path / "one.keras")
     assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
-    assert "the graph holds 4 RNN stacks" in res.output and "name a directory as OUTPUT" in res.output
+    assert "the graph holds 4 cuDNN node stacks" in res.output and "name a directory as OUTPUT" in res.output
     assert list(tmp_path.iterdir()) == []
 
 

@@ -155,14 +155,14 @@ def test_an_existing_output_is_refused_before_any_work(tmp_path):
     _one_line_error(_run(["convert", src, f, "--force"]), 3, "output exists and is not a directory")
 
 
-def test_a_graph_to_a_model_file_name_is_a_usage_line(tmp_path):
-    """A Keras model name (or any writer with no graph target) is a usage line; .onnx is the whole graph."""
+def test_a_graph_to_a_model_file_name_writes_its_stack(tmp_path):
+    """A model file name of a stack writer gets the graph's cuDNN node stack (:mod:`gruconv.graph_stacks`); .onnx
+    is the whole graph; a SavedModel directory is the natural output."""
     src = GOLDEN_GRAPHS / GOLDEN["gru_1l_uni_v1"]["file"]
-    for name, fmt in (("o.keras", "keras"), ("o.weights.h5", "keras-weights"), ("o.safetensors", "torch")):
-        _one_line_error(_run(["convert", src, tmp_path / name]), 2,
-                        "converts to a SavedModel directory (--format saved-model: name OUTPUT without a model "
-                        f"suffix) or to one file of the whole graph (--format onnx: OUTPUT.onnx), not to {fmt}")
-    assert list(tmp_path.iterdir()) == []
+    for name in ("o.keras", "o.weights.h5", "o.safetensors", "o.h5"):
+        r = _run(["convert", src, tmp_path / name])
+        assert r.exit_code == 0 and "cuDNN node stack(s) written alone" in r.output, (name, r.output)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.h5", "o.keras", "o.safetensors", "o.weights.h5"]
 
 
 # --------------------------------------------------------------------------- slow: written and served on the CPU

@@ -224,6 +224,7 @@ def _plan_tf_graph(document, output: Path, options) -> Plan:
         check_target(output, force=options.force)
         kind = "tf-graph-file"
     elif "stack" in writer.KINDS:
+        _one_file_of_many(document, output, _stack_format(output, options))  # before any params are evaluated
         return Plan(output=output, route="tf-graph-stacks", format=fmt)
     else:
         dirs, files = ", ".join(writers.by_kind("tf-graph")), ", ".join(writers.by_kind("tf-graph-file"))
@@ -278,6 +279,15 @@ def file_stem(scope: str, default: str = "gru_stack") -> str:
     return stem or default
 
 
+def _one_file_of_many(document, output: Path, fmt: Optional[str]) -> None:
+    """Several stacks (``document.names``) into one file of a writer that holds one: the usage line."""
+    n = len(document.names)
+    if fmt is not None and n > 1 and "document" not in writers.module(fmt).KINDS:
+        scopes = ", ".join(repr(s) for s in document.names)
+        raise UsageError(f"the {document.holder} holds {n} {document.stack_word} stacks ({scopes}): "
+                         + document.choose_one.format(output=output.name), path=Path(document.source))
+
+
 def _plan_stacks(document, output: Path, options) -> Plan:
     from ..files.outputs import check_outputs as never_an_input, check_target
 
@@ -288,11 +298,7 @@ def _plan_stacks(document, output: Path, options) -> Plan:
     if fmt is not None and output.is_dir():
         raise OutputError(f"--format {fmt} writes one file: OUTPUT is a directory", path=output)
     whole = not as_dir and "document" in writers.module(fmt).KINDS
-    n = len(document.stacks)
-    if not as_dir and n > 1 and not whole:
-        scopes = ", ".join(repr(s) for s in document.names)
-        raise UsageError(f"the {document.holder} holds {n} {document.stack_word} stacks ({scopes}): "
-                         + document.choose_one.format(output=output.name), path=Path(document.source))
+    _one_file_of_many(document, output, fmt)
     if as_dir and output.suffix.lower() in _NOT_A_DIRECTORY:  # (.h5 here: --format keras)
         raise UsageError(f"a TF1 checkpoint converts to Keras 3 .keras models (or weights: *.h5 legacy layout, "
                          f"*.weights.h5 Keras 3): name OUTPUT *.keras, *.h5, or a directory "

@@ -355,6 +355,7 @@ class GraphDoc:
             d.names = [n.name for n in self._rnn_nodes()]
             d.row = self._row
             d.stack_word = "cuDNN node"
+            d.holder, d.choose_one = "graph", "name a directory as OUTPUT (one file per node)"
         return d
 
 
