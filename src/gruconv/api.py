@@ -101,7 +101,7 @@ def convert(input, output, options=None, *, verify: bool = False, tolerance: flo
 
     opts = Options.of(options, **kw)
     input, output = Path(input), Path(output)
-    module = readers.module(readers.detect(input))
+    module = readers.module(run_options.reader_for(input, output, opts))
     refuse_unread(module, output, opts)
     document = module.read(input, opts).document()
     outputs = Outputs(force=opts.force)

@@ -65,3 +65,44 @@ def refuse_unread(options, accepted, what: str) -> None:
         it = "it" if len(unread) == 1 else "them"
         raise UsageError(f"{', '.join(unread)} {'does' if len(unread) == 1 else 'do'} not apply to {what}: "
                          f"refusing to ignore {it}")
+
+
+# --------------------------------------------------------------------------- which reader
+
+#: The reader of graphs holding cuDNN ops (:mod:`gruconv.readers.tfgraph`).
+GRAPH_READER = "tf-graph"
+
+
+def _graph_target(target, options) -> bool:
+    """Whether ``target`` is written (or was written) by a writer of a TensorFlow graph in place: a
+    SavedModel directory (``--format saved-model``; an existing one, for verify) or the whole graph as one
+    file (a name such a writer claims: ``model.onnx``)."""
+    from pathlib import Path
+
+    from .files.outputs import REPLACEABLE_TREES as SAVED_MODEL_FILES
+
+    if target is None:
+        return False
+    p = Path(target)
+    fmt = writers.output_format(p, options) if options is not None else writers.claimed_by(p)
+    if fmt is not None:
+        kinds = writers.module(fmt).KINDS
+        return "tf-graph" in kinds or ("tf-graph-file" in kinds and writers.claimed_by(p) == fmt)
+    return p.is_dir() and any((p / n).is_file() for n in SAVED_MODEL_FILES)
+
+
+def reader_for(input, target=None, options=None) -> str:
+    """The reader of ``input`` for converting it to ``target`` (or verifying ``target`` against it): the one
+    that claims it (:func:`gruconv.readers.detect`), except for a SavedModel another reader claims (a tf.keras
+    one, for its Keras config) whose graph holds cuDNN ops and whose ``target`` is the graph rewritten in
+    place (:func:`_graph_target`): that one the graph reader reads, so ``convert tf_keras_dir/ cpu_model/
+    --format saved-model`` and ``convert tf_keras_dir/ model.onnx`` do what they do for any graph (and say
+    "already serves on a CPU" of a graph whose cuDNN nodes all have a CPU twin)."""
+    name = readers.detect(input)
+    if name == GRAPH_READER or not _graph_target(target, options):
+        return name
+    graph = readers.module(GRAPH_READER)
+    try:
+        return GRAPH_READER if graph.read(input).content in ("tf-graph", "final") else name
+    except Exception:  # noqa: BLE001 - not a graph this reader reads: the claiming reader says what it is
+        return name

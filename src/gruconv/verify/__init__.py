@@ -141,8 +141,9 @@ def verify(input, converted=None, options: Optional[Options] = None, *, toleranc
         from ..files.inputs import regular_file
 
         regular_file(converted, "a converted model (.keras or weights .h5)")
-    module = readers.module(readers.detect(input))
     from .. import run_options, writers
+
+    module = readers.module(run_options.reader_for(input, converted))
 
     run_options.refuse_unread(opts, run_options.accepted_options(module.FORMAT, list(writers.WRITERS)),
                               module.DESCRIPTION)

@@ -1,0 +1,81 @@
+"""Which reader reads an input (:func:`gruconv.run_options.reader_for`): a tf.keras 2.x SavedModel of CuDNN layers
+is the tf2 reader's for its Keras config (to a ``.keras``), and the graph reader's when the output is the graph
+rewritten in place (a SavedModel directory, the whole graph as ``.onnx``): its graph holds ``CudnnRNN`` ops
+with no CPU twin, so it serves on no CPU as it is."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from conftest import FIXTURES
+from gruconv.cli import main
+from gruconv.run_options import reader_for
+
+pytestmark = pytest.mark.xdist_group("test_reader_for")
+
+CUDNN_SM = FIXTURES / "graphs" / "tf_keras_cudnngru"   # tf_keras SavedModel, CuDNNGRU layers
+TWINNED_SM = FIXTURES / "graphs" / "tf_keras_gru_lstm"  # tf_keras SavedModel, GRU/LSTM: cuDNN nodes with CPU twins
+
+
+def run(*args):
+    res = CliRunner().invoke(main, [str(a) for a in args])
+    escaped = res.exception if not isinstance(res.exception, (SystemExit, type(None))) else None
+    assert escaped is None, f"{type(escaped).__name__}: {escaped}"
+    return res
+
+
+def test_the_output_decides_between_the_keras_config_and_the_graph(tmp_path):
+    sm_dir = tmp_path / "sm"
+    (sm_dir).mkdir()
+    (sm_dir / "saved_model.pb").write_bytes(b"")
+    assert reader_for(CUDNN_SM) == "tf2-checkpoint"
+    assert reader_for(CUDNN_SM, tmp_path / "m.keras") == "tf2-checkpoint"
+    assert reader_for(CUDNN_SM, tmp_path / "m.onnx") == "tf-graph"
+    assert reader_for(CUDNN_SM, sm_dir) == "tf-graph"  # verify of a converted SavedModel
+    assert reader_for(FIXTURES / "graphs" / "keras3_export", tmp_path / "m.keras") == "tf-graph"
+
+
+def test_a_tf_keras_saved_model_of_cudnn_layers_converts_to_a_cpu_saved_model_and_verifies(tmp_path):
+    """Served on the CPU by TensorFlow, the rewritten SavedModel predicts what the ``.keras`` conversion (through
+    the Keras config, checked against tf_keras by its own verify) predicts; both verify exit 0."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import keras
+    import tensorflow as tf
+
+    from gruconv.writers.saved_model.rewrite import cudnn_ops_left
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    out, model = tmp_path / "cpu_model", tmp_path / "m.keras"
+    res = run("convert", CUDNN_SM, out, "--format", "saved-model")
+    assert res.exit_code == 0, res.output
+    sm = saved_model_pb2.SavedModel()
+    sm.ParseFromString((out / "saved_model.pb").read_bytes())
+    assert cudnn_ops_left([m.graph_def for m in sm.meta_graphs], [m.meta_info_def.stripped_op_list
+                                                                   for m in sm.meta_graphs]) == []
+    assert run("convert", CUDNN_SM, model).exit_code == 0
+    fn = tf.saved_model.load(str(out)).signatures["serving_default"]
+    (name, spec), = fn.structured_input_signature[1].items()
+    x = np.random.default_rng(1).uniform(-1, 1, [3 if d is None else d for d in spec.shape.as_list()]).astype("float32")
+    with tf.device("/CPU:0"):
+        served = list(fn(**{name: tf.constant(x)}).values())[0].numpy()
+    predicted = keras.saving.load_model(model).predict(x, verbose=0)
+    assert np.max(np.abs(served - predicted)) < 1e-5
+    res = run("verify", CUDNN_SM, out)
+    assert res.exit_code == 0 and "end to end (converted SavedModel)" in res.output, res.output
+
+
+def test_the_whole_graph_as_onnx_of_a_tf_keras_saved_model(tmp_path):
+    out = tmp_path / "m.onnx"
+    assert run("convert", CUDNN_SM, out).exit_code == 0
+    res = run("verify", CUDNN_SM, out)
+    assert res.exit_code == 0 and "end to end (whole graph as ONNX)" in res.output, res.output
+
+
+def test_a_tf_keras_saved_model_that_already_serves_on_a_cpu_is_said_so(tmp_path):
+    res = run("convert", TWINNED_SM, tmp_path / "cpu_model", "--format", "saved-model")
+    assert res.exit_code == 0 and "already serves on a CPU" in res.output, res.output
+    assert list(tmp_path.iterdir()) == []
