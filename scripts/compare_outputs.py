@@ -39,7 +39,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
-SKIP_NAMES = {"manifest.json", "README.md", "corpus.txt"}
+SKIP_NAMES = {"manifest.json", "README.md", "corpus.txt", "stacks"}  # stacks: graphs_golden's written outputs
 SKIP_DIRS = {"cudnn-golden", "cudnn-golden-lstm", "__pycache__"}
 FORMATS = (None, "keras", "h5-weights", "keras-weights", "torch", "onnx")
 

@@ -22,6 +22,8 @@ GOLDEN_GRAPHS = FIXTURES / "graphs_golden"
 GOLDEN = json.loads((GOLDEN_GRAPHS / "manifest.json").read_text())["fixtures"]
 CONVERTIBLE = sorted(k for k in GOLDEN if k != "lstm_2l_bidir_proj_v3")
 EXPORT = FIXTURES / "graphs" / "keras3_export"
+#: Each convertible golden graph's stack as convert writes it (``fixtures/make_golden_graph_stacks.py``).
+STACKS = GOLDEN_GRAPHS / "stacks"
 
 
 def run(*args):
@@ -56,6 +58,38 @@ def test_every_golden_graph_stack_computes_what_cudnn_computed(tmp_path, name):
     assert res.exit_code == 0, res.output
     assert "cuDNN node stack(s) written alone" in res.output
     assert _worst(out, name) < 5e-7
+
+
+@pytest.mark.parametrize("name", CONVERTIBLE)
+def test_the_committed_stacks_are_what_convert_writes(tmp_path, name):
+    """``fixtures/graphs_golden/stacks`` (run on the GPU, where no TensorFlow evaluates params) is, byte for
+    byte, what ``convert`` writes today (``fixtures/make_golden_graph_stacks.py`` writes it again)."""
+    out = tmp_path / "stack.safetensors"
+    assert run("convert", GOLDEN_GRAPHS / GOLDEN[name]["file"], out).exit_code == 0
+    assert out.read_bytes() == (STACKS / f"{name}.safetensors").read_bytes()
+
+
+@pytest.mark.gpu
+def test_every_golden_graph_stack_on_cuda_computes_what_cudnn_computed():
+    """The committed stacks run by ``torch.nn.GRU``/``LSTM`` on CUDA (cuDNN, TF32 off) on the golden inputs:
+    within the verdict's tolerance (1e-5) of the outputs cuDNN gave for the same buffers inside the graphs."""
+    import torch
+
+    from gruconv.torch import load, run_torch
+
+    if not torch.cuda.is_available():
+        pytest.fail("pytest -m gpu needs CUDA: torch.cuda.is_available() is False")
+    worst = {}
+    for name in CONVERTIBLE:
+        golden = np.load(FIXTURES / GOLDEN[name]["golden"])
+        mods = load(STACKS / f"{name}.safetensors", device="cuda")
+        c0 = golden["c0"] if "c0" in golden.files else None
+        lengths = golden["seq_lengths"] if "seq_lengths" in golden.files else None
+        y, hy, cy = run_torch(mods, golden["x"], golden["h0"], c0, lengths, device="cuda", strict=True)
+        got = {"y": y, "hy": hy, **({"cy": cy} if cy is not None else {})}
+        worst[name] = max(float(np.max(np.abs(got[k].astype(np.float64) - golden[k]))) for k in got)
+        print(f"{name}: torch CUDA strict fp32 vs cuDNN inside the graph {worst[name]:.2e}")
+    assert max(worst.values()) <= 1e-5, worst
 
 
 def test_a_wrong_params_buffer_is_caught_by_the_comparison(tmp_path, monkeypatch):
