@@ -173,7 +173,8 @@ def main():
     checkpoints, TF2 checkpoints and tf.keras SavedModels (format detected from
     content), as the Keras that wrote them reads them; rewrites SavedModels and
     frozen graphs (.pb, .pbtxt) holding cuDNN ops into SavedModels that serve on
-    a CPU, or the whole graph as ONNX. Writes Keras 3 .keras / .weights.h5,
+    a CPU, the whole graph as ONNX, or their cuDNN stacks alone. Writes Keras 3
+    .keras / .weights.h5,
     legacy-layout .h5 weights, PyTorch .safetensors and ONNX.
 
     \b
@@ -305,7 +306,9 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
     graph (.pb/.pbtxt) holding CudnnRNN ops becomes a SavedModel directory
     with each cuDNN node replaced by standard ops (serves on a CPU; needs
     TensorFlow), or with an OUTPUT.onnx name the whole graph as ONNX (needs
-    tf2onnx). A legacy file is read as the
+    tf2onnx), or with a .keras/.safetensors name (or --format keras|onnx DIR)
+    its cuDNN stacks alone, params as the graph computes them (needs
+    TensorFlow). A legacy file is read as the
     Keras that wrote it reads it (docs/legacy-dialects.md). Written
     atomically; an existing OUTPUT is refused without --force.
 

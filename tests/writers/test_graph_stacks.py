@@ -148,3 +148,17 @@ def test_a_planted_error_in_a_written_stack_fails_verify(tmp_path, monkeypatch):
     assert run("convert", GOLDEN_GRAPHS / GOLDEN["gru_2l_uni_v2"]["file"], out).exit_code == 0
     monkeypatch.undo()
     assert_parity_failure(run("verify", GOLDEN_GRAPHS / GOLDEN["gru_2l_uni_v2"]["file"], out))
+
+
+def test_batch_names_a_graphs_outputs_by_what_is_written(tmp_path):
+    """Batch mode: ``--format keras`` gives a one-node graph ``NAME.keras`` and a graph of several nodes a
+    directory of them; ``--format onnx`` the whole graph in ``NAME.onnx``; no format a SavedModel directory."""
+    frozen = FIXTURES / "graphs" / "frozen_gru.pb"
+    res = run("convert", EXPORT, frozen, "--out-dir", tmp_path / "k", "--format", "keras", "--jobs", "1")
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "k" / "frozen_gru.keras").is_file()
+    assert len(list((tmp_path / "k" / "keras3_export").glob("*.keras"))) == 4
+    res = run("convert", EXPORT, "--out-dir", tmp_path / "o", "--format", "onnx", "--jobs", "1")
+    assert res.exit_code == 0 and (tmp_path / "o" / "keras3_export.onnx").is_file(), res.output
+    res = run("convert", EXPORT, "--out-dir", tmp_path / "s", "--jobs", "1")
+    assert res.exit_code == 0 and (tmp_path / "s" / "keras3_export" / "saved_model.pb").is_file(), res.output

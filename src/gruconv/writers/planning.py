@@ -118,12 +118,14 @@ def batch_output_name(reader, path, options, stem: str) -> str:
     """Batch mode: the output name of input ``path`` (read by reader module ``reader``) whose mirrored
     name without suffix is ``stem``: ``--format``'s, else the natural writer's suffix
     (:data:`NATURAL_FORMAT`), or ``stem`` itself as a directory when several bare stacks go to a writer
-    writing one file per stack.  The reader is asked its facts only when they can change the name."""
+    writing one file per stack (a graph's cuDNN nodes too, unless the writer writes the whole graph).  The reader is asked its facts only when they can change the name."""
     fmt = options.format
     if fmt is not None and not writers.module(fmt).MANY:
         return writers.output_name(stem, fmt, many=False)
     facts = reader.input_facts(path, options)
-    return writers.output_name(stem, fmt or natural_format(facts), many=facts.stacks > 1)
+    fmt = fmt or natural_format(facts)
+    whole = facts.content == "tf-graph" and {"tf-graph", "tf-graph-file"} & set(writers.module(fmt).KINDS)
+    return writers.output_name(stem, fmt, many=facts.stacks > 1 and not whole)
 
 
 def extra_outputs(reader, output) -> list:

@@ -400,5 +400,7 @@ def inspect(doc: GraphDoc) -> dict:
 
 def input_facts(path, opts: Options) -> InputFacts:
     """``tf-graph`` (cuDNN nodes to replace), ``refused`` (a node it cannot replace, Python ops, no
-    variables) or ``final`` (already serves on a CPU)."""
-    return InputFacts(read(path, opts).content)
+    variables) or ``final`` (already serves on a CPU); ``stacks``: its cuDNN RNN nodes (each a stack of its
+    own when the stacks are written alone)."""
+    doc = read(path, opts)
+    return InputFacts(doc.content, stacks=max(1, len(doc._rnn_nodes())) if doc.content == "tf-graph" else 1)
