@@ -92,18 +92,20 @@ def test_the_reference_comparison_can_fail(tf, tmp_path, monkeypatch):
     assert min(float(np.max(np.abs(got[k] - want[k]))) for k in want) > 1e-3
 
 
-@pytest.mark.parametrize("src, outputs", [
-    (FIXTURES / "graphs" / "keras3_export", ["output_0"]),
-    (GOLDEN_GRAPHS / "lstm_2l_bidir_varlen_v3_bt.pb", ["cy", "hy", "y"]),
-    (GOLDEN_GRAPHS / "gru_2l_bidir_canonical_savedmodel", ["hy", "y"]),
+@pytest.mark.parametrize("src, outputs, signatures", [
+    (FIXTURES / "graphs" / "keras3_export", ["output_0"], ["serve"]),  # Keras's export: two signatures
+    (GOLDEN_GRAPHS / "lstm_2l_bidir_varlen_v3_bt.pb", ["cy", "hy", "y"], []),
+    (GOLDEN_GRAPHS / "gru_2l_bidir_canonical_savedmodel", ["hy", "y"], []),
 ])
-def test_verify_compares_every_output_of_both_conversions_with_the_original(tmp_path, src, outputs):
+def test_verify_compares_every_output_of_both_conversions_with_the_original(tmp_path, src, outputs, signatures):
+    """Every serving_default output of both conversions; every output of the SavedModel's other signatures."""
     res = run("verify", src, "--json", tmp_path / "r.json")
     assert res.exit_code == 0, res.output
     rows = _rows(tmp_path / "r.json")
-    for label in (SM_LABEL, LABEL):
-        assert sorted(k[len(label) + 2:] for k in rows if k.startswith(label)) == outputs
-        assert all(rows[f"{label}: {k}"]["passed"] for k in outputs)
+    sm = outputs + [f"{s}: {k}" for s in signatures for k in outputs]
+    assert sorted(k[len(SM_LABEL) + 2:] for k in rows if k.startswith(SM_LABEL)) == sorted(sm)
+    assert sorted(k[len(LABEL) + 2:] for k in rows if k.startswith(LABEL)) == outputs
+    assert all(c["passed"] for k, c in rows.items() if k.startswith("end to end"))
 
 
 def test_a_planted_error_in_the_onnx_output_fails_its_end_to_end_rows(tmp_path, monkeypatch):

@@ -105,20 +105,33 @@ def _onnx_outputs(doc, converted, feed: dict, ref: dict):
     return dict(zip(names_out, session.run(None, {n: feed[n] for n in names_in}))), None
 
 
-def _served(tf, path: Path, feed: dict) -> dict:
+def _run(tf, fn, feed: dict) -> dict:
     with tf.device("/CPU:0"):
-        fn = tf.saved_model.load(str(path)).signatures[SIGNATURE]
         out = fn(**{n: tf.constant(a) for n, a in feed.items()})
     return {n: np.asarray(t.numpy()) for n, t in out.items()}
 
 
+def _floor(tf, fn, feed: dict, got: dict) -> dict:
+    """Per output, the most ``fn``'s outputs move under one-ulp perturbations of its float inputs."""
+    from .floor import DEFAULT_SEEDS, perturb
+
+    worst = {k: 0.0 for k in got}
+    for seed in range(DEFAULT_SEEDS):
+        prng = np.random.default_rng(seed)
+        moved = _run(tf, fn, {n: perturb(a, prng, dtype=a.dtype) if a.dtype.kind == "f" else a
+                              for n, a in feed.items()})
+        for k in got:
+            worst[k] = max(worst[k], float(np.max(np.abs(moved[k].astype(np.float64) - got[k].astype(np.float64)),
+                                                  initial=0.0)))
+    return worst
+
+
 def end_to_end(doc, converted, engine, report, rng, tolerance) -> None:
-    """Every ``serving_default`` output of the converted SavedModel and of the whole-graph ONNX against the
-    original graph's (module docstring); a note says why a part cannot run (TensorFlow or tf2onnx missing,
-    no such signature, names that differ)."""
+    """Every output of every signature of the converted SavedModel, and every ``serving_default`` output of the
+    whole-graph ONNX, against the original graph's (module docstring); a note says why a part cannot run
+    (TensorFlow or tf2onnx missing, a signature no probe size runs, names that differ)."""
     from ..errors import GruconvError
     from ..keras3.runtime import import_quietly
-    from .floor import DEFAULT_SEEDS, perturb
     from .reference.tf_graph import original
     from .verdicts import judge
 
@@ -133,6 +146,7 @@ def end_to_end(doc, converted, engine, report, rng, tolerance) -> None:
         return
     from ..files.outputs import scratch_dir
 
+    rows = []  # (label, outputs, reference, floor)
     with scratch_dir(prefix="gruconv-verify-graph-") as tmp:
         try:
             sm_path = _saved_model(tf, doc, converted, Path(tmp))
@@ -142,40 +156,34 @@ def end_to_end(doc, converted, engine, report, rng, tolerance) -> None:
                 skip(label, e.message)
             return
         with tf.device("/CPU:0"):
-            loaded = tf.saved_model.load(str(sm_path))
-        if SIGNATURE not in loaded.signatures:
-            for label in LABELS:
-                skip(label, f"the SavedModel has no {SIGNATURE!r} signature")
-            return
-        fn = loaded.signatures[SIGNATURE]
-        run = _feeds(tf, fn, rng)
-        if run is None:
-            for label in LABELS:
-                skip(label, f"no input size in {PROBE_SIZES} runs the SavedModel")
-            return
-        feed, got_sm = run
-        ref = _served(tf, ref_path, feed)
-        got = {SAVED_MODEL_ROWS: got_sm}
-        got[ONNX_ROWS], why = _onnx_outputs(doc, converted, feed, ref)
-        if why is not None:
-            skip(ONNX_ROWS, why)
-            del got[ONNX_ROWS]
-        worst = {k: 0.0 for k in ref}
-        for seed in range(DEFAULT_SEEDS):
-            prng = np.random.default_rng(seed)
-            moved = {n: perturb(a, prng, dtype=a.dtype) if a.dtype.kind == "f" else a for n, a in feed.items()}
-            with tf.device("/CPU:0"):
-                out = fn(**{n: tf.constant(a) for n, a in moved.items()})
-            for k in ref:
-                worst[k] = max(worst[k], float(np.max(np.abs(np.asarray(out[k].numpy(), np.float64)
-                                                             - got_sm[k].astype(np.float64)), initial=0.0)))
-        del loaded, fn
+            loaded, reference = tf.saved_model.load(str(sm_path)), tf.saved_model.load(str(ref_path))
+        keys = sorted(loaded.signatures.keys(), key=lambda k: (k != SIGNATURE, k))
+        if SIGNATURE not in keys:
+            skip(ONNX_ROWS, f"the SavedModel has no {SIGNATURE!r} signature")
+        for key in keys:
+            fn = loaded.signatures[key]
+            run = _feeds(tf, fn, rng)
+            label = SAVED_MODEL_ROWS if key == SIGNATURE else f"{SAVED_MODEL_ROWS}: {key}"
+            if run is None:
+                skip(label, f"no input size in {PROBE_SIZES} runs signature {key!r}")
+                continue
+            feed, got = run
+            ref = _run(tf, reference.signatures[key], feed)
+            worst = _floor(tf, fn, feed, got)
+            rows.append((label, got, ref, worst))
+            if key == SIGNATURE:
+                onnx_out, why = _onnx_outputs(doc, converted, feed, ref)
+                if why is not None:
+                    skip(ONNX_ROWS, why)
+                else:
+                    rows.append((ONNX_ROWS, onnx_out, ref, worst))
+        del loaded, reference
     report.notes.append("end to end: the original graph run by TensorFlow on the CPU, each cuDNN node computed by "
                         "the float64 oracle from the node's own inputs and params (configured by its NodeDef, not "
-                        "by gruconv's reading of it), against the converted SavedModel and the whole graph as ONNX, "
-                        f"every {SIGNATURE} output; real cuDNN is not run inside the graph (no machine here has both "
-                        "TensorFlow and a GPU)")
-    for label, outputs in got.items():
+                        "by gruconv's reading of it), against the converted SavedModel (every signature) and the "
+                        f"whole graph as ONNX ({SIGNATURE}), every output; real cuDNN is not run inside the graph "
+                        "(no machine here has both TensorFlow and a GPU)")
+    for label, outputs, ref, worst in rows:
         for k in sorted(ref):
             dtype = "float16" if ref[k].dtype == np.float16 else "float32"
             report.checks.append(judge(report, f"{label}: {k}", outputs[k], ref[k], None, tolerance, dtype, worst[k]))
