@@ -205,7 +205,10 @@ def _root_config(meta: str, what: str, path: Path) -> dict:
     from ...files.inputs import parse_json
 
     meta = decoded(parse_json(meta.encode("utf-8"), what, path=path))
-    config = meta.get("model_config") if isinstance(meta, dict) else None
+    if not isinstance(meta, dict):
+        raise InputError(f"{what} is a JSON {type(meta).__name__}, not an object: not a tf.keras model's metadata",
+                         path=path)
+    config = meta.get("model_config")
     if not (isinstance(config, dict) and isinstance(config.get("class_name"), str)):
         raise InputError("holds no model_config for the root model (a subclassed model has none); pass "
                          "--config ARCH.json (the model's to_json())", path=path)
