@@ -91,18 +91,23 @@ def decoded(obj):
     return {k: decoded(v) for k, v in obj.items()}
 
 
-def object_graph_file(path):
-    """The SavedModel graph file (:class:`gruconv.readers.tfgraph.GraphFile`) of directory ``path`` when the root
-    of its object graph is a tf.keras model with metadata (TF 2.0-2.4's place for it), else None; never raises.
-    A root whose fields cannot be read past its Keras identifier counts (:func:`model_config` then says what is
-    wrong, in one line); a graph that cannot be read up to it does not."""
+#: A SavedModel's graph file, binary first, and whether it is text (``tensorflow/python/saved_model/constants.py``;
+#: :mod:`gruconv.readers.tfgraph` names the same two, and imports this module, so it cannot be asked).
+_GRAPH_FILES = (("saved_model.pb", False), ("saved_model.pbtxt", True))
+
+
+def object_graph_file(path) -> Optional[Path]:
+    """The ``saved_model.pb[txt]`` of SavedModel directory ``path`` when the root of its object graph is a
+    tf.keras model with metadata (TF 2.0-2.4's place for it), else None; never raises.  A root whose fields
+    cannot be read past its Keras identifier counts (:func:`model_config` then says what is wrong, in one
+    line); a graph that cannot be read up to it does not."""
     from ...errors import GruconvError
-    from ..tfgraph import graph_file
+    from ...files.inputs import is_regular
 
     try:
         p = Path(path)
-        gf = graph_file(p) if p.is_dir() else None
-        if gf is None or gf.type != "SavedModel":
+        gf = next((p / name for name, _ in _GRAPH_FILES if p.is_dir() and is_regular(p / name)), None)
+        if gf is None:
             return None
         identifier, meta, error = _object_graph_root(gf)
     except (GruconvError, OSError, ValueError, RecursionError):
@@ -117,8 +122,7 @@ def model_source(path) -> Optional[Path]:
     meta = metadata_file(path)
     if meta is not None:
         return meta
-    gf = object_graph_file(path)
-    return None if gf is None else gf.path
+    return object_graph_file(path)
 
 
 def described(source: Path) -> str:
@@ -126,18 +130,19 @@ def described(source: Path) -> str:
     return KERAS_METADATA if Path(source).name == KERAS_METADATA else OBJECT_GRAPH
 
 
-def _object_graph_root(gf) -> tuple:
+def _object_graph_root(gf: Path) -> tuple:
     """``(identifier, metadata, error)`` of the root object (``meta_graphs[0].object_graph_def.nodes[0]
-    .user_object``) of a SavedModel graph file: ``""``/``None`` for what is not there; ``error`` the
+    .user_object``) of SavedModel graph file ``gf``: ``""``/``None`` for what is not there; ``error`` the
     :class:`~gruconv.readers.tfbundle.Malformed` that stopped the walk (or None)."""
     from ...files.inputs import read_bytes
     from ..tfbundle import Malformed
     from ..tfgraph import protos
 
-    data = read_bytes(gf.path, "a SavedModel graph", kind="graph-text" if gf.text else "graph")
+    text = dict(_GRAPH_FILES).get(gf.name)
+    data = read_bytes(gf, "a SavedModel graph", kind="graph-text" if text else "graph")
     identifier, meta = "", None
     try:
-        top = protos.parse(data, "SavedModel", f"SavedModel {gf.path.name}", text=gf.text, path=gf.path)
+        top = protos.parse(data, "SavedModel", f"SavedModel {gf.name}", text=text, path=gf)
         meta_graph = next(top.each("meta_graphs"), None)
         graph = None if meta_graph is None else meta_graph.get("object_graph_def")
         root = None if graph is None else next(graph.each("nodes"), None)
@@ -160,13 +165,12 @@ def model_config(path: Path) -> dict:
     path = Path(path)
     if path.name == KERAS_METADATA:
         return _from_keras_metadata(path)
-    from ..tfgraph import graph_file, protos
+    from ..tfgraph import protos
 
-    gf = graph_file(path)
     what = "SavedModel graph"
-    if gf is None or gf.type != "SavedModel":
+    if path.name not in dict(_GRAPH_FILES):
         raise InputError("is not a SavedModel graph file (saved_model.pb)", path=path)
-    identifier, meta, error = _object_graph_root(gf)
+    identifier, meta, error = _object_graph_root(path)
     if error is not None:
         raise protos.malformed(error, what, path) from None
     if identifier not in MODEL_IDENTIFIERS:
