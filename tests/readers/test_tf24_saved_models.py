@@ -114,6 +114,40 @@ def test_the_graph_reader_leaves_a_tf24_keras_savedmodel_to_the_tf2_reader(tmp_p
                     "is a tf.keras SavedModel without its variables (variables/variables.index is missing)")
 
 
+def test_a_text_format_saved_model_reads_the_same(tmp_path):
+    """``saved_model.pbtxt`` (TF's text form; TF 2.4's model.save wrote binary, the reader takes both)."""
+    from google.protobuf import text_format
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    d = tmp_path / "sm"
+    shutil.copytree(TF24 / "tf_keras_cudnngru", d)
+    sm = saved_model_pb2.SavedModel()
+    sm.ParseFromString((d / "saved_model.pb").read_bytes())
+    (d / "saved_model.pbtxt").write_text(text_format.MessageToString(sm))
+    (d / "saved_model.pb").unlink()
+    assert metadata.model_source(d) == d / "saved_model.pbtxt"
+    assert metadata.model_config(d / "saved_model.pbtxt") == \
+        metadata.model_config(GRAPHS / "tf_keras_cudnngru" / "keras_metadata.pb")
+    assert api.inspect(d)["summary"].startswith(
+        "SavedModel variables; architecture from saved_model.pbtxt's object graph (TF 2.0-2.4)")
+
+
+@pytest.mark.slow   # two conversions through the batch driver: ~20 s
+def test_batch_finds_a_tf24_savedmodel_and_converts_it_to_keras(tmp_path, monkeypatch):
+    from gruconv import batch
+
+    monkeypatch.chdir(tmp_path)
+    os.makedirs("models")
+    for name in ("tf_keras_cudnnlstm", PLAIN):
+        shutil.copytree(TF24 / name, os.path.join("models", name))
+    s = batch.convert_many(["models"], "out", jobs=1, echo=False, keep_going=True)
+    assert {r.input: r.status for r in s.records} == {
+        "models/tf_keras_cudnnlstm": "ok", f"models/{PLAIN}": "ok"}, [(r.input, r.status, r.error) for r in s.records]
+    assert s.exit_code == 0
+    assert sorted(n for n in os.listdir("out") if not n.startswith(".")) == [
+        "tf_keras_cudnnlstm.keras", f"{PLAIN}.keras"]
+
+
 # --------------------------------------------------------------------------- converts like its twin
 
 def _arrays(path) -> dict:

@@ -57,8 +57,8 @@ from ...errors import InputError
 
 #: The metadata file (tf_keras ``saving/legacy/saved_model/constants.py`` ``SAVED_METADATA_PATH``).
 KERAS_METADATA = "keras_metadata.pb"
-#: Where TF 2.0-2.4 kept it, in words (``inspect``).
-OBJECT_GRAPH = "saved_model.pb's object graph (TF 2.0-2.4)"
+#: Where TF 2.0-2.4 kept it, in words (``inspect``), for the graph file's name.
+OBJECT_GRAPH = "{}'s object graph (TF 2.0-2.4)"
 #: Identifiers of a whole model (tf_keras ``saving/legacy/saved_model/constants.py``).
 MODEL_IDENTIFIERS = frozenset({"_tf_keras_model", "_tf_keras_sequential", "_tf_keras_network"})
 #: ``json_utils.Encoder``'s wrappers whose ``items`` stand for a list.
@@ -127,7 +127,8 @@ def model_source(path) -> Optional[Path]:
 
 def described(source: Path) -> str:
     """Where :func:`model_source` found the config, in words: ``keras_metadata.pb`` or :data:`OBJECT_GRAPH`."""
-    return KERAS_METADATA if Path(source).name == KERAS_METADATA else OBJECT_GRAPH
+    name = Path(source).name
+    return KERAS_METADATA if name == KERAS_METADATA else OBJECT_GRAPH.format(name)
 
 
 def _object_graph_root(gf: Path) -> tuple:
