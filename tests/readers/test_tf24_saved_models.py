@@ -75,6 +75,12 @@ def test_the_fixtures_have_no_metadata_file_and_their_twins_none_in_the_object_g
         assert metadata.model_source(GRAPHS / name) == GRAPHS / name / "keras_metadata.pb"
 
 
+def test_the_graph_file_names_are_the_graph_readers():
+    from gruconv.readers import tfgraph
+
+    assert metadata.GRAPH_FILES == tfgraph.SAVED_MODEL_FILES
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_the_config_is_the_twins(name):
     assert metadata.model_config(TF24 / name / "saved_model.pb") == \

@@ -91,9 +91,10 @@ def decoded(obj):
     return {k: decoded(v) for k, v in obj.items()}
 
 
-#: A SavedModel's graph file, binary first, and whether it is text (``tensorflow/python/saved_model/constants.py``;
-#: :mod:`gruconv.readers.tfgraph` names the same two, and imports this module, so it cannot be asked).
-_GRAPH_FILES = (("saved_model.pb", False), ("saved_model.pbtxt", True))
+#: A SavedModel's graph file, binary first, and whether it is text (``tensorflow/python/saved_model/constants.py``).
+#: The same two as :data:`gruconv.readers.tfgraph.SAVED_MODEL_FILES`, written again because that package
+#: imports this module (a cycle); ``tests/readers/test_tf24_saved_models.py`` compares them.
+GRAPH_FILES = (("saved_model.pb", False), ("saved_model.pbtxt", True))
 
 
 def object_graph_file(path) -> Optional[Path]:
@@ -106,7 +107,7 @@ def object_graph_file(path) -> Optional[Path]:
 
     try:
         p = Path(path)
-        gf = next((p / name for name, _ in _GRAPH_FILES if p.is_dir() and is_regular(p / name)), None)
+        gf = next((p / name for name, _ in GRAPH_FILES if p.is_dir() and is_regular(p / name)), None)
         if gf is None:
             return None
         identifier, meta, error = _object_graph_root(gf)
@@ -139,7 +140,7 @@ def _object_graph_root(gf: Path) -> tuple:
     from ..tfbundle import Malformed
     from ..tfgraph import protos
 
-    text = dict(_GRAPH_FILES).get(gf.name)
+    text = dict(GRAPH_FILES).get(gf.name)
     data = read_bytes(gf, "a SavedModel graph", kind="graph-text" if text else "graph")
     identifier, meta = "", None
     try:
@@ -169,7 +170,7 @@ def model_config(path: Path) -> dict:
     from ..tfgraph import protos
 
     what = "SavedModel graph"
-    if path.name not in dict(_GRAPH_FILES):
+    if path.name not in dict(GRAPH_FILES):
         raise InputError("is not a SavedModel graph file (saved_model.pb)", path=path)
     identifier, meta, error = _object_graph_root(path)
     if error is not None:
