@@ -37,13 +37,18 @@ TensorFlow's sources of that era:
   ``deprecated`` in TF 2.21's proto; :data:`gruconv.readers.tfgraph.protos.SCHEMA`, checked against the
   generated descriptors).
 
-TF 2.5's Keras (``save.py`` ``generate_keras_metadata``) wrote ``keras_metadata.pb`` from the same
-``node._tracking_metadata`` string, and later ``tensorflow/python/saved_model/save.py`` stopped writing
-``metadata`` (its ``SavedUserObject`` has ``identifier`` and ``version`` only; TF 2.21 writes none,
-checked on ``fixtures/graphs``).  So a SavedModel that has both holds the same text twice; where both are
-there, ``keras_metadata.pb`` is read, exactly as tf_keras's loader decides (``saving/legacy/saved_model/
-load.py`` ``load``: the file when it exists, else ``_read_legacy_metadata`` over the object graph, whose
-root is ``nodes[0]``, path ``"root"``, of ``meta_graphs[0]``).  A root with a Keras model identifier and
+Both places, for a while: TF 2.5's Keras (``tensorflow/python/keras/saving/saved_model/save.py``
+``generate_keras_metadata``, after ``save_lib.save_and_return_nodes``) wrote ``keras_metadata.pb`` from the same
+``node._tracking_metadata`` string the core writer still put into the object graph (TF 2.5's Keras ``load.py``
+reads ``keras_metadata.pb`` when it exists, else ``_read_legacy_metadata``, and still decodes
+``proto.user_object.metadata`` from the object graph for ``build_input_shape`` in
+``_add_children_recreated_from_config``).  A later ``tensorflow/python/saved_model/save.py`` stopped writing
+``metadata`` (its ``SavedUserObject`` has ``identifier`` and ``version`` only; TF 2.21 writes none, checked on
+``fixtures/graphs``), and the loader's ``_read_legacy_metadata`` then refused a Keras object with empty
+metadata ("created with ``tf.saved_model.save``").  So a SavedModel that has both holds the same text twice;
+where both are there, ``keras_metadata.pb`` is read, exactly as tf_keras's loader decides (tf_keras 2.21
+``saving/legacy/saved_model/load.py`` ``load``: the file when it exists, else ``_read_legacy_metadata`` over
+the object graph, whose root is ``nodes[0]``, path ``"root"``, of ``meta_graphs[0]``).  A root with a Keras model identifier and
 empty metadata is what ``tf.saved_model.save`` of a Keras model writes on TF 2.5+: no architecture
 (tf_keras refuses to load it as Keras), so it is not taken for one.
 """
