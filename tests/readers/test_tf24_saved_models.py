@@ -242,6 +242,18 @@ def test_a_planted_config_error_in_the_object_graph_is_caught_by_the_served_orig
     assert not rows["end to end (SavedModel): model output"]["passed"]
 
 
+def test_a_planted_size_in_the_object_graph_is_refused_against_the_variables(tmp_path):
+    def plant(meta: str) -> str:
+        doc = json.loads(meta)
+        gru = next(layer for layer in doc["model_config"]["config"]["layers"] if layer["class_name"] == "CuDNNGRU")
+        gru["config"]["units"] = 6
+        return json.dumps(doc)
+
+    d = _with_root_metadata(tmp_path, "tf_keras_cudnngru", plant)
+    _one_line_error(_run(["convert", d, tmp_path / "o.keras"]), 3, "CuDNNGRU cu_dnngru: config says units=6, weights have 5")
+    assert not (tmp_path / "o.keras").exists()
+
+
 # --------------------------------------------------------------------------- hostile object graphs
 
 def _hand_made(tmp_path, user_object: bytes):
