@@ -55,6 +55,7 @@ empty metadata is what ``tf.saved_model.save`` of a Keras model writes on TF 2.5
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -66,6 +67,8 @@ KERAS_METADATA = "keras_metadata.pb"
 OBJECT_GRAPH = "{}'s object graph (TF 2.0-2.4)"
 #: Identifiers of a whole model (tf_keras ``saving/legacy/saved_model/constants.py``).
 MODEL_IDENTIFIERS = frozenset({"_tf_keras_model", "_tf_keras_sequential", "_tf_keras_network"})
+#: Bytes every one of :data:`MODEL_IDENTIFIERS` starts with (``_tf_keras_``).
+_MODEL_MARKER = os.path.commonprefix(sorted(MODEL_IDENTIFIERS)).encode()
 #: ``json_utils.Encoder``'s wrappers whose ``items`` stand for a list.
 _SEQUENCES = frozenset({"__tuple__", "TensorShape"})
 
@@ -108,12 +111,15 @@ def object_graph_file(path) -> Optional[Path]:
     cannot be read past its Keras identifier counts (:func:`model_config` then says what is wrong, in one
     line); a graph that cannot be read up to it does not."""
     from ...errors import GruconvError
-    from ...files.inputs import is_regular
+    from ...files.inputs import contains, is_regular
 
     try:
         p = Path(path)
         gf = next((p / name for name, _ in GRAPH_FILES if p.is_dir() and is_regular(p / name)), None)
-        if gf is None:
+        # every model identifier holds the marker: a graph without it is not read into memory (a sniff of a
+        # large TF1 SavedModel stays a look into a read-only map of it)
+        if gf is None or not contains(gf, _MODEL_MARKER, "a SavedModel graph",
+                                      kind="graph-text" if dict(GRAPH_FILES)[gf.name] else "graph"):
             return None
         identifier, meta, error = _object_graph_root(gf)
     except (GruconvError, OSError, ValueError, RecursionError):
