@@ -64,7 +64,8 @@ fuzz: setup
 # make_user_fixtures.py also takes --check (rebuild in a temp dir, compare byte for byte;
 # make_tf_keras_zip_fixtures.py compares contents: its zips carry save dates).
 FIXTURE_GENERATORS := make_keras_fixtures make_keras_lstm_fixtures make_tf1_fixtures make_tf1_lstm_fixtures \
-                      make_user_fixtures make_custom_layer_fixtures make_tf_keras_zip_fixtures make_graph_fixtures
+                      make_user_fixtures make_custom_layer_fixtures make_tf_keras_zip_fixtures make_graph_fixtures \
+                      make_tf24_fixtures
 
 fixtures: setup
 	for g in $(FIXTURE_GENERATORS); do $(PY) fixtures/$$g.py || exit 1; done

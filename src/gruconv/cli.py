@@ -298,7 +298,7 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
     INPUT: a legacy Keras HDF5 model or weights file with CuDNNGRU / CuDNNLSTM
     layers (weights-only with --config ARCH.json), a tf_keras .keras zip, a TF
     1.x tf.contrib.cudnn_rnn checkpoint, a TF 2 object checkpoint or a tf.keras
-    SavedModel directory (architecture from its keras_metadata.pb). OUTPUT (from its name, or
+    SavedModel directory (architecture from its keras_metadata.pb, or TF 2.0-2.4's object graph). OUTPUT (from its name, or
     --format): a Keras 3 .keras model; Keras 3 .weights.h5; legacy-layout .h5
     weights (Keras 3 `model.load_weights()` into the same architecture with GRU
     in place of CuDNNGRU); PyTorch .safetensors (torch.nn.GRU/LSTM state

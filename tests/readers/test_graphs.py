@@ -60,7 +60,8 @@ def test_the_schema_field_numbers_are_tensorflows():
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     from tensorflow.core.framework import (attr_value_pb2, function_pb2, graph_pb2, node_def_pb2,
                                            op_def_pb2, tensor_pb2, tensor_shape_pb2)
-    from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2, trackable_object_graph_pb2 as tog
+    from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2, saved_object_graph_pb2 as sog, \
+        trackable_object_graph_pb2 as tog
     from tf_keras.protobuf import saved_metadata_pb2
 
     t = tog.TrackableObjectGraph.TrackableObject
@@ -79,6 +80,8 @@ def test_the_schema_field_numbers_are_tensorflows():
         "AttrValue": attr_value_pb2.AttrValue.DESCRIPTOR,
         "TrackableObjectGraph": tog.TrackableObjectGraph.DESCRIPTOR, "TrackableObject": t.DESCRIPTOR,
         "ObjectReference": t.ObjectReference.DESCRIPTOR, "SerializedTensor": t.SerializedTensor.DESCRIPTOR,
+        "SavedObjectGraph": sog.SavedObjectGraph.DESCRIPTOR, "SavedObject": sog.SavedObject.DESCRIPTOR,
+        "SavedUserObject": sog.SavedUserObject.DESCRIPTOR,
         "SavedMetadata": saved_metadata_pb2.SavedMetadata.DESCRIPTOR,
         "SavedObjectMetadata": saved_metadata_pb2.SavedObject.DESCRIPTOR,
     }

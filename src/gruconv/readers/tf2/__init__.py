@@ -13,7 +13,7 @@ in a private staging directory, and that file is read by the Keras HDF5 reader
 (:mod:`gruconv.readers.keras_h5`).  So:
 
 * with ``--config`` (the model's tf.keras ``to_json()``), or from a tf.keras 2.x SavedModel's own
-  ``keras_metadata.pb`` (``model.save(dir)``, :mod:`gruconv.readers.tf2.metadata`; ``--config`` wins when
+  ``keras_metadata.pb``, or TF 2.0-2.4's copy in its object graph (``model.save(dir)``, :mod:`gruconv.readers.tf2.metadata`; ``--config`` wins when
   both are there): ``layer_with_weights-N`` maps to the config's
   N-th layer that has weights (tf_keras ``engine/functional.py`` ``_trackable_children``), every shape is
   checked against the architecture, and every writer can write the whole model (``.keras``,
@@ -42,6 +42,7 @@ from ...errors import GruconvError, InputError, said_of
 from ...options import Options
 from ...files.outputs import scratch_dir
 from .. import keras_h5
+from .metadata import described
 
 FORMAT = "tf2-checkpoint"
 #: What this reader reads, for messages.
@@ -160,7 +161,7 @@ class TF2CheckpointDoc:
             # is the conversion even without a cuDNN layer (issue 39)
             d.nothing = False
             d.notes.append("no CuDNNGRU/CuDNNLSTM layer: converted because Keras 3 cannot open a tf.keras 2.x "
-                           "SavedModel (its config from keras_metadata.pb, its weights from the variables)")
+                           f"SavedModel (its config from {described(self.metadata)}, its weights from the variables)")
         if not self.config_given:
             d.needs_config = ("a TF2 checkpoint without --config ARCH.json (the model's to_json()) has no layer "
                               "names or order for a {suffix} file; pass --config, or write a .h5 weights file")
@@ -197,12 +198,13 @@ class TF2CheckpointDoc:
 
 
 def _metadata(path, opts: Options) -> Optional[Path]:
-    """The ``keras_metadata.pb`` the architecture comes from: a SavedModel's, when no ``--config`` is given."""
-    from .metadata import metadata_file
+    """The file the architecture comes from when no ``--config`` is given: a SavedModel's ``keras_metadata.pb``,
+    or its ``saved_model.pb`` whose object graph holds it (TF 2.0-2.4; :func:`.metadata.model_source`)."""
+    from .metadata import model_source
 
     if opts.config is not None or saved_model_prefix(path) is None:
         return None
-    return metadata_file(path)
+    return model_source(path)
 
 
 def _served(path: Path) -> tuple:
@@ -293,7 +295,7 @@ def inspect(doc: TF2CheckpointDoc) -> dict:
     for entry, rnn in zip(info["rnns"], doc.rnns):
         entry["details"] = [f"object: {doc.object_path(rnn)}"] + list(entry["details"])
     what = "SavedModel variables" if doc.saved_model else "TF2 object-based checkpoint"
-    arch = ("architecture from keras_metadata.pb" if doc.metadata is not None else "architecture from --config"
+    arch = (f"architecture from {described(doc.metadata)}" if doc.metadata is not None else "architecture from --config"
             if doc.config_given else "no architecture (layers found by shape)")
     info["file"] = str(doc.path)
     info["format"] = FORMAT

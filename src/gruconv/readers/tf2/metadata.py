@@ -1,10 +1,11 @@
-"""The Keras architecture of a tf.keras 2.x SavedModel, from its ``keras_metadata.pb``.
+"""The Keras architecture of a tf.keras 2.x SavedModel: from its ``keras_metadata.pb`` (TF 2.5+), else from the
+object graph inside its ``saved_model.pb`` (TF 2.0-2.4).
 
 Why: tf.keras's ``model.save(dir)`` (TF 2.0-2.15's default, tf_keras's ``save_format="tf"``) writes the
 whole model config beside the variables, so such a SavedModel converts with no ``--config``: this is the
 ``to_json()`` a user would otherwise have to find.
 
-Where (tf_keras 2.21, ``saving/legacy/saved_model/save.py`` writes ``keras_metadata.pb``, ``constants.py``
+Where, TF 2.5+ (tf_keras 2.21, ``saving/legacy/saved_model/save.py`` writes ``keras_metadata.pb``, ``constants.py``
 ``SAVED_METADATA_PATH``; ``protobuf/saved_metadata.proto``): a ``SavedMetadata`` message, ``repeated
 SavedObject nodes = 1``, each ``node_id = 2``, ``node_path = 3`` (``"root"`` for the model itself),
 ``identifier = 4`` (``_tf_keras_model`` / ``_tf_keras_sequential`` / ``_tf_keras_network`` for a model,
@@ -17,12 +18,44 @@ and ``training_config``.  It is encoded by ``json_utils.Encoder``, which writes 
 :func:`decoded` (into lists, what ``to_json()`` writes for a tuple).  ``shared_object_id`` entries stay:
 :func:`gruconv.keras3.config.translate` drops them.
 
-TF 2.0-2.4 kept the same JSON in the SavedModel's object graph instead (``SavedUserObject.metadata``);
-such a SavedModel has no ``keras_metadata.pb`` and still needs ``--config``.
+Where, TF 2.0-2.4 (no ``keras_metadata.pb``): the same JSON string, in the object graph.  Facts, from
+TensorFlow's sources of that era:
+
+* ``tensorflow/python/keras/saving/saved_model/save.py`` (TF 2.4: ``save(model, filepath, ..., save_traces)``)
+  calls ``save_lib.save(model, filepath, signatures, options)`` and writes no other file;
+* ``tensorflow/python/saved_model/save.py`` ``_write_object_proto`` gives every object with no registered
+  type ``SavedUserObject(identifier=obj._object_identifier, version=VersionDef(producer=1, min_consumer=1),
+  metadata=obj._tracking_metadata)``, into ``MetaGraphDef.object_graph_def.nodes[i].user_object``, the
+  nodes in the order of the saveable view, the root (the model) first;
+* a Keras layer's ``_tracking_metadata`` is its saver's ``tracking_metadata``:
+  ``json_utils.Encoder().encode(self.python_properties)``
+  (``tensorflow/python/keras/saving/saved_model/base_serialization.py``), for a model the same
+  ``ModelSavedModelSaver._python_properties_internal`` dict as above (``model_serialization.py``);
+* field numbers (``tensorflow/core/protobuf/meta_graph.proto``, ``saved_object_graph.proto``):
+  ``MetaGraphDef.object_graph_def = 7``, ``SavedObjectGraph.nodes = 1``, ``SavedObject.user_object = 4``
+  (a ``oneof kind``), ``SavedUserObject.identifier = 1``, ``version = 2``, ``metadata = 3`` (marked
+  ``deprecated`` in TF 2.21's proto; :data:`gruconv.readers.tfgraph.protos.SCHEMA`, checked against the
+  generated descriptors).
+
+Both places, for a while: TF 2.5's Keras (``tensorflow/python/keras/saving/saved_model/save.py``
+``generate_keras_metadata``, after ``save_lib.save_and_return_nodes``) wrote ``keras_metadata.pb`` from the same
+``node._tracking_metadata`` string the core writer still put into the object graph (TF 2.5's Keras ``load.py``
+reads ``keras_metadata.pb`` when it exists, else ``_read_legacy_metadata``, and still decodes
+``proto.user_object.metadata`` from the object graph for ``build_input_shape`` in
+``_add_children_recreated_from_config``).  A later ``tensorflow/python/saved_model/save.py`` stopped writing
+``metadata`` (its ``SavedUserObject`` has ``identifier`` and ``version`` only; TF 2.21 writes none, checked on
+``fixtures/graphs``), and the loader's ``_read_legacy_metadata`` then refused a Keras object with empty
+metadata ("created with ``tf.saved_model.save``").  So a SavedModel that has both holds the same text twice;
+where both are there, ``keras_metadata.pb`` is read, exactly as tf_keras's loader decides (tf_keras 2.21
+``saving/legacy/saved_model/load.py`` ``load``: the file when it exists, else ``_read_legacy_metadata`` over
+the object graph, whose root is ``nodes[0]``, path ``"root"``, of ``meta_graphs[0]``).  A root with a Keras model identifier and
+empty metadata is what ``tf.saved_model.save`` of a Keras model writes on TF 2.5+: no architecture
+(tf_keras refuses to load it as Keras), so it is not taken for one.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -30,8 +63,12 @@ from ...errors import InputError
 
 #: The metadata file (tf_keras ``saving/legacy/saved_model/constants.py`` ``SAVED_METADATA_PATH``).
 KERAS_METADATA = "keras_metadata.pb"
+#: Where TF 2.0-2.4 kept it, in words (``inspect``), for the graph file's name.
+OBJECT_GRAPH = "{}'s object graph (TF 2.0-2.4)"
 #: Identifiers of a whole model (tf_keras ``saving/legacy/saved_model/constants.py``).
 MODEL_IDENTIFIERS = frozenset({"_tf_keras_model", "_tf_keras_sequential", "_tf_keras_network"})
+#: Bytes every one of :data:`MODEL_IDENTIFIERS` starts with (``_tf_keras_``).
+_MODEL_MARKER = os.path.commonprefix(sorted(MODEL_IDENTIFIERS)).encode()
 #: ``json_utils.Encoder``'s wrappers whose ``items`` stand for a list.
 _SEQUENCES = frozenset({"__tuple__", "TensorShape"})
 
@@ -62,10 +99,105 @@ def decoded(obj):
     return {k: decoded(v) for k, v in obj.items()}
 
 
+#: A SavedModel's graph file, binary first, and whether it is text (``tensorflow/python/saved_model/constants.py``).
+#: The same two as :data:`gruconv.readers.tfgraph.SAVED_MODEL_FILES`, written again because that package
+#: imports this module (a cycle); ``tests/readers/test_tf24_saved_models.py`` compares them.
+GRAPH_FILES = (("saved_model.pb", False), ("saved_model.pbtxt", True))
+
+
+def object_graph_file(path) -> Optional[Path]:
+    """The ``saved_model.pb[txt]`` of SavedModel directory ``path`` when the root of its object graph is a
+    tf.keras model with metadata (TF 2.0-2.4's place for it), else None; never raises.  A root whose fields
+    cannot be read past its Keras identifier counts (:func:`model_config` then says what is wrong, in one
+    line); a graph that cannot be read up to it does not."""
+    from ...errors import GruconvError
+    from ...files.inputs import contains, is_regular
+
+    try:
+        p = Path(path)
+        gf = next((p / name for name, _ in GRAPH_FILES if p.is_dir() and is_regular(p / name)), None)
+        # every model identifier holds the marker: a graph without it is not read into memory (a sniff of a
+        # large TF1 SavedModel stays a look into a read-only map of it)
+        if gf is None or not contains(gf, _MODEL_MARKER, "a SavedModel graph",
+                                      kind="graph-text" if dict(GRAPH_FILES)[gf.name] else "graph"):
+            return None
+        identifier, meta, error = _object_graph_root(gf)
+    except (GruconvError, OSError, ValueError, RecursionError):
+        return None
+    return gf if identifier in MODEL_IDENTIFIERS and (meta or error is not None) else None
+
+
+def model_source(path) -> Optional[Path]:
+    """The file a SavedModel directory's Keras config is read from: ``keras_metadata.pb`` when it is there, else
+    its ``saved_model.pb[txt]`` when the object graph holds the model's metadata (:func:`object_graph_file`),
+    else None; never raises."""
+    meta = metadata_file(path)
+    if meta is not None:
+        return meta
+    return object_graph_file(path)
+
+
+def described(source: Path) -> str:
+    """Where :func:`model_source` found the config, in words: ``keras_metadata.pb`` or :data:`OBJECT_GRAPH`."""
+    name = Path(source).name
+    return KERAS_METADATA if name == KERAS_METADATA else OBJECT_GRAPH.format(name)
+
+
+def _object_graph_root(gf: Path) -> tuple:
+    """``(identifier, metadata, error)`` of the root object (``meta_graphs[0].object_graph_def.nodes[0]
+    .user_object``) of SavedModel graph file ``gf``: ``""``/``None`` for what is not there; ``error`` the
+    :class:`~gruconv.readers.tfbundle.Malformed` that stopped the walk (or None)."""
+    from ...files.inputs import read_bytes
+    from ..tfbundle import Malformed
+    from ..tfgraph import protos
+
+    text = dict(GRAPH_FILES).get(gf.name)
+    data = read_bytes(gf, "a SavedModel graph", kind="graph-text" if text else "graph")
+    identifier, meta = "", None
+    try:
+        top = protos.parse(data, "SavedModel", f"SavedModel {gf.name}", text=text, path=gf)
+        meta_graph = next(top.each("meta_graphs"), None)
+        graph = None if meta_graph is None else meta_graph.get("object_graph_def")
+        root = None if graph is None else next(graph.each("nodes"), None)
+        user = None if root is None else root.get("user_object")
+        if user is not None:
+            for name, value in user.fields("identifier", "metadata"):
+                if name == "identifier":
+                    identifier = value
+                else:
+                    meta = value
+    except Malformed as e:
+        return identifier, meta, e
+    return identifier, meta, None
+
+
 def model_config(path: Path) -> dict:
-    """The ``model_config`` (``{"class_name", "config"}``) of ``keras_metadata.pb`` at ``path``; every problem
-    one :class:`InputError`."""
-    from ...files.inputs import parse_json, read_bytes
+    """The ``model_config`` (``{"class_name", "config"}``) of the root model, read from ``path``: a
+    ``keras_metadata.pb``, or a SavedModel's graph file whose object graph holds it (:func:`model_source`);
+    every problem one :class:`InputError`."""
+    path = Path(path)
+    if path.name == KERAS_METADATA:
+        return _from_keras_metadata(path)
+    from ..tfgraph import protos
+
+    what = "SavedModel graph"
+    if path.name not in dict(GRAPH_FILES):
+        raise InputError("is not a SavedModel graph file (saved_model.pb)", path=path)
+    identifier, meta, error = _object_graph_root(path)
+    if error is not None:
+        raise protos.malformed(error, what, path) from None
+    if identifier not in MODEL_IDENTIFIERS:
+        raise InputError(f"has no tf.keras model at the root of its object graph (found "
+                         f"{identifier or 'no user object'}; expected {', '.join(sorted(MODEL_IDENTIFIERS))})",
+                         path=path)
+    if not meta:
+        raise InputError("holds a tf.keras model without its metadata (saved by tf.saved_model.save, not "
+                         "model.save): pass --config ARCH.json (the model's to_json())", path=path)
+    return _root_config(meta, "the object graph root's metadata", path)
+
+
+def _from_keras_metadata(path: Path) -> dict:
+    from ...files.inputs import read_bytes
     from ..tfbundle import Malformed
     from ..tfgraph import protos
 
@@ -82,8 +214,18 @@ def model_config(path: Path) -> dict:
     if root[0] not in MODEL_IDENTIFIERS:
         raise InputError(f"describes a {root[0] or 'nameless object'}, not a tf.keras model "
                          f"({', '.join(sorted(MODEL_IDENTIFIERS))})", path=path)
-    meta = decoded(parse_json(root[1].encode("utf-8"), "the root object's metadata", path=path))
-    config = meta.get("model_config") if isinstance(meta, dict) else None
+    return _root_config(root[1], "the root object's metadata", path)
+
+
+def _root_config(meta: str, what: str, path: Path) -> dict:
+    """The ``model_config`` of a model's metadata JSON (either place)."""
+    from ...files.inputs import parse_json
+
+    meta = decoded(parse_json(meta.encode("utf-8"), what, path=path))
+    if not isinstance(meta, dict):
+        raise InputError(f"{what} is a JSON {type(meta).__name__}, not an object: not a tf.keras model's metadata",
+                         path=path)
+    config = meta.get("model_config")
     if not (isinstance(config, dict) and isinstance(config.get("class_name"), str)):
         raise InputError("holds no model_config for the root model (a subclassed model has none); pass "
                          "--config ARCH.json (the model's to_json())", path=path)

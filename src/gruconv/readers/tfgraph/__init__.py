@@ -15,8 +15,8 @@ the file a user needs help with.  ``gruconv inspect`` lists every cuDNN node
 A graph whose every cuDNN node sits in a tf.keras GPU-only variant with a standard twin (tf.keras 2.x's
 implementation selector) already serves on a CPU: that is said, as "nothing to convert" (``final``).
 
-Left to the other readers: a SavedModel with ``keras_metadata.pb`` beside its variables (tf.keras 2.x
-``model.save(dir)``: the architecture is in it, and :mod:`gruconv.readers.tf2` converts it from there
+Left to the other readers: a SavedModel with ``keras_metadata.pb`` beside its variables, or TF 2.0-2.4's
+copy of it in the object graph (tf.keras 2.x ``model.save(dir)``: the architecture is in it, and :mod:`gruconv.readers.tf2` converts it from there
 whatever its graph holds), a SavedModel of TF1 name-based variables (no object graph: the
 ``tf1-checkpoint`` reader converts the cuDNN buffers stored in them), and any graph without cuDNN nodes.
 A tf.keras SavedModel whose variables are missing is this reader's too, to be refused in one line.
@@ -177,6 +177,14 @@ def scan(gf: GraphFile) -> Scan:
     return Scan(gf, nodes, len(graphs), python)
 
 
+def _keras_saved_model(directory: Path) -> bool:
+    """Whether a SavedModel directory is tf.keras 2.x's ``model.save(dir)``: its ``keras_metadata.pb`` (TF 2.5+),
+    or the model's metadata in its object graph (TF 2.0-2.4, :func:`gruconv.readers.tf2.metadata.object_graph_file`)."""
+    from ..tf2.metadata import object_graph_file
+
+    return (directory / KERAS_METADATA).exists() or object_graph_file(directory) is not None
+
+
 def _claims(p: Path, gf: GraphFile) -> bool:
     """The sniff's decision (see the module docstring for what is left to the other readers)."""
     from ...errors import GruconvError
@@ -185,7 +193,7 @@ def _claims(p: Path, gf: GraphFile) -> bool:
 
     # a SavedModel's graph file named by itself is judged as its directory
     directory = p if p.is_dir() else p.parent if gf.type == "SavedModel" else None
-    if directory is not None and (directory / KERAS_METADATA).exists():
+    if directory is not None and _keras_saved_model(directory):
         return _variables(directory) is None  # with its variables it is the tf2 reader's
     try:
         if not contains(gf.path, cudnn.MARKER, "a TensorFlow graph"):
@@ -364,7 +372,7 @@ def read(path, options: Optional[Options] = None, **kw) -> GraphDoc:
     Options.of(options, **kw)
     path = Path(path)
     gf = graph_file(path)
-    if gf is not None and gf.type == "SavedModel" and (gf.path.parent / KERAS_METADATA).exists() \
+    if gf is not None and gf.type == "SavedModel" and _keras_saved_model(gf.path.parent) \
             and _variables(gf.path.parent) is None:
         return GraphDoc(path, gf, missing=("is a tf.keras SavedModel without its variables (variables/variables.index "
                                            "is missing): its weights are not in it"))

@@ -1,5 +1,5 @@
 """TensorFlow graph protobufs read without TensorFlow: a SavedModel's ``saved_model.pb`` / ``.pbtxt``, a
-frozen ``GraphDef`` (``.pb`` / ``.pbtxt``) and tf.keras's ``keras_metadata.pb``.
+frozen ``GraphDef`` (``.pb`` / ``.pbtxt``), tf.keras's ``keras_metadata.pb`` and a SavedModel's object graph root.
 
 Why not TensorFlow's own classes: ``tensorflow.core.framework.graph_pb2`` cannot be imported without
 ``tensorflow/__init__.py`` running first (the whole framework, seconds and hundreds of MiB), and
@@ -19,7 +19,9 @@ so a walk copies no message; the time is linear in the bytes at each level.
 
 Field numbers, from the ``.proto`` files (TensorFlow 2.21; checked against the generated descriptors
 in ``tests/readers/test_graphs.py``): ``tensorflow/core/protobuf/saved_model.proto`` (SavedModel),
-``meta_graph.proto`` (MetaGraphDef), ``tensorflow/core/framework/graph.proto`` (GraphDef), ``tensor_shape.proto`` (TensorShapeProto, its Dim),
+``meta_graph.proto`` (MetaGraphDef; its ``object_graph_def = 7``), ``saved_object_graph.proto`` (SavedObjectGraph
+``nodes = 1``; SavedObject ``user_object = 4``; SavedUserObject ``identifier = 1``, ``metadata = 3``: where TF
+2.0-2.4 kept a tf.keras model's metadata, :mod:`gruconv.readers.tf2.metadata`), ``tensorflow/core/framework/graph.proto`` (GraphDef), ``tensor_shape.proto`` (TensorShapeProto, its Dim),
 ``tensor.proto`` (TensorProto: ``dtype = 1``, ``tensor_shape = 2``; its data is never read),
 ``function.proto`` (FunctionDefLibrary, FunctionDef), ``op_def.proto`` (OpDef), ``node_def.proto``
 (NodeDef), ``attr_value.proto`` (AttrValue; a ``map<string, AttrValue>`` is a repeated entry message with
@@ -43,7 +45,7 @@ from ..tfbundle import Malformed, proto_fields, unescape_text_bytes
 #: (varint), ``bool`` (varint) or the name of another message here.
 SCHEMA = {
     "SavedModel": {"saved_model_schema_version": (1, "int"), "meta_graphs": (2, "MetaGraphDef")},
-    "MetaGraphDef": {"graph_def": (2, "GraphDef")},
+    "MetaGraphDef": {"graph_def": (2, "GraphDef"), "object_graph_def": (7, "SavedObjectGraph")},
     "GraphDef": {"node": (1, "NodeDef"), "library": (2, "FunctionDefLibrary")},
     "FunctionDefLibrary": {"function": (1, "FunctionDef")},
     "FunctionDef": {"signature": (1, "OpDef"), "node_def": (3, "NodeDef"), "attr": (5, "AttrEntry"),
@@ -67,6 +69,9 @@ SCHEMA = {
     "TrackableObject": {"children": (1, "ObjectReference"), "attributes": (2, "SerializedTensor")},
     "ObjectReference": {"node_id": (1, "int"), "local_name": (2, "string")},
     "SerializedTensor": {"name": (1, "string"), "checkpoint_key": (3, "string")},
+    "SavedObjectGraph": {"nodes": (1, "SavedObject")},
+    "SavedObject": {"user_object": (4, "SavedUserObject")},
+    "SavedUserObject": {"identifier": (1, "string"), "metadata": (3, "string")},
     "SavedMetadata": {"nodes": (1, "SavedObjectMetadata")},
     "SavedObjectMetadata": {"node_id": (2, "int"), "node_path": (3, "string"), "identifier": (4, "string"),
                             "metadata": (5, "string")},
