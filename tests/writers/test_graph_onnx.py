@@ -317,3 +317,16 @@ def test_convert_graph_to_onnx_on_the_command_line(name, tmp_path):
     assert not [op for op in _ops(model) if op.startswith("CudnnRNN")]
     assert max(_errors(name, model).values()) <= STRICT
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]
+
+
+def test_the_command_line_prints_no_tensorflow_start_up_lines(tmp_path):
+    """A user's terminal sees gruconv's lines only: TensorFlow's C++ logs (oneDNN, CUDA probing) are silenced
+    before it loads, which the whole-graph writer is the first to do."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "m.onnx"
+    r = subprocess.run([sys.executable, "-m", "gruconv", "convert", str(FIXTURES / "graphs" / "keras3_export"), str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stderr == "" and r.stdout.startswith(f"wrote {out}\n"), r.stderr[-2000:]

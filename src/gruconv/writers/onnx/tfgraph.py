@@ -356,7 +356,7 @@ def build(path, *, signature: Optional[str] = None, opset: Optional[int] = None)
     opset = opset or OPSET
     if opset < MIN_OPSET:
         raise UsageError(f"opset {opset}: the whole-graph ONNX writer needs {MIN_OPSET} or newer")
-    import tensorflow as tf
+    tf = _quiet_tensorflow()  # first: TensorFlow's C++ start-up lines are silenced only before it loads
     from tf2onnx import optimizer
     from tf2onnx.tfonnx import process_tf_graph
 
