@@ -369,7 +369,7 @@ def tf_graph_subjects(doc, converted, opts: Options):
     from ..keras3.runtime import import_quietly
     from ..model.canonical import RNNStack
     from ..model.cudnn_layout import params_size, unpack
-    from ..writers.saved_model.equations import WITH_LENGTHS
+    from ..model.cudnn_ops import WITH_LENGTHS
     from ..writers.saved_model.node_runner import runner
     from ..writers.runner import StackRunner
 
