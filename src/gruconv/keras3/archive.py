@@ -1102,10 +1102,10 @@ def is_keras3_weights(path) -> bool:
 def read_weights(path, names: list) -> list:
     """The arrays stored at ``names`` (``layers/lstm/cell/vars/0``, ...) in a Keras 3 weights file: a
     ``.keras`` archive's ``model.weights.h5`` (the zip checked first by
-    :func:`gruconv.eligibility.read_keras_zip`: bounded directory, Keras's own member names) or a plain
+    :func:`gruconv.files.zips.read_keras_zip`: bounded directory, Keras's own member names) or a plain
     ``.weights.h5``, every dataset through :mod:`gruconv.files.hdf5`'s guards.  For ``verify`` of an
     output whose custom layers Keras cannot rebuild (issue 29): its recurrent weights, read as written."""
-    from ..eligibility import read_keras_zip
+    from ..files.zips import read_keras_zip
     from ..files import hdf5 as h5safe
 
     h5py = _h5()
