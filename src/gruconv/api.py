@@ -32,7 +32,7 @@ def inspect(path, options=None, **kw) -> dict:
     run_options.refuse_unread(opts, run_options.accepted_options(module.FORMAT, ()), module.DESCRIPTION)
     doc = module.read(Path(path), opts)
     info = module.inspect(doc)
-    if "cudnn_eligibility" not in info:  # a Keras graph read by another reader (issue 22)
+    if "cudnn_eligibility" not in info:  # a Keras graph read by another reader
         from .eligibility import for_document
 
         report = for_document(doc)

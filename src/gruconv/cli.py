@@ -98,7 +98,7 @@ class _Group(click.Group):
             # The handler's Interrupted, raised inside a C extension's callback, can surface as another
             # exception (h5py: "SystemError: <cyfunction FastRLock.__exit__> returned a result with an
             # exception set"), or be turned into a GruconvError by an except clause: a signal was
-            # received, so it is reported as the interruption it is (issue 23).  Otherwise it is a bug:
+            # received, so it is reported as the interruption it is.  Otherwise it is a bug:
             # one line and exit 4, never Python's traceback and exit 1 (the parity-failure code).
             from .errors import InternalError
             from .signals import received
@@ -144,7 +144,7 @@ class _Group(click.Group):
 def _usage_line(e: "click.UsageError"):
     """Click's usage errors (``--jobs 0``, an unknown option, a missing argument) as every other
     gruconv error is shown: one ``gruconv: error:`` line, exit 2 (:class:`gruconv.errors.UsageError`),
-    not Click's three-line usage block (issue 23).  ``gruconv`` alone still prints the help."""
+    not Click's three-line usage block.  ``gruconv`` alone still prints the help."""
     from .errors import UsageError
 
     if isinstance(e, click.exceptions.NoArgsIsHelpError):

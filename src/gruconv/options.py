@@ -36,7 +36,7 @@ class Options:
     return_state: bool = False              # TF1: final-state outputs
     mask_input: bool = False                # TF1: a (batch, time) mask input
     check_load: bool = False                # .keras / .weights.h5: load the output with Keras, digests compared
-    custom_objects: Optional[str] = None    # a user's .py file of Keras 3 classes for custom layers (issue 29)
+    custom_objects: Optional[str] = None    # a user's .py file of Keras 3 classes for custom layers
 
     def __post_init__(self) -> None:
         if self.format is not None and self.format not in OUTPUT_FORMATS:

@@ -131,7 +131,7 @@ def convert_many(paths, out_dir, *, jobs: Optional[int] = None, keep_going: bool
         if why is not None:
             raise InputError(why, path=config_file)
         options["config"] = str(config_file.resolve())  # workers may not share our cwd
-    if options.get("custom_objects") is not None:  # the user's classes (issue 29): same reason
+    if options.get("custom_objects") is not None:  # the user's classes: same reason
         options["custom_objects"] = str(Path(options["custom_objects"]).resolve())
     out_dir = Path(out_dir)
     why = name_too_long(out_dir)

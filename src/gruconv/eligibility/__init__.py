@@ -1,4 +1,4 @@
-"""Which recurrent layers of a Keras model run on cuDNN, per Keras 3 backend, and why not (issue 22).
+"""Which recurrent layers of a Keras model run on cuDNN, per Keras 3 backend, and why not.
 
 The answer is a fact of Keras's own source, so it is kept here as data (:data:`RULES`), each rule with
 the Keras release and the source file it was read from, and evaluated on a model *config* -- no

@@ -1,6 +1,6 @@
 """Keras 3 files: recognised, said to need no conversion, and inspected for cuDNN eligibility.
 
-Issue 18 item 3 and issue 22.  A Keras 3 model has no cuDNN-only layer to convert (``CuDNNGRU`` and
+A Keras 3 model has no cuDNN-only layer to convert (``CuDNNGRU`` and
 ``CuDNNLSTM`` do not exist in Keras 3: ``keras/src/layers/__init__.py``, 3.15.1), so ``convert``
 writes nothing and exits 0, and ``inspect`` answers the question a Keras 3 user still has -- does
 each recurrent layer run on cuDNN on TensorFlow, JAX and torch, and if not, why
@@ -51,7 +51,7 @@ SUFFIXES = (".keras", ".weights.h5")
 
 #: The one line ``convert`` and ``inspect`` say.
 #: Never holds anything to convert: batch does not count a Keras 3 file as a convertible input when it
-#: decides whether a run found nothing to convert (issue 18: exit 3, never green on nothing).
+#: decides whether a run found nothing to convert (exit 3, never green on nothing).
 CONVERTS = False
 NOTHING = "already a Keras 3 file, nothing to convert"
 #: HDF5 objects visited while matching a ``.weights.h5`` against ``--config``.

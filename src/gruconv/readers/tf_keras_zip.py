@@ -1,5 +1,5 @@
 """tf_keras ``.keras`` zips (tf.keras 2.13-2.15, tf_keras 2.16+ ``model.save("m.keras")``): read as the
-legacy models they are, converted like their HDF5 twins (issue 31 part 3).
+legacy models they are, converted like their HDF5 twins.
 
 Such a file is a zip like Keras 3's (``metadata.json``, ``config.json``, ``model.weights.h5``), but
 ``metadata.json`` says ``keras_version`` ``2.x`` and ``config.json`` is a Keras 2 model config that may

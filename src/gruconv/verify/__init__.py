@@ -19,7 +19,7 @@ References (``--reference``):
     says which ran and why.
 
 Every check also reports the reference's own error against float64, and
-its verdict is floor-aware (issue 19, ``docs/verdicts.md``): it passes within
+its verdict is floor-aware (``docs/verdicts.md``): it passes within
 the absolute tolerance, or ``rtol`` of the reference's magnitude, or ``k``
 times the measured float32 sensitivity floor (:mod:`gruconv.verify.floor`),
 so a trained model's amplified rounding is not mistaken for a conversion
@@ -90,7 +90,7 @@ def _device_runs(device: str, report, probe=None) -> list:
         backend = keras3.keras().backend.backend()
         settings = keras3.MATH_SETTINGS.get(backend, {})
     if not ok:
-        if device in ("gpu", "both"):  # asked for explicitly: refused (issue 19); auto keeps the note
+        if device in ("gpu", "both"):  # asked for explicitly: refused; auto keeps the note
             raise ReferenceUnavailable(f"--device {device}: the {backend} backend has no usable GPU here ({why})")
         report.notes.append(f"GPU path not run: {why}")
         report.devices.append({"device": "gpu", "ran": False, "reason": why})

@@ -137,7 +137,7 @@ def _reference_rnn(rnn, x_bt: np.ndarray, engine: Engine, initial_state=None) ->
 #: a Bidirectional layer alternates its directions; the entries hold ``params`` so the id stays theirs.
 _BUFFERS: list = []
 #: Larger buffers are packed again per run: holding two directions of the bench's large model raised its
-#: verify's peak RSS by 50-70 MiB (``bench/compare.py``, issue 30) for ~5% of its time.
+#: verify's peak RSS by 50-70 MiB (``bench/compare.py``) for ~5% of its time.
 _BUFFER_CACHE_BYTES = 8 << 20
 
 
@@ -235,7 +235,7 @@ def verify_graph(doc, model, engine, report, rng, tolerance, user_inputs):
         rec.layer = None
     del targets
     if not end_to_end:  # everything of the converted model is recorded: its weights go before the
-        del model       # reference and floor runs (the large model's peak memory, issue 30)
+        del model       # reference and floor runs (the large model's peak memory)
         keras3.release_memory()
     for n, (rnn, (key, name)) in enumerate(zip(doc.rnns, names), 1):
         step("verify", n, len(doc.rnns), rnn.path)
@@ -272,7 +272,7 @@ def verify_graph(doc, model, engine, report, rng, tolerance, user_inputs):
                                        False, None, (len(got), len(ref)), bound="none",
                                        reason=f"{len(got)} outputs where the reference has {len(ref)}"))
         if not end_to_end:  # its original weights are read again only if asked for (the reader reads them on
-            rnn.release()   # demand): one layer's in memory at a time (the large model's peak RSS, issue 30)
+            rnn.release()   # demand): one layer's in memory at a time (the large model's peak RSS)
     if end_to_end:
         _end_to_end_sequential(keras, doc, model, engine, report, feed, tolerance, model_outputs[0])
         del model
@@ -299,7 +299,7 @@ class Original:
     quiet_note: bool = False
 
 
-#: The originals every Keras-graph verify runs beside the converted model (issue 40: tf_keras; issue 39: a
+#: The originals every Keras-graph verify runs beside the converted model (tf_keras; a
 #: tf.keras 2.x SavedModel served by TensorFlow).
 ORIGINALS = (
     Original("keras2", "end to end (tf_keras)", "keras2_reference", "tf_keras, CPU", KERAS2_NOT_RUN),

@@ -1,5 +1,5 @@
 """``verify`` of a Keras model that Keras cannot rebuild here: it holds a user's custom layer and no
-``--custom-objects`` file was given (issue 29).  gruconv never runs code from a model file, so the whole
+``--custom-objects`` file was given.  gruconv never runs code from a model file, so the whole
 model cannot run; every cuDNN layer still can, alone, as for a weights-only file
 (:func:`gruconv.verify.graph.alone_layer` / :func:`~gruconv.verify.graph.check_alone`).
 

@@ -1,4 +1,4 @@
-"""What ``verify`` checks of a document, decided here from what the document holds (issue 28).
+"""What ``verify`` checks of a document, decided here from what the document holds.
 
 A reader states what its document holds (``doc.content``, a :data:`gruconv.model.canonical.CONTENTS`
 kind) and reads; which checks that calls for, and the converted models they compare against, are
@@ -118,11 +118,11 @@ def graph_subjects(doc, converted, opts: Options):
             runner = matching_runner(runners, rnn.stack, only=len(doc.rnns) == 1, path=Path(converted))
             yield Subject(name=rnn.path, model=runner, stack=rnn.stack)
         return
-    if doc.model_config is None:  # weights-only, no --config: verify checks each layer alone (issue 19)
+    if doc.model_config is None:  # weights-only, no --config: verify checks each layer alone
         yield Subject(name=str(doc.path), model=None, graph=doc)
         return
     custom = custom_classes(doc)
-    if custom and opts.custom_objects is None:  # Keras cannot rebuild it: each layer alone (issue 29)
+    if custom and opts.custom_objects is None:  # Keras cannot rebuild it: each layer alone
         yield Subject(name=str(doc.path), model=None, graph=doc)
         return
     from ..keras3 import runtime as keras3
@@ -255,7 +255,7 @@ def staged_weights_subjects(doc, converted, opts: Options):
         converted = Path(converted)
         if not converted.is_file():
             raise InputError("converted weights file not found", path=converted)
-        # torch / onnx outputs run their stacks themselves, as for every other input (issue 28: the TF2
+        # torch / onnx outputs run their stacks themselves, as for every other input (the TF2
         # reader's own list of what it writes said "legacy .h5 only" while convert asked the writers)
         runners = writers.stack_runners(converted)
         if runners is None and writers.claimed_by(converted) not in (None, planning.natural_format(

@@ -1,4 +1,4 @@
-"""A graph holding cuDNN ops, end to end: its two conversions against each other (issue 39).
+"""A graph holding cuDNN ops, end to end: its two conversions against each other.
 
 Why this check: the original graph cannot run here (TensorFlow has no CPU kernel for a cuDNN op), and each of
 its cuDNN nodes is already checked as a bare stack against the reference (:func:`.subjects.tf_graph_subjects`).

@@ -2,7 +2,7 @@
 (:class:`VerifyReport`), and :func:`compare` (max abs / rel error, the float16 tolerance floor,
 NaN/Inf never a pass, the reference's own float64 error shown beside it).
 
-The verdict (issue 19, ``docs/verdicts.md``): a check passes when its max |diff| is within the
+The verdict (``docs/verdicts.md``): a check passes when its max |diff| is within the
 absolute ``tolerance``, or ``rtol`` of the reference's magnitude, or ``k`` times the measured
 sensitivity floor (how far float32 rounding alone moves that output:
 :func:`gruconv.verify.floor.floors`); :func:`gruconv.verify.floor.decide` says which bound admitted

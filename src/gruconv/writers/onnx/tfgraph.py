@@ -1,5 +1,5 @@
 """The whole graph as ONNX: a SavedModel or frozen ``GraphDef`` that holds cuDNN RNN ops, converted by
-tf2onnx as a library with gruconv's own handlers for ``CudnnRNN``/``CudnnRNNV2``/``CudnnRNNV3`` (issue 39).
+tf2onnx as a library with gruconv's own handlers for ``CudnnRNN``/``CudnnRNNV2``/``CudnnRNNV3``.
 
 Why tf2onnx and why our handlers (``shared/DESIGN.md`` "Graphs that hold cuDNN ops"): tf2onnx 1.17
 converts the rest of a TensorFlow graph well, and takes handlers for ops through ``custom_op_handlers``
