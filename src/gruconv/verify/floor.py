@@ -16,7 +16,7 @@ in float32 (1/2 ulp each) and evaluating the recurrence in float32 in its own or
 
 The rule (:func:`decide`): a check passes when ``|diff| <= tolerance`` (absolute, as before),
 or ``<= rtol * max|ref|``, or ``<= k * floor``; the report says which bound admitted it.  The
-defaults (:data:`DEFAULT_RTOL`, :data:`DEFAULT_K`, :data:`DEFAULT_SEEDS`) come from the
+defaults (:class:`gruconv.options.Bounds`' ``rtol`` and ``k``, :data:`DEFAULT_SEEDS`) come from the
 measurements in ``docs/verdicts.md`` (2-core CPU, TensorFlow backend): on the trained fixtures
 (``fixtures/trained``) the correct conversions (converted Keras 3 model on the CPU vs the float64
 reference, 25/100/400 steps, weights-only layers alone included) were at most 1.5x their floor and 1.9e-6 of max|ref|;
@@ -37,16 +37,6 @@ import numpy as np
 
 from ..model.canonical import GateParams, RNNStack
 
-#: Relative bound ``rtol * max|ref|`` (about 16 float32 epsilons).  docs/verdicts.md: correct conversions
-#: reached 1.9e-6 of max|ref| (they pass by the floor bound anyway); the weakest planted error (one bias
-#: off by 1e-4 relative) was 1.34e-5 of it, 6.7x over this bound.  It admits outputs of large magnitude
-#: (an LSTM's c ~ 60 at 400 steps: 1.2e-4) whose rounding an absolute tolerance cannot know.
-DEFAULT_RTOL = 2e-6
-#: Floor multiple.  docs/verdicts.md: correct conversions on the CPU were <= 1.5x their floor (5.3x
-#: under this bound); the weakest planted error was 32x its floor (4x over).  The strict-fp32 GPU path
-#: must be measured against the same floor before this is trusted there (the GPU was 10-20x
-#: further from cuDNN than the CPU on a trained LSTM).
-DEFAULT_K = 8.0
 #: Seeds of the perturbed float32 run: the floor of 10 seeds was at most 1.8x that of 3 (2.5x that of 1)
 #: on every trained fixture at 25 and 400 steps; 3 seeds of a 400-step stack take 0.1-1.8 s here.
 DEFAULT_SEEDS = 3
@@ -214,10 +204,11 @@ class Decision:
     reason: str = ""
 
 
-def decide(max_abs: float, magnitude: float, floor: Optional[float], *, tolerance: float,
-           rtol: float = DEFAULT_RTOL, k: float = DEFAULT_K, nonfinite: int = 0) -> Decision:
+def decide(max_abs: float, magnitude: float, floor: Optional[float], bounds, *, nonfinite: int = 0) -> Decision:
     """Pass when ``max_abs <= tolerance``, or ``<= rtol * magnitude`` (``magnitude`` = max |ref| of the
-    check), or ``<= k * floor``.  NaN/Inf outputs never pass.  A missing floor (None) drops that bound."""
+    check), or ``<= k * floor`` (``bounds``: a :class:`gruconv.options.Bounds`).  NaN/Inf outputs never
+    pass.  A missing floor (None) drops that bound."""
+    tolerance, rtol, k = bounds.tolerance, bounds.rtol, bounds.k
     limits = {"tolerance": float(tolerance), "rtol": float(rtol * magnitude),
               "floor": None if floor is None else float(k * floor)}
     if nonfinite:

@@ -50,7 +50,7 @@ class Checks:
     (None otherwise; it may raise the one-line refusal), ``subjects(doc, converted, options)`` yields
     each :class:`~gruconv.model.canonical.Subject`; ``early``: ``nothing`` is asked before Keras and
     its backend are imported (seconds), for a document that never has anything to check; ``after(doc,
-    converted, engine, report, rng, tolerance)``, where set, checks the whole after its subjects (a graph's
+    converted, engine, report, rng)``, where set, checks the whole after its subjects (a graph's
     two conversions against each other: :func:`gruconv.verify.tfgraph.cross_check`)."""
 
     nothing: Callable
@@ -75,10 +75,10 @@ def checks_after(doc) -> Optional[Callable]:
     return _checks(doc).after
 
 
-def _tf_graph_after(doc, converted, engine, report, rng, tolerance) -> None:
+def _tf_graph_after(doc, converted, engine, report, rng) -> None:
     from .tfgraph import cross_check
 
-    cross_check(doc, converted, engine, report, rng, tolerance)
+    cross_check(doc, converted, engine, report, rng)
 
 
 def verify_subjects(doc, converted, opts: Options):

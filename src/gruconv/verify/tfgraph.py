@@ -74,7 +74,7 @@ def _onnx(doc, converted):
     return build(Path(doc.document().source))[0]
 
 
-def cross_check(doc, converted, engine, report, rng, tolerance) -> None:
+def cross_check(doc, converted, engine, report, rng) -> None:
     """Every ``serving_default`` output of the converted SavedModel against the whole-graph ONNX's (module
     docstring); a note says why when it cannot run (tf2onnx missing, no such signature, names that differ)."""
     from ..errors import GruconvError
@@ -132,4 +132,4 @@ def cross_check(doc, converted, engine, report, rng, tolerance) -> None:
                         "conversions that share no wiring code; the original graph runs only on a GPU")
     for k in sorted(ref):
         dtype = "float16" if ref[k].dtype == np.float16 else "float32"
-        report.checks.append(judge(report, f"{LABEL}: {k}", got[k], ref[k], None, tolerance, dtype, worst[k]))
+        report.checks.append(judge(report, f"{LABEL}: {k}", got[k], ref[k], None, dtype, worst[k]))
