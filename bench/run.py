@@ -25,6 +25,8 @@ Sections (see docs/benchmarks.md for what each one means):
 5. graph-onnx (issue 39) -- gruconv's whole-graph ONNX conversion of Keras 3 exports holding
    ``CudnnRNNV3`` vs ``python -m tf2onnx.convert --saved-model`` of the same SavedModels
    (bench/graph_onnx.py).
+6. graph-savedmodel -- ``gruconv convert GRAPH cpu_model/`` (the SavedModel that serves on a CPU) vs a
+   plain ``tf.saved_model.load`` + ``tf.saved_model.save`` of the same SavedModels (bench/graph_savedmodel.py).
 
 A section whose tool is missing or fails is reported as "not measured: <reason>"
 instead of stopping the run.
@@ -63,6 +65,7 @@ BIN = Path(sys.executable).parent
 sys.path.insert(0, str(REPO / "bench"))
 import make_large  # noqa: E402  (bench/make_large.py: shape constants and param count)
 import graph_onnx  # noqa: E402  (bench/graph_onnx.py: issue 39's whole-graph ONNX section)
+import graph_savedmodel  # noqa: E402  (bench/graph_savedmodel.py: issue 39's CPU SavedModel section)
 
 # Targets (issue 20: the streamed writer, no Keras on the convert path).
 T_CONVERT_VS_MANUAL = 0.2     # convert wall time <= 0.2 x manual route
@@ -734,13 +737,15 @@ def _row_or_missing(s, cells_fn):
     return cells_fn(s), None
 
 
-def render(facts, load, large, batch, insp, total_s, quick, n_models, reps, verify=None, gonnx=None) -> tuple:
+def render(facts, load, large, batch, insp, total_s, quick, n_models, reps, verify=None, gonnx=None,
+           gsaved=None) -> tuple:
     L = []
     w = L.append
     mib = 1024 * 1024
     verdicts = []  # (target, measured, ok)
     verify_lines = render_verify(verify, verdicts)
     verify_lines += graph_onnx.render(gonnx, verdicts)
+    verify_lines += graph_savedmodel.render(gsaved, verdicts)
 
     # ---- large
     S = large["series"] if large else {}
@@ -1067,20 +1072,24 @@ def render(facts, load, large, batch, insp, total_s, quick, n_models, reps, veri
 
 # --------------------------------------------------------------------------- main
 
+#: The sections, in the order they run (``--only`` picks some).
+SECTIONS = ("large", "batch", "inspect", "verify", "graph-onnx", "graph-savedmodel")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="1 repetition, 20 batch models; doc into bench-out/")
     ap.add_argument("--regen", action="store_true", help="rebuild the large inputs even if cached")
     ap.add_argument("--render-only", action="store_true",
                     help="measure nothing: rewrite docs/benchmarks.md from bench-out/results.json")
-    ap.add_argument("--only", choices=["large", "batch", "inspect", "verify", "graph-onnx"], action="append",
+    ap.add_argument("--only", choices=SECTIONS, action="append",
                     help="run only these sections (repeatable); the doc then goes into bench-out/")
     args = ap.parse_args(argv)
     if args.render_only:
         raw = json.loads((OUT / "results.json").read_text())  # the last full run's
         doc, verdicts = render(raw["facts"], raw["load"], raw["large"], raw["batch"], raw["inspect"],
                                raw["total_s"], raw.get("quick", False), raw.get("n_models", 100), raw.get("reps", 3),
-                               raw.get("verify"), raw.get("graph_onnx"))
+                               raw.get("verify"), raw.get("graph_onnx"), raw.get("graph_savedmodel"))
         target = OUT / "benchmarks-quick.md" if raw.get("partial") else DOC
         target.write_text(doc, encoding="utf-8")
         print(f"wrote {target.relative_to(REPO)} from bench-out/results.json")
@@ -1096,11 +1105,12 @@ def main(argv=None) -> int:
     reps_fast = 1 if args.quick else 5
     n_models = 20 if args.quick else 100
     n_single = 5 if args.quick else 20
-    sections = set(args.only or ["large", "batch", "inspect", "verify", "graph-onnx"])
+    sections = set(args.only or SECTIONS)
     facts = machine_facts()
     log(f"machine: {facts['cpu']}, {facts['cores']} cores, load {load_start}")
 
-    big = large_inputs(OUT, args.regen, log)
+    # the large model (~47 M params, a minute or more to build on a fresh clone) only for the sections using it
+    big = large_inputs(OUT, args.regen, log) if sections & {"large", "inspect", "verify"} else None
     # Warm-up (untimed): shared libraries and bytecode into the page cache.
     fx = REPO / "fixtures" / "keras" / "sequential.h5"
     warm = OUT / "warmup.keras"
@@ -1114,7 +1124,7 @@ def main(argv=None) -> int:
                               "--jobs", "2"], before=rm(warm_dir))
     rm(warm_dir)()
 
-    large = batch = insp = ver = gonnx = None
+    large = batch = insp = ver = gonnx = gsaved = None
     if "large" in sections:
         large = section_large(OUT, big, reps, reps_fast, log)
         large["generated"] = big["generated"]
@@ -1127,10 +1137,12 @@ def main(argv=None) -> int:
         ver = section_verify(OUT, big, reps, log)
     if "graph-onnx" in sections:
         gonnx = graph_onnx.section(sys.modules[__name__], OUT, reps, log)
+    if "graph-savedmodel" in sections:
+        gsaved = graph_savedmodel.section(sys.modules[__name__], OUT, reps, log)
     load_end = os.getloadavg()
     total = time.perf_counter() - t_start
     load = {"start": load_start, "end": load_end}
-    doc, verdicts = render(facts, load, large, batch, insp, total, args.quick, n_models, reps, ver, gonnx)
+    doc, verdicts = render(facts, load, large, batch, insp, total, args.quick, n_models, reps, ver, gonnx, gsaved)
     partial = args.quick or args.only
     target = OUT / "benchmarks-quick.md" if partial else DOC
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -1138,7 +1150,7 @@ def main(argv=None) -> int:
     tmp.write_text(doc, encoding="utf-8")
     os.replace(tmp, target)
     raw = {"facts": facts, "load": load, "large": large, "batch": batch, "inspect": insp, "verify": ver,
-           "graph_onnx": gonnx, "total_s": total,
+           "graph_onnx": gonnx, "graph_savedmodel": gsaved, "total_s": total,
            "quick": args.quick, "n_models": n_models, "reps": reps, "partial": bool(partial)}
     results = OUT / ("results-quick.json" if partial else "results.json")
     results.write_text(json.dumps(raw, indent=1, default=str))

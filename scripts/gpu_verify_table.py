@@ -13,6 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from gruconv.options import Bounds  # noqa: E402
 from gruconv.verify import verify # noqa: E402
 
 TOL = 1e-5
@@ -33,10 +34,10 @@ def main() -> int:
     for name, entry in sorted(keras_manifest.items()):
         if entry["weights_only"] or not entry["cudnngru_layers"]:
             continue
-        rows.append((f"keras/{name}", verify(ROOT / "fixtures/keras" / name, reference="cudnn", tolerance=TOL)))
+        rows.append((f"keras/{name}", verify(ROOT / "fixtures/keras" / name, reference="cudnn", bounds=Bounds(tolerance=TOL))))
     tf1_manifest = json.loads((ROOT / "fixtures/tf1/manifest.json").read_text())["cases"]
     for case, entry in sorted(tf1_manifest.items()):
-        rows.append((f"tf1/{case}", verify(ROOT / "fixtures/tf1" / case, reference="cudnn", tolerance=TOL,
+        rows.append((f"tf1/{case}", verify(ROOT / "fixtures/tf1" / case, reference="cudnn", bounds=Bounds(tolerance=TOL),
                                            hints=tf1_hints(entry))))
     env = rows[0][1].environment
     print(f"GPU: {env.get('gpu')}, cuDNN {env.get('cudnn_version')}, CUDA runtime "

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Measure, on the trained fixtures, correct-conversion differences and planted errors against the floor.
 
-The numbers behind :data:`gruconv.verify.floor.DEFAULT_RTOL`/``DEFAULT_K``/``DEFAULT_SEEDS``
+The numbers behind :class:`gruconv.options.Bounds`' ``rtol``/``k`` and :data:`gruconv.verify.floor.DEFAULT_SEEDS`
 (``docs/verdicts.md``).  For each fixture of ``fixtures/trained`` and each ``--steps``:
 
 * Keras HDF5 (``X.h5``): converted with :func:`gruconv.api.convert` to a ``.keras`` file, loaded,
@@ -116,10 +116,11 @@ def _row(fixture, path, steps, check, got, ref, floor, elapsed_floor=None):
 def _planted(name, rows):
     """A planted error's rows: all of them (``rows``), and, at top level, the one furthest over its
     loosest bound at the default rule (``over`` = max_abs / max(tolerance 1e-5, rtol*|ref|, k*floor))."""
-    from gruconv.verify import floor as S
+    from gruconv.options import Bounds
 
+    b = Bounds()
     for z in rows:
-        z["over"] = z["max_abs"] / max(1e-5, S.DEFAULT_RTOL * z["magnitude"], S.DEFAULT_K * z["floor"])
+        z["over"] = z["max_abs"] / max(b.tolerance, b.rtol * z["magnitude"], b.k * z["floor"])
     worst = max(rows, key=lambda z: z["over"])
     return dict(worst, plant=name, rows=rows)
 

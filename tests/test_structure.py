@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 from pathlib import Path
 
 import pytest
@@ -384,6 +385,24 @@ def test_the_cudnn_class_names_are_spelled_in_one_table():
     assert _cudnn_class_literals('x = {"CuDNNGRU": 1}\n"""CuDNNGRU, a docstring"""\n') == [1]  # planted
     with pytest.raises(KeyError):
         legacy.gru_config({"class_name": "SimpleRNN", "config": {"units": 2}})
+
+
+#: A project ticket number in prose: ``issue 23``, ``Issue 30:``, a provenance tag ``stop 37``.  Another
+#: project's issue (``keras-team/keras#18504``) is a citation and does not match.
+_TICKET = re.compile(r"\b[Ii]ssues? \d+|\bstop \d+\b")
+
+
+def _ticket_numbers(source: str) -> list:
+    return [i for i, line in enumerate(source.splitlines(), 1) if _TICKET.search(line)]
+
+
+def test_code_names_no_ticket_number():
+    """Comments and docstrings keep the why and drop the ticket number: the number goes in the commit
+    message and the test name, where it stays true."""
+    found = {str(f.relative_to(PKG)): _ticket_numbers(f.read_text()) for f in PKG.rglob("*.py")}
+    assert {f: lines for f, lines in found.items() if lines} == {}
+    planted = '"""Why (issue 20): slow."""\nx = 1  # stop 37\n# keras-team/keras#18504, tensorflow#77442\n'
+    assert _ticket_numbers(planted) == [1, 2]
 
 
 #: The ``tempfile`` calls that make a file or directory; only ``files/outputs.py`` calls them.

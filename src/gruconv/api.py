@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import readers, run_options
-from .options import ConvertResult, Options
+from .options import Bounds, ConvertResult, Options
 
 __all__ = ["inspect", "convert", "write", "verify", "check_not_inputs", "ConvertResult", "Options"]
 
@@ -32,7 +32,7 @@ def inspect(path, options=None, **kw) -> dict:
     run_options.refuse_unread(opts, run_options.accepted_options(module.FORMAT, ()), module.DESCRIPTION)
     doc = module.read(Path(path), opts)
     info = module.inspect(doc)
-    if "cudnn_eligibility" not in info:  # a Keras graph read by another reader (issue 22)
+    if "cudnn_eligibility" not in info:  # a Keras graph read by another reader
         from .eligibility import for_document
 
         report = for_document(doc)
@@ -79,9 +79,8 @@ def _add_targets(info: dict) -> None:
                             for fmt, d in writers.targets(StackShape(**r["shape"])).items()}
 
 
-def convert(input, output, options=None, *, verify: bool = False, tolerance: float = 1e-5,
-            rtol: Optional[float] = None, floor_k: Optional[float] = None, batch: int = 2, steps: int = 8,
-            seed: int = 0, **kw) -> ConvertResult:
+def convert(input, output, options=None, *, verify: bool = False, bounds: Optional[Bounds] = None, batch: int = 2,
+            steps: int = 8, seed: int = 0, **kw) -> ConvertResult:
     """Convert one input into a Keras 3 model (``.keras``) or a weights file (``.h5``).
 
     read -> plan (:func:`gruconv.writers.planning.plan`: format, file or directory, targets,
@@ -92,9 +91,9 @@ def convert(input, output, options=None, *, verify: bool = False, tolerance: flo
     fix and writes nothing unless the whole conversion succeeds.  With
     ``verify`` the outputs are written to a private staging directory beside
     ``output``, verified there, and moved into place only when parity holds:
-    a failed check leaves no file behind (the report says why).  ``tolerance``, ``rtol`` and
-    ``floor_k`` are :func:`gruconv.verify.verify`'s bounds (None: its defaults), ``batch``, ``steps`` and
-    ``seed`` its random inputs.
+    a failed check leaves no file behind (the report says why).  ``bounds``
+    (:class:`gruconv.options.Bounds`; None: the defaults), ``batch``, ``steps`` and ``seed`` are
+    :func:`gruconv.verify.verify`'s.
     """
     from .files.outputs import Outputs
     from .writers.planning import plan
@@ -124,8 +123,7 @@ def convert(input, output, options=None, *, verify: bool = False, tolerance: flo
             result = write(document, plan(document, staged, staged_opts), Outputs(force=True), staged_opts)
         if result.nothing_to_convert and not result.outputs:
             return result
-        report = _verify(input, staged, tolerance=tolerance, rtol=rtol, floor_k=floor_k, batch=batch, steps=steps,
-                         seed=seed, options=opts)
+        report = _verify(input, staged, bounds=bounds, batch=batch, steps=steps, seed=seed, options=opts)
         result.verification = report.to_json()
         if not report.passed:
             result.outputs = []

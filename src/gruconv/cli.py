@@ -17,7 +17,15 @@ import click
 
 from ._version import __version__
 from .errors import GruconvError
-from .options import OUTPUT_FORMATS
+from .options import OUTPUT_FORMATS, Bounds
+
+#: The verdict's default bounds, for the options' defaults and help (written once: :class:`Bounds`).
+_BOUNDS = Bounds()
+
+
+def _short(x: float) -> str:
+    """``2e-6``, ``8``: a default as the help text writes it."""
+    return f"{x:g}".replace("e-0", "e-")
 
 
 #: Where ``--debug`` is noted (``ctx.meta`` is shared by a context and the subcommand's).
@@ -98,7 +106,7 @@ class _Group(click.Group):
             # The handler's Interrupted, raised inside a C extension's callback, can surface as another
             # exception (h5py: "SystemError: <cyfunction FastRLock.__exit__> returned a result with an
             # exception set"), or be turned into a GruconvError by an except clause: a signal was
-            # received, so it is reported as the interruption it is (issue 23).  Otherwise it is a bug:
+            # received, so it is reported as the interruption it is.  Otherwise it is a bug:
             # one line and exit 4, never Python's traceback and exit 1 (the parity-failure code).
             from .errors import InternalError
             from .signals import received
@@ -144,7 +152,7 @@ class _Group(click.Group):
 def _usage_line(e: "click.UsageError"):
     """Click's usage errors (``--jobs 0``, an unknown option, a missing argument) as every other
     gruconv error is shown: one ``gruconv: error:`` line, exit 2 (:class:`gruconv.errors.UsageError`),
-    not Click's three-line usage block (issue 23).  ``gruconv`` alone still prints the help."""
+    not Click's three-line usage block.  ``gruconv`` alone still prints the help."""
     from .errors import UsageError
 
     if isinstance(e, click.exceptions.NoArgsIsHelpError):
@@ -278,7 +286,8 @@ def _verify_inputs(batch: int, steps: int, seed: int) -> dict:
               help="Your Python file defining the Keras 3 classes of the model's custom layers: --check-load / "
                    "--verify load the output with them (imported only when given).")
 @click.option("--verify", is_flag=True, help="Check numerical parity after converting (see `gruconv verify`).")
-@click.option("--tolerance", type=float, default=1e-5, show_default=True, help="Parity tolerance for --verify.")
+@click.option("--tolerance", type=float, default=_BOUNDS.tolerance, show_default=True,
+              help="Parity tolerance for --verify.")
 @click.option("--rtol", type=click.FloatRange(0), default=None, help="--verify: relative bound (see `gruconv verify`).")
 @click.option("--floor-k", type=click.FloatRange(0), default=None,
               help="--verify: multiple of the float32 sensitivity floor (see `gruconv verify`).")
@@ -327,12 +336,13 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
     options = Options(force=force, format=fmt, config=config, hints=_hints(kw), rnn=rnn, prefer=prefer,
                       initial_state=initial_state, return_state=return_state, mask_input=mask_input,
                       check_load=check_load, custom_objects=custom_objects)
+    bounds = Bounds.of(tolerance, rtol, floor_k)
     if out_dir is not None:
         from . import batch
 
         summary = batch.convert_many(list(paths), out_dir, jobs=jobs, keep_going=keep_going,
                                      skip_existing=skip_existing, shard=shard, report=report_path, junit=junit, html=html_dir,
-                                     verify=verify, tolerance=tolerance, rtol=rtol, floor_k=floor_k,
+                                     verify=verify, bounds=bounds,
                                      **_verify_inputs(verify_batch, verify_steps, verify_seed),
                                      print_fn=click.echo, **options.to_json())
         sys.exit(summary.exit_code)
@@ -347,7 +357,7 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
     from .progress import on_terminal
 
     with on_terminal():   # "convert: layer 3/6 ..." on a terminal's stderr, nothing otherwise
-        result = api.convert(input, output, options, verify=verify, tolerance=tolerance, rtol=rtol, floor_k=floor_k,
+        result = api.convert(input, output, options, verify=verify, bounds=bounds,
                              **_verify_inputs(verify_batch, verify_steps, verify_seed))
     _warn(result.warnings)
     click.echo(report.convert_text(result))
@@ -359,11 +369,13 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
 @main.command()
 @click.argument("input", type=click.Path(path_type=Path, readable=False))
 @click.argument("converted", required=False, type=click.Path(path_type=Path, readable=False))
-@click.option("--tolerance", type=float, default=1e-5, show_default=True, help="Max abs error allowed.")
+@click.option("--tolerance", type=float, default=_BOUNDS.tolerance, show_default=True, help="Max abs error allowed.")
 @click.option("--rtol", type=click.FloatRange(0), default=None,
-              help="Also pass within RTOL x max|reference| of the output [default: 2e-6, docs/verdicts.md].")
+              help=f"Also pass within RTOL x max|reference| of the output [default: {_short(_BOUNDS.rtol)}, "
+                   "docs/verdicts.md].")
 @click.option("--floor-k", type=click.FloatRange(0), default=None,
-              help="Also pass within K x the measured float32 sensitivity floor [default: 8, docs/verdicts.md].")
+              help=f"Also pass within K x the measured float32 sensitivity floor [default: {_short(_BOUNDS.k)}, "
+                   "docs/verdicts.md].")
 @click.option("--reference", type=click.Choice(["auto", "cudnn", "oracle"]), default="auto", show_default=True,
               help="cudnn: real cuDNN on a GPU (ctypes); oracle: float64 NumPy; auto: cudnn if usable.")
 @click.option("--allow-tf32", is_flag=True, help="Let cuDNN use TF32 tensor cores (expect ~5e-4 errors).")
@@ -414,7 +426,7 @@ def verify(input, converted, tolerance, rtol, floor_k, reference, allow_tf32, de
     from .progress import on_terminal
 
     with on_terminal():   # "verify: layer 3/6 ..." on a terminal's stderr, nothing otherwise
-        rep = _verify(input, converted, tolerance=tolerance, rtol=rtol, floor_k=floor_k, reference=reference,
+        rep = _verify(input, converted, bounds=Bounds.of(tolerance, rtol, floor_k), reference=reference,
                       allow_tf32=allow_tf32, batch=batch, steps=steps, seed=seed, inputs=inputs, device=device,
                       config=config, hints=_hints(kw), prefer=prefer, rnn=rnn, custom_objects=custom_objects)
     data = rep.to_json()

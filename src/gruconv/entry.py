@@ -58,7 +58,7 @@ def _hold_signals() -> None:
     puts the default action back for signals that have a Python handler (CPython's ``_PySignal_Fini``;
     ``SIG_IGN`` it leaves alone), so a signal in the last ~0.1-0.4 s of the process (module teardown,
     libhdf5's exit handlers) killed it (exit -2 / -15, no message) after a successful conversion;
-    ``tests/cli/test_signals.py`` hit that window once conversions got faster (issue 20).  Ignored, not
+    ``tests/cli/test_signals.py`` hit that window once conversions got faster.  Ignored, not
     blocked: a mask is per thread, and NumPy's BLAS threads would take the signal instead."""
     import signal
 

@@ -1,7 +1,7 @@
-"""What the library hands back and takes in: the options record and the conversion result.
+"""What the library hands back and takes in: the options record, the verdict's bounds and the conversion result.
 
 A bottom module (it imports nothing of gruconv but errors and the writers registry's names): format modules,
-the API, batch mode and the CLI all speak these two types, so none of them
+the API, batch mode, verify and the CLI all speak these types, so none of them
 imports another for a data class.
 """
 
@@ -36,7 +36,7 @@ class Options:
     return_state: bool = False              # TF1: final-state outputs
     mask_input: bool = False                # TF1: a (batch, time) mask input
     check_load: bool = False                # .keras / .weights.h5: load the output with Keras, digests compared
-    custom_objects: Optional[str] = None    # a user's .py file of Keras 3 classes for custom layers (issue 29)
+    custom_objects: Optional[str] = None    # a user's .py file of Keras 3 classes for custom layers
 
     def __post_init__(self) -> None:
         if self.format is not None and self.format not in OUTPUT_FORMATS:
@@ -64,6 +64,39 @@ class Options:
         if out["custom_objects"] is not None:
             out["custom_objects"] = str(out["custom_objects"])
         return out
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The verdict's three bounds, one record (``docs/verdicts.md``): a check passes when its max |diff| is
+    within ``tolerance`` (absolute), or ``rtol`` x max|reference| of that output, or ``k`` x its measured
+    float32 sensitivity floor (:func:`gruconv.verify.floor.decide`).  Made once where the options are parsed
+    (the CLI's ``--tolerance``/``--rtol``/``--floor-k``, :meth:`of`), carried by the verify report, read by
+    the verdict; the defaults are written here only."""
+
+    #: Absolute bound.
+    tolerance: float = 1e-5
+    #: Relative bound ``rtol * max|ref|`` (about 16 float32 epsilons).  docs/verdicts.md: correct conversions
+    #: reached 1.9e-6 of max|ref| (they pass by the floor bound anyway); the weakest planted error (one bias
+    #: off by 1e-4 relative) was 1.34e-5 of it, 6.7x over this bound.  It admits outputs of large magnitude
+    #: (an LSTM's c ~ 60 at 400 steps: 1.2e-4) whose rounding an absolute tolerance cannot know.
+    rtol: float = 2e-6
+    #: Floor multiple.  docs/verdicts.md: correct conversions on the CPU were <= 1.5x their floor (5.3x
+    #: under this bound); the weakest planted error was 32x its floor (4x over).  The strict-fp32 GPU path
+    #: must be measured against the same floor before this is trusted there (the GPU was 10-20x
+    #: further from cuDNN than the CPU on a trained LSTM).
+    k: float = 8.0
+
+    def __post_init__(self) -> None:
+        if not (self.rtol >= 0 and self.k >= 0):
+            raise UsageError(f"--rtol and --floor-k must be >= 0, got {self.rtol:g} and {self.k:g}")
+
+    @classmethod
+    def of(cls, tolerance=None, rtol=None, k=None) -> "Bounds":
+        """The bounds given, each None one at its default."""
+        d = cls()
+        return cls(d.tolerance if tolerance is None else tolerance, d.rtol if rtol is None else float(rtol),
+                   d.k if k is None else float(k))
 
 
 @dataclass

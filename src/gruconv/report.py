@@ -118,7 +118,10 @@ def verify_text(rep: dict) -> str:
                      f"the float16 floor, not the requested {rep['tolerance']:g})")
     counted = [c for c in rep["checks"] if c.get("counts", True)]
     tol = f" {next(iter(floors)):g}" if len(floors) == 1 else ""
-    rule = f"tolerance{tol}, rtol {rep.get('rtol', 2e-6):g} x max|ref|, {rep.get('floor_k', 8):g} x floor"
+    from .options import Bounds
+
+    default = Bounds()  # a report without them: the defaults
+    rule = f"tolerance{tol}, rtol {rep.get('rtol', default.rtol):g} x max|ref|, {rep.get('floor_k', default.k):g} x floor"
     secs = rep.get("floor_seconds")
     if secs:
         lines.append(f"note: floors measured in {secs:.2f} s (3 one-ulp-perturbed float32 reference runs per check group)")

@@ -2,7 +2,7 @@
 
 Without a handler, SIGTERM kills the process where it stands: staging files (``.NAME.PID.tmp.keras``,
 ``$TMPDIR/gruconv-*``) stay behind, and SIGINT surfaces as Click's ``Aborted!`` with exit 1, the
-parity-failure code (issue 23).  :func:`install` turns both into :class:`Interrupted`, a
+parity-failure code.  :func:`install` turns both into :class:`Interrupted`, a
 ``BaseException`` (like ``KeyboardInterrupt``) so no ``except Exception`` swallows it; the CLI maps it
 to the shell's convention, ``128 + signal number`` (130 for SIGINT, 143 for SIGTERM).
 
@@ -60,7 +60,7 @@ def held():
 
     Why: a Python signal handler runs between any two bytecodes, so an :class:`Interrupted` raised
     just after ``mkstemp`` made its file, before the ``try`` that removes it began, left the file
-    behind (CI, stop 36: a ``--jobs 2`` batch stopped by SIGINT left a hidden temporary in
+    behind (CI: a ``--jobs 2`` batch stopped by SIGINT left a hidden temporary in
     ``--out-dir``).  Inside the block the handlers (:func:`_raise`, the batch worker's) only note
     the signal (:func:`deferred`); it is raised as the block ends, where the caller's ``try``
     already covers the file.  Held in Python, not with ``pthread_sigmask``: that masks one thread,
@@ -119,7 +119,7 @@ def install() -> dict:
     if xfsz is not None:
         # Past a file-size limit (``ulimit -f``) the kernel sends SIGXFSZ, whose default action kills
         # the process where it stands (temporary files left, a core dump); ignored, the write fails
-        # with EFBIG instead and the error path cleans up: one line, exit 3 (issue 23).
+        # with EFBIG instead and the error path cleans up: one line, exit 3.
         previous[xfsz] = signal.getsignal(xfsz)
         signal.signal(xfsz, signal.SIG_IGN)
     return previous
@@ -137,7 +137,7 @@ def die_with_parent(parent: "int | None" = None) -> None:
     ``parent``: the pid of the process that started this one, as that process knew it
     (``multiprocessing.parent_process().pid``); not ``getppid()`` now, which is already 1 (or a
     subreaper) when the parent died while this worker was still starting -- the race a SIGKILL
-    right after ``--jobs 2`` started its workers hit (issue 23).  ``PR_SET_PDEATHSIG`` (Linux,
+    right after ``--jobs 2`` started its workers hit.  ``PR_SET_PDEATHSIG`` (Linux,
     ``prctl(2)``) delivers SIGTERM to this process when the parent thread exits, and a daemon thread
     polls ``getppid()`` once a second for the platforms and races that prctl does not cover."""
     if parent is None:

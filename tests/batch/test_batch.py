@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from conftest import FIXTURES, assert_parity_failure
 from gruconv import __version__, batch
 from gruconv.cli import main
+from gruconv.options import Bounds
 from gruconv.errors import OutputError, UsageError
 
 KERAS = FIXTURES / "keras"
@@ -532,14 +533,15 @@ def test_parity_failure_exit_1_and_pass_exit_0(tree):
     root = check_junit(Path("r.xml"), rep)
     assert root.find("testcase/failure").get("type") == "ParityError"
 
-    s = batch.convert_many(["models/a/sequential.h5"], "out2", jobs=1, echo=False, verify=True, tolerance=1e-4)
+    s = batch.convert_many(["models/a/sequential.h5"], "out2", jobs=1, echo=False, verify=True,
+                           bounds=Bounds(tolerance=1e-4))
     assert s.exit_code == 0 and s.records[0].verification["passed"] is True
 
 
 def test_any_failure_beats_parity_failure(tree):
     broken(Path("models/zz.h5"))
     s = batch.convert_many(["models/a/sequential.h5", "models/zz.h5"], "out", jobs=1, echo=False, keep_going=True,
-                           verify=True, tolerance=0.0, rtol=0.0, floor_k=0.0)
+                           verify=True, bounds=Bounds(0.0, 0.0, 0.0))
     assert [r.status for r in s.records] == ["parity-failed", "failed"] and s.exit_code == 3
 
 
@@ -724,8 +726,8 @@ def test_output_onto_an_input_is_refused_before_any_work(tmp_path, monkeypatch):
 def test_a_failure_is_never_turned_into_a_skip(with_broken):
     """A parity failure leaves no output, and ``--skip-existing`` converts it again next time; an
     output that appeared by other means (no record of a successful conversion) is rebuilt."""
-    s = batch.convert_many(["m/a.h5"], "out", jobs=1, echo=False, verify=True, tolerance=0.0, rtol=0.0,
-                           floor_k=0.0)
+    s = batch.convert_many(["m/a.h5"], "out", jobs=1, echo=False, verify=True,
+                           bounds=Bounds(0.0, 0.0, 0.0))
     assert s.records[0].status == "parity-failed" and not Path("out/a.keras").exists()
     Path("out/a.keras").write_bytes(b"not a model")            # e.g. a torn copy from elsewhere
     s = batch.convert_many(["m/a.h5"], "out", jobs=1, echo=False, skip_existing=True)

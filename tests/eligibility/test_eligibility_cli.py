@@ -381,10 +381,10 @@ def test_zip_bomb_is_refused_without_inflating(tmp_path, monkeypatch):
 def test_directory_bound_is_checked_before_zipfile_parses_it(tmp_path, monkeypatch):
     p = _hostile(tmp_path, "directory_count")
     monkeypatch.setattr(zipfile, "ZipFile", lambda *a, **k: (_ for _ in ()).throw(AssertionError("parsed")))
-    from gruconv import eligibility
+    from gruconv.files import zips
 
     with pytest.raises(Exception) as ei:
-        eligibility.read_keras_zip(p)
+        zips.read_keras_zip(p)
     assert "lists 60000 members" in str(ei.value)
 
 

@@ -20,6 +20,7 @@ from conftest import FIXTURES
 from gruconv import api
 from gruconv.cli import main
 from gruconv.report_html import page_name, verify_page
+from gruconv.options import Bounds
 from gruconv.verify.verdicts import PER_STEP_POINTS, compare, per_step_errors
 
 KERAS = FIXTURES / "keras"
@@ -148,12 +149,12 @@ def test_per_step_errors_keep_every_step_and_bound_long_runs():
     got = ref.copy()
     got[1, 7, 2] += 1e-3
     got[2, 40, 0] = np.nan
-    c = compare("x", got, ref, None, 1e-5, "float32")
+    c = compare("x", got, ref, None, Bounds(1e-5), "float32")
     assert len(c.per_step) == 50 and c.per_step_stride == 1
     assert c.per_step[7] == pytest.approx(1e-3, rel=1e-2) and c.per_step[40] == float("inf")
     assert max(v for v in c.per_step if v != float("inf")) == pytest.approx(1e-3, rel=1e-2)
     assert not c.passed and c.max_abs == float("inf")   # the verdict is compare's, unchanged
-    assert compare("s", ref[:, 0], ref[:, 0], None, 1e-5, "float32").per_step == [0.0]   # no time axis
+    assert compare("s", ref[:, 0], ref[:, 0], None, Bounds(1e-5), "float32").per_step == [0.0]   # no time axis
     long = np.zeros((1, PER_STEP_POINTS * 2 + 5, 1))
     long[0, -1, 0] = 2.0
     errs, stride = per_step_errors(long)

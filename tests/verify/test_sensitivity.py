@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gruconv.options import Bounds
 from gruconv.verify import floor as sensitivity
 from gruconv.model.canonical import GateParams, RNNStack, StackShape
 from gruconv.verify.reference.oracle import run_stack
@@ -115,24 +116,24 @@ def test_floors_positive_and_scale_with_ulps_and_length():
 # --------------------------------------------------------------------------- the rule
 
 def test_decide_reports_which_bound_admitted():
-    d = sensitivity.decide(5e-6, 1.0, 1e-7, tolerance=1e-5)
+    d = sensitivity.decide(5e-6, 1.0, 1e-7, Bounds(tolerance=1e-5))
     assert d.passed and d.bound == "tolerance"
-    d = sensitivity.decide(3e-5, 50.0, 1e-9, tolerance=1e-5, rtol=1e-6)
+    d = sensitivity.decide(3e-5, 50.0, 1e-9, Bounds(tolerance=1e-5, rtol=1e-6))
     assert d.passed and d.bound == "rtol" and d.limits["rtol"] == pytest.approx(5e-5)
-    d = sensitivity.decide(3e-5, 1.0, 1e-6, tolerance=1e-5, rtol=1e-6, k=50)
+    d = sensitivity.decide(3e-5, 1.0, 1e-6, Bounds(tolerance=1e-5, rtol=1e-6, k=50))
     assert d.passed and d.bound == "floor" and d.limits["floor"] == pytest.approx(5e-5)
-    d = sensitivity.decide(3e-5, 1.0, 1e-7, tolerance=1e-5, rtol=1e-6, k=50)
+    d = sensitivity.decide(3e-5, 1.0, 1e-7, Bounds(tolerance=1e-5, rtol=1e-6, k=50))
     assert not d.passed and d.bound == "none" and "over every bound" in d.reason
-    d = sensitivity.decide(0.0, 1.0, 1.0, tolerance=1e-5, nonfinite=2)
+    d = sensitivity.decide(0.0, 1.0, 1.0, Bounds(tolerance=1e-5), nonfinite=2)
     assert not d.passed and "NaN" in d.reason
-    d = sensitivity.decide(3e-5, 1.0, None, tolerance=1e-5, rtol=1e-6)
+    d = sensitivity.decide(3e-5, 1.0, None, Bounds(tolerance=1e-5, rtol=1e-6))
     assert not d.passed and d.limits["floor"] is None
 
 
 # --------------------------------------------------------------------------- trained fixtures
 
 def _verdicts(rows):
-    return [sensitivity.decide(r["max_abs"], r["magnitude"], r["floor"], tolerance=TOL) for r in rows]
+    return [sensitivity.decide(r["max_abs"], r["magnitude"], r["floor"], Bounds(tolerance=TOL)) for r in rows]
 
 
 FIXTURES = ["gru2", "lstm2", "bilstm"]

@@ -17,11 +17,12 @@ from gruconv import report
 from gruconv.cli import main
 from gruconv.verify import Check, VerifyReport
 from gruconv.verify import compare as _compare
+from gruconv.options import Bounds
 
 
-def _report(*checks) -> VerifyReport:
+def _report(*checks, bounds=Bounds(tolerance=1e-5)) -> VerifyReport:
     rep = VerifyReport(input="m.h5", converted=None, reference="oracle", reference_reason="requested",
-                       tolerance=1e-5, math_mode="float64", seed=0, batch=2, steps=8)
+                       bounds=bounds, math_mode="float64", seed=0, batch=2, steps=8)
     rep.checks.extend(checks)
     return rep
 
@@ -42,20 +43,20 @@ def test_default_math_rows_are_shown_but_never_decide():
 
 def test_nonfinite_outputs_never_pass_even_when_equal():
     got = np.array([[np.nan, 1.0]])
-    c = _compare("g: sequence", got, got.copy(), got.copy(), 1e-5, "float32")
+    c = _compare("g: sequence", got, got.copy(), got.copy(), Bounds(1e-5), "float32")
     assert not c.passed and c.nonfinite == 2 and "never a pass" in c.reason
     assert not _report(c).passed
 
 
 def test_float16_floor_is_applied_and_said():
-    c = _compare("g: sequence", np.full((1, 2), 1e-3), np.zeros((1, 2)), np.zeros((1, 2)), 1e-5, "float16")
+    c = _compare("g: sequence", np.full((1, 2), 1e-3), np.zeros((1, 2)), np.zeros((1, 2)), Bounds(1e-5), "float16")
     assert c.passed and c.tolerance == pytest.approx(4e-3)
     text = report.verify_text(_report(c).to_json())
     assert "tolerance applied 0.004 (float16 checks use the float16 floor, not the requested 1e-05)" in text
 
 
 def test_shape_mismatch_fails_with_a_reason():
-    c = _compare("g: sequence", np.zeros((2, 3)), np.zeros((2, 4)), None, 1e-5, "float32")
+    c = _compare("g: sequence", np.zeros((2, 3)), np.zeros((2, 4)), None, Bounds(1e-5), "float32")
     assert not c.passed and "shape (2, 3) where the reference has (2, 4)" in c.reason
 
 
@@ -263,19 +264,19 @@ def test_every_planted_error_fails_on_every_trained_fixture(family, form, plant,
 
 def test_compare_names_the_bound_that_decided_and_nan_never_passes():
     ref = np.full((2, 3), 40.0)  # an LSTM cell state's magnitude
-    c = _compare("c", ref + 5e-6, ref, ref, 1e-5, "float32", floor=1e-6)
+    c = _compare("c", ref + 5e-6, ref, ref, Bounds(1e-5), "float32", floor=1e-6)
     assert c.passed and c.bound == "tolerance"
-    c = _compare("c", ref + 5e-5, ref, ref, 1e-5, "float32", floor=1e-6)  # 5e-5 <= 2e-6 x 40 = 8e-5
+    c = _compare("c", ref + 5e-5, ref, ref, Bounds(1e-5), "float32", floor=1e-6)  # 5e-5 <= 2e-6 x 40 = 8e-5
     assert c.passed and c.bound == "rtol" and c.limits["rtol"] == pytest.approx(8e-5)
-    c = _compare("c", ref + 1e-4, ref, ref, 1e-5, "float32", floor=2e-5)  # 1e-4 <= 8 x 2e-5
+    c = _compare("c", ref + 1e-4, ref, ref, Bounds(1e-5), "float32", floor=2e-5)  # 1e-4 <= 8 x 2e-5
     assert c.passed and c.bound == "floor" and c.limits["floor"] == pytest.approx(1.6e-4) and c.floor == 2e-5
-    c = _compare("c", ref + 1e-4, ref, ref, 1e-5, "float32", floor=2e-5, k=4.0)  # the planted side: over all
+    c = _compare("c", ref + 1e-4, ref, ref, Bounds(1e-5, k=4.0), "float32", floor=2e-5)  # the planted side: over all
     assert not c.passed and c.bound == "none" and "over every bound" in c.reason
-    c = _compare("c", ref + 1e-4, ref, ref, 1e-5, "float32", floor=None)  # no floor measured: that bound drops
+    c = _compare("c", ref + 1e-4, ref, ref, Bounds(1e-5), "float32", floor=None)  # no floor measured: that bound drops
     assert not c.passed and c.limits["floor"] is None
     got = ref.copy()
     got[0, 0] = np.inf
-    c = _compare("c", got, ref, ref, 1e-5, "float32", floor=1.0)
+    c = _compare("c", got, ref, ref, Bounds(1e-5), "float32", floor=1.0)
     assert not c.passed and c.bound == "none" and "never a pass" in c.reason
 
 
@@ -313,24 +314,25 @@ def test_a_row_is_compared_with_the_closest_cudnn_algorithm_and_a_plant_stays_ca
     small_h = f64 + rng.choice([-3.3e-5, 3.3e-5], f64.shape)  # the persistent kernel's rounding
     alts = {"persist_static": small_h + 3e-7, "persist_static_small_h": small_h}
     rep = _report()
-    c = judge(rep, "gru: sequence", small_h, standard, f64, 1e-5, "float32", 1e-7, lambda: alts)
+    c = judge(rep, "gru: sequence", small_h, standard, f64, "float32", 1e-7, lambda: alts)
     assert c.passed and c.reference_algorithm == "persist_static_small_h" and c.max_abs == 0.0
     assert c.by_algorithm["standard"] == pytest.approx(3.3e-5, rel=0.1)
     assert set(c.by_algorithm) == {"standard", "persist_static", "persist_static_small_h"}
     assert c.reference_error == pytest.approx(3.3e-5, rel=0.1)  # the chosen algorithm's own f64 error
     planted = small_h + 4e-5 * np.sign(rng.uniform(-1, 1, f64.shape))
-    c = judge(rep, "gru: sequence", planted, standard, f64, 1e-5, "float32", 1e-7, lambda: alts)
+    c = judge(rep, "gru: sequence", planted, standard, f64, "float32", 1e-7, lambda: alts)
     assert not c.passed and min(c.by_algorithm.values()) > 1e-5
     # a row within k x floor of the standard algorithm never runs the others (they cost a run each) ...
-    c = judge(rep, "gru: sequence", standard + 5e-7, standard, f64, 1e-5, "float32", 1e-7,
+    c = judge(rep, "gru: sequence", standard + 5e-7, standard, f64, "float32", 1e-7,
               lambda: pytest.fail("alternates run for a row within the floor bound"))
     assert c.passed and c.max_abs <= c.limits["floor"] and c.reference_algorithm is None
     # ... but one the absolute tolerance alone admits does: it is shown matching its kernel's run
-    c = judge(rep, "gru: sequence", small_h, standard, f64, 1e-4, "float32", 1e-7, lambda: alts)  # --tolerance 1e-4
+    c = judge(_report(bounds=Bounds(tolerance=1e-4)), "gru: sequence", small_h, standard, f64, "float32", 1e-7,
+              lambda: alts)  # --tolerance 1e-4
     assert c.passed and c.reference_algorithm == "persist_static_small_h" and c.max_abs == 0.0
     # without alternates (the float64 oracle) the standard reference alone decides: the kernel's
     # 3.3e-5 rounding is over every bound there, which is why the algorithms are run at all
-    c = judge(rep, "gru: sequence", small_h, standard, f64, 1e-5, "float32", 1e-7)
+    c = judge(rep, "gru: sequence", small_h, standard, f64, "float32", 1e-7)
     assert not c.passed and c.reference_algorithm is None and c.by_algorithm == {}
 
 

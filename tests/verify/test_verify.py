@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from conftest import FIXTURES, assert_parity_failure
 from gruconv import api
 from gruconv.cli import main
+from gruconv.options import Bounds
 from gruconv.verify import verify
 
 KERAS = FIXTURES / "keras"
@@ -24,7 +25,7 @@ TF1 = sorted(p.name for p in (FIXTURES / "tf1").iterdir() if p.is_dir())
 
 @pytest.mark.parametrize("name", CONVERTIBLE)
 def test_oracle_verify_passes_on_every_keras_fixture(name):
-    rep = verify(KERAS / name, reference="oracle", tolerance=1e-5)
+    rep = verify(KERAS / name, reference="oracle", bounds=Bounds(tolerance=1e-5))
     assert rep.passed, [c for c in rep.checks if not c.passed]
     n_rnn = len(MANIFEST[name]["cudnngru_layers"])
     assert len({c.name.split(":")[0] for c in rep.checks if not c.name.startswith("end to end")}) == n_rnn
@@ -197,7 +198,7 @@ def test_oracle_verify_passes_on_every_tf1_fixture(case):
         sh = st["shape"]
         hints = {"num_units": sh["units"], "num_layers": sh["num_layers"], "variable": st["opaque"]["name"],
                  "direction": "bi" if sh["bidirectional"] else "uni", "input_mode": sh["input_mode"]}
-    rep = verify(FIXTURES / "tf1" / case, reference="oracle", tolerance=1e-5, hints=hints)
+    rep = verify(FIXTURES / "tf1" / case, reference="oracle", bounds=Bounds(tolerance=1e-5), hints=hints)
     assert rep.passed, [c for c in rep.checks if not c.passed]
     assert len(rep.checks) >= 2  # the sequence and at least one final state per stack
 
@@ -237,7 +238,7 @@ def _gpu_or_skip():
 @pytest.mark.parametrize("name", CONVERTIBLE)
 def test_gpu_cudnn_verify_keras_fixture(name):
     _gpu_or_skip()
-    rep = verify(KERAS / name, reference="cudnn", tolerance=1e-5)
+    rep = verify(KERAS / name, reference="cudnn", bounds=Bounds(tolerance=1e-5))
     print(name, [(c.name, c.max_abs, c.reference_error) for c in rep.checks])
     assert rep.reference == "cudnn" and rep.passed, [c for c in rep.checks if not c.passed]
 
@@ -254,7 +255,7 @@ def test_gpu_cudnn_verify_tf1_fixture(case):
         hints = {"num_units": sh["units"], "num_layers": sh["num_layers"], "variable": st["opaque"]["name"],
                  "direction": "bi" if sh["bidirectional"] else "uni", "input_mode": sh["input_mode"]}
     prefer = "canonical" if case == "disagree" else None
-    rep = verify(FIXTURES / "tf1" / case, reference="cudnn", tolerance=1e-5, hints=hints, prefer=prefer)
+    rep = verify(FIXTURES / "tf1" / case, reference="cudnn", bounds=Bounds(tolerance=1e-5), hints=hints, prefer=prefer)
     print(case, [(c.name, c.max_abs, c.reference_error) for c in rep.checks])
     if case == "disagree":  # the stored buffer has another layout: cuDNN cannot even take it, or disagrees
         assert not rep.passed
@@ -265,8 +266,8 @@ def test_gpu_cudnn_verify_tf1_fixture(case):
 @pytest.mark.gpu
 def test_gpu_tf32_breaks_1e5_on_the_large_model():
     _gpu_or_skip()
-    strict = verify(FIXTURES / "tf1" / "layer_80x256", reference="cudnn", tolerance=1e-5, steps=100, batch=4)
-    tf32 = verify(FIXTURES / "tf1" / "layer_80x256", reference="cudnn", tolerance=1e-5, steps=100, batch=4,
+    strict = verify(FIXTURES / "tf1" / "layer_80x256", reference="cudnn", bounds=Bounds(tolerance=1e-5), steps=100, batch=4)
+    tf32 = verify(FIXTURES / "tf1" / "layer_80x256", reference="cudnn", bounds=Bounds(tolerance=1e-5), steps=100, batch=4,
                   allow_tf32=True)
     print("strict", [c.max_abs for c in strict.checks], "tf32", [c.max_abs for c in tf32.checks])
     assert strict.passed

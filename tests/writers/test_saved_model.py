@@ -210,9 +210,10 @@ def _serve(tf, path: Path, feeds: dict, signature="serving_default") -> dict:
 
 
 def _judge(got: dict, want: dict, name: str) -> list:
+    from gruconv.options import Bounds
     from gruconv.verify.verdicts import compare
 
-    checks = [compare(f"{name}:{k}", got[k], want[k], None, TOLERANCE, "float32", rtol=0.0, k=0.0) for k in want]
+    checks = [compare(f"{name}:{k}", got[k], want[k], None, Bounds(TOLERANCE, 0.0, 0.0), "float32") for k in want]
     return checks
 
 

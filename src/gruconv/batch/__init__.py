@@ -95,7 +95,7 @@ def convert_many(paths, out_dir, *, jobs: Optional[int] = None, keep_going: bool
     """Convert every model in ``paths`` into ``out_dir``; see the module docstring.
 
     ``options`` are :func:`gruconv.api.convert`'s (``force``, ``format``, ``config``, ``verify``,
-    ``tolerance``, ``hints``, ``rnn``, ``prefer``, ...). ``echo=False`` silences the console.
+    ``bounds``, ``hints``, ``rnn``, ``prefer``, ...). ``echo=False`` silences the console.
     ``html``: a directory for one HTML page per input and an ``index.html`` (:func:`.records.write_html`).
     ``print_fn(text, err=False, nl=True)`` prints the console (per-input lines and progress with
     ``err=True``, the summary table with ``err=False``); ``click.echo`` fits, and the default
@@ -131,7 +131,7 @@ def convert_many(paths, out_dir, *, jobs: Optional[int] = None, keep_going: bool
         if why is not None:
             raise InputError(why, path=config_file)
         options["config"] = str(config_file.resolve())  # workers may not share our cwd
-    if options.get("custom_objects") is not None:  # the user's classes (issue 29): same reason
+    if options.get("custom_objects") is not None:  # the user's classes: same reason
         options["custom_objects"] = str(Path(options["custom_objects"]).resolve())
     out_dir = Path(out_dir)
     why = name_too_long(out_dir)

@@ -488,7 +488,7 @@ def nothing_converted(records: list, roots: list) -> Optional[str]:
 def nothing_convertible(items: list, roots: list) -> Optional[str]:
     """The one line for a run in which no input (of any shard) can be converted -- nothing found, or
     every directory skipped or failed -- naming the roots; None when some input can be.  A CI job
-    that converts nothing must not look green (issue 18)."""
+    that converts nothing must not look green."""
     from .. import readers
 
     def converts(i) -> bool:  # a reader that never converts (Keras 3 files) does not count

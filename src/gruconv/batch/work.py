@@ -19,12 +19,12 @@ from .plan import Job, fail_record, options_record, snapshot, undo
 
 def _worker_init(threads: int, warm_keras: bool = False) -> None:
     """Pool initializer: end with the main process (:func:`gruconv.signals.die_with_parent`: a
-    killed main process once left its workers running for over an hour, issue 23); SIGTERM while a
+    killed main process once left its workers running for over an hour); SIGTERM while a
     job runs unwinds it (its temporary files removed) before the worker exits 143; cap the
     framework's thread pools at this worker's share of the CPUs (N workers each spinning up one
     thread per core only fight each other), then, when the run needs Keras (``--verify``,
     ``--check-load``), pay the framework start-up once per worker, before its first job.  A plain
-    conversion streams without Keras (issue 20): nothing is imported then."""
+    conversion streams without Keras: nothing is imported then."""
     import multiprocessing
     import signal
 
@@ -279,7 +279,7 @@ def run_plan(plan: list[Job], jobs: int, keep_going: bool, options: dict, consol
 def start_method(options: dict) -> str:
     """How batch workers start: ``fork`` when that is safe, else ``spawn``.
 
-    Why (issue 20): a spawned worker starts a fresh interpreter and imports NumPy, h5py and gruconv
+    Why: a spawned worker starts a fresh interpreter and imports NumPy, h5py and gruconv
     (~0.3-0.6 s each, two at once on a 2-core machine) before its first job, which was a third of a
     ``--jobs 2`` batch of 100 small models; a forked worker has them already.  Fork is used only where
     it is safe: Linux; a run that imports no ML framework (no ``--verify`` / ``--check-load``) in a

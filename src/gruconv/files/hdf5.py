@@ -260,7 +260,7 @@ def child(group, name: str, path, kind: str = "any"):
         raise InputError(f"{group.name}: member name {name!r} is not a valid HDF5 name", path=path)
     if "/" not in name:
         # The common case, asked of the link itself (exists, then its type): h5py's ``get(getlink=True)``
-        # costs three path lookups and most of a small conversion's reading time (issue 20's profile).
+        # costs three path lookups and most of a small conversion's reading time (profiled).
         # Anything but an existing hard link takes the careful path below, which says what it is.
         try:
             links = group.id.links
@@ -326,7 +326,7 @@ def _resolve_hard(root, parts: list, kind: str):
     """:func:`resolve`'s common case in libhdf5's C: every prefix ``a``, ``a/b``, ``a/b/c`` asked
     whether it is a hard link (``H5Lget_info`` checks the last link of the path it is given), then the
     object opened once.  ~85 us against ~270 us for the component-by-component walk through h5py's
-    high-level objects (issue 20: a small conversion resolves each weight two or three times).  None
+    high-level objects (a small conversion resolves each weight two or three times).  None
     for anything else (a missing member, a soft/external link anywhere, ``.``/``..``, the wrong kind,
     any error): the careful walk then says exactly what it is."""
     import h5py
@@ -458,7 +458,7 @@ def row_blocks(ds, path, block_bytes: int = ROW_BLOCK_BYTES):
 
 def read_dataset(ds, path, *, max_bytes: int | None = None) -> np.ndarray:
     """Read a numeric dataset after checking its dtype and declared size (:func:`check_dataset`),
-    in native byte order (:func:`native`: big-endian weights are valid data, issue 23)."""
+    in native byte order (:func:`native`: big-endian weights are valid data)."""
     check_dataset(ds, path, max_bytes=max_bytes)
     try:
         return native(np.asarray(ds[()]))
@@ -585,7 +585,7 @@ _GuardedFile = _LazyClass()
 
 
 # --------------------------------------------------------------------------- guarded copying
-# Issue 23: the legacy writer used ``h5py.Group.copy`` (libhdf5's H5Ocopy) for the weights it does
+# The legacy writer used ``h5py.Group.copy`` (libhdf5's H5Ocopy) for the weights it does
 # not transform.  H5Ocopy copies object headers verbatim: a dataset whose raw data lives in another
 # file (external storage, ``H5Pset_external``), a virtual dataset (``H5Pset_virtual``) or an
 # external/soft link arrives in the output unchecked, and tf_keras's ``load_weights`` on the output

@@ -59,7 +59,7 @@ MAX_NPZ_MEMBERS = 4096
 #: once per added layer (``keras/src/models/sequential.py`` ``_maybe_rebuild``), and a conversion
 #: loads the model twice (the legacy build, then the load-back check): time grows with the square
 #: of the count.  Measured on the shared 2-core machine (load ~7): 100 layers 51 s, 300 layers 206 s,
-#: 1,000 layers past 100 s unfinished, 10,000 would take hours (issue 23).  cuDNN RNN models are
+#: 1,000 layers past 100 s unfinished, 10,000 would take hours.  cuDNN RNN models are
 #: a few dozen layers deep.
 MAX_SEQUENTIAL_LAYERS = 256
 #: Most layers a Keras model config may hold in all (nested models and wrapped layers counted).

@@ -84,7 +84,7 @@ def check_creatable(out: Path, *, what: str = "output") -> None:
     directories made then (a batch ``--report`` / ``--junit``): the nearest existing ancestor must be
     a writable directory, and ``out`` must not be a directory or anything but a regular file.  So a
     run never converts everything and then fails on its report (``--report afile/r.json`` under a
-    regular file ``afile`` was a traceback after the conversions, issue 31).  Paths the OS refuses
+    regular file ``afile`` was a traceback after the conversions).  Paths the OS refuses
     outright (a name too long, a symlink loop) are the same one-line :class:`OutputError`."""
     from .inputs import display
 
@@ -451,7 +451,7 @@ def hdf5_file(path):
     file-size limit (``write()`` returns ENOSPC/EFBIG), the failure surfaces first in h5py's
     object deallocation ("Exception ignored in ... __dealloc__", printed on stderr) and closing the
     file afterwards segfaults (measured here with HDF5 1.14 / h5py under ``RLIMIT_FSIZE`` and
-    SIGXFSZ ignored; issue 23).  Through a Python file object the same failure is a Python
+    SIGXFSZ ignored).  Through a Python file object the same failure is a Python
     ``OSError`` raised where the write happens, and the file closes cleanly.  The file object is
     closed with the HDF5 file.  Raises :class:`OutputError` when the file cannot be created.
     """

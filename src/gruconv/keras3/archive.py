@@ -1,6 +1,6 @@
 """Write ``.keras`` archives and Keras 3 ``.weights.h5`` files with h5py and NumPy only, one gate block at a time.
 
-Why (issue 20): Keras 3 builds the whole model in memory (initialising every variable), then
+Why: Keras 3 builds the whole model in memory (initialising every variable), then
 ``Model.save`` copies every weight into ``model.weights.h5``; the conversion peaks at several times
 the parameter bytes and pays a 2-6 s framework import.  Everything in the archive is plain data:
 
@@ -80,7 +80,7 @@ def _dataset_digest(ds, path=None) -> str:
 
 #: Outputs whose weights the caller estimates at no more than this many bytes are assembled in memory
 #: (h5py's ``core`` driver, no backing store) and written to disk once, inside the archive; larger ones
-#: are staged on disk one gate block at a time (the bounded-memory route).  Why (issue 20, bench/run.py's
+#: are staged on disk one gate block at a time (the bounded-memory route).  Why (bench/run.py's
 #: batch of 100 small models): staging a small file on disk through h5py's Python file-object driver
 #: (:func:`gruconv.files.outputs.hdf5_file`), copying it into the zip and reopening it cost ~19 ms of the
 #: ~54 ms a small conversion took; in memory the same HDF5 file takes ~3 ms.  8 MiB (twice that at the
@@ -107,7 +107,7 @@ def _h5():
 def _new_dataset(group_id, name: str, shape: tuple, dtype):
     """A contiguous dataset as ``h5py.Group.create_dataset(name, shape, dtype)`` makes it (the same dataset
     creation properties: h5py's ``make_new_dset`` defaults, no time tracking), through h5py's low-level
-    API: the high-level call costs ~150-600 us a dataset here, most of it Python (issue 20's profile)."""
+    API: the high-level call costs ~150-600 us a dataset here, most of it Python (profiled)."""
     import numpy as np
 
     h5py = _h5()
@@ -124,15 +124,15 @@ def _new_dataset(group_id, name: str, shape: tuple, dtype):
 
 
 #: The dataset creation property list and the file types :func:`_new_dataset` uses, made once per process
-#: (property lists and types are only read by ``H5Dcreate``; ~25 us a dataset saved, issue 20).
+#: (property lists and types are only read by ``H5Dcreate``; ~25 us a dataset saved).
 _DCPL: list = []
 _TYPES: dict = {}
 
 
 def _require_group(f, gpath: str, made: dict):
     """``f.require_group(gpath).id`` for a file this writer created and alone writes, through the
-    low-level API (h5py's ``require_group`` and ``attrs[...] =`` cost ~0.2 ms a group here: issue 20's
-    profile).  Made as h5py makes groups (its link creation list: intermediate groups created, ASCII
+    low-level API (h5py's ``require_group`` and ``attrs[...] =`` cost ~0.2 ms a group here,
+    profiled).  Made as h5py makes groups (its link creation list: intermediate groups created, ASCII
     or UTF-8 names as h5py chooses them).  ``made``: the paths made so far, with their ids (None for a
     group made on the way to another), so the file is never asked whether a path exists."""
     h5py = _h5()
@@ -256,7 +256,7 @@ def write_weights_h5(path, groups: list, arrays: Iterable) -> list:
     from ..files.outputs import hdf5_file
 
     # not h5py's own file driver: libhdf5's sec2 driver segfaults closing a file after a full disk
-    # (outputs.hdf5_file, issue 23)
+    # (outputs.hdf5_file)
     with hdf5_file(path) as f:
         return _write_arrays(f, groups, arrays, whole=False)
 
@@ -363,7 +363,7 @@ def _weights_member(zf, groups: list, arrays: Iterable) -> list:
     bytes back from the file, the header rewritten, and the member entered in ``zf``'s directory as
     ``ZipFile.writestr`` enters one (``ZipInfo``, ``filelist``, ``NameToInfo``, ``start_dir``).
 
-    Why (issue 20): staging the weights file beside the archive and copying it in (``ZipFile.write``)
+    Why: staging the weights file beside the archive and copying it in (``ZipFile.write``)
     wrote every weight twice and read it twice more (the copy and ``testzip``); on the large bench model
     that was ~1 s of 3 s.  The result is what ``ZipFile.write`` of a staged file gives (a stored member,
     a zip64 local header as ``force_zip64`` writes one), read back by :func:`self_check`."""
@@ -383,7 +383,7 @@ def _weights_member(zf, groups: list, arrays: Iterable) -> list:
     fp.write(header)
     data_offset = zinfo.header_offset + len(header)
     window = _Window(fp, data_offset)
-    # h5py's file-object driver: a full disk is an OSError where it happens (outputs.hdf5_file, issue 23)
+    # h5py's file-object driver: a full disk is an OSError where it happens (outputs.hdf5_file)
     f = h5py.File(window, "w")
     try:
         manifest = _write_arrays(f, groups, arrays, whole=False)
@@ -514,7 +514,7 @@ def _stored_member(path, info: zipfile.ZipInfo) -> _Window:
 def _check_h5(f, manifest: list, path) -> None:
     """Every dataset of ``f`` is in ``manifest``, and every manifest weight is in ``f`` with its shape,
     dtype and SHA-256.  Low-level h5py (one visit of the file, ``h5d.open`` per weight): the high-level
-    walk, ``in`` and ``[]`` took ~10 ms on a small model (issue 20's profile)."""
+    walk, ``in`` and ``[]`` took ~10 ms on a small model (profiled)."""
     import numpy as np
 
     from ..files import hdf5 as h5safe
@@ -605,8 +605,8 @@ def weight_arrays(doc, config: dict, tops: list, nonfinite: Optional[dict] = Non
 
 #: A copied weight (any layer's but a cuDNN one's, which :func:`cudnn_direction` streams gate by gate)
 #: of more bytes than this is read and written in blocks of about ``ROW_BLOCK_BYTES``
-#: (:func:`gruconv.files.hdf5.blocks`: whole rows, or pieces of a wider row) instead of whole (issue 30:
-#: a legacy file whose largest tensor is a 1.2 GB ``Dense`` kernel converted at 2.3 GB peak RSS, the
+#: (:func:`gruconv.files.hdf5.blocks`: whole rows, or pieces of a wider row) instead of whole (a
+#: legacy file whose largest tensor is a 1.2 GB ``Dense`` kernel converted at 2.3 GB peak RSS, the
 #: tensor read whole and then written).  Below it, one read is as cheap and keeps the in-memory digest.
 STREAM_COPY_BYTES = 32 << 20
 
@@ -1102,10 +1102,10 @@ def is_keras3_weights(path) -> bool:
 def read_weights(path, names: list) -> list:
     """The arrays stored at ``names`` (``layers/lstm/cell/vars/0``, ...) in a Keras 3 weights file: a
     ``.keras`` archive's ``model.weights.h5`` (the zip checked first by
-    :func:`gruconv.eligibility.read_keras_zip`: bounded directory, Keras's own member names) or a plain
+    :func:`gruconv.files.zips.read_keras_zip`: bounded directory, Keras's own member names) or a plain
     ``.weights.h5``, every dataset through :mod:`gruconv.files.hdf5`'s guards.  For ``verify`` of an
-    output whose custom layers Keras cannot rebuild (issue 29): its recurrent weights, read as written."""
-    from ..eligibility import read_keras_zip
+    output whose custom layers Keras cannot rebuild: its recurrent weights, read as written."""
+    from ..files.zips import read_keras_zip
     from ..files import hdf5 as h5safe
 
     h5py = _h5()
@@ -1141,9 +1141,9 @@ def check_load(path, manifest: list, *, config: Optional[dict] = None, custom_ob
     In a batch, a ``.keras`` file whose ``config.json`` bytes equal those of a file this process loaded
     before gets that model with this file's weights loaded by ``Model.load_weights``
     (:func:`gruconv.keras3.runtime.load_like_before`: the same build skipped; every variable is compared
-    below either way), which took two thirds of a small model's plain ``load_model`` (issue 30).
+    below either way), which took two thirds of a small model's plain ``load_model``.
 
-    ``custom_objects``: the user's classes for the custom layers the file carries (issue 29), passed to
+    ``custom_objects``: the user's classes for the custom layers the file carries, passed to
     ``load_model`` / ``model_from_json`` as a user would pass them (safe mode stays on)."""
     import warnings
 

@@ -1,4 +1,4 @@
-"""Keras models built from a Keras 3 config dict and the streamed writer's weight stream (issue 28: one
+"""Keras models built from a Keras 3 config dict and the streamed writer's weight stream (one
 translation, one description, one stream).  The Keras-built route, ``verify`` without a converted file
 and the bare-stack models all go through here: :func:`gruconv.keras3.runtime.from_config` of the one
 config (:func:`gruconv.keras3.config.translate` / :func:`~gruconv.keras3.config.stack_model_config`),

@@ -1,5 +1,5 @@
 """Which layer class names are Keras's own, so that every other one can be told apart as a user's
-custom class (issue 29).
+custom class.
 
 Why a list: the streamed writer (:mod:`gruconv.keras3.config`) imports no Keras, yet must decide, for a
 class outside its vocabulary, between a *Keras built-in it lacks* (the Keras-built route handles it, or

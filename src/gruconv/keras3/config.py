@@ -2,7 +2,7 @@
 
 Why: every conversion used to import Keras and a backend only to let Keras 3's legacy loader turn a
 legacy tf.keras ``model_config`` into Keras 3 objects and ``Model.save`` serialize them again
-(issue 20: the import alone is 2-6 s and ~650 MiB).  This module does that translation on the JSON:
+(the import alone is 2-6 s and ~650 MiB).  This module does that translation on the JSON:
 
 * input: a legacy (Keras 2 / tf.keras) ``model_config``; :func:`translate` is the one entry point (the
   legacy mends of :func:`gruconv.keras3.legacy.converted_config`: CuDNNGRU/CuDNNLSTM -> GRU/LSTM, then
@@ -377,7 +377,7 @@ def _wrapper(legacy: dict, cls: str, path: str, outside: Optional[str] = None) -
             raise UnsupportedError(f"{where}: forward and backward layers have the same go_backwards")
         for a in BIDIRECTIONAL_COMMON:
             f_value, b_value = fw["config"].get(a, False), bw["config"].get(a, False)
-            if f_value != b_value:  # NaN included: it equals nothing, itself neither (make fuzz, stop 37)
+            if f_value != b_value:  # NaN included: it equals nothing, itself neither (make fuzz)
                 raise UnsupportedError(f"{where}: Keras 3's Bidirectional needs the forward and backward layers' "
                                        f"{a} equal, got {f_value!r} and {b_value!r} "
                                        "(keras.saving.load_model would refuse it)")
@@ -598,7 +598,7 @@ def _own_vars(cls: str, cfg: dict) -> list:
     shape holds what the config alone decides (``Dense.build``: kernel ``(input_dim, units)``;
     ``Conv1D``: ``(kernel_size, input_channels / groups, filters)``; ``Embedding``:
     ``(input_dim, output_dim)``), None where the layer's input decides: a stored weight that does not
-    fit is a file ``load_model`` would refuse (issue 31's generative test: ``Embedding input_dim``
+    fit is a file ``load_model`` would refuse (the generative contract test: ``Embedding input_dim``
     changed in the config, the stored table not)."""
     if cls == "Dense" or cls == "Conv1D":
         out = _int(cfg.get("units" if cls == "Dense" else "filters"))

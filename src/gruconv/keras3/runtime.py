@@ -10,7 +10,7 @@ A ``.keras`` file is a zip of ``config.json``, ``metadata.json`` and
 ``model.weights.h5`` (``keras/src/saving/saving_lib.py``); gruconv lets Keras
 3 write it, so the file is exactly what ``keras.saving.load_model`` expects
 on every backend, with no custom objects (unless the model carries a user's
-custom layer, issue 29: then with the classes the user supplies).
+custom layer: then with the classes the user supplies).
 
 Models are built from a Keras 3 config dict, never through Keras's legacy loader:
 :func:`from_config` of :func:`gruconv.keras3.config.translate`'s document (a Keras graph: the
@@ -166,8 +166,8 @@ def load(path: Path, *, compile: bool = True, custom_objects: Optional[dict] = N
     (same backend, device scope and ``compile``; no ``custom_objects``) gets that model back with this
     file's weights (``model.load_weights``: every weight assigned from the file, by the same saving
     code; :func:`load_like_before`): ``verify`` in a batch worker loads many converted files of few
-    architectures, and rebuilding one cost about a third of a small model's verify (``docs/benchmarks.md``,
-    issue 30).  Not cached:
+    architectures, and rebuilding one cost about a third of a small model's verify
+    (``docs/benchmarks.md``).  Not cached:
     models with ``stateful`` layers (their states would carry over), models with the user's classes,
     and files whose weights exceed :data:`_MODEL_CACHE_BYTES`."""
     k = keras()
@@ -259,7 +259,7 @@ _CUSTOM_MODULES: dict = {}
 
 def custom_objects_from(path, needed) -> dict:
     """``{class name: class}`` for every name in ``needed`` (the custom layer classes an output carries),
-    taken from the user's Python file ``path`` (``--custom-objects``, issue 29).
+    taken from the user's Python file ``path`` (``--custom-objects``).
 
     The one place gruconv runs code it did not ship, and only because the user named the file: it is
     imported as a module of its own (``importlib.util.spec_from_file_location``), after Keras (its classes
@@ -426,7 +426,7 @@ def _save_in(model, staged: Path, td) -> None:
     Keras 3.15's ``saving_lib._save_model_to_fileobj`` ends in a ``finally`` that closes the weights
     store, then the asset store (a ``tempfile.mkdtemp()`` directory in ``$TMPDIR``), then the
     ``NamedTemporaryFile`` weights file; when the first close fails (a full disk: h5py cannot flush)
-    the other two are skipped.  Measured under ``RLIMIT_FSIZE`` (issue 23): the assets directory stayed
+    the other two are skipped.  Measured under ``RLIMIT_FSIZE``: the assets directory stayed
     in ``$TMPDIR``, and the weights file, still referenced by the traceback, was unlinked at exit after
     :func:`gruconv.files.outputs.staging_dir` had removed it ("Exception ignored ... FileNotFoundError" on
     stderr after gruconv's one line).  So ``tempfile.tempdir`` points into ``td`` while saving (removed
@@ -707,7 +707,7 @@ def find_layer(model, parts: list):
 
 
 # --------------------------------------------------------------------------- recorded forward pass (verify)
-# Issue 30: verify fed each converted recurrent layer by re-running the model up to it (``layer_call``, one
+# Verify fed each converted recurrent layer by re-running the model up to it (``layer_call``, one
 # sub-model per layer, the earlier layers run again each time), then the layer, then the whole model for
 # the end-to-end check and once more for the masks: five Keras forward passes for a two-layer model.  One
 # run of the model, each checked layer's call recorded, gives the same arrays.
@@ -790,7 +790,7 @@ def record_calls(model, layers: list, feed: list) -> tuple:
 
 
 # --------------------------------------------------------------------------- hand-over (convert --verify)
-# Issue 30: ``convert --verify`` loads the output twice: ``--check-load``'s plain ``load_model`` (the output
+# ``convert --verify`` loads the output twice: ``--check-load``'s plain ``load_model`` (the output
 # contract, proved on the written file, every weight compared by digest) and then verify's load of the same
 # file.  The first model is handed to the second when nothing can tell them apart.
 
@@ -882,7 +882,7 @@ def take_handed(path):
 
 
 # --------------------------------------------------------------------------- compiled recorded pass (verify)
-# Issue 30: a batch verifies many files of one architecture; run eagerly, a small GRU model's forward pass
+# A batch verifies many files of one architecture; run eagerly, a small GRU model's forward pass
 # cost ~150-350 ms (TensorFlow's eager while-loop, one Python step per time step) and ~1 s on JAX, against
 # 2-14 ms (TensorFlow ``tf.function``) and <1 ms (``jax.jit``) compiled.  The compiled function takes the
 # weights as arguments (``Model.stateless_call``), so one trace serves every model of the same config.

@@ -1,4 +1,4 @@
-"""Refuse, before anything is written, every config value Keras 3 would refuse on load (issue 31).
+"""Refuse, before anything is written, every config value Keras 3 would refuse on load.
 
 Why: the streamed writer (:mod:`gruconv.keras3.config`) writes a Keras 3 ``config.json`` without
 importing Keras, copying the legacy values through.  Keras checks many of them in its constructors
@@ -257,7 +257,7 @@ def _rank_out(cls: str, cfg: dict, rank: Optional[int]) -> Optional[int]:
     if rule == "input":
         shape = cfg.get("batch_shape")
         # any iterable _shape_ok lets through (Keras's standardize_shape takes tuple() of it): an empty
-        # string or dict is a rank-0 input (contract sweep, stop 37: exit 0, then the GRU refused ndim 0)
+        # string or dict is a rank-0 input (contract sweep: exit 0, then the GRU refused ndim 0)
         return len(shape) if isinstance(shape, (list, tuple, str, dict)) else None
     if isinstance(rule, int):
         return rule
@@ -280,7 +280,7 @@ def _rank_out(cls: str, cfg: dict, rank: Optional[int]) -> Optional[int]:
 def _input_rank(model: dict) -> Optional[int]:
     """The rank a nested model takes: its one ``InputLayer``'s (as :func:`_rank_out` reads it); None when
     it has none or several.  Called on a rank-0 tensor, Keras 3 cannot connect the outer graph ("has
-    loops or disconnected nodes": ``make fuzz``, stop 37, ``batch_input_shape: ""`` planted in the outer
+    loops or disconnected nodes": ``make fuzz``, ``batch_input_shape: ""`` planted in the outer
     input of ``keras/long_names.h5``)."""
     layers = (model.get("config") or {}).get("layers") if isinstance(model.get("config"), dict) else None
     inputs = [l for l in layers or [] if isinstance(l, dict) and l.get("class_name") == "InputLayer"]
@@ -324,7 +324,7 @@ def check_layer(obj: dict, path: Optional[str] = "", rank: Optional[int] = None)
     elif cls == "TimeDistributed":
         check_layer(cfg.get("layer"), where, None if rank is None else rank - 1)
         # TimeDistributed.call reshapes its layer's one output ("Cannot convert '3' to a shape" for a list:
-        # return_state planted in a wrapped LSTM, the every-fixture contract sweep, stop 37)
+        # return_state planted in a wrapped LSTM, the every-fixture contract sweep)
         _one_tensor(cfg.get("layer"), where, inside="a TimeDistributed wrapper, which reshapes one output")
     ranks = (TABLE["input_ndim"].get(cls) or {}).get("ranks")
     if ranks is not None and rank is not None and min(rank, 5) not in ranks:
@@ -345,7 +345,7 @@ def check_layer(obj: dict, path: Optional[str] = "", rank: Optional[int] = None)
 
 def _check_container(obj: dict, path: str) -> Optional[int]:
     """Check a Sequential/Functional model's layers; returns its output rank when known (a nested
-    model's output feeds the next layer: issue 31's generative test found a nested Sequential whose
+    model's output feeds the next layer: the generative contract test found a nested Sequential whose
     LSTM lost ``return_sequences`` handing a rank-2 tensor to an outer LSTM)."""
     cfg = obj.get("config") or {}
     layers = cfg.get("layers") if isinstance(cfg.get("layers"), list) else []
@@ -555,7 +555,7 @@ def shape_out(layer, in_shapes: list):
 
 def _check_sizes(layer, shape, path: str) -> None:
     """What Keras checks against the input's sizes where :func:`shape_out` makes them certain (the
-    contract sweep's last two classes, stop 37): a ``BatchNormalization``/``LayerNormalization`` axis
+    contract sweep's last two classes): a ``BatchNormalization``/``LayerNormalization`` axis
     must be fixed in size (its variables take that size: "Shapes used to initialize variables must be
     fully-defined"); a ``Conv1D`` or pooling window must leave a positive output length ("Computed
     output size would be zero or negative")."""
@@ -601,7 +601,7 @@ def _output_count(layer: dict) -> Optional[int]:
 def _refs_exist(layer, counts: dict, path: str) -> None:
     """Every tensor a Functional layer's inbound node names exists: a reference to output ``k`` of a layer
     that returns fewer (its ``return_state`` off) is a model Keras 3 cannot rebuild ("list index out of
-    range"; issue 31's generative test: ``return_state: null`` planted on an LSTM whose states feed a
+    range"; the generative contract test: ``return_state: null`` planted on an LSTM whose states feed a
     decoder)."""
     def refs(obj):
         if isinstance(obj, dict):
@@ -626,7 +626,7 @@ def _one_tensor(layer, path: str, inside: str = "a Sequential model, whose layer
     """A layer of a Sequential model hands one tensor on: a recurrent layer (or a wrapper of one) with
     ``return_state`` returns several, and Keras 3 cannot build the model ("Layer 'dense' expects 1
     input(s), but it received 2 input tensors"; as the last layer: "has never been called").  Found by
-    issue 31's generative test (``return_state: true`` planted in a Sequential).  The same holds for the
+    the generative contract test (``return_state: true`` planted in a Sequential).  The same holds for the
     layer a ``TimeDistributed`` wraps (``inside`` says which)."""
     if not isinstance(layer, dict) or not isinstance(layer.get("config"), dict):
         return
@@ -660,7 +660,7 @@ def _check_stateful(doc: dict) -> None:
     """A ``stateful`` recurrent layer needs a static batch size: Keras 3's ``RNN.build`` raises "When
     using `stateful=True` in a RNN, the batch size must be static" (``keras/src/layers/rnn/rnn.py``).
     The batch size comes from the model's inputs; when no ``InputLayer`` of the document fixes one, no
-    input can reach the layer with one (issue 31's generative test: ``stateful: true`` planted in a
+    input can reach the layer with one (the generative contract test: ``stateful: true`` planted in a
     model saved with a free batch size converted with exit 0 and did not load)."""
     layers = list(_walk(doc))
     stateful = [l for l in layers if l["config"].get("stateful") and l["class_name"] in TABLE["layers"]]  # `if self.stateful`

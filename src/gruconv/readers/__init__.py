@@ -62,7 +62,7 @@ def module(name: str):
 
 
 #: detect()'s answers for regular files, by path and the file's identity and change stamps
-#: (:func:`_file_key`).  Why (issue 20): a batch detects each input while discovering it, again while
+#: (:func:`_file_key`).  Why: a batch detects each input while discovering it, again while
 #: naming its output and again in the conversion (~1 ms each: the readers' sniffers open the file); a
 #: forked batch worker inherits the main process's answers.  A file rewritten since has another
 #: ``st_mtime_ns`` / ``st_ctime_ns`` / size (the kernel updates ctime on every change), so it is sniffed again.

@@ -1,6 +1,6 @@
 """Keras 3 files: recognised, said to need no conversion, and inspected for cuDNN eligibility.
 
-Issue 18 item 3 and issue 22.  A Keras 3 model has no cuDNN-only layer to convert (``CuDNNGRU`` and
+A Keras 3 model has no cuDNN-only layer to convert (``CuDNNGRU`` and
 ``CuDNNLSTM`` do not exist in Keras 3: ``keras/src/layers/__init__.py``, 3.15.1), so ``convert``
 writes nothing and exits 0, and ``inspect`` answers the question a Keras 3 user still has -- does
 each recurrent layer run on cuDNN on TensorFlow, JAX and torch, and if not, why
@@ -10,9 +10,9 @@ each recurrent layer run on cuDNN on TensorFlow, JAX and torch, and if not, why
   ``metadata.json``, ``config.json``, ``model.weights.h5`` (``fixtures/keras3/*.keras``).  Sniffed
   from the zip magic and the central directory's member names (the directory's size and entry
   count bounded first, from the end record, before :mod:`zipfile` parses it:
-  :func:`gruconv.eligibility.zip_directory`); only ``config.json``
+  :func:`gruconv.files.zips.zip_directory`); only ``config.json``
   and ``metadata.json`` are ever inflated, in memory, with their declared sizes and ratio bounded
-  (:func:`gruconv.eligibility.read_keras_zip`); nothing is extracted.
+  (:func:`gruconv.files.zips.read_keras_zip`); nothing is extracted.
 * ``.weights.h5`` -- ``Model.save_weights`` (``keras/src/saving/saving_lib.py`` ``H5IOStore``):
   groups ``layers/<snake class>/.../vars`` with datasets ``0, 1, ...`` and a root ``vars`` group,
   no root attributes (``fixtures/keras3/eligible.weights.h5``).  No architecture: eligibility needs
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Optional
 
 from .. import eligibility
-from ..files import hdf5 as h5safe, inputs
+from ..files import hdf5 as h5safe, inputs, zips
 from ..errors import GruconvError, InputError, UsageError, about, first_line
 from ..model.canonical import Document, InputFacts
 from ..options import Options
@@ -51,7 +51,7 @@ SUFFIXES = (".keras", ".weights.h5")
 
 #: The one line ``convert`` and ``inspect`` say.
 #: Never holds anything to convert: batch does not count a Keras 3 file as a convertible input when it
-#: decides whether a run found nothing to convert (issue 18: exit 3, never green on nothing).
+#: decides whether a run found nothing to convert (exit 3, never green on nothing).
 CONVERTS = False
 NOTHING = "already a Keras 3 file, nothing to convert"
 #: HDF5 objects visited while matching a ``.weights.h5`` against ``--config``.
@@ -90,7 +90,7 @@ def _zip_names(path) -> list:
     import zipfile
 
     with inputs.open_regular(path, "a .keras file") as f:
-        eligibility.zip_directory(f, os.fstat(f.fileno()).st_size, path)
+        zips.zip_directory(f, os.fstat(f.fileno()).st_size, path)
         f.seek(0)
         try:
             with zipfile.ZipFile(f) as zf:
@@ -217,7 +217,7 @@ def read(path, options: Optional[Options] = None, **kw) -> Keras3File:
     if _is_keras_zip(path):
         if opts.config is not None:
             raise UsageError("--config does not apply to a .keras file: it carries its own config.json", path=path)
-        config, meta = eligibility.read_keras_zip(path)
+        config, meta = zips.read_keras_zip(path)
         if eligibility.legacy_keras_zip(config, meta):  # tf_keras's zip: gruconv.readers.tf_keras_zip's
             raise InputError("a tf_keras .keras file (Keras 2 config), not a Keras 3 one", path=path)
         doc = Keras3File(path=path, kind="keras", keras_version=_text(meta.get("keras_version")), config=config)

@@ -1,5 +1,5 @@
 """tf_keras ``.keras`` zips (tf.keras 2.13-2.15, tf_keras 2.16+ ``model.save("m.keras")``): read as the
-legacy models they are, converted like their HDF5 twins (issue 31 part 3).
+legacy models they are, converted like their HDF5 twins.
 
 Such a file is a zip like Keras 3's (``metadata.json``, ``config.json``, ``model.weights.h5``), but
 ``metadata.json`` says ``keras_version`` ``2.x`` and ``config.json`` is a Keras 2 model config that may
@@ -23,7 +23,7 @@ two pair up layer by layer (:func:`gruconv.keras3.config.tf_keras_sources`).
 The document is a :class:`gruconv.readers.keras_h5.KerasH5Model` whose weights are in this layout
 (``layout = "v3"``): everything else -- the config translation, the CuDNN gate transform
 (:func:`gruconv.keras3.archive.cudnn_direction`), inspect's schema, the notes -- is the legacy reader's.
-The zip passes the same guards as a Keras 3 one (:func:`gruconv.eligibility.read_keras_zip`); the
+The zip passes the same guards as a Keras 3 one (:func:`gruconv.files.zips.read_keras_zip`); the
 weights member is read in place, never extracted (:func:`gruconv.files.hdf5.open_hdf5_member`).
 Outputs: the Keras 3 ``.keras`` model and Keras 3 ``.weights.h5`` (the streamed writer, or the
 Keras-built route built from it), and torch ``.safetensors`` (the other weights under this layout's
@@ -40,7 +40,7 @@ from typing import Optional
 
 from .. import eligibility
 from ..errors import GruconvError, InputError, UnsupportedError, UsageError, about
-from ..files import hdf5 as h5safe, inputs
+from ..files import hdf5 as h5safe, inputs, zips
 from ..model.canonical import Document, InputFacts
 from ..model.keras_layout import WEIGHT_ROLES
 from ..options import Options
@@ -224,7 +224,7 @@ def sniff(path: Path) -> bool:
     try:
         if not inputs.is_regular(path) or inputs.head(path, 4) != b"PK\x03\x04":
             return False
-        config, meta = eligibility.read_keras_zip(path)
+        config, meta = zips.read_keras_zip(path)
         return eligibility.legacy_keras_zip(config, meta)
     except (GruconvError, OSError, RecursionError):
         return False
@@ -244,7 +244,7 @@ def read(path, options: Optional[Options] = None, **kw) -> TfKerasZipModel:
 
 
 def _read(path: Path) -> TfKerasZipModel:
-    config, meta = eligibility.read_keras_zip(path)
+    config, meta = zips.read_keras_zip(path)
     if not eligibility.legacy_keras_zip(config, meta):
         raise InputError("not a tf_keras .keras file (metadata.json says Keras 3, and no Keras-2-only layer)")
     if not (isinstance(config, dict) and keras_h5.class_name_of(config)):
@@ -265,7 +265,7 @@ def _read(path: Path) -> TfKerasZipModel:
     doc = TfKerasZipModel(path=path, kind="model", keras_version=version if isinstance(version, str) else None,
                           backend=None, model_config=model_config,
                           training_config=training_config(config.get("compile_config")), layer_names=tops,
-                          member=eligibility.keras_zip_member(path, WEIGHTS))
+                          member=zips.keras_zip_member(path, WEIGHTS))
     where = keras3_config.tf_keras_object_paths(model_config)
 
     def find(layer, rpath, top, wrapper):

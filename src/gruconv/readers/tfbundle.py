@@ -167,7 +167,7 @@ def _crc32c_dropping(raw: np.ndarray, mm, offset: int) -> int:
     """:func:`_crc32c` of ``raw`` (a view of ``mm`` at ``offset``), dropping each chunk's mapped pages
     from the resident set once it is summed (``MADV_DONTNEED`` on the read-only shared file mapping; the
     pages stay in the page cache).  Without it, checking a large tensor (a 180 MiB opaque buffer) made the
-    whole tensor resident at once: the streaming writer's peak was the checksum's (issue 20)."""
+    whole tensor resident at once: the streaming writer's peak was the checksum's."""
     advice = getattr(mmap, "MADV_DONTNEED", None)
     if advice is None or not hasattr(mm, "madvise") or raw.size <= _CRC_CHUNK:
         return _crc32c(raw)
@@ -519,7 +519,7 @@ def _read_table(data: bytes) -> list[tuple[bytes, bytes]]:
 
 #: Parsed indexes, keyed by the index file's bytes: a batch parses each checkpoint's index while
 #: discovering it (the readers' sniffers), again when naming its output (the TF1 reader counts stacks)
-#: and again in the conversion, ~1-3 ms each (issue 20's profile), and a forked batch worker inherits
+#: and again in the conversion, ~1-3 ms each (profiled), and a forked batch worker inherits
 #: the main process's parses.  The bytes are read every time (~0.1 ms for a small index) and are the
 #: key, so a rewritten index can never get an old parse (a file identity with mtime/ctime could:
 #: timestamps are coarser than an in-place rewrite).  Only a parse that succeeded is kept (a bad index

@@ -19,7 +19,7 @@ References (``--reference``):
     says which ran and why.
 
 Every check also reports the reference's own error against float64, and
-its verdict is floor-aware (issue 19, ``docs/verdicts.md``): it passes within
+its verdict is floor-aware (``docs/verdicts.md``): it passes within
 the absolute tolerance, or ``rtol`` of the reference's magnitude, or ``k``
 times the measured float32 sensitivity floor (:mod:`gruconv.verify.floor`),
 so a trained model's amplified rounding is not mistaken for a conversion
@@ -48,7 +48,7 @@ import numpy as np
 
 from .. import readers
 from ..errors import ReferenceUnavailable, UsageError
-from ..options import Options
+from ..options import Bounds, Options
 from ..progress import step
 from .engines import Engine, choose_reference
 from .run import CURRENT_RUN
@@ -90,7 +90,7 @@ def _device_runs(device: str, report, probe=None) -> list:
         backend = keras3.keras().backend.backend()
         settings = keras3.MATH_SETTINGS.get(backend, {})
     if not ok:
-        if device in ("gpu", "both"):  # asked for explicitly: refused (issue 19); auto keeps the note
+        if device in ("gpu", "both"):  # asked for explicitly: refused; auto keeps the note
             raise ReferenceUnavailable(f"--device {device}: the {backend} backend has no usable GPU here ({why})")
         report.notes.append(f"GPU path not run: {why}")
         report.devices.append({"device": "gpu", "ran": False, "reason": why})
@@ -102,34 +102,28 @@ def _device_runs(device: str, report, probe=None) -> list:
     return runs
 
 
-def verify(input, converted=None, options: Optional[Options] = None, *, tolerance: float = 1e-5,
+def verify(input, converted=None, options: Optional[Options] = None, *, bounds: Optional[Bounds] = None,
            reference: str = "auto", allow_tf32: bool = False, batch: int = 2, steps: int = 8, seed: int = 0,
-           inputs=None, device: str = "cpu", rtol: Optional[float] = None, floor_k: Optional[float] = None,
-           **kw) -> VerifyReport:
+           inputs=None, device: str = "cpu", **kw) -> VerifyReport:
     """Run the original parameters through the reference and the converted model on the CPU; compare.
 
     Without ``converted``, the model ``convert`` would write, built in memory (a Keras graph: from the one
     translated config, :func:`gruconv.keras3.config.translate`, and the streamed writer's weight stream,
     :func:`gruconv.writers.keras_route.built`).  Never raises for a
-    parity failure: the report says; the CLI decides.
+    parity failure: the report says; the CLI decides.  ``bounds``: the verdict's (None: the defaults).
     """
     from ..keras3 import runtime as keras3
-    from .floor import DEFAULT_K, DEFAULT_RTOL
 
     opts = Options.of(options, **kw)
-    rtol = DEFAULT_RTOL if rtol is None else float(rtol)
-    floor_k = DEFAULT_K if floor_k is None else float(floor_k)
-    if not (rtol >= 0 and floor_k >= 0):
-        raise UsageError(f"--rtol and --floor-k must be >= 0, got {rtol:g} and {floor_k:g}")
     input = Path(input)
     kind, reason = choose_reference(reference)
     engine = Engine(kind, allow_tf32)
     report = VerifyReport(
         input=str(input), converted=None if converted is None else str(converted), reference=kind,
-        reference_reason=reason, tolerance=tolerance,
+        reference_reason=reason, bounds=Bounds() if bounds is None else bounds,
         math_mode=("float64" if kind == "oracle" else ("TF32 allowed (CUDNN_DEFAULT_MATH)" if allow_tf32
                                                       else "strict fp32 (CUDNN_FMA_MATH)")),
-        seed=seed, batch=batch, steps=steps, rtol=rtol, floor_k=floor_k,
+        seed=seed, batch=batch, steps=steps,
     )
     if batch * steps > MAX_RANDOM_STEPS:
         raise UsageError(f"--batch {batch} x --steps {steps} is {batch * steps} sequence steps, more than "
@@ -160,8 +154,7 @@ def verify(input, converted=None, options: Optional[Options] = None, *, toleranc
         with warnings.catch_warnings(), scope, keras3.rnn_kernel_probe() as kernels:
             warnings.simplefilter("ignore")
             try:
-                done = _run_checks(doc, converted, opts, engine, report,
-                                   np.random.default_rng(seed), tolerance, user_inputs)
+                done = _run_checks(doc, converted, opts, engine, report, np.random.default_rng(seed), user_inputs)
             finally:
                 CURRENT_RUN.reset(token)
         for c in report.checks[first:]:
@@ -189,7 +182,7 @@ def _kernel_summary(seen: list) -> dict:
     return out
 
 
-def _run_checks(doc, converted, opts, engine, report, rng, tolerance, user_inputs) -> bool:
+def _run_checks(doc, converted, opts, engine, report, rng, user_inputs) -> bool:
     """One run of every check on the current device; True when there was nothing to check.
 
     What to check is decided by what the document holds (:mod:`.subjects`: bare stacks, or a whole
@@ -213,16 +206,16 @@ def _run_checks(doc, converted, opts, engine, report, rng, tolerance, user_input
         if subject.graph is not None and subject.model is None:  # weights-only: each layer alone
             # (a model with an architecture Keras cannot rebuild here, custom layers: each layer alone too)
             alone = verify_partial if getattr(subject.graph, "model_config", None) is not None else verify_alone
-            alone(subject.graph, converted, engine, report, rng, tolerance, user_inputs)
+            alone(subject.graph, converted, engine, report, rng, user_inputs)
             continue
         if subject.graph is not None:
             if user_inputs:
                 check_user_inputs(keras3.keras(), subject.model, user_inputs, report.input)
-            verify_graph(subject.graph, _take_model(subject), engine, report, rng, tolerance, user_inputs)
+            verify_graph(subject.graph, _take_model(subject), engine, report, rng, user_inputs)
             continue
         if subject.opaque is None and engine.kind == "cudnn" and report.notes.count(_NO_BUFFER % subject.name) == 0:
             report.notes.append(_NO_BUFFER % subject.name)
-        verify_stack(subject.stack, subject.opaque, subject.model, engine, report, rng, tolerance, user_inputs)
+        verify_stack(subject.stack, subject.opaque, subject.model, engine, report, rng, user_inputs)
         if getattr(subject.model, "engine", None):  # a torch / onnx output: its own runtime ran it
             ran = report.environment.setdefault("converted_by", [])
             if subject.model.engine not in ran:
@@ -230,7 +223,7 @@ def _run_checks(doc, converted, opts, engine, report, rng, tolerance, user_input
     after = checks_after(doc)
     if after is not None and not engine.__dict__.get("checked_after"):  # once per verify, not per device run
         engine.__dict__["checked_after"] = True
-        after(doc, converted, engine, report, rng, tolerance)
+        after(doc, converted, engine, report, rng)
     return False
 
 

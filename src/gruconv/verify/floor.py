@@ -1,6 +1,6 @@
 """How far float32 rounding alone moves each output of a stack, and the verdict rule built on it.
 
-Why (issue 19): a fixed absolute tolerance cannot tell rounding from a bug on trained models.  A
+Why: a fixed absolute tolerance cannot tell rounding from a bug on trained models.  A
 trained recurrent model amplifies rounding: a TF 1.9 character LSTM (``c`` ~50) converted
 correctly was 1.7e-5 from the float64 reference at ``--steps 100`` and 3.8e-5 at 400, over the
 1e-5 tolerance; loosening the tolerance would let real bugs through on tame models.  The answer
@@ -16,7 +16,7 @@ in float32 (1/2 ulp each) and evaluating the recurrence in float32 in its own or
 
 The rule (:func:`decide`): a check passes when ``|diff| <= tolerance`` (absolute, as before),
 or ``<= rtol * max|ref|``, or ``<= k * floor``; the report says which bound admitted it.  The
-defaults (:data:`DEFAULT_RTOL`, :data:`DEFAULT_K`, :data:`DEFAULT_SEEDS`) come from the
+defaults (:class:`gruconv.options.Bounds`' ``rtol`` and ``k``, :data:`DEFAULT_SEEDS`) come from the
 measurements in ``docs/verdicts.md`` (2-core CPU, TensorFlow backend): on the trained fixtures
 (``fixtures/trained``) the correct conversions (converted Keras 3 model on the CPU vs the float64
 reference, 25/100/400 steps, weights-only layers alone included) were at most 1.5x their floor and 1.9e-6 of max|ref|;
@@ -37,16 +37,6 @@ import numpy as np
 
 from ..model.canonical import GateParams, RNNStack
 
-#: Relative bound ``rtol * max|ref|`` (about 16 float32 epsilons).  docs/verdicts.md: correct conversions
-#: reached 1.9e-6 of max|ref| (they pass by the floor bound anyway); the weakest planted error (one bias
-#: off by 1e-4 relative) was 1.34e-5 of it, 6.7x over this bound.  It admits outputs of large magnitude
-#: (an LSTM's c ~ 60 at 400 steps: 1.2e-4) whose rounding an absolute tolerance cannot know.
-DEFAULT_RTOL = 2e-6
-#: Floor multiple.  docs/verdicts.md: correct conversions on the CPU were <= 1.5x their floor (5.3x
-#: under this bound); the weakest planted error was 32x its floor (4x over).  The strict-fp32 GPU path
-#: must be measured against the same floor before this is trusted there (issue 19: the GPU was 10-20x
-#: further from cuDNN than the CPU on a trained LSTM).
-DEFAULT_K = 8.0
 #: Seeds of the perturbed float32 run: the floor of 10 seeds was at most 1.8x that of 3 (2.5x that of 1)
 #: on every trained fixture at 25 and 400 steps; 3 seeds of a 400-step stack take 0.1-1.8 s here.
 DEFAULT_SEEDS = 3
@@ -103,7 +93,7 @@ def _spacing_of_abs(src: np.ndarray, dst: np.ndarray) -> None:
     float32 maximum's spacing is inf, NaN/inf's NaN) goes to ``np.spacing`` itself.  Bit-identical to
     ``np.spacing(np.abs(v))`` on all 2**32 float32 bit patterns (checked by hand, NumPy 2, 2026-11-28;
     ``tests/verify/test_verify_speed.py`` checks every exponent); 2.0 ms instead of 11.2 ms per Mi elements here
-    (``np.spacing`` calls ``nextafter`` per element), about 1 s of the large model's floors (issue 30)."""
+    (``np.spacing`` calls ``nextafter`` per element), about 1 s of the large model's floors."""
     if src.dtype != np.float32:
         np.abs(src, out=dst)
         np.spacing(dst, out=dst)
@@ -142,7 +132,7 @@ class PerturbedEngine:
     #: gave cuDNN and reads them back by the golden-tested layout (:func:`gruconv.verify.graph._original_buffer`);
     #: that round trip is a copy of the same values in the same canonical order, so a perturbed run takes
     #: the canonical arrays directly (the large model: 18 buffer repacks of 6-9 M weights each, ~0.8 s and
-    #: two buffer-sized copies per run, issue 30; ``scripts/verdict_parity.py``: reports unchanged).
+    #: two buffer-sized copies per run; ``scripts/verdict_parity.py``: reports unchanged).
     uses_buffer = False
 
     def __init__(self, seed: int, ulps: int = DEFAULT_ULPS, dtype=np.float32):
@@ -171,7 +161,7 @@ def floors(run: Callable[[object], Sequence], ref64: Sequence, *, seeds: int = D
 
     The seeds run one after another: on threads (each seed has its own generator, so the same draws) the
     large model's floors took 2.2 s instead of 2.3 s on 2 cores and its peak RSS rose by 118 MiB, two
-    perturbed directions held at once (issue 30, ``docs/benchmarks.md``)."""
+    perturbed directions held at once (``docs/benchmarks.md``)."""
     ref = [np.asarray(r, dtype=np.float64) for r in ref64]
     out = [0.0] * len(ref)
     runs = (run(PerturbedEngine(seed, ulps, dtype)) for seed in range(seeds))  # one seed's outputs at a time
@@ -214,10 +204,11 @@ class Decision:
     reason: str = ""
 
 
-def decide(max_abs: float, magnitude: float, floor: Optional[float], *, tolerance: float,
-           rtol: float = DEFAULT_RTOL, k: float = DEFAULT_K, nonfinite: int = 0) -> Decision:
+def decide(max_abs: float, magnitude: float, floor: Optional[float], bounds, *, nonfinite: int = 0) -> Decision:
     """Pass when ``max_abs <= tolerance``, or ``<= rtol * magnitude`` (``magnitude`` = max |ref| of the
-    check), or ``<= k * floor``.  NaN/Inf outputs never pass.  A missing floor (None) drops that bound."""
+    check), or ``<= k * floor`` (``bounds``: a :class:`gruconv.options.Bounds`).  NaN/Inf outputs never
+    pass.  A missing floor (None) drops that bound."""
+    tolerance, rtol, k = bounds.tolerance, bounds.rtol, bounds.k
     limits = {"tolerance": float(tolerance), "rtol": float(rtol * magnitude),
               "floor": None if floor is None else float(k * floor)}
     if nonfinite:

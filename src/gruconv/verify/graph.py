@@ -137,7 +137,7 @@ def _reference_rnn(rnn, x_bt: np.ndarray, engine: Engine, initial_state=None) ->
 #: a Bidirectional layer alternates its directions; the entries hold ``params`` so the id stays theirs.
 _BUFFERS: list = []
 #: Larger buffers are packed again per run: holding two directions of the bench's large model raised its
-#: verify's peak RSS by 50-70 MiB (``bench/compare.py``, issue 30) for ~5% of its time.
+#: verify's peak RSS by 50-70 MiB (``bench/compare.py``) for ~5% of its time.
 _BUFFER_CACHE_BYTES = 8 << 20
 
 
@@ -202,7 +202,7 @@ def check_user_inputs(keras, model, feed: list, where) -> None:
                              f"Embedding vocabulary 0..{min(emb) - 1}", path=where)
 
 
-def verify_graph(doc, model, engine, report, rng, tolerance, user_inputs):
+def verify_graph(doc, model, engine, report, rng, user_inputs):
     keras = keras3.keras()
     if user_inputs:
         feed = [np.asarray(a).astype(str(t.dtype)) for a, t in zip(user_inputs, model.inputs)]
@@ -235,7 +235,7 @@ def verify_graph(doc, model, engine, report, rng, tolerance, user_inputs):
         rec.layer = None
     del targets
     if not end_to_end:  # everything of the converted model is recorded: its weights go before the
-        del model       # reference and floor runs (the large model's peak memory, issue 30)
+        del model       # reference and floor runs (the large model's peak memory)
         keras3.release_memory()
     for n, (rnn, (key, name)) in enumerate(zip(doc.rnns, names), 1):
         step("verify", n, len(doc.rnns), rnn.path)
@@ -265,18 +265,18 @@ def verify_graph(doc, model, engine, report, rng, tolerance, user_inputs):
                             key=(rnn.path, x64, *(states or [])), cache=floor_cache(engine))
         names = _output_names(rnn)
         for i, (name, g, r, r64, f) in enumerate(zip(names, got, ref, ref64, fl)):
-            report.checks.append(judge(report, f"{rnn.path}: {name}", g, r, r64, tolerance, _compute_dtype(rnn), f,
+            report.checks.append(judge(report, f"{rnn.path}: {name}", g, r, r64, _compute_dtype(rnn), f,
                                        alts.at(i)))
         if len(got) != len(ref):
-            report.checks.append(Check(f"{rnn.path}: output count", float("inf"), float("inf"), tolerance,
+            report.checks.append(Check(f"{rnn.path}: output count", float("inf"), float("inf"), report.bounds.tolerance,
                                        False, None, (len(got), len(ref)), bound="none",
                                        reason=f"{len(got)} outputs where the reference has {len(ref)}"))
         if not end_to_end:  # its original weights are read again only if asked for (the reader reads them on
-            rnn.release()   # demand): one layer's in memory at a time (the large model's peak RSS, issue 30)
+            rnn.release()   # demand): one layer's in memory at a time (the large model's peak RSS)
     if end_to_end:
-        _end_to_end_sequential(keras, doc, model, engine, report, feed, tolerance, model_outputs[0])
+        _end_to_end_sequential(keras, doc, model, engine, report, feed, model_outputs[0])
         del model
-    keras2_end_to_end(doc, engine, report, feed, tolerance, model_outputs)
+    keras2_end_to_end(doc, engine, report, feed, model_outputs)
 
 
 #: The note when the Keras 2 reference could not run (:func:`keras2_end_to_end`).
@@ -299,7 +299,7 @@ class Original:
     quiet_note: bool = False
 
 
-#: The originals every Keras-graph verify runs beside the converted model (issue 40: tf_keras; issue 39: a
+#: The originals every Keras-graph verify runs beside the converted model (tf_keras; a
 #: tf.keras 2.x SavedModel served by TensorFlow).
 ORIGINALS = (
     Original("keras2", "end to end (tf_keras)", "keras2_reference", "tf_keras, CPU", KERAS2_NOT_RUN),
@@ -309,7 +309,7 @@ ORIGINALS = (
 )
 
 
-def keras2_end_to_end(doc, engine, report, feed, tolerance, got) -> None:
+def keras2_end_to_end(doc, engine, report, feed, got) -> None:
     """Every model output of the converted model against each :data:`ORIGINALS` reference: the ORIGINAL model
     run by tf_keras (:mod:`gruconv.verify.reference.keras2`: the file's own config and weights, each CuDNN layer
     as its CPU twin) and, for a tf.keras 2.x SavedModel TensorFlow serves on a CPU, its own serving function
@@ -320,10 +320,10 @@ def keras2_end_to_end(doc, engine, report, feed, tolerance, got) -> None:
     reference's outputs are computed once per verify run (kept on ``engine`` for the other device runs);
     where one cannot run, a note says why."""
     for original in ORIGINALS:
-        _original_end_to_end(original, doc, engine, report, feed, tolerance, got)
+        _original_end_to_end(original, doc, engine, report, feed, got)
 
 
-def _original_end_to_end(original: Original, doc, engine, report, feed, tolerance, got) -> None:
+def _original_end_to_end(original: Original, doc, engine, report, feed, got) -> None:
     import hashlib
     import importlib
 
@@ -380,15 +380,15 @@ def _original_end_to_end(original: Original, doc, engine, report, feed, toleranc
         return floors_of
 
     if len(got) != len(ref):
-        report.checks.append(Check(f"{original.label}: output count", float("inf"), float("inf"), tolerance,
-                                   False, None, (len(got), len(ref)), bound="none",
+        report.checks.append(Check(f"{original.label}: output count", float("inf"), float("inf"),
+                                   report.bounds.tolerance, False, None, (len(got), len(ref)), bound="none",
                                    reason=f"{len(got)} outputs where the original has {len(ref)}"))
         return
     for i, (g, r) in enumerate(zip(got, ref)):
         name = f"{original.label}: model output" + (f" {i}" if len(ref) > 1 else "")
         half = any(_compute_dtype(rnn) == "float16" for rnn in doc.rnns)  # a float16 / mixed model's floor
         dtype = "float16" if half or np.float16 in (np.asarray(g).dtype, np.asarray(r).dtype) else "float32"
-        report.checks.append(judge(report, name, g, r, None, tolerance, dtype, floors()[i]))
+        report.checks.append(judge(report, name, g, r, None, dtype, floors()[i]))
 
 
 def _checked_layer(model, parts: list):
@@ -419,7 +419,7 @@ def _output_names(rnn) -> list:
     return names
 
 
-def _end_to_end_sequential(keras, doc, model, engine, report, feed, tolerance, got):
+def _end_to_end_sequential(keras, doc, model, engine, report, feed, got):
     """The Sequential model's output vs the reference: each original recurrent layer run by the
     reference, every other layer by the converted model's own (unchanged) layers.  Its floor: the
     same chain with the recurrent layers run by :class:`gruconv.verify.floor.PerturbedEngine`."""
@@ -438,7 +438,7 @@ def _end_to_end_sequential(keras, doc, model, engine, report, feed, tolerance, g
     ref = chain(engine)
     alts = ReferenceVariants(engine, lambda e: [chain(e)])
     fl = measure_floors(report, lambda e: [chain(e)], [ref], key=("end to end", *feed), cache=floor_cache(engine))
-    report.checks.append(judge(report, "end to end: model output", got, ref, None, tolerance, "float32", fl[0],
+    report.checks.append(judge(report, "end to end: model output", got, ref, None, "float32", fl[0],
                                alts.at(0)))
 
 
@@ -555,7 +555,7 @@ def _alone_shell(keras, s: StackShape, bidir: bool):
     return layer
 
 
-def verify_alone(doc, converted, engine, report, rng, tolerance, user_inputs):
+def verify_alone(doc, converted, engine, report, rng, user_inputs):
     """A weights-only file (no ``--config``): each cuDNN layer checked alone (:func:`alone_layer`), fed
     uniform(-1, 1) inputs of its own width, every output (sequence(s) and each final state, an LSTM's
     ``c`` included) compared against the reference run with the original weights."""
@@ -574,10 +574,10 @@ def verify_alone(doc, converted, engine, report, rng, tolerance, user_inputs):
                                 "at the same places on both sides count as equal")
         layer, view = alone_layer(keras, rnn, converted)
         x = rng.uniform(-1, 1, (report.batch, report.steps, s.input_size)).astype(s.dtype)
-        check_alone(rnn, layer, view, x, engine, report, tolerance)
+        check_alone(rnn, layer, view, x, engine, report)
 
 
-def check_alone(rnn, layer, view, x, engine, report, tolerance) -> list:
+def check_alone(rnn, layer, view, x, engine, report) -> list:
     """One cuDNN layer built alone (:func:`alone_layer`) run on ``x`` and judged against the reference
     run of the original weights on the same ``x``: every output (sequence(s), each final state).  Returns
     the converted layer's outputs."""
@@ -590,10 +590,10 @@ def check_alone(rnn, layer, view, x, engine, report, tolerance) -> list:
     fl = measure_floors(report, lambda e: _reference_rnn(view, x64, e)[0], ref64, key=("alone", rnn.path, x64),
                         cache=floor_cache(engine))
     for i, (name, g, r, r64, f) in enumerate(zip(_output_names(view), got, ref, ref64, fl)):
-        report.checks.append(judge(report, f"{rnn.path}: {name}", g, r, r64, tolerance, s.dtype, f,
+        report.checks.append(judge(report, f"{rnn.path}: {name}", g, r, r64, s.dtype, f,
                                    alts.at(i)))
     if len(got) != len(ref):
-        report.checks.append(Check(f"{rnn.path}: output count", float("inf"), float("inf"), tolerance,
+        report.checks.append(Check(f"{rnn.path}: output count", float("inf"), float("inf"), report.bounds.tolerance,
                                    False, None, (len(got), len(ref)), bound="none",
                                    reason=f"{len(got)} outputs where the reference has {len(ref)}"))
     return got

@@ -1,5 +1,5 @@
 """``verify`` of a Keras model that Keras cannot rebuild here: it holds a user's custom layer and no
-``--custom-objects`` file was given (issue 29).  gruconv never runs code from a model file, so the whole
+``--custom-objects`` file was given.  gruconv never runs code from a model file, so the whole
 model cannot run; every cuDNN layer still can, alone, as for a weights-only file
 (:func:`gruconv.verify.graph.alone_layer` / :func:`~gruconv.verify.graph.check_alone`).
 
@@ -37,7 +37,7 @@ _MERGE = {"concat": lambda f, b: np.concatenate([f, b], -1), "sum": lambda f, b:
           "mul": lambda f, b: f * b, "ave": lambda f, b: (f + b) / 2}
 
 
-def verify_partial(doc, converted, engine, report, rng, tolerance, user_inputs) -> None:
+def verify_partial(doc, converted, engine, report, rng, user_inputs) -> None:
     """Every cuDNN layer of ``doc`` checked alone, fed as the module docstring says; a note names the
     custom layers and says the end-to-end check needs ``--custom-objects``."""
     from ..readers.keras_h5 import custom_classes
@@ -74,7 +74,7 @@ def verify_partial(doc, converted, engine, report, rng, tolerance, user_inputs) 
 
                 arrays = read_weights(converted, names)
         layer, view = alone_layer(keras, rnn, legacy, arrays=arrays)
-        got = check_alone(rnn, layer, view, x.astype(s.dtype), engine, report, tolerance)
+        got = check_alone(rnn, layer, view, x.astype(s.dtype), engine, report)
         report.notes.append(f"{rnn.path}: fed {how}")
         out = _model_output(rnn, got)
         if out is not None:

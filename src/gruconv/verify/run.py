@@ -1,6 +1,6 @@
 """The converted-side run ``verify`` is doing, as context state.
 
-A leaf module of its own (issue 28): the driver (:mod:`gruconv.verify`) sets it, the verdict code
+A leaf module of its own: the driver (:mod:`gruconv.verify`) sets it, the verdict code
 (:mod:`.verdicts`) and the binding of the non-Keras targets' runners (:mod:`.runners`) read it; defined in the
 package ``__init__`` it made ``verify`` -> ``graph`` -> ``verdicts`` -> ``verify`` an import cycle."""
 

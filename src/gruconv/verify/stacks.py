@@ -14,7 +14,7 @@ from ..keras3.runtime import to_numpy
 from .verdicts import ReferenceVariants, floor_cache, judge, measure_floors
 
 
-def verify_stack(stack, opaque, model, engine, report, rng, tolerance, user_inputs):
+def verify_stack(stack, opaque, model, engine, report, rng, user_inputs):
     """A TF1 stack: the converted model vs the reference fed the checkpoint's own stored buffer."""
     s = stack.shape
     bad = stack.nonfinite_count()
@@ -79,7 +79,7 @@ def verify_stack(stack, opaque, model, engine, report, rng, tolerance, user_inpu
     got = outs[0]
     if valid is not None:
         got = np.where(valid, got, 0)
-    report.checks.append(judge(report, f"{stack.name}: output sequence", got, ref[0], ref64[0], tolerance, s.dtype,
+    report.checks.append(judge(report, f"{stack.name}: output sequence", got, ref[0], ref64[0], s.dtype,
                                fl[0], alts.at(0)))
     for j, o in enumerate(outs[1:]):
         i, k = divmod(j, len(states))
@@ -87,5 +87,5 @@ def verify_stack(stack, opaque, model, engine, report, rng, tolerance, user_inpu
         name = f"{stack.name}: final state l{layer} {'bw' if d else 'fw'}"
         if len(states) > 1:
             name += f" {states[k]}"
-        report.checks.append(judge(report, name, o, ref[1 + j], ref64[1 + j], tolerance, s.dtype, fl[1 + j],
+        report.checks.append(judge(report, name, o, ref[1 + j], ref64[1 + j], s.dtype, fl[1 + j],
                                    alts.at(1 + j)))

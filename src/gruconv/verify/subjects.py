@@ -1,4 +1,4 @@
-"""What ``verify`` checks of a document, decided here from what the document holds (issue 28).
+"""What ``verify`` checks of a document, decided here from what the document holds.
 
 A reader states what its document holds (``doc.content``, a :data:`gruconv.model.canonical.CONTENTS`
 kind) and reads; which checks that calls for, and the converted models they compare against, are
@@ -50,7 +50,7 @@ class Checks:
     (None otherwise; it may raise the one-line refusal), ``subjects(doc, converted, options)`` yields
     each :class:`~gruconv.model.canonical.Subject`; ``early``: ``nothing`` is asked before Keras and
     its backend are imported (seconds), for a document that never has anything to check; ``after(doc,
-    converted, engine, report, rng, tolerance)``, where set, checks the whole after its subjects (a graph's
+    converted, engine, report, rng)``, where set, checks the whole after its subjects (a graph's
     conversions against the original graph: :func:`gruconv.verify.tfgraph.end_to_end`)."""
 
     nothing: Callable
@@ -75,14 +75,14 @@ def checks_after(doc) -> Optional[Callable]:
     return _checks(doc).after
 
 
-def _tf_graph_after(doc, converted, engine, report, rng, tolerance) -> None:
+def _tf_graph_after(doc, converted, engine, report, rng) -> None:
     from .tfgraph import end_to_end
 
     if _converted_stacks(converted):
         report.notes.append("end to end: not checked, the converted stacks are checked one by one above (the graph's "
                             "other ops are not in them)")
         return
-    end_to_end(doc, converted, engine, report, rng, tolerance)
+    end_to_end(doc, converted, engine, report, rng)
 
 
 def verify_subjects(doc, converted, opts: Options):
@@ -122,11 +122,11 @@ def graph_subjects(doc, converted, opts: Options):
             runner = matching_runner(runners, rnn.stack, only=len(doc.rnns) == 1, path=Path(converted))
             yield Subject(name=rnn.path, model=runner, stack=rnn.stack)
         return
-    if doc.model_config is None:  # weights-only, no --config: verify checks each layer alone (issue 19)
+    if doc.model_config is None:  # weights-only, no --config: verify checks each layer alone
         yield Subject(name=str(doc.path), model=None, graph=doc)
         return
     custom = custom_classes(doc)
-    if custom and opts.custom_objects is None:  # Keras cannot rebuild it: each layer alone (issue 29)
+    if custom and opts.custom_objects is None:  # Keras cannot rebuild it: each layer alone
         yield Subject(name=str(doc.path), model=None, graph=doc)
         return
     from ..keras3 import runtime as keras3
@@ -259,7 +259,7 @@ def staged_weights_subjects(doc, converted, opts: Options):
         converted = Path(converted)
         if not converted.is_file():
             raise InputError("converted weights file not found", path=converted)
-        # torch / onnx outputs run their stacks themselves, as for every other input (issue 28: the TF2
+        # torch / onnx outputs run their stacks themselves, as for every other input (the TF2
         # reader's own list of what it writes said "legacy .h5 only" while convert asked the writers)
         runners = writers.stack_runners(converted)
         if runners is None and writers.claimed_by(converted) not in (None, planning.natural_format(
@@ -364,17 +364,6 @@ def _tf_graph_nothing(doc) -> Optional[str]:
 TF_GRAPH_SEED = 3939
 
 
-def _converted_stacks(converted) -> bool:
-    """Whether ``converted`` is a graph's cuDNN node stacks alone (a ``.keras``/``.safetensors``/weights file,
-    or a directory of them), not the whole graph (a SavedModel directory, a ``.onnx`` file)."""
-    from ..files.outputs import REPLACEABLE_TREES as SAVED_MODEL_FILES
-
-    if converted is None:
-        return False
-    p = Path(converted)
-    return not (any((p / n).is_file() for n in SAVED_MODEL_FILES) if p.is_dir() else p.suffix.lower() == ".onnx")
-
-
 def tf_graph_subjects(doc, converted, opts: Options):
     """Every cuDNN RNN node of a graph, as a bare stack: its replacement (the function the converted
     SavedModel's node calls, :mod:`gruconv.writers.saved_model.node_runner`; without ``converted``, traced the
@@ -384,15 +373,10 @@ def tf_graph_subjects(doc, converted, opts: Options):
     from ..keras3.runtime import import_quietly
     from ..model.canonical import RNNStack
     from ..model.cudnn_layout import params_size, unpack
-    from ..writers.saved_model.equations import WITH_LENGTHS
+    from ..model.cudnn_ops import WITH_LENGTHS
     from ..writers.saved_model.node_runner import runner
     from ..writers.runner import StackRunner
 
-    if _converted_stacks(converted):  # each stack on the graph's own params (:mod:`gruconv.graph_stacks`)
-        from ..graph_stacks import stacks_of
-
-        yield from stack_subjects(stacks_of(doc.document()), converted, opts)
-        return
     tf = import_quietly("tensorflow")
     rng = np.random.default_rng(TF_GRAPH_SEED)
     for r in doc.document().tf_graph.rnns:

@@ -126,7 +126,7 @@ def _floor(tf, fn, feed: dict, got: dict) -> dict:
     return worst
 
 
-def end_to_end(doc, converted, engine, report, rng, tolerance) -> None:
+def end_to_end(doc, converted, engine, report, rng) -> None:
     """Every output of every signature of the converted SavedModel, and every ``serving_default`` output of the
     whole-graph ONNX, against the original graph's (module docstring); a note says why a part cannot run
     (TensorFlow or tf2onnx missing, a signature no probe size runs, names that differ)."""
@@ -186,4 +186,4 @@ def end_to_end(doc, converted, engine, report, rng, tolerance) -> None:
     for label, outputs, ref, worst in rows:
         for k in sorted(ref):
             dtype = "float16" if ref[k].dtype == np.float16 else "float32"
-            report.checks.append(judge(report, f"{label}: {k}", outputs[k], ref[k], None, tolerance, dtype, worst[k]))
+            report.checks.append(judge(report, f"{label}: {k}", outputs[k], ref[k], None, dtype, worst[k]))

@@ -2,7 +2,7 @@
 (:class:`VerifyReport`), and :func:`compare` (max abs / rel error, the float16 tolerance floor,
 NaN/Inf never a pass, the reference's own float64 error shown beside it).
 
-The verdict (issue 19, ``docs/verdicts.md``): a check passes when its max |diff| is within the
+The verdict (``docs/verdicts.md``): a check passes when its max |diff| is within the
 absolute ``tolerance``, or ``rtol`` of the reference's magnitude, or ``k`` times the measured
 sensitivity floor (how far float32 rounding alone moves that output:
 :func:`gruconv.verify.floor.floors`); :func:`gruconv.verify.floor.decide` says which bound admitted
@@ -10,13 +10,15 @@ it, and every row records the bound, the floor and all three limits."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 import numpy as np
 
-from .floor import DEFAULT_K, DEFAULT_RTOL, decide, floors
+from ..options import Bounds
+from .floor import decide, floors
 
 FLOAT16_TOLERANCE_FLOOR = 4e-3  # float16 rounding of a tanh output in [-1, 1] is ~5e-4 per step
 
@@ -92,11 +94,15 @@ class Check:
 
 @dataclass
 class VerifyReport:
+    """One verify run.  ``bounds``: the verdict's bounds, made once by :func:`gruconv.verify.verify` and
+    read by :func:`judge`; the JSON keeps them where the report always had them (``tolerance`` after
+    ``reference_reason``, ``rtol`` and ``floor_k`` after ``devices``)."""
+
     input: str
     converted: Optional[str]
     reference: str
     reference_reason: str
-    tolerance: float
+    bounds: Bounds
     math_mode: str
     seed: int
     batch: int
@@ -107,8 +113,6 @@ class VerifyReport:
 
     nothing_to_convert: bool = False
     devices: list = field(default_factory=list)      # [{device, math, ran, reason, kernels}]
-    rtol: float = DEFAULT_RTOL
-    floor_k: float = DEFAULT_K
     floor_seconds: float = 0.0                        # time spent measuring floors (all devices)
 
     @property
@@ -119,21 +123,28 @@ class VerifyReport:
         return bool(counted) and all(c.passed for c in counted)
 
     def to_json(self) -> dict:
-        out = asdict(self)
+        out = {}
+        for key, value in asdict(self).items():
+            if key == "bounds":
+                out["tolerance"] = self.bounds.tolerance
+                continue
+            out[key] = value
+            if key == "devices":
+                out["rtol"], out["floor_k"] = self.bounds.rtol, self.bounds.k
         out["passed"] = self.passed
         out["checks"] = [dict(asdict(c), shape=list(c.shape)) for c in self.checks]
         return out
 
 
-def compare(name: str, got, ref, ref64, tolerance: float, dtype: str, floor: Optional[float] = None, *,
-            rtol: float = DEFAULT_RTOL, k: float = DEFAULT_K) -> Check:
+def compare(name: str, got, ref, ref64, bounds: Bounds, dtype: str, floor: Optional[float] = None) -> Check:
     """One output compared: ``got`` (converted) vs ``ref`` (the reference's), judged by
-    :func:`gruconv.verify.floor.decide` with ``floor`` (this output's measured sensitivity floor;
-    None drops the floor bound).  ``ref64``: the float64 oracle's output, for the "ref vs f64"
+    :func:`gruconv.verify.floor.decide` with ``bounds`` (a float16 output's tolerance raised to
+    :data:`FLOAT16_TOLERANCE_FLOOR`) and ``floor`` (this output's measured sensitivity floor; None drops
+    the floor bound).  ``ref64``: the float64 oracle's output, for the "ref vs f64"
     column (None where the reference has no float64 twin)."""
     got = np.asarray(got, dtype=np.float64)
     ref = np.asarray(ref, dtype=np.float64)
-    tol = max(tolerance, FLOAT16_TOLERANCE_FLOOR) if dtype == "float16" else tolerance
+    tol = max(bounds.tolerance, FLOAT16_TOLERANCE_FLOOR) if dtype == "float16" else bounds.tolerance
     if got.shape != ref.shape:
         return Check(name, float("inf"), float("inf"), tol, False, None, tuple(got.shape),
                      reason=f"shape {tuple(got.shape)} where the reference has {tuple(ref.shape)}",
@@ -150,7 +161,7 @@ def compare(name: str, got, ref, ref64, tolerance: float, dtype: str, floor: Opt
     if ref64 is not None:
         r64 = np.asarray(ref64, dtype=np.float64)
         ref_err = float(np.nanmax(np.abs(ref - r64))) if r64.size else 0.0
-    d = decide(max_abs, scale, floor, tolerance=tol, rtol=rtol, k=k, nonfinite=nonfinite)
+    d = decide(max_abs, scale, floor, dataclasses.replace(bounds, tolerance=tol), nonfinite=nonfinite)
     per_step, stride = per_step_errors(diff)
     return Check(name, max_abs, max_rel, tol, d.passed, ref_err, tuple(got.shape), nonfinite, reason=d.reason,
                  bound=d.bound, floor=None if floor is None else float(floor), magnitude=scale, limits=d.limits,
@@ -194,9 +205,8 @@ def measure_floors(report: VerifyReport, run, ref64, key=None, cache: Optional[d
     return out
 
 
-def judge(report: VerifyReport, name: str, got, ref, ref64, tolerance: float, dtype: str, floor,
-          alternates=None) -> Check:
-    """:func:`compare` with the report's ``rtol`` and floor multiple, against the reference's run
+def judge(report: VerifyReport, name: str, got, ref, ref64, dtype: str, floor, alternates=None) -> Check:
+    """:func:`compare` with the report's bounds, against the reference's run
     ``ref`` (cuDNN's standard algorithm, or the float64 oracle) and, when the row is not within
     ``k`` x floor of it, against the closest of cuDNN's other algorithms: ``alternates`` () ->
     {algorithm: output} or None (:meth:`ReferenceVariants.at`, run only then: a persistent kernel
@@ -209,7 +219,7 @@ def judge(report: VerifyReport, name: str, got, ref, ref64, tolerance: float, dt
     correct conversion run by that algorithm matches it to the last bit; a planted error is off
     every algorithm's run by the error itself, so choosing among them hides nothing bigger than
     the algorithms' own disagreement (``docs/verdicts.md``)."""
-    best = compare(name, got, ref, ref64, tolerance, dtype, floor, rtol=report.rtol, k=report.floor_k)
+    best = compare(name, got, ref, ref64, report.bounds, dtype, floor)
     within_floor = best.limits.get("floor") is not None and best.max_abs <= best.limits["floor"]
     others = alternates() if (alternates is not None and not within_floor) else None
     if not others:
@@ -217,7 +227,7 @@ def judge(report: VerifyReport, name: str, got, ref, ref64, tolerance: float, dt
     by = {"standard": best.max_abs}
     algo = "standard"
     for other, r in others.items():
-        c = compare(name, got, r, ref64, tolerance, dtype, floor, rtol=report.rtol, k=report.floor_k)
+        c = compare(name, got, r, ref64, report.bounds, dtype, floor)
         by[other] = c.max_abs
         if c.max_abs < best.max_abs:
             best, algo = c, other

@@ -75,7 +75,7 @@ def built(graph, *, info: Optional[dict] = None, notes: Optional[list] = None):
     over the graph's store; against the model's layers, or the streamed writer's plan for a tf_keras ``.keras``)
     assigned in place (:func:`gruconv.keras3.build.assign`).  No legacy ``.h5`` intermediate, no
     legacy loader.  Used by the Keras-built fallback of both Keras writers and by ``verify`` without a
-    converted file, so ``verify in.h5`` and ``verify in.h5 out.keras`` check the same model (issue 28).
+    converted file, so ``verify in.h5`` and ``verify in.h5 out.keras`` check the same model.
     Returns ``(model, {layer: NaN/Inf count})``; ``info["config"]`` receives the translated dict, ``notes``
     the lines the streamed writer gives too (Keras 2 semantics kept: :mod:`gruconv.keras3.dialects`)."""
     from ..errors import InputError, about

@@ -62,7 +62,7 @@ def write(doc, out_path, *, include_model: bool = True, include_training: bool =
 
     from ..files.outputs import hdf5_file
 
-    dst_file = hdf5_file(out_path)  # a full disk is an OSError here, not a crash in libhdf5 (issue 23)
+    dst_file = hdf5_file(out_path)  # a full disk is an OSError here, not a crash in libhdf5
     where = "the file's attributes"
     try:
         with about(doc.path), doc.store.open() as src, dst_file as dst:

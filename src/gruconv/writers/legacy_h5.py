@@ -70,7 +70,7 @@ def _write_stack(document, entry, target, options, name: str) -> None:
     s = stack.shape
     base = identifier(name, "gru_stack")  # the stack model's layer names (keras3.config.stack_model_config)
     layer_names = ["inputs"] + [f"{base}_l{layer}" for layer in range(s.num_layers)]
-    f = hdf5_file(target)  # not h5py's own file driver: it segfaults closing after a full disk (issue 23)
+    f = hdf5_file(target)  # not h5py's own file driver: it segfaults closing after a full disk
     with f:
         f.attrs["layer_names"] = np.array([n.encode("utf-8") for n in layer_names])
         f.attrs["backend"] = b"tensorflow"

@@ -350,7 +350,7 @@ def _nonfinite_on_disk(rnn: KerasRNN) -> int:
     """NaN/Inf values among one CuDNNGRU/CuDNNLSTM's stored weights (what ``rnn.stack.nonfinite_count()``
     counts: the canonical weights are these values rearranged), read in row blocks of about 4 MiB.
 
-    Why (issue 20): ``inspect`` built the canonical stack of every layer only to count, copying each
+    Why: ``inspect`` built the canonical stack of every layer only to count, copying each
     layer's weights three times (raw, split, stacked); on the 180 MiB bench model that was most of
     inspect's time and memory.  A finite block sum proves a block holds no NaN/Inf (they propagate
     through a sum; an overflowing sum of finite values only sends it to the exact count)."""
@@ -657,7 +657,7 @@ def input_files(path: Path) -> list:
 
 def custom_classes(doc: KerasH5Model) -> dict:
     """``{class name: [layer path, ...]}`` of the model's custom layers: classes that are neither Keras 3's
-    nor tf_keras's own (:func:`gruconv.keras3.builtins.is_custom`), read from the config (issue 29)."""
+    nor tf_keras's own (:func:`gruconv.keras3.builtins.is_custom`), read from the config."""
     from ...keras3.builtins import bare_name, is_custom
 
     found: dict = {}

@@ -1002,7 +1002,7 @@ def input_facts(path, opts: Options) -> InputFacts:
     the checkpoint's (no ``--rnn``) or the one named."""
     if opts.rnn is None:
         try:
-            # From the index alone first (issue 20: the full read, weights and cross-check, cost ~10 ms
+            # From the index alone first (the full read, weights and cross-check, cost ~10 ms
             # per checkpoint in the batch's serial planning); at most one stack is one output whatever
             # reading it would find.  Several: the full read decides, as before (a stack that fails to
             # read leaves one file-named output, whose conversion reports the failure).

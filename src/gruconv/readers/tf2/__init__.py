@@ -158,7 +158,7 @@ class TF2CheckpointDoc:
         d.stand_in = (self.keras.path, self.path)
         if self.metadata is not None and d.nothing:
             # Keras 3 cannot open a tf.keras 2.x SavedModel ("File format not supported"), so its translation
-            # is the conversion even without a cuDNN layer (issue 39)
+            # is the conversion even without a cuDNN layer
             d.nothing = False
             d.notes.append("no CuDNNGRU/CuDNNLSTM layer: converted because Keras 3 cannot open a tf.keras 2.x "
                            f"SavedModel (its config from {described(self.metadata)}, its weights from the variables)")

@@ -36,7 +36,7 @@ from typing import Optional
 from ...errors import InputError, UnsupportedError
 from ...model.canonical import Document, InputFacts
 from ...options import Options
-from .cudnn import CUDNN_OPS as CUDNN_OPS_WORDS, PACKING_OPS
+from ...model.cudnn_ops import CUDNN_OPS as CUDNN_OPS_WORDS, PACKING_OPS
 
 FORMAT = "tf-graph"
 #: What this reader reads, for messages.

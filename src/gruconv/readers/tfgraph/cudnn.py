@@ -3,16 +3,8 @@ without them.
 
 Facts, each from its source:
 
-* The ops (:data:`CUDNN_OPS`; ``tensorflow/core/ops/cudnn_rnn_ops.cc``, the op registry of TensorFlow 2.21):
-  ``CudnnRNN``/``V2``/``V3`` run the RNN, ``CudnnRNNBackprop*`` its gradient, ``CudnnRNNCanonicalToParams*`` /
-  ``CudnnRNNParamsToCanonical*`` / ``CudnnRNNParamsSize`` convert or size the opaque buffer.  TensorFlow
-  registers kernels for all of them on the GPU only (``tensorflow/core/kernels/cudnn_rnn_ops.cc``), so a
-  graph that runs one cannot run on a CPU: "No OpKernel was registered to support Op 'CudnnRNNV3'".
-* An attr left at its default is not written into the NodeDef (seen: Keras 3's export writes only
-  ``rnn_mode: "gru"`` and ``time_major``; an LSTM's node has no ``rnn_mode`` at all), so :data:`ATTR_DEFAULTS`
-  are the op registry's defaults (``rnn_mode="lstm"``, ``input_mode="linear_input"``,
-  ``direction="unidirectional"``; V3: ``time_major=true``; read with
-  ``tensorflow.python.framework.op_def_registry.get``).
+* The ops, their attrs and the op registry's defaults for the attrs a NodeDef leaves out:
+  :mod:`gruconv.model.cudnn_ops` (``tensorflow/core/ops/cudnn_rnn_ops.cc``), shared with the writers.
 * tf.keras 2.x's GRU/LSTM (TF 2.0-2.15; tf_keras ``layers/rnn/gru_lstm_utils.py``,
   ``_FUNCTION_API_NAME_ATTRIBUTE = "api_implements"``, ``_FUNCTION_DEVICE_ATTRIBUTE = "api_preferred_device"``)
   trace two functions per call, ``gpu_gru_with_fallback`` (``CudnnRNNV3``, preferred device ``GPU``) and
@@ -31,29 +23,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
+from ...model.cudnn_ops import ATTR_DEFAULTS, CUDNN_OPS, PACKING_OPS, PREFIX, RNN_OPS, SETTINGS, TIME_MAJOR_OPS
 from .protos import Message, tensor_shape
 
-#: op -> what it does; every op TensorFlow 2.21 registers under the ``CudnnRNN`` prefix (GPU kernels only).
-CUDNN_OPS = {
-    "CudnnRNN": "runs the RNN",
-    "CudnnRNNV2": "runs the RNN",
-    "CudnnRNNV3": "runs the RNN",
-    "CudnnRNNBackprop": "the RNN's gradient",
-    "CudnnRNNBackpropV2": "the RNN's gradient",
-    "CudnnRNNBackpropV3": "the RNN's gradient",
-    "CudnnRNNCanonicalToParams": "packs weights into the opaque buffer",
-    "CudnnRNNCanonicalToParamsV2": "packs weights into the opaque buffer",
-    "CudnnRNNParamsToCanonical": "unpacks the opaque buffer",
-    "CudnnRNNParamsToCanonicalV2": "unpacks the opaque buffer",
-    "CudnnRNNParamsSize": "sizes the opaque buffer",
-}
 #: Bytes every cuDNN op name starts with: the sniff's cheap look for them in a file.
-MARKER = b"CudnnRNN"
-
-#: The attrs reported per node and, where the NodeDef leaves one out, the op registry's default.
-ATTR_DEFAULTS = {"rnn_mode": "lstm", "direction": "unidirectional", "input_mode": "linear_input"}
-#: Ops with a ``time_major`` attr (default true).
-TIME_MAJOR_OPS = frozenset({"CudnnRNNV3", "CudnnRNNBackpropV3"})
+MARKER = PREFIX.encode()
 
 #: tf.keras's function attrs (tf_keras ``layers/rnn/gru_lstm_utils.py``).
 API_IMPLEMENTS, API_DEVICE = "api_implements", "api_preferred_device"
@@ -101,7 +75,7 @@ class CudnnNode:
 
     @property
     def runs_the_rnn(self) -> bool:
-        return CUDNN_OPS[self.op] == "runs the RNN"
+        return self.op in RNN_OPS
 
     def describe(self) -> str:
         """One line: ``CudnnRNNV3 'fw/CudnnRNNV3' (gru, unidirectional, linear_input, time_major=false) in ...``."""
@@ -131,10 +105,8 @@ def _text(attr: Optional[Message]) -> Optional[str]:
     return None if s is None else bytes(s).decode("utf-8", "replace")
 
 
-_NODE_ATTRS = frozenset(ATTR_DEFAULTS) | {"time_major", "T", "num_proj", "dropout", "is_training", "_output_shapes",
+_NODE_ATTRS = frozenset(SETTINGS) | {"time_major", "T", "num_proj", "dropout", "is_training", "_output_shapes",
                                           "num_params", "num_params_weights", "num_params_biases"}
-#: Ops that pack canonical weights into the opaque buffer; each is replaced by a concatenation.
-PACKING_OPS = frozenset({"CudnnRNNCanonicalToParams", "CudnnRNNCanonicalToParamsV2"})
 _FUNCTION_ATTRS = frozenset({API_IMPLEMENTS, API_DEVICE})
 
 
@@ -157,11 +129,11 @@ def _node(node: Message, where: str) -> Optional[CudnnNode]:
             attrs[key] = value.get("value")
     if op not in CUDNN_OPS:
         return None
-    settings = {k: _text(attrs.get(k)) or default for k, default in ATTR_DEFAULTS.items()}
+    settings = {k: _text(attrs.get(k)) or ATTR_DEFAULTS[k] for k in SETTINGS}
     time_major = None
     if op in TIME_MAJOR_OPS:
         tm = attrs.get("time_major")
-        time_major = True if tm is None else bool(tm.get("b", False))
+        time_major = ATTR_DEFAULTS["time_major"] if tm is None else bool(tm.get("b", False))
     scalar = lambda k, f, default: default if attrs.get(k) is None else attrs[k].get(f, default)  # noqa: E731
     shapes = attrs.get("_output_shapes")
     out_shapes = None if shapes is None or shapes.get("list") is None else \
@@ -172,9 +144,9 @@ def _node(node: Message, where: str) -> Optional[CudnnNode]:
         w, b = scalar("num_params_weights", "i", n), scalar("num_params_biases", "i", n)
         packs = None if w is None or b is None else (w, b)
     return CudnnNode(op=op, name=name, where=where, time_major=time_major, inputs=tuple(inputs), packs=packs,
-                     dtype=scalar("T", "type", None), num_proj=scalar("num_proj", "i", 0),
-                     dropout=scalar("dropout", "f", 0.0), is_training=scalar("is_training", "b", False),
-                     out_shapes=out_shapes, **settings)
+                     dtype=scalar("T", "type", None), num_proj=scalar("num_proj", "i", ATTR_DEFAULTS["num_proj"]),
+                     dropout=scalar("dropout", "f", ATTR_DEFAULTS["dropout"]),
+                     is_training=scalar("is_training", "b", False), out_shapes=out_shapes, **settings)
 
 
 def _function(f: Message) -> tuple:

@@ -32,10 +32,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-#: ``DataType`` numbers (``tensorflow/core/framework/types.proto``) of the dtypes a cuDNN RNN runs in.
-DTYPES = {1: "float32", 2: "float64", 19: "float16"}
-#: ``input_mode`` attr -> :data:`gruconv.model.canonical.INPUT_MODES` (``auto_select``: decided by sizes).
-INPUT_MODES = {"linear_input": "linear", "skip_input": "skip", "auto_select": None}
+from ...model.cudnn_ops import CELL_OF_MODE, DIRECTIONS, DTYPES, INPUT_MODES, INPUTS, PACKING_OPS
+
 #: Producer ops of ``params``, in words.
 PARAMS_FROM = {
     "Const": "a Const", "Placeholder": "fed (a placeholder)", "PlaceholderWithDefault": "fed (a placeholder)",
@@ -130,11 +128,11 @@ def determine(node, lookup: Callable):
             return None, None
         return (producer.shapes[pos] if pos < len(producer.shapes) else None), producer.op
 
-    _, p_op = shape_of(3)
+    _, p_op = shape_of(INPUTS.index("params"))
     params_from = None if p_op is None else PARAMS_FROM.get(p_op, f"computed in the graph ({p_op})")
-    if p_op is not None and p_op.startswith("CudnnRNNCanonicalToParams"):
+    if p_op in PACKING_OPS:
         params_from = f"packed in the graph ({p_op})"
-    if node.rnn_mode not in CELLS:
+    if node.rnn_mode not in CELL_OF_MODE:
         return done(params_from=params_from, problem=f"rnn_mode {node.rnn_mode!r} (only gru and lstm convert)")
     if node.num_proj:
         return done(params_from=params_from, problem=f"num_proj={node.num_proj} (LSTM projections do not convert)")
@@ -143,11 +141,11 @@ def determine(node, lookup: Callable):
     dtype = DTYPES.get(1 if node.dtype is None else node.dtype)
     if dtype is None:
         return done(params_from=params_from, problem=f"dtype {node.dtype} (cuDNN RNNs run in half, float, double)")
-    D = 2 if node.direction == "bidirectional" else 1
+    D = DIRECTIONS.get(node.direction, 1)
     tm = True if node.time_major is None else node.time_major
-    x, _ = shape_of(0)
-    h, _ = shape_of(1)
-    p, _ = shape_of(3)
+    x, _ = shape_of(INPUTS.index("input"))
+    h, _ = shape_of(INPUTS.index("input_h"))
+    p, _ = shape_of(INPUTS.index("params"))
     I = _dim(x, 2, 3)
     own_h = node.out_shapes[1] if node.out_shapes and len(node.out_shapes) > 1 else None
     H = _dim(h, 2, 3) or _dim(own_h, 2, 3)
@@ -159,7 +157,7 @@ def determine(node, lookup: Callable):
         mode = "skip" if I == H else "linear"
     try:
         if I is not None and H is not None and L is not None and mode is not None:
-            shape = StackShape(I, H, L, D == 2, mode, dtype, node.rnn_mode)
+            shape = StackShape(I, H, L, D == 2, mode, dtype, CELL_OF_MODE[node.rnn_mode])
             if N is not None and params_size(shape) != N:
                 return done(params_from=params_from, problem=(
                     f"params holds {N} values, a {shape.describe()} {CELLS[shape.cell].title} needs "
@@ -169,7 +167,7 @@ def determine(node, lookup: Callable):
             unknown = [k for k, v in (("input size", I), ("units", H), ("layers", L), ("params size", N)) if v is None]
             return done(params_from=params_from, problem=f"sizes not determined ({', '.join(unknown)} unknown)")
         found = solve_shapes(N, dtype=dtype, units=H, input_size=I, num_layers=L, bidirectional=D == 2,
-                             input_mode=mode, cell=node.rnn_mode)
+                             input_mode=mode, cell=CELL_OF_MODE[node.rnn_mode])
     except InputError as e:
         return done(params_from=params_from, problem=e.message)
     if len(found) != 1:

@@ -1,6 +1,6 @@
 """The original model as the Keras 2 of its file computes it: tf_keras (Keras 2.x, the package TensorFlow
 2.16+ ships Keras 2 as), with each CuDNN layer swapped for its CPU twin, the weights loaded by tf_keras's
-own loader.  verify's one end-to-end reference that is not gruconv's translation (issue 40).
+own loader.  verify's one end-to-end reference that is not gruconv's translation.
 
 Why: the layer checks feed each converted recurrent layer the activations the *converted* model computes,
 and the Sequential end-to-end check runs the converted model's own other layers; both are built from the

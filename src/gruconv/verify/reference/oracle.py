@@ -55,7 +55,7 @@ def _direction(step_fn, p, x: np.ndarray, h: np.ndarray, c, lengths: np.ndarray,
     stored, ``R2 = R.reshape(G*H, H)`` (contiguous, no copy): NumPy's float32 ``h @ R.T`` on a
     transposed view ran 6.7x slower (66.8 ms vs 10.0 ms a step for 3 x 1024 units, batch 4, this
     2-core machine), and transposing into a contiguous ``(H, G*H)`` copy first cost 0.18 s per
-    3 x 1024 x 1024 matrix and run, most of a large model's ``verify`` (issue 30: a reference run
+    3 x 1024 x 1024 matrix and run, most of a large model's ``verify`` (a reference run
     and three floor runs per direction).  The input product likewise (``W.reshape(G*H, in) @ x.T``).
     The weights are converted to ``dt`` only where they are not already in it (a float32 floor run
     of float32 weights copies nothing).  Against the transposed-copy products the results differ

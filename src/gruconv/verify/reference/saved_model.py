@@ -1,5 +1,5 @@
 """The original tf.keras 2.x SavedModel, served by TensorFlow on the CPU: verify's second end-to-end reference
-for a SavedModel input (issue 39).
+for a SavedModel input.
 
 Why: a SavedModel that tf.keras 2.x wrote with ``model.save(dir)`` holds, beside its variables and its
 ``keras_metadata.pb``, the model's own traced serving function.  Where that function runs on a CPU, it is the

@@ -137,7 +137,7 @@ def trace(tf, rnn, node, record=None):
     configured by the NodeDef alone (:func:`settings`; sizes from the tensors at run time).  The callback
     stays registered while this process runs (TensorFlow's ``script_ops`` keeps a reference to it on the
     outermost graph).  ``record``: :func:`_node`'s."""
-    from ...writers.saved_model.equations import OUTPUTS, WITH_LENGTHS
+    from ...model.cudnn_ops import OUTPUTS, WITH_LENGTHS
 
     s = settings(tf, node)
     dtype = tf.as_dtype(s["T"])

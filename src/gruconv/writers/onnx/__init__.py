@@ -1,5 +1,5 @@
 """The ``onnx`` writer: one ONNX model per RNN stack, one ``GRU`` (``linear_before_reset=1``) /
-``LSTM`` operator per layer (issue 21; graph and interface: :mod:`gruconv.writers.onnx.graph`).
+``LSTM`` operator per layer (graph and interface: :mod:`gruconv.writers.onnx.graph`).
 
 Stacks only: a TF1 checkpoint's stacks (several: one ``.onnx`` per stack in a directory, named as
 the ``.keras`` models are, plus ``rest.npz``), and the cuDNN RNN of a weights-only Keras file.  A

@@ -1,6 +1,6 @@
 """The ONNX target: one canonical stack -> one ONNX model, one ``GRU``/``LSTM`` operator per layer.
 
-Interface (issue 21; the ``.keras`` stack model's, batch-first):
+Interface (the ``.keras`` stack model's, batch-first):
 
 * input ``x`` float32 ``(batch, time, input_size)``; with ``initial_state`` also ``h0`` (and, LSTM,
   ``c0``) ``(layers*dirs, batch, units)`` in cuDNN's pseudo-layer order (l0 fw, l0 bw, l1 fw, ...);
@@ -32,7 +32,7 @@ from ...model.canonical import CELLS, RNNStack
 from ...errors import OutputError, ReferenceUnavailable, UsageError
 from ...model.target_gates import stacked_blocks
 
-#: The opset the models declare (GRU/LSTM as of opset 14; 17 is the issue's floor).
+#: The opset the models declare (GRU/LSTM as of opset 14; 17 is the floor the ONNX output promises).
 OPSET = 17
 #: IR version 8 is opset 17's (onnx ``VERSION_TABLE``), readable by onnxruntime 1.12 and newer.
 IR_VERSION = 8

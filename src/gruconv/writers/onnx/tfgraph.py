@@ -1,5 +1,5 @@
 """The whole graph as ONNX: a SavedModel or frozen ``GraphDef`` that holds cuDNN RNN ops, converted by
-tf2onnx as a library with gruconv's own handlers for ``CudnnRNN``/``CudnnRNNV2``/``CudnnRNNV3`` (issue 39).
+tf2onnx as a library with gruconv's own handlers for ``CudnnRNN``/``CudnnRNNV2``/``CudnnRNNV3``.
 
 Why tf2onnx and why our handlers (``shared/DESIGN.md`` "Graphs that hold cuDNN ops"): tf2onnx 1.17
 converts the rest of a TensorFlow graph well, and takes handlers for ops through ``custom_op_handlers``
@@ -31,9 +31,9 @@ op docs in ``tensorflow/python/ops/gen_cudnn_rnn_ops.py``) turned into ONNX:
 * ``sequence_lengths`` (V3) is ONNX's ``sequence_lens``: both zero the outputs past a sequence's length and
   return its last valid state (cuDNN's padded I/O, ``shared/cudnn-golden/README.md``; checked against the
   golden ``varlen`` files in the tests);
-* ``input_mode``: ``linear_input``/``skip_input`` (the same mapping as the TF1 reader's,
-  ``readers/tf1/reading.py``: a writer imports no reader), ``auto_select`` is skip when the input size
-  equals the units (``cudnn_rnn_ops.cc`` ``ToRNNInputMode``);
+* ``input_mode``: ``linear_input``/``skip_input``, ``auto_select`` is skip when the input size equals the
+  units (``cudnn_rnn_ops.cc`` ``ToRNNInputMode``; the mapping, the attrs' defaults and the op's inputs and
+  outputs are :mod:`gruconv.model.cudnn_ops`, shared with the graph reader and the SavedModel writer);
 * refused in one line: ``rnn_tanh``/``rnn_relu`` (no ONNX twin of cuDNN's cell written here),
   ``num_proj`` (an LSTM projection), ``dropout > 0`` with ``is_training`` (a random graph);
 * ``reserve_space``/``host_reserved`` (and a GRU's ``output_c``) are empty float tensors, only if a
@@ -56,24 +56,10 @@ from ...errors import (GruconvError, InputError, OutputError, ReferenceUnavailab
                        first_line)
 from ...model.canonical import CELLS, DTYPES, RNNStack, StackShape
 from ...model.cudnn_layout import iter_matrix_regions, params_size, solve_shapes, unpack
+from ...model.cudnn_ops import (ATTR_DEFAULTS, CELL_OF_MODE, DIRECTIONS, INPUT_MODES, INPUTS, PACKING_OPS, PREFIX,
+                                RNN_OPS, WITH_LENGTHS)
 from .graph import MAX_MODEL_BYTES, OPSET, emit_layers
 
-#: The ops this module converts (those that run the RNN); tf2onnx's own handler for ``CudnnRNN`` is
-#: replaced, the other two it has none for.
-HANDLED_OPS = ("CudnnRNN", "CudnnRNNV2", "CudnnRNNV3")
-#: The ops that build an opaque buffer from canonical weights (TF1's ``tf.contrib.cudnn_rnn`` saveable):
-#: folded here into the buffer they make, so the RNN node after them sees a constant.
-CANONICAL_OPS = ("CudnnRNNCanonicalToParams", "CudnnRNNCanonicalToParamsV2")
-#: Every op name a converted model must not hold (TensorFlow's cuDNN ops all start so).
-CUDNN_PREFIX = "CudnnRNN"
-#: ``rnn_mode`` -> gruconv's cell; a mode missing here (``rnn_tanh``, ``rnn_relu``) is refused.
-CELL_OF_MODE = {"gru": "gru", "lstm": "lstm"}
-#: ``input_mode`` -> StackShape's; ``auto_select`` is decided per node (module docstring).
-INPUT_MODE = {"linear_input": "linear", "skip_input": "skip"}
-#: The op registry's defaults for attrs a NodeDef leaves out (``readers/tfgraph/cudnn.py`` ATTR_DEFAULTS
-#: has the same facts for inspect; a writer imports no reader).
-DEFAULTS = {"rnn_mode": "lstm", "input_mode": "linear_input", "direction": "unidirectional", "time_major": True,
-            "num_proj": 0, "dropout": 0.0, "is_training": True}
 #: ONNX's TensorProto.FLOAT: the dtype the chain computes in (:func:`convert_node`).
 FLOAT = 1
 #: The oldest opset written (:func:`build`).
@@ -86,8 +72,8 @@ def _input_mode(where: str, mode: str, input_size: Optional[int], units: Optiona
     """StackShape input modes a node's ``input_mode`` attr allows (``[None]``: either, sizes unknown)."""
     if mode == "auto_select":
         return [None] if units is None or input_size is None else ["skip" if units == input_size else "linear"]
-    if mode in INPUT_MODE:
-        return [INPUT_MODE[mode]]
+    if mode in INPUT_MODES:
+        return [INPUT_MODES[mode]]
     raise InputError(f"{where}: unknown input_mode '{mode}'")
 
 
@@ -102,7 +88,7 @@ def _attr(node, key: str):
     """An attr of a tf2onnx node as Python (bytes decoded), or the op registry's default."""
     value = node.get_attr_value(key)
     if value is None:
-        return DEFAULTS[key]
+        return ATTR_DEFAULTS[key]
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
@@ -122,11 +108,11 @@ def stack_of(ctx, node) -> tuple:
         raise UnsupportedError(f"{where}: dropout={_attr(node, 'dropout')} with is_training=true is a random "
                                "graph (training mode); export the model for inference")
     direction = _attr(node, "direction")
-    if direction not in ("unidirectional", "bidirectional"):
+    if direction not in DIRECTIONS:
         raise InputError(f"{where}: unknown direction '{direction}'")
-    D = 2 if direction == "bidirectional" else 1
+    D = DIRECTIONS[direction]
     time_major = bool(_attr(node, "time_major")) if node.type == "CudnnRNNV3" else True
-    p = ctx.get_node_by_output(node.input[3])
+    p = ctx.get_node_by_output(node.input[INPUTS.index("params")])
     if p is None or not p.is_const():
         src = "nothing" if p is None else f"{p.type} '{p.name}'"
         raise UnsupportedError(f"{where}: its params come from {src}, not a constant after freezing and folding "
@@ -134,7 +120,8 @@ def stack_of(ctx, node) -> tuple:
     buffer = np.asarray(p.get_tensor_value(as_list=False))
     if buffer.dtype.name not in DTYPES:
         raise UnsupportedError(f"{where}: params are {buffer.dtype}, not one of {', '.join(DTYPES)}")
-    x_shape, h_shape = ctx.get_shape(node.input[0]), ctx.get_shape(node.input[1])
+    x_shape = ctx.get_shape(node.input[INPUTS.index("input")])
+    h_shape = ctx.get_shape(node.input[INPUTS.index("input_h")])
     units, input_size = _dim(h_shape, 2), _dim(x_shape, 2)
     pseudo = _dim(h_shape, 0 if time_major else 1)
     if pseudo is not None and pseudo % D:
@@ -192,7 +179,8 @@ def convert_node(ctx, node, name, args) -> list:
     initial = {st: up(node.input[1 + i], f"{st}0") if time_major else
                as_states(up(node.input[1 + i], f"{st}0"), f"{st}0_cudnn", [L_D, -1, H])
                for i, st in enumerate(states)}
-    seq = node.input[4] if node.type == "CudnnRNNV3" else ""  # int32 by the op's definition, as ONNX's
+    # int32 by the op's definition, as ONNX's
+    seq = node.input[INPUTS.index("sequence_lengths")] if node.type in WITH_LENGTHS else ""
     y, finals = emit_layers(stack, emit, const, x, np.float32, initial=initial, sequence_lens=seq, prefix=P)
     shapes = {o: ctx.get_shape(o) for o in outputs}
     finished = {0: y if time_major else swap(y, "y_bt")}
@@ -260,7 +248,10 @@ def convert_canonical(ctx, node, name, args) -> None:
 
 def handlers() -> dict:
     """``custom_op_handlers`` for tf2onnx: each op this module converts -> (handler, args)."""
-    return {**{op: (convert_node, []) for op in HANDLED_OPS}, **{op: (convert_canonical, []) for op in CANONICAL_OPS}}
+    # the ops that run the RNN (tf2onnx's own handler for ``CudnnRNN`` is replaced, the other two it has none for),
+    # and the ones that pack canonical weights (TF1's ``tf.contrib.cudnn_rnn`` saveable), folded here into the
+    # buffer they make so the RNN node after them sees a constant
+    return {**{op: (convert_node, []) for op in RNN_OPS}, **{op: (convert_canonical, []) for op in sorted(PACKING_OPS)}}
 
 
 def _quiet_tensorflow():
@@ -371,7 +362,7 @@ def build(path, *, signature: Optional[str] = None, opset: Optional[int] = None)
         with tf.Graph().as_default() as tf_graph:
             tf.import_graph_def(gd, name="")
             g = process_tf_graph(tf_graph, continue_on_error=False, opset=opset,
-                                 custom_op_handlers={**handlers(), **{op: (handler, []) for op in HANDLED_OPS}},
+                                 custom_op_handlers={**handlers(), **{op: (handler, []) for op in RNN_OPS}},
                                  input_names=inputs, output_names=outputs, tensors_to_rename=rename)
         g = optimizer.optimize_graph(g, catch_errors=False)
         model = g.make_model(f"gruconv: {Path(path).name} through tf2onnx")
@@ -417,7 +408,7 @@ def leftover_ops(model) -> list:
 
     bad = set()
     for n in model.graph.node:
-        if n.op_type.startswith(CUDNN_PREFIX):
+        if n.op_type.startswith(PREFIX):
             bad.add(n.op_type)
             continue
         try:

@@ -1,5 +1,5 @@
 """The ``saved-model`` writer: a TensorFlow graph holding cuDNN ops as a SavedModel that serves on a CPU
-(and still on a GPU), same signatures, names, dtypes and shapes (issue 39).
+(and still on a GPU), same signatures, names, dtypes and shapes.
 
 Input: a document of content ``tf-graph`` (:class:`gruconv.model.canonical.TfGraph`: a SavedModel or a
 frozen ``GraphDef`` and its cuDNN nodes, each with its :class:`~gruconv.model.canonical.StackShape`).

@@ -35,17 +35,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-#: The op's output names and dtypes (``output_c`` for a GRU is a scalar), in the op's order
-#: (``tensorflow/core/ops/cudnn_rnn_ops.cc``); ``host_reserved`` is ``int8``.
-OUTPUTS = {
-    "CudnnRNN": ("output", "output_h", "output_c", "reserve_space"),
-    "CudnnRNNV2": ("output", "output_h", "output_c", "reserve_space", "host_reserved"),
-    "CudnnRNNV3": ("output", "output_h", "output_c", "reserve_space", "host_reserved"),
-    "CudnnRNNCanonicalToParams": ("params",),
-    "CudnnRNNCanonicalToParamsV2": ("params",),
-}
-#: Ops that take ``sequence_lengths`` (their 5th input).
-WITH_LENGTHS = frozenset({"CudnnRNNV3"})
+from ...model.cudnn_ops import DTYPES, INPUTS, OUTPUTS, WITH_LENGTHS
 
 
 def _gru_step(tf, xw, hr, h, c):
@@ -169,10 +159,6 @@ def forward(tf, shape, time_major, x, h0, c0, params, lengths):
     return tf.cast(output, dtype), tf.cast(output_h, dtype), tf.cast(output_c, dtype)
 
 
-#: ``DataType`` numbers (``tensorflow/core/framework/types.proto``) of a packing node's ``T``.
-PACK_DTYPES = {1: "float32", 2: "float64", 19: "float16"}
-
-
 def packing_function(tf, packs: tuple, dtype: Optional[int]):
     """The concrete ``tf.function`` standing for ``CudnnRNNCanonicalToParams[V2]``: ``(num_layers, num_units,
     input_size, weights..., biases...) -> params``, the weights then the biases flattened and concatenated.
@@ -181,7 +167,7 @@ def packing_function(tf, packs: tuple, dtype: Optional[int]):
     (``tensorflow/core/kernels/cudnn_rnn_ops.cc``), and cuDNN lays those regions out back to back, matrices
     first (:mod:`gruconv.model.cudnn_layout`; ``fixtures/graphs_golden/gru_2l_bidir_canonical_savedmodel``
     checks it against real cuDNN)."""
-    t = tf.as_dtype(PACK_DTYPES.get(1 if dtype is None else dtype, "float32"))
+    t = tf.as_dtype(DTYPES.get(1 if dtype is None else dtype, "float32"))
     n_w, n_b = packs
     specs = [tf.TensorSpec([], tf.int32, n) for n in ("num_layers", "num_units", "input_size")]
     specs += [tf.TensorSpec(None, t, f"weights_{i}") for i in range(n_w)]
@@ -195,12 +181,13 @@ def packing_function(tf, packs: tuple, dtype: Optional[int]):
 
 def function(tf, op: str, shape, time_major: bool):
     """The concrete ``tf.function`` standing for a node of ``op`` with ``shape``: same inputs, same
-    outputs (:data:`OUTPUTS`), any batch and time size."""
+    outputs (:data:`gruconv.model.cudnn_ops.OUTPUTS`), any batch and time size."""
     dtype = tf.as_dtype(shape.dtype)
-    specs = [tf.TensorSpec([None, None, None], dtype, "input"), tf.TensorSpec([None, None, None], dtype, "input_h"),
-             tf.TensorSpec(None, dtype, "input_c"), tf.TensorSpec([None], dtype, "params")]
+    x_name, h_name, c_name, params_name, lengths_name = INPUTS
+    specs = [tf.TensorSpec([None, None, None], dtype, x_name), tf.TensorSpec([None, None, None], dtype, h_name),
+             tf.TensorSpec(None, dtype, c_name), tf.TensorSpec([None], dtype, params_name)]
     if op in WITH_LENGTHS:
-        specs.append(tf.TensorSpec([None], tf.int32, "sequence_lengths"))
+        specs.append(tf.TensorSpec([None], tf.int32, lengths_name))
     names = OUTPUTS[op]
 
     def run(input, input_h, input_c, params, sequence_lengths=None):

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ...model.cudnn_ops import INPUTS, WITH_LENGTHS
+
 
 def _library(path: Path, rnn) -> tuple:
     """``(function name, [FunctionDef])``: the op the converted graph gives node ``rnn`` and the generated
@@ -41,10 +43,10 @@ def _call_graph(tf, fname: str, library: list, dtype, with_lengths: bool):
 
     gd = graph_pb2.GraphDef()
     gd.library.function.extend(library)
-    names = ["input", "input_h", "input_c", "params"] + (["sequence_lengths"] if with_lengths else [])
+    names = list(INPUTS if with_lengths else INPUTS[:-1])
     for n in names:
         node = gd.node.add(name=n, op="Placeholder")
-        node.attr["dtype"].type = (tf.int32 if n == "sequence_lengths" else dtype).as_datatype_enum
+        node.attr["dtype"].type = (tf.int32 if n == INPUTS[-1] else dtype).as_datatype_enum
     gd.node.add(name="call", op=fname, input=names)
     g = tf.Graph()
     with g.as_default():
@@ -54,7 +56,6 @@ def _call_graph(tf, fname: str, library: list, dtype, with_lengths: bool):
 
 def runner(tf, rnn, converted=None):
     """``run(x_tm, h0, c0, lengths, math) -> (y_tm, hy, cy or None)`` of node ``rnn``'s replacement."""
-    from .equations import WITH_LENGTHS
     from .rewrite import Replacements
 
     shape = rnn.shape

@@ -23,7 +23,8 @@ from __future__ import annotations
 import hashlib
 
 from ...errors import InputError
-from .equations import OUTPUTS, function, packing_function
+from ...model.cudnn_ops import OUTPUTS, PREFIX as CUDNN_PREFIX
+from .equations import function, packing_function
 
 #: Every generated function's name starts with this.
 PREFIX = "gruconv_"
@@ -158,10 +159,10 @@ def cudnn_ops_left(graph_defs, op_lists=()) -> list:
     the op lists (a MetaGraphDef's ``stripped_op_list``): the check every output passes."""
     left = []
     for g in graph_defs:
-        left += [f"graph: {n.name} ({n.op})" for n in g.node if n.op.startswith("CudnnRNN")]
+        left += [f"graph: {n.name} ({n.op})" for n in g.node if n.op.startswith(CUDNN_PREFIX)]
         for f in g.library.function:
             left += [f"function {f.signature.name}: {n.name} ({n.op})" for n in f.node_def
-                     if n.op.startswith("CudnnRNN")]
+                     if n.op.startswith(CUDNN_PREFIX)]
     for ops in op_lists:
-        left += [f"stripped_op_list: {o.name}" for o in ops.op if o.name.startswith("CudnnRNN")]
+        left += [f"stripped_op_list: {o.name}" for o in ops.op if o.name.startswith(CUDNN_PREFIX)]
     return left

@@ -1,5 +1,5 @@
-"""The ``torch`` writer: one ``.safetensors`` file of ``torch.nn.GRU``/``torch.nn.LSTM`` state dicts
-(issue 21), written with the ``safetensors`` package's NumPy API (no torch needed to write).
+"""The ``torch`` writer: one ``.safetensors`` file of ``torch.nn.GRU``/``torch.nn.LSTM`` state dicts,
+written with the ``safetensors`` package's NumPy API (no torch needed to write).
 
 The file format, its ``__metadata__["gruconv"]`` document and the safe names are
 :mod:`gruconv.writers.torch.safetensors`'s; loading and running are :mod:`gruconv.writers.torch.run`'s (torch imported

@@ -4,7 +4,7 @@ No torch here: the file is written with the ``safetensors`` package's NumPy API,
 (:func:`read_document`) with a header parser of our own that validates everything before a byte of
 tensor data is touched.  :mod:`gruconv.writers.torch.run` builds the modules (torch imported lazily).
 
-What the file holds (issue 21):
+What the file holds:
 
 * per converted RNN, the state dict of one ``torch.nn.GRU`` / ``torch.nn.LSTM`` under the prefix
   ``<safe name>.``: ``weight_ih_l{k}`` ``(G*H, in)``, ``weight_hh_l{k}`` ``(G*H, H)``,
@@ -41,7 +41,7 @@ METADATA_KEY = "gruconv"
 #: canonical cell -> torch.nn class name
 MODULE = {"gru": "GRU", "lstm": "LSTM"}
 CELL_OF_MODULE = {v: k for k, v in MODULE.items()}
-#: The keys of one ``rnns`` entry, exactly (issue 21).
+#: The keys of one ``rnns`` entry, exactly.
 RNN_KEYS = ("name", "prefix", "module", "input_size", "hidden_size", "num_layers", "bidirectional",
             "batch_first", "source")
 #: safetensors dtype names for the float dtypes a module may hold, and every dtype a file may hold.
