@@ -364,6 +364,17 @@ def _tf_graph_nothing(doc) -> Optional[str]:
 TF_GRAPH_SEED = 3939
 
 
+def _converted_stacks(converted) -> bool:
+    """Whether ``converted`` is a graph's cuDNN node stacks alone (a ``.keras``/``.safetensors``/weights file,
+    or a directory of them), not the whole graph (a SavedModel directory, a ``.onnx`` file)."""
+    from ..files.outputs import REPLACEABLE_TREES as SAVED_MODEL_FILES
+
+    if converted is None:
+        return False
+    p = Path(converted)
+    return not (any((p / n).is_file() for n in SAVED_MODEL_FILES) if p.is_dir() else p.suffix.lower() == ".onnx")
+
+
 def tf_graph_subjects(doc, converted, opts: Options):
     """Every cuDNN RNN node of a graph, as a bare stack: its replacement (the function the converted
     SavedModel's node calls, :mod:`gruconv.writers.saved_model.node_runner`; without ``converted``, traced the
@@ -377,6 +388,11 @@ def tf_graph_subjects(doc, converted, opts: Options):
     from ..writers.saved_model.node_runner import runner
     from ..writers.runner import StackRunner
 
+    if _converted_stacks(converted):  # each stack on the graph's own params (:mod:`gruconv.graph_stacks`)
+        from ..graph_stacks import stacks_of
+
+        yield from stack_subjects(stacks_of(doc.document()), converted, opts)
+        return
     tf = import_quietly("tensorflow")
     rng = np.random.default_rng(TF_GRAPH_SEED)
     for r in doc.document().tf_graph.rnns:
