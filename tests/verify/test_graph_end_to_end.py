@@ -146,3 +146,34 @@ def test_without_tf2onnx_the_report_says_what_was_not_checked(tmp_path, monkeypa
     assert not any(c["name"].startswith(LABEL) for c in report["checks"])
     assert [c["passed"] for c in report["checks"] if c["name"].startswith(SM_LABEL)] == [True, True]
     assert any(n.startswith(f"{LABEL}: not checked, tf2onnx is not installed") for n in report["notes"]), report["notes"]
+
+
+def test_an_error_both_conversions_share_is_caught_by_the_original(tmp_path, monkeypatch):
+    """A ``time_major`` the node leaves at TensorFlow's default (true) read as false by both conversions: they
+    agree with each other (so comparing them finds nothing) and each node's own check passes (it runs the
+    replacement as read); only the original graph, whose reference reads the NodeDef with TensorFlow's op
+    registry, fails every end-to-end row, exit 1."""
+    from tensorflow.core.framework import graph_pb2
+
+    from gruconv.model import cudnn_ops
+    from gruconv.writers.onnx import tfgraph
+
+    g = graph_pb2.GraphDef()
+    g.ParseFromString((GOLDEN_GRAPHS / "gru_2l_bidir_varlen_v3.pb").read_bytes())
+    for n in g.node:
+        if n.op == "CudnnRNNV3":
+            del n.attr["time_major"]  # the default: the same graph
+    src = tmp_path / "default_time_major.pb"
+    src.write_bytes(g.SerializeToString())
+    res = run("verify", src, "--json", tmp_path / "ok.json")
+    assert res.exit_code == 0, res.output
+    attr = tfgraph._attr
+    monkeypatch.setitem(cudnn_ops.ATTR_DEFAULTS, "time_major", False)
+    monkeypatch.setattr(tfgraph, "_attr", lambda node, key: False if key == "time_major" else attr(node, key))
+    res = run("verify", src, "--json", tmp_path / "r.json")
+    assert_parity_failure(res)
+    rows = _rows(tmp_path / "r.json")
+    ends = {k: c["passed"] for k, c in rows.items() if k.startswith("end to end")}
+    assert sorted(ends) == [f"{SM_LABEL}: hy", f"{SM_LABEL}: y", f"{LABEL}: hy", f"{LABEL}: y"]
+    assert not any(ends.values())
+    assert all(c["passed"] for k, c in rows.items() if not k.startswith("end to end"))
