@@ -47,7 +47,7 @@ SIGNATURE = "serving_default"
 
 #: A node's settings as its attrs name them (``tensorflow/core/ops/cudnn_rnn_ops.cc``), read from the NodeDef
 #: TensorFlow parsed, each attr it leaves out at TensorFlow's own op-registry default.
-SETTINGS = ("rnn_mode", "direction", "input_mode", "time_major")
+SETTINGS = ("rnn_mode", "direction", "input_mode", "time_major")  # cudnn_ops.SETTINGS and time_major
 
 
 def settings(tf, node) -> dict:
@@ -133,37 +133,29 @@ def key(rnn, node) -> tuple:
 
 def trace(tf, rnn, node, record=None):
     """The concrete function standing for ``node`` in the reference graph: the op's inputs and outputs
-    (:data:`gruconv.writers.saved_model.equations.OUTPUTS`), its values from a ``tf.py_function`` callback
+    (:data:`gruconv.model.cudnn_ops.OUTPUTS`), its values from a ``tf.py_function`` callback
     configured by the NodeDef alone (:func:`settings`; sizes from the tensors at run time).  The callback
     stays registered while this process runs (TensorFlow's ``script_ops`` keeps a reference to it on the
     outermost graph).  ``record``: :func:`_node`'s."""
-    from ...model.cudnn_ops import OUTPUTS, WITH_LENGTHS
+    from ...model.cudnn_ops import PACKING_OPS
+    from ...writers.saved_model.equations import input_specs, op_outputs, packing_specs
 
     s = settings(tf, node)
     dtype = tf.as_dtype(s["T"])
     n_in = len([i for i in node.input if not i.startswith("^")])
-    if node.op.startswith("CudnnRNNCanonicalToParams"):
-        specs = [tf.TensorSpec([], tf.int32, n) for n in ("num_layers", "num_units", "input_size")]
-        specs += [tf.TensorSpec(None, dtype, f"tensor_{i}") for i in range(n_in - 3)]
-
+    if node.op in PACKING_OPS:
         def packed(*args):
             return tf.py_function(_pack, list(args), Tout=dtype)
 
+        specs = packing_specs(tf, dtype, n_in - 3, 0)  # weights then biases: one run of tensors
         return tf.function(packed, input_signature=specs, autograph=False).get_concrete_function()
-    specs = [tf.TensorSpec([None, None, None], dtype, "input"), tf.TensorSpec([None, None, None], dtype, "input_h"),
-             tf.TensorSpec(None, dtype, "input_c"), tf.TensorSpec([None], dtype, "params")]
-    if node.op in WITH_LENGTHS:
-        specs.append(tf.TensorSpec([None], tf.int32, "sequence_lengths"))
-    names = OUTPUTS[node.op]
     compute = _node(s, record)
 
     def run(*args):
         y, h, c = tf.py_function(compute, list(args), Tout=[dtype, dtype, dtype])
-        out = [y, h, c, tf.zeros([0], dtype)]
-        if "host_reserved" in names:
-            out.append(tf.zeros([0], tf.int8))
-        return tuple(out)
+        return op_outputs(tf, node.op, dtype, y, h, c)
 
+    specs = input_specs(tf, node.op, dtype)
     return tf.function(run, input_signature=specs, autograph=False).get_concrete_function()
 
 

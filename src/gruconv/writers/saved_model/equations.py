@@ -169,9 +169,7 @@ def packing_function(tf, packs: tuple, dtype: Optional[int]):
     checks it against real cuDNN)."""
     t = tf.as_dtype(DTYPES.get(1 if dtype is None else dtype, "float32"))
     n_w, n_b = packs
-    specs = [tf.TensorSpec([], tf.int32, n) for n in ("num_layers", "num_units", "input_size")]
-    specs += [tf.TensorSpec(None, t, f"weights_{i}") for i in range(n_w)]
-    specs += [tf.TensorSpec(None, t, f"biases_{i}") for i in range(n_b)]
+    specs = packing_specs(tf, t, n_w, n_b)
 
     def run(num_layers, num_units, input_size, *tensors):
         return tf.concat([tf.reshape(a, [-1]) for a in tensors], axis=0)
@@ -183,18 +181,37 @@ def function(tf, op: str, shape, time_major: bool):
     """The concrete ``tf.function`` standing for a node of ``op`` with ``shape``: same inputs, same
     outputs (:data:`gruconv.model.cudnn_ops.OUTPUTS`), any batch and time size."""
     dtype = tf.as_dtype(shape.dtype)
+
+    def run(input, input_h, input_c, params, sequence_lengths=None):
+        y, h, c = forward(tf, shape, time_major, input, input_h, input_c, params, sequence_lengths)
+        return op_outputs(tf, op, dtype, y, h, c)
+
+    return tf.function(run, input_signature=input_specs(tf, op, dtype), autograph=False).get_concrete_function()
+
+
+def input_specs(tf, op: str, dtype) -> list:
+    """The ``TensorSpec`` of each input of ``op`` (:data:`gruconv.model.cudnn_ops.INPUTS`), any batch and time
+    size: what a function standing for a node of ``op`` takes."""
     x_name, h_name, c_name, params_name, lengths_name = INPUTS
     specs = [tf.TensorSpec([None, None, None], dtype, x_name), tf.TensorSpec([None, None, None], dtype, h_name),
              tf.TensorSpec(None, dtype, c_name), tf.TensorSpec([None], dtype, params_name)]
     if op in WITH_LENGTHS:
         specs.append(tf.TensorSpec([None], tf.int32, lengths_name))
-    names = OUTPUTS[op]
+    return specs
 
-    def run(input, input_h, input_c, params, sequence_lengths=None):
-        y, h, c = forward(tf, shape, time_major, input, input_h, input_c, params, sequence_lengths)
-        out = [y, h, c, tf.zeros([0], dtype)]
-        if "host_reserved" in names:
-            out.append(tf.zeros([0], tf.int8))
-        return tuple(out)
 
-    return tf.function(run, input_signature=specs, autograph=False).get_concrete_function()
+def op_outputs(tf, op: str, dtype, y, h, c) -> tuple:
+    """``op``'s outputs (:data:`gruconv.model.cudnn_ops.OUTPUTS`) from ``output``, ``output_h``, ``output_c``: the
+    training buffers (``reserve_space``, ``host_reserved``) empty, nothing uses them at inference."""
+    out = [y, h, c, tf.zeros([0], dtype)]
+    if "host_reserved" in OUTPUTS[op]:
+        out.append(tf.zeros([0], tf.int8))
+    return tuple(out)
+
+
+def packing_specs(tf, dtype, n_weights: int, n_biases: int) -> list:
+    """The ``TensorSpec`` of each input of ``CudnnRNNCanonicalToParams*``: three sizes, then the weights and
+    the biases."""
+    specs = [tf.TensorSpec([], tf.int32, n) for n in ("num_layers", "num_units", "input_size")]
+    specs += [tf.TensorSpec(None, dtype, f"weights_{i}") for i in range(n_weights)]
+    return specs + [tf.TensorSpec(None, dtype, f"biases_{i}") for i in range(n_biases)]
