@@ -442,3 +442,29 @@ def test_batch_finds_savedmodels_and_graph_files_and_converts_each(tmp_path, mon
         "frozen_gru", "frozen_gru_bidir_skip", "keras3_export", "tf_keras_cudnnlstm.keras"]
     for name in ("frozen_gru", "frozen_gru_bidir_skip", "keras3_export"):
         assert (Path("out") / name / "saved_model.pb").is_file()
+
+
+@pytest.mark.parametrize("is_training", [None, True, False])
+def test_dropout_is_refused_unless_the_node_says_it_does_not_train(tmp_path, is_training):
+    """``is_training`` defaults to true in TensorFlow's op registry (``cudnn_rnn_ops.cc``): a node with
+    ``dropout > 0`` that leaves the attr out runs dropout, a random op, and is refused in one line (exit 3);
+    ``is_training: false`` makes dropout inert, and the node converts."""
+    from tensorflow.core.framework import graph_pb2
+
+    g = graph_pb2.GraphDef()
+    g.ParseFromString((FIXTURES / "graphs_golden" / "gru_2l_uni_v2.pb").read_bytes())
+    for n in g.node:
+        if n.op.startswith("CudnnRNN"):
+            n.attr["dropout"].f = 0.5
+            del n.attr["is_training"]
+            if is_training is not None:
+                n.attr["is_training"].b = is_training
+    src = tmp_path / "dropout.pb"
+    src.write_bytes(g.SerializeToString())
+    r = _run(["inspect", src])
+    if is_training is False:
+        assert r.exit_code == 0 and "cannot be converted" not in r.output, r.output
+    else:
+        assert "is_training with dropout=0.5 (a random op)" in r.output, r.output
+        _one_line_error(_run(["convert", src, tmp_path / "out"]), 3, "is_training with dropout=0.5 (a random op)")
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["dropout.pb"]

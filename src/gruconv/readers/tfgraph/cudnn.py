@@ -146,7 +146,8 @@ def _node(node: Message, where: str) -> Optional[CudnnNode]:
     return CudnnNode(op=op, name=name, where=where, time_major=time_major, inputs=tuple(inputs), packs=packs,
                      dtype=scalar("T", "type", None), num_proj=scalar("num_proj", "i", ATTR_DEFAULTS["num_proj"]),
                      dropout=scalar("dropout", "f", ATTR_DEFAULTS["dropout"]),
-                     is_training=scalar("is_training", "b", False), out_shapes=out_shapes, **settings)
+                     is_training=scalar("is_training", "b", ATTR_DEFAULTS["is_training"]), out_shapes=out_shapes,
+                     **settings)
 
 
 def _function(f: Message) -> tuple:
