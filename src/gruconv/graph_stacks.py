@@ -30,6 +30,8 @@ class NodeStack:
     scope: str
     stack: RNNStack
     buffer: np.ndarray = field(repr=False)
+    #: the node's row in the graph document's report (:attr:`gruconv.model.canonical.Document.row`)
+    row: int = 0
 
     @property
     def shape(self):
@@ -47,6 +49,8 @@ class GraphStacksDoc:
 
     base: Document
     stacks: list
+    #: nodes in functions no signature calls (a SavedModel's other traced functions): not written
+    unreached: list = field(default_factory=list)
 
     #: what the document holds (:data:`gruconv.model.canonical.CONTENTS`)
     content = "stacks"
@@ -67,15 +71,21 @@ class GraphStacksDoc:
                      warnings=list(b.warnings))
         d.names = [e.scope for e in self.stacks]
         d.stack_word, d.holder, d.choose_one = b.stack_word, b.holder, b.choose_one
-        d.row = lambda i, nonfinite=None: {**b.row(i), "converts_to": describe_keras_stack(self.stacks[i].shape)}
+        d.row = lambda i, nonfinite=None: {**b.row(self.stacks[i].row),
+                                           "converts_to": describe_keras_stack(self.stacks[i].shape)}
         d.notes = [f"{len(self.stacks)} cuDNN node stack(s) written alone: the graph's other ops are not in the output "
                    "(convert to a SavedModel directory or to OUTPUT.onnx for the whole graph)"]
+        if self.unreached:
+            d.notes.append(f"{len(self.unreached)} cuDNN node(s) in functions no signature calls are not written (their "
+                           f"params are not evaluated): {', '.join(self.unreached[:4])}"
+                           + (f" and {len(self.unreached) - 4} more" if len(self.unreached) > 4 else ""))
         return d
 
 
 def stacks_of(document: Document) -> GraphStacksDoc:
     """The stacks of ``document``'s cuDNN nodes (a ``tf-graph`` document), their params as the graph
-    computes them; a node no signature reaches is a one-line refusal.  Needs TensorFlow."""
+    computes them, one per node name (a SavedModel's functions may hold copies of one layer's node); a node
+    no signature reaches is left out with a note (no node reached: a one-line refusal).  Needs TensorFlow."""
     from .keras3.runtime import import_quietly
     from .model.cudnn_layout import unpack
     from .verify.reference.tf_graph import node_params
@@ -87,15 +97,26 @@ def stacks_of(document: Document) -> GraphStacksDoc:
         raise UnsupportedError("evaluating a graph's cuDNN params needs TensorFlow (pip install 'gruconv[tensorflow]')",
                                path=Path(document.source)) from None
     params = node_params(graph)
-    stacks = []
-    for r in graph.rnns:
-        if r.shape is None:  # a packing node: its output is a node's params, recorded there
+    by_name: dict = {}  # one stack per node name: a SavedModel's functions hold copies of one layer's node
+    for i, r in enumerate(x for x in graph.rnns if x.shape is not None):  # packing nodes: recorded at their node
+        by_name.setdefault(r.name, []).append((i, r))
+    stacks, unreached = [], []
+    for name, copies in by_name.items():
+        found = [(i, r, params[(r.graph, r.function, r.name)]) for i, r in copies
+                 if (r.graph, r.function, r.name) in params]
+        if not found:
+            unreached.append(name)
             continue
-        buf = params.get((r.graph, r.function, r.name))
-        if buf is None:
-            raise UnsupportedError(f"cuDNN node {r.name!r} is not reached when the graph's signatures run on probe "
-                                   "inputs, so its params cannot be evaluated; convert the whole graph instead "
-                                   "(a SavedModel directory, or OUTPUT.onnx)", path=Path(document.source))
+        i, r, buf = found[0]
+        if any(o.shape != r.shape or not np.array_equal(b, buf) for _, o, b in found[1:]):
+            raise UnsupportedError(f"cuDNN node {name!r} appears in several functions with different params; convert "
+                                   "the whole graph instead (a SavedModel directory, or OUTPUT.onnx)",
+                                   path=Path(document.source))
         buf = buf.astype(r.shape.dtype, copy=False)
-        stacks.append(NodeStack(r.name, RNNStack(r.name, r.shape, unpack(buf, r.shape)), buf))
-    return GraphStacksDoc(document, stacks)
+        stacks.append(NodeStack(name, RNNStack(name, r.shape, unpack(buf, r.shape)), buf, row=i))
+    if not stacks:
+        raise UnsupportedError(f"no cuDNN node of the graph is reached when its signatures run on probe inputs "
+                               f"({', '.join(repr(n) for n in unreached[:3])}), so no params can be evaluated; convert "
+                               "the whole graph instead (a SavedModel directory, or OUTPUT.onnx)",
+                               path=Path(document.source))
+    return GraphStacksDoc(document, stacks, unreached)

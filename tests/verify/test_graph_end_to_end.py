@@ -177,3 +177,15 @@ def test_an_error_both_conversions_share_is_caught_by_the_original(tmp_path, mon
     assert sorted(ends) == [f"{SM_LABEL}: hy", f"{SM_LABEL}: y", f"{LABEL}: hy", f"{LABEL}: y"]
     assert not any(ends.values())
     assert all(c["passed"] for k, c in rows.items() if not k.startswith("end to end"))
+
+
+def test_integer_token_inputs_with_a_mask_convert_and_verify(tmp_path):
+    """A Keras 3 model with ``Embedding(mask_zero=True)`` saved by ``tf.saved_model.save``: its graph asserts the
+    mask is right-padded (cuDNN's condition), so the serve check and verify feed token ids of 1 and up, not 0."""
+    src, out = FIXTURES / "graphs" / "keras3_tf_saved", tmp_path / "cpu_model"
+    res = run("convert", src, out)
+    assert res.exit_code == 0, res.output
+    res = run("verify", src, out, "--json", tmp_path / "r.json")
+    assert res.exit_code == 0, res.output
+    rows = _rows(tmp_path / "r.json")
+    assert [k for k in rows if k.startswith("end to end")] == [f"{SM_LABEL}: scores", f"{LABEL}: scores"]

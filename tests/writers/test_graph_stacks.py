@@ -162,3 +162,17 @@ def test_batch_names_a_graphs_outputs_by_what_is_written(tmp_path):
     assert res.exit_code == 0 and (tmp_path / "o" / "keras3_export.onnx").is_file(), res.output
     res = run("convert", EXPORT, "--out-dir", tmp_path / "s", "--jobs", "1")
     assert res.exit_code == 0 and (tmp_path / "s" / "keras3_export" / "saved_model.pb").is_file(), res.output
+
+
+def test_a_tf_saved_model_save_export_with_copies_no_signature_calls(tmp_path):
+    """``tf.saved_model.save`` of a Keras 3 model keeps its traced calls beside the signature's function: copies
+    of the cuDNN nodes under another name no signature runs.  The stacks written are the signature's nodes,
+    with a note naming the others; each verifies."""
+    src = FIXTURES / "graphs" / "keras3_tf_saved"
+    out = tmp_path / "stacks"
+    res = run("convert", src, out, "--format", "keras")
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in out.iterdir()) == ["sequential_1__gru_1__CudnnRNNV3.keras",
+                                                     "sequential_1__lstm_1__CudnnRNNV3.keras"]
+    assert "2 cuDNN node(s) in functions no signature calls are not written" in res.output
+    assert run("verify", src, out).exit_code == 0

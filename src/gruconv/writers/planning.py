@@ -226,7 +226,8 @@ def _plan_tf_graph(document, output: Path, options) -> Plan:
         check_target(output, force=options.force)
         kind = "tf-graph-file"
     elif "stack" in writer.KINDS:
-        _one_file_of_many(document, output, _stack_format(output, options))  # before any params are evaluated
+        # before any params are evaluated; one stack per node name (functions may hold copies of one node)
+        _one_file_of_many(document, output, _stack_format(output, options), list(dict.fromkeys(document.names)))
         return Plan(output=output, route="tf-graph-stacks", format=fmt)
     else:
         dirs, files = ", ".join(writers.by_kind("tf-graph")), ", ".join(writers.by_kind("tf-graph-file"))
@@ -281,11 +282,13 @@ def file_stem(scope: str, default: str = "gru_stack") -> str:
     return stem or default
 
 
-def _one_file_of_many(document, output: Path, fmt: Optional[str]) -> None:
-    """Several stacks (``document.names``) into one file of a writer that holds one: the usage line."""
-    n = len(document.names)
+def _one_file_of_many(document, output: Path, fmt: Optional[str], names: Optional[list] = None) -> None:
+    """Several stacks (``names``, default ``document.names``) into one file of a writer that holds one: the
+    usage line."""
+    names = document.names if names is None else names
+    n = len(names)
     if fmt is not None and n > 1 and "document" not in writers.module(fmt).KINDS:
-        scopes = ", ".join(repr(s) for s in document.names)
+        scopes = ", ".join(repr(s) for s in names)
         raise UsageError(f"the {document.holder} holds {n} {document.stack_word} stacks ({scopes}): "
                          + document.choose_one.format(output=output.name), path=Path(document.source))
 

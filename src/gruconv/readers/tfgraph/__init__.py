@@ -411,4 +411,5 @@ def input_facts(path, opts: Options) -> InputFacts:
     variables) or ``final`` (already serves on a CPU); ``stacks``: its cuDNN RNN nodes (each a stack of its
     own when the stacks are written alone)."""
     doc = read(path, opts)
-    return InputFacts(doc.content, stacks=max(1, len(doc._rnn_nodes())) if doc.content == "tf-graph" else 1)
+    names = {n.name for n in doc._rnn_nodes()}  # a SavedModel's functions may hold copies of one node
+    return InputFacts(doc.content, stacks=max(1, len(names)) if doc.content == "tf-graph" else 1)

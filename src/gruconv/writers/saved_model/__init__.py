@@ -50,10 +50,12 @@ PROBE_SIZES = (1, 2, 3, 4, 6, 8)
 
 
 def _zeros(tf, spec, k: int = 1):
+    """A probe input: float zeros, integer ones (a sequence length of one step; a token id past a padding 0,
+    which a mask with ``mask_zero`` would otherwise drop whole: a graph may assert on that), empty strings."""
     shape = [k if d is None else d for d in (spec.shape.as_list() if spec.shape.rank is not None else [])]
     if spec.dtype == tf.string:
         return tf.fill(shape, "")
-    return tf.zeros(shape, spec.dtype)
+    return tf.ones(shape, spec.dtype) if spec.dtype.is_integer else tf.zeros(shape, spec.dtype)
 
 
 def _why(e: Exception) -> str:
@@ -86,8 +88,8 @@ def _serves_on_cpu(tf, path: Path, shown=None) -> list:
                     raise first
     except Exception as e:  # noqa: BLE001 - TensorFlow's errors, at its call: the output is not proven
         raise UnsupportedError(f"the converted SavedModel does not serve on a CPU ({type(e).__name__}: {_why(e)}; "
-                               "run on zeros of each signature's inputs, every unknown dimension taken as 1, 2, 3, 4, 6 or 8); nothing "
-                               "written", path=shown or path) from None
+                               "run on zeros (integers: ones) of each signature's inputs, every unknown dimension "
+                               "taken as 1, 2, 3, 4, 6 or 8); nothing written", path=shown or path) from None
     return keys
 
 
