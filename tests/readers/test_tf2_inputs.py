@@ -392,7 +392,7 @@ def test_checkpoint_with_config_converts_to_a_keras_file_matching_tf_keras(name,
 
 @pytest.mark.slow
 def test_verify_with_and_without_config_catches_a_planted_error(tmp_path):
-    """verify: with --config the whole converted model; without, each stack on its own, from the
+    """verify: with --config the whole converted model; without, each layer alone, from the
     legacy .h5 convert wrote.  A 0.05 change of one recurrent weight in that .h5 fails (exit 1)."""
     path = TF2 / "ckpt_seq"
     api.convert(path, tmp_path / "m.keras", config=path / "model.json")
@@ -400,12 +400,13 @@ def test_verify_with_and_without_config_catches_a_planted_error(tmp_path):
     run = CliRunner().invoke
     r = run(cli, ["verify", str(path), str(tmp_path / "m.keras"), "--config", str(path / "model.json"),
                   "--device", "cpu"])
-    # the layers, the Sequential end to end, the original in tf_keras (from the staged file; issue 40)
+    # the layers, the Sequential end to end, the original in tf_keras (weights laid out from the checkpoint; issue 40)
     assert r.exit_code == 0 and "parity: PASS (4/4" in r.output, r.output
-    assert "end to end (tf_keras): model output" in r.output and "staged from the checkpoint" in r.output
+    assert "end to end (tf_keras): model output" in r.output and "as laid out from the checkpoint" in r.output
     r = run(cli, ["verify", str(path), str(tmp_path / "w.h5"), "--device", "cpu"])
-    assert r.exit_code == 0 and "parity: PASS (2/2" in r.output, r.output
-    assert "layer_with_weights-1: output sequence" in r.output
+    # without --config: each layer alone, as for a weights-only HDF5 file (sequences and final states)
+    assert r.exit_code == 0 and "parity: PASS (8/8" in r.output, r.output
+    assert "layer_with_weights-1: forward sequence" in r.output and "weights-only file" in r.output
     r = run(cli, ["verify", str(path), str(tmp_path / "m.keras"), "--device", "cpu"])
     assert r.exit_code == 2 and "pass --config ARCH.json" in r.output, r.output
     with h5py.File(tmp_path / "w.h5", "r+") as f:

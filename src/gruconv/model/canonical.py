@@ -322,9 +322,6 @@ class Document:
     needs_config: Optional[str] = None
     #: ``row(index, nonfinite) -> dict``: stack ``index`` in the convert report's schema
     row: object = None
-    #: ``(stand-in path, input path)``: a file the reader made to stand for the input; a message
-    #: naming it is said of the input
-    stand_in: Optional[tuple] = None
 
     @property
     def cells(self) -> list:
@@ -363,8 +360,6 @@ CONTENTS = {
     "graph": "a Keras model: its architecture (in the file, or --config) and its weights",
     "weights": "a Keras weights-only file and no --config: the layers' weights, no architecture",
     "stacks": "bare cuDNN stacks (a TF1 checkpoint) and the input's other tensors",
-    "staged-graph": "a Keras graph read through a legacy weights file staged from the input, with --config",
-    "staged-weights": "the recurrent layers' weights staged from the input, no architecture (no --config)",
     "final": "already a Keras 3 file, or a graph that already serves on a CPU: nothing to convert",
     "tf-graph": "a TensorFlow graph (SavedModel or frozen GraphDef) whose cuDNN nodes become standard ops",
     "refused": "an input gruconv recognises and cannot convert (a graph node it cannot replace): one-line refusal",

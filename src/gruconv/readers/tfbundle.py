@@ -1174,6 +1174,16 @@ class Bundle:
         return out.reshape(info.shape)
 
 
+def numpy_dtype(info: TensorInfo) -> np.dtype | None:
+    """The NumPy dtype :meth:`Bundle.read` returns for ``info``'s tensor (``bool`` for a bool tensor, object
+    for a string one), or None for a dtype gruconv does not read."""
+    if info.dtype == "bool":
+        return np.dtype(bool)
+    if info.dtype == "string":
+        return np.dtype(object)
+    return _NP_BY_NAME.get(info.dtype)
+
+
 def open_bundle(path, *, max_tensor_bytes: int | None = None) -> Bundle:
     """Open a checkpoint given any form :func:`resolve_prefix` accepts.
 
