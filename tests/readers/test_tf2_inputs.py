@@ -513,3 +513,32 @@ root.write(sys.argv[1])
     res = CliRunner().invoke(cli, ["inspect", str(tmp_path / "odd")])
     assert res.exit_code == 3 and "Traceback" not in res.output
     assert "weights at layer_with_weights-0 look recurrent but fit no known layer: bias has shape (35,)" in res.output
+
+
+def test_a_checkpoint_is_read_in_place_nothing_staged(monkeypatch):
+    """Issue 38: the TF2 reader reads the bundle through its weight store; nothing is written to read it (no
+    scratch file or directory), and every weight reads the same whole, by gate block and by byte-bounded blocks."""
+    from gruconv.files import outputs
+    from gruconv.readers import tf2
+
+    def refused(*a, **k):
+        raise AssertionError("the TF2 reader made a scratch file")
+
+    monkeypatch.setattr(outputs, "scratch_dir", refused)
+    monkeypatch.setattr(outputs, "scratch_file", refused)
+    for path, config in ((TF2 / "ckpt_seq", None), (TF2 / "ckpt_seq", TF2 / "ckpt_seq" / "model.json")):
+        doc = tf2.read(path, config=config)
+        assert doc.content == ("graph" if config else "weights") and Path(doc.path) == path
+        tf2.inspect(doc)
+        with doc.store.open() as store:
+            for rnn in doc.rnns:
+                for d in range(len(rnn.datasets)):
+                    for ref in store.rnn(rnn, d).values():
+                        whole = ref.read()
+                        cols = whole.shape[-1] // 3 if whole.ndim == 2 else None
+                        if cols:
+                            assert np.array_equal(ref.block(np.s_[:, cols:2 * cols]), whole[:, cols:2 * cols])
+                        got = np.empty_like(whole)
+                        for where, block in ref.blocks(64):
+                            got[where] = block
+                        assert np.array_equal(got, whole)

@@ -243,7 +243,7 @@ class KerasGraph(Protocol):
     :mod:`gruconv.keras3` read the input only through these, never by opening the file or importing a
     reader (no attribute returns an h5py, zipfile or bundle object); the reader
     that made the graph implements them (``readers/keras_h5`` ``KerasH5Model``, ``readers/tf_keras_zip``
-    ``TfKerasZipModel``).  ``tests/test_structure.py`` checks every implementation is complete."""
+    ``TfKerasZipModel``, ``readers/tf2`` ``TF2CheckpointDoc``: its store reads the TensorBundle).  ``tests/test_structure.py`` checks every implementation is complete."""
 
     #: the file the graph was read from (for messages)
     path: object

@@ -63,9 +63,24 @@ class BundleWeight:
         return self._mapped
 
     def block(self, key):
-        out = np.array(self._view()[key])
-        self._bundle.release()  # the mapped pages leave the resident set: one block in memory at a time
-        return out
+        """``tensor[key]``; a block of whole leading-axis extent (a gate's columns of a kernel) is gathered
+        :data:`gruconv.files.hdf5.ROW_BLOCK_BYTES` of rows at a time, the mapped pages released after each,
+        so the resident set holds the block and a few MiB of the mapping, never the whole tensor."""
+        view = self._view()
+        k = key if isinstance(key, tuple) else (key,)
+        if view.ndim < 2 or not k or k[0] != slice(None) or Ellipsis in k:
+            out = np.array(view[key])
+            self._bundle.release()
+            return out
+        step = max(1, (h5safe.ROW_BLOCK_BYTES // 4) // max(1, view[0].nbytes))
+        out = None
+        for a in range(0, view.shape[0], step):
+            part = view[(slice(a, a + step),) + k[1:]]
+            if out is None:
+                out = np.empty((view.shape[0],) + part.shape[1:], part.dtype)
+            out[a:a + step] = part
+            self._bundle.release()
+        return out if out is not None else np.array(view[key])
 
     def blocks(self, block_bytes: int):
         yield from h5safe.blocks(_Tensor(self._view(), self.name), self._path, block_bytes)
