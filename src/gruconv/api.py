@@ -12,7 +12,6 @@ outputs (:mod:`gruconv.writers.planning`) and drives the writers inside one outp
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from pathlib import Path
 from typing import Optional
@@ -104,23 +103,21 @@ def convert(input, output, options=None, *, verify: bool = False, bounds: Option
     refuse_unread(module, output, opts)
     document = module.read(input, opts).document()
     outputs = Outputs(force=opts.force)
-    with _said_of_input(document):
-        planned = plan(document, output, opts)
-        if planned.route == "tf-graph-stacks":  # a graph's cuDNN nodes as bare stacks: their params evaluated
-            from .graph_stacks import stacks_of
+    planned = plan(document, output, opts)
+    if planned.route == "tf-graph-stacks":  # a graph's cuDNN nodes as bare stacks: their params evaluated
+        from .graph_stacks import stacks_of
 
-            document = stacks_of(document).document()
-            planned = plan(document, output, opts)
-        if not verify:
-            return write(document, planned, outputs, opts)
+        document = stacks_of(document).document()
+        planned = plan(document, output, opts)
+    if not verify:
+        return write(document, planned, outputs, opts)
     from .verify import verify as _verify
 
     with outputs.staged(output) as td:
         staged = Path(td) / output.name
         # --verify implies --check-load (a writer that reads no such option ignores it)
         staged_opts = dataclasses.replace(opts, force=True, check_load=True)
-        with _said_of_input(document):
-            result = write(document, plan(document, staged, staged_opts), Outputs(force=True), staged_opts)
+        result = write(document, plan(document, staged, staged_opts), Outputs(force=True), staged_opts)
         if result.nothing_to_convert and not result.outputs:
             return result
         report = _verify(input, staged, bounds=bounds, batch=batch, steps=steps, seed=seed, options=opts)
@@ -130,21 +127,6 @@ def convert(input, output, options=None, *, verify: bool = False, bounds: Option
             return result
         result.outputs = outputs.promote(staged, output, result.outputs)
     return result
-
-
-@contextlib.contextmanager
-def _said_of_input(document):
-    """Errors naming the file a reader made to stand for the input are said of the input
-    (:func:`gruconv.errors.said_of`)."""
-    from .errors import GruconvError, said_of
-
-    if document.stand_in is None:
-        yield
-        return
-    try:
-        yield
-    except GruconvError as e:
-        raise said_of(e, *document.stand_in) from None
 
 
 def write(document, planned, outputs, opts: Options) -> ConvertResult:

@@ -181,13 +181,3 @@ def about(path, kinds: tuple = ()):
         if e.path is None:
             raise type(e)(e.message, path=path) from None
         raise
-
-
-def said_of(e: GruconvError, stand_in, source) -> GruconvError:
-    """``e`` said of ``source`` where it named ``stand_in`` (a file a reader made to stand for the input,
-    e.g. a TF2 checkpoint's staged weights file), or named no file at all; else ``e`` itself."""
-    from pathlib import Path
-
-    if e.path is None or Path(e.path) == Path(stand_in):
-        return type(e)(e.message.replace(str(stand_in), str(source)), path=source)
-    return e

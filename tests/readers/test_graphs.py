@@ -376,9 +376,9 @@ def test_verify_passes_a_tf_keras_savedmodel_and_fails_a_planted_error(tmp_path)
     import h5py
 
     r = _run(["verify", GRAPHS / "tf_keras_cudnngru", "--device", "cpu"])
-    # the layers, and the original in tf_keras (from the staged legacy file: said in a note; issue 40)
+    # the layers, and the original in tf_keras (weights laid out from the checkpoint: said in a note; issue 40)
     assert r.exit_code == 0 and "parity: PASS (4/4" in r.output, r.output
-    assert "end to end (tf_keras): model output" in r.output and "staged from the checkpoint" in r.output
+    assert "end to end (tf_keras): model output" in r.output and "as laid out from the checkpoint" in r.output
     w = tmp_path / "w.h5"
     assert _run(["convert", GRAPHS / "tf_keras_cudnngru", w]).exit_code == 0
     with h5py.File(w, "r+") as f:

@@ -392,7 +392,7 @@ def test_checkpoint_with_config_converts_to_a_keras_file_matching_tf_keras(name,
 
 @pytest.mark.slow
 def test_verify_with_and_without_config_catches_a_planted_error(tmp_path):
-    """verify: with --config the whole converted model; without, each stack on its own, from the
+    """verify: with --config the whole converted model; without, each layer alone, from the
     legacy .h5 convert wrote.  A 0.05 change of one recurrent weight in that .h5 fails (exit 1)."""
     path = TF2 / "ckpt_seq"
     api.convert(path, tmp_path / "m.keras", config=path / "model.json")
@@ -400,12 +400,13 @@ def test_verify_with_and_without_config_catches_a_planted_error(tmp_path):
     run = CliRunner().invoke
     r = run(cli, ["verify", str(path), str(tmp_path / "m.keras"), "--config", str(path / "model.json"),
                   "--device", "cpu"])
-    # the layers, the Sequential end to end, the original in tf_keras (from the staged file; issue 40)
+    # the layers, the Sequential end to end, the original in tf_keras (weights laid out from the checkpoint; issue 40)
     assert r.exit_code == 0 and "parity: PASS (4/4" in r.output, r.output
-    assert "end to end (tf_keras): model output" in r.output and "staged from the checkpoint" in r.output
+    assert "end to end (tf_keras): model output" in r.output and "as laid out from the checkpoint" in r.output
     r = run(cli, ["verify", str(path), str(tmp_path / "w.h5"), "--device", "cpu"])
-    assert r.exit_code == 0 and "parity: PASS (2/2" in r.output, r.output
-    assert "layer_with_weights-1: output sequence" in r.output
+    # without --config: each layer alone, as for a weights-only HDF5 file (sequences and final states)
+    assert r.exit_code == 0 and "parity: PASS (8/8" in r.output, r.output
+    assert "layer_with_weights-1: forward sequence" in r.output and "weights-only file" in r.output
     r = run(cli, ["verify", str(path), str(tmp_path / "m.keras"), "--device", "cpu"])
     assert r.exit_code == 2 and "pass --config ARCH.json" in r.output, r.output
     with h5py.File(tmp_path / "w.h5", "r+") as f:
@@ -512,3 +513,32 @@ root.write(sys.argv[1])
     res = CliRunner().invoke(cli, ["inspect", str(tmp_path / "odd")])
     assert res.exit_code == 3 and "Traceback" not in res.output
     assert "weights at layer_with_weights-0 look recurrent but fit no known layer: bias has shape (35,)" in res.output
+
+
+def test_a_checkpoint_is_read_in_place_nothing_staged(monkeypatch):
+    """Issue 38: the TF2 reader reads the bundle through its weight store; nothing is written to read it (no
+    scratch file or directory), and every weight reads the same whole, by gate block and by byte-bounded blocks."""
+    from gruconv.files import outputs
+    from gruconv.readers import tf2
+
+    def refused(*a, **k):
+        raise AssertionError("the TF2 reader made a scratch file")
+
+    monkeypatch.setattr(outputs, "scratch_dir", refused)
+    monkeypatch.setattr(outputs, "scratch_file", refused)
+    for path, config in ((TF2 / "ckpt_seq", None), (TF2 / "ckpt_seq", TF2 / "ckpt_seq" / "model.json")):
+        doc = tf2.read(path, config=config)
+        assert doc.content == ("graph" if config else "weights") and Path(doc.path) == path
+        tf2.inspect(doc)
+        with doc.store.open() as store:
+            for rnn in doc.rnns:
+                for d in range(len(rnn.datasets)):
+                    for ref in store.rnn(rnn, d).values():
+                        whole = ref.read()
+                        cols = whole.shape[-1] // 3 if whole.ndim == 2 else None
+                        if cols:
+                            assert np.array_equal(ref.block(np.s_[:, cols:2 * cols]), whole[:, cols:2 * cols])
+                        got = np.empty_like(whole)
+                        for where, block in ref.blocks(64):
+                            got[where] = block
+                        assert np.array_equal(got, whole)

@@ -91,7 +91,7 @@ def test_a_tf2_checkpoint_without_config_says_what_it_lacks(tmp_path):
         plan(doc, tmp_path / "o.weights.h5", Options())
     assert Path(e.value.path) == FIXTURES / "tf2/ckpt_seq"
     assert decided(plan(doc, tmp_path / "o.safetensors", Options()))[:2] == ("graph", "torch")
-    assert doc.stand_in[1] == FIXTURES / "tf2/ckpt_seq"  # the staged file is said of the checkpoint
+    assert doc.inputs[0].parent == FIXTURES / "tf2/ckpt_seq"  # read from the bundle: the checkpoint's own files
 
 
 # --------------------------------------------------------------------------- bare stacks
@@ -157,9 +157,9 @@ def test_a_document_refusal_comes_before_any_output_check(tmp_path):
 # --------------------------------------------------------------------------- the driver
 
 @pytest.mark.parametrize("verify", [False, True])
-def test_a_tf2_refusal_names_the_checkpoint_never_the_staged_file(tmp_path, verify):
-    """Issue 28's bug class: a TF2 checkpoint is read through a staged legacy file; whatever plan or a
-    writer says of it is said of the checkpoint (``Document.stand_in``), with ``--verify`` too (the
+def test_a_tf2_refusal_names_the_checkpoint_never_a_staged_file(tmp_path, verify):
+    """Issue 28's bug class: whatever plan or a writer says of a TF2 checkpoint is said of the checkpoint
+    (its weights are read straight from the bundle: no file stands in for it), with ``--verify`` too (the
     conversion then runs in a private staging directory)."""
     from click.testing import CliRunner
 

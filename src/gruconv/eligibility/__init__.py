@@ -435,7 +435,9 @@ def for_document(doc) -> Optional[dict]:
     weights-only file without ``--config``, a TF1 checkpoint).  CuDNNGRU/CuDNNLSTM layers are
     reported as what ``gruconv convert`` writes for them."""
     config = getattr(doc, "model_config", None)
-    if not isinstance(config, dict):
+    if not isinstance(config, dict) or getattr(doc, "laid_out", False):
+        # a TF2 checkpoint's graph (weights laid out from the bundle) has no report yet: its format line
+        # would name a legacy HDF5 file
         return None
     version = str(getattr(doc, "keras_version", None) or "")
     path = getattr(doc, "path", None)

@@ -671,30 +671,39 @@ def copy_dataset(ds, dst_group, name: str, path, transform=None) -> None:
         except (OSError, RuntimeError, ValueError, TypeError, KeyError) as e:
             raise InputError(f"{ds.name} cannot be read ({first_line(e)})", path=path) from None
 
-    shape = ds.shape
+    kw = {}
+    if not is_text and len(ds.shape) and 0 not in ds.shape and ds.compression in ("gzip", "lzf"):
+        kw = dict(compression=ds.compression, compression_opts=ds.compression_opts,
+                  shuffle=bool(ds.shuffle), chunks=True)
+    out = write_array(read, tuple(ds.shape), ds.dtype, dst_group, name, transform, is_text=is_text, **kw)
+    copy_attrs(ds, out, path)
+
+
+def write_array(read, shape: tuple, dtype, dst_group, name: str, transform=None, *, is_text: bool = False,
+                **kw):
+    """Write a stored tensor as dataset ``dst_group[name]`` of an HDF5 output, leading-axis rows of about
+    :data:`COPY_BLOCK_BYTES` at a time: ``read(selection)`` gives the stored values (``()`` for all of a text,
+    0-d or empty tensor), ``transform(block, rows)`` maps each block (numeric data only), ``kw`` are
+    h5py's storage arguments (compression kept by :func:`copy_dataset`).  The one way a stored weight is
+    rewritten into an output, whatever store it comes from; returns the new dataset."""
     if is_text or len(shape) == 0 or 0 in shape:
         data = read(())
         if isinstance(data, np.ndarray):
             data = native(data)
         if transform is not None and not is_text:
             data = transform(data, slice(None))
-        out = _write(lambda: dst_group.create_dataset(name, data=data), dst_group, f"dataset {name!r}")
-    else:
-        dtype = ds.dtype.newbyteorder("=")
-        kw = {}
-        if ds.compression in ("gzip", "lzf"):
-            kw = dict(compression=ds.compression, compression_opts=ds.compression_opts,
-                      shuffle=bool(ds.shuffle), chunks=True)
-        out = _write(lambda: dst_group.create_dataset(name, shape=shape, dtype=dtype, **kw), dst_group,
-                     f"dataset {name!r}")
-        row = max(1, int(np.prod(shape[1:], dtype=object)) * dtype.itemsize)
-        step = max(1, COPY_BLOCK_BYTES // row)
-        for start in range(0, shape[0], step):
-            block = native(read(np.s_[start:start + step]))
-            if transform is not None:
-                block = transform(block, np.s_[start:start + step])
-            _write(lambda: out.__setitem__(np.s_[start:start + step], block), dst_group, f"dataset {name!r}")
-    copy_attrs(ds, out, path)
+        return _write(lambda: dst_group.create_dataset(name, data=data), dst_group, f"dataset {name!r}")
+    dtype = np.dtype(dtype).newbyteorder("=")
+    out = _write(lambda: dst_group.create_dataset(name, shape=shape, dtype=dtype, **kw), dst_group,
+                 f"dataset {name!r}")
+    row = max(1, int(np.prod(shape[1:], dtype=object)) * dtype.itemsize)
+    step = max(1, COPY_BLOCK_BYTES // row)
+    for start in range(0, shape[0], step):
+        block = native(read(np.s_[start:start + step]))
+        if transform is not None:
+            block = transform(block, np.s_[start:start + step])
+        _write(lambda: out.__setitem__(np.s_[start:start + step], block), dst_group, f"dataset {name!r}")
+    return out
 
 
 def copy_group(group, dst_parent, path, name: Optional[str] = None, *, _depth: int = 0):

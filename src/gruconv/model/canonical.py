@@ -243,7 +243,7 @@ class KerasGraph(Protocol):
     :mod:`gruconv.keras3` read the input only through these, never by opening the file or importing a
     reader (no attribute returns an h5py, zipfile or bundle object); the reader
     that made the graph implements them (``readers/keras_h5`` ``KerasH5Model``, ``readers/tf_keras_zip``
-    ``TfKerasZipModel``).  ``tests/test_structure.py`` checks every implementation is complete."""
+    ``TfKerasZipModel``, ``readers/tf2`` ``TF2CheckpointDoc``: its store reads the TensorBundle).  ``tests/test_structure.py`` checks every implementation is complete."""
 
     #: the file the graph was read from (for messages)
     path: object
@@ -325,9 +325,6 @@ class Document:
     needs_config: Optional[str] = None
     #: ``row(index, nonfinite) -> dict``: stack ``index`` in the convert report's schema
     row: object = None
-    #: ``(stand-in path, input path)``: a file the reader made to stand for the input; a message
-    #: naming it is said of the input
-    stand_in: Optional[tuple] = None
 
     @property
     def cells(self) -> list:
@@ -366,8 +363,6 @@ CONTENTS = {
     "graph": "a Keras model: its architecture (in the file, or --config) and its weights",
     "weights": "a Keras weights-only file and no --config: the layers' weights, no architecture",
     "stacks": "bare cuDNN stacks (a TF1 checkpoint) and the input's other tensors",
-    "staged-graph": "a Keras graph read through a legacy weights file staged from the input, with --config",
-    "staged-weights": "the recurrent layers' weights staged from the input, no architecture (no --config)",
     "final": "already a Keras 3 file, or a graph that already serves on a CPU: nothing to convert",
     "tf-graph": "a TensorFlow graph (SavedModel or frozen GraphDef) whose cuDNN nodes become standard ops",
     "refused": "an input gruconv recognises and cannot convert (a graph node it cannot replace): one-line refusal",

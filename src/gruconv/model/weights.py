@@ -2,7 +2,8 @@
 
 A reader that hands the writers a Keras graph (:class:`gruconv.model.canonical.KerasGraph`) gives it one
 store, the only code that walks the format's storage (the legacy HDF5 groups of ``readers/keras_h5/store.py``,
-the ``model.weights.h5`` object paths of ``readers/tf_keras_zip.py``).  The writers and :mod:`gruconv.keras3`
+the ``model.weights.h5`` object paths of ``readers/tf_keras_zip.py``, a TF2 object checkpoint's TensorBundle in
+``readers/tf2/store.py``).  The writers and :mod:`gruconv.keras3`
 see references, never an open file: no attribute here returns an h5py, zipfile or bundle object.  A store
 is opened once per pass (``with graph.store.open() as view``); its references are valid inside that block.
 

@@ -271,14 +271,15 @@ def _read(path: Path) -> TfKerasZipModel:
     def find(layer, rpath, top, wrapper):
         wrapped = wrapper is not None and keras_h5.class_name_of(wrapper) == "Bidirectional"
         owners = [where[rpath]] + ([where[rpath.rsplit("/", 1)[0] + "/~backward_layer"]] if wrapped else [])
-        return [{role: h5safe.resolve(f, f"{owner}/vars/{i}", path, "dataset")
+        return [{role: H5Weight(h5safe.resolve(f, f"{owner}/vars/{i}", path, "dataset"), path)
                  for i, role in enumerate(WEIGHT_ROLES)} for owner in owners]
 
     with _open_member(doc) as f:
         doc.optimizer_weight_count = _count_optimizer(f, path)
         keras_h5.scan_layers(doc, find)
+    store = doc.store
     for rnn in doc.rnns:
-        rnn.opener = lambda: _open_member(doc)
+        rnn.store = store
     return doc
 
 

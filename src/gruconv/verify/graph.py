@@ -347,10 +347,10 @@ def _original_end_to_end(original: Original, doc, engine, report, feed, got) -> 
     if why == ref_mod.NOT_NEEDED and original.quiet_note:
         return
     report.environment[original.env_key] = original.where if why is None else f"not run: {why}"
-    staged = original.module == "keras2" and why is None and str(doc.path) != str(report.input)
-    if staged:
-        note = ("end to end (tf_keras): the original's weights read from the legacy file staged from the "
-                "checkpoint (its weights as gruconv laid them out): the row checks the config's translation")
+    laid_out = original.module == "keras2" and why is None and getattr(doc, "laid_out", False)
+    if laid_out:
+        note = ("end to end (tf_keras): the original's weights given to tf_keras's legacy loader as laid out from "
+                "the checkpoint (its weights as gruconv mapped them): the row checks the config's translation")
         if note not in report.notes:
             report.notes.append(note)
     if why is not None:

@@ -10,11 +10,6 @@ decided by :data:`CHECKS`, keyed by that kind:
 ``stacks``
     every bare stack with the opaque buffer the original ran (:func:`stack_subjects`), its converted
     model built in memory (:func:`stack_models`) or loaded from what ``convert`` wrote;
-``staged-graph``
-    a graph read through a staged legacy file: as ``graph``, messages said of the input;
-``staged-weights``
-    each staged layer as a bare stack, a one-layer Keras 3 model holding the converted weights
-    (:func:`staged_weights_subjects`);
 ``final``
     a Keras 3 file (or a graph that already serves on a CPU): nothing to verify, a usage error before
     Keras is imported;
@@ -37,9 +32,8 @@ from typing import Callable, Optional
 import numpy as np
 
 from .. import writers
-from ..errors import GruconvError, InputError, UsageError, said_of
+from ..errors import InputError, UsageError
 from ..model.canonical import InputFacts, Subject
-from ..model.keras_layout import WEIGHT_ROLES
 from ..options import Options
 from ..writers import planning
 
@@ -230,103 +224,6 @@ def _written_format(doc, directory: Path) -> str:
     return planning.natural_format(InputFacts("stacks"))
 
 
-# --------------------------------------------------------------------------- staged from the input
-
-def _staged_nothing(doc) -> Optional[str]:
-    return _graph_nothing(doc.keras)
-
-
-def staged_graph_subjects(doc, converted, opts: Options):
-    """The whole converted model, as for a Keras graph, with messages said of the input rather than
-    of the staged file (:func:`gruconv.errors.said_of`)."""
-    try:
-        yield from graph_subjects(doc.keras, converted, opts)
-    except GruconvError as e:
-        raise said_of(e, doc.keras.path, doc.path) from None
-
-
-def staged_weights_subjects(doc, converted, opts: Options):
-    """Each staged layer on its own, a Keras 3 model of that one layer
-    (:func:`gruconv.keras3.build.build_stack_model` of :func:`gruconv.keras3.config.stack_model_config`)
-    holding the converted weights -- from ``converted`` (the legacy ``.h5`` such an input converts to:
-    the layer's group, arrays in its ``weight_names`` order) when given, else from the conversion
-    itself -- checked against the cuDNN reference on the input's own weights."""
-    from ..keras3.build import build_stack_model
-    from ..keras3.config import stack_model_config
-
-    runners = None
-    if converted is not None:
-        converted = Path(converted)
-        if not converted.is_file():
-            raise InputError("converted weights file not found", path=converted)
-        # torch / onnx outputs run their stacks themselves, as for every other input (the TF2
-        # reader's own list of what it writes said "legacy .h5 only" while convert asked the writers)
-        runners = writers.stack_runners(converted)
-        if runners is None and writers.claimed_by(converted) not in (None, planning.natural_format(
-                InputFacts("staged-weights"))):
-            raise UsageError("without --config a TF2 checkpoint converts to legacy .h5 weights, .safetensors or "
-                             ".onnx: verify such a file, or pass --config ARCH.json to verify a model",
-                             path=converted)
-    for rnn in doc.rnns:
-        stack = rnn.stack
-        name = rnn.path
-        if runners is not None:
-            from .runners import matching_runner
-
-            yield Subject(name=name, model=matching_runner(runners, stack, only=len(doc.rnns) == 1, path=converted),
-                          stack=stack)
-            rnn.release()
-            continue
-        config = stack_model_config(stack.shape, _model_name(name))
-        if converted is None:
-            model = build_stack_model(stack, config)
-        else:
-            arrays = _converted_arrays(converted, rnn)
-            per = 3
-
-            def layer_weights(layer, direction, i, arrays=arrays):
-                return arrays[direction * per + i]
-
-            model = build_stack_model(stack, config, layer_weights=layer_weights)
-        yield Subject(name=name, model=model, stack=stack)
-        rnn.release()
-
-
-def _model_name(name: str) -> str:
-    from ..model.names import identifier
-
-    return identifier(name, "rnn")
-
-
-def _converted_arrays(converted: Path, rnn) -> list:
-    """The converted layer's arrays (forward then backward; kernel, recurrent_kernel, bias each) from the
-    legacy ``.h5`` written for a staged layer: the group of the layer, datasets in ``weight_names`` order.
-    Opened through :mod:`gruconv.files.hdf5`'s guards, as every HDF5 file gruconv reads."""
-    from ..files import hdf5 as h5safe
-
-    group = rnn.top_layer
-    try:
-        with h5safe.open_hdf5(converted, "the converted weights file") as f:
-            if not h5safe.child_exists(f, group, converted):
-                raise InputError(f"has no group {group!r}: not the legacy .h5 this checkpoint converts to",
-                                 path=converted)
-            g = h5safe.child(f, group, converted, "group")
-            names = h5safe.read_attr(g, "weight_names", []) or []
-            names = [names] if isinstance(names, str) else [str(n) for n in names]
-            found = []
-            for direction in rnn.datasets:
-                for role in WEIGHT_ROLES:
-                    src = direction[role].lstrip("/").split("/", 1)[1]
-                    if src not in names:
-                        raise InputError(f"group {group!r} has no weight {src!r}", path=converted)
-                    found.append(h5safe.read_dataset(h5safe.resolve(g, src, converted, "dataset"), converted))
-            return found
-    except GruconvError:
-        raise
-    except (OSError, KeyError, ValueError) as e:
-        raise InputError(f"cannot read the converted weights ({e})", path=converted) from None
-
-
 # --------------------------------------------------------------------------- already final
 
 def _final_nothing(doc) -> Optional[str]:
@@ -411,8 +308,6 @@ CHECKS = {
     "graph": Checks(_graph_nothing, graph_subjects),
     "weights": Checks(_graph_nothing, graph_subjects),
     "stacks": Checks(_stacks_nothing, stack_subjects),
-    "staged-graph": Checks(_staged_nothing, staged_graph_subjects),
-    "staged-weights": Checks(_staged_nothing, staged_weights_subjects),
     "final": Checks(_final_nothing, _final_subjects, early=True),
     "tf-graph": Checks(_tf_graph_nothing, tf_graph_subjects, after=_tf_graph_after),
     "refused": Checks(_refused_nothing, _refused_subjects, early=True),

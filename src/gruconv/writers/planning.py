@@ -95,8 +95,6 @@ NATURAL_FORMAT = {
     "graph": "keras",
     "weights": "h5-weights",
     "stacks": "keras",
-    "staged-graph": "keras",
-    "staged-weights": "h5-weights",
     "final": "keras",
     "tf-graph": "saved-model",
     "refused": "keras",  # never written: plan raises the document's refusal first

@@ -55,7 +55,7 @@ from ...keras3.legacy import converted_config, keras2_names
 from ...model.keras_config import (CONTAINER_CLASSES as _CONTAINER_CLASSES, CUDNN_CLASSES, TARGET_CLASS as _TARGET_CLASS,
                                    class_name_of, config_of, layers_of as _layers_of, name_of)
 from ...options import Options
-from .store import LegacyStore, first_duplicate, weight_names_of
+from .store import H5Weight, LegacyStore, first_duplicate, weight_names_of
 
 FORMAT = "keras-h5"
 #: What this reader reads, for messages.
@@ -86,11 +86,11 @@ class KerasRNN:
     merge_mode: Optional[str]
     shape: StackShape              # 1 layer; bidirectional when wrapped in Bidirectional
     datasets: list                 # per direction: {role: dataset path} in the weight group
-    source: Path = None            # the HDF5 file the weights are read from, on demand
+    source: Path = None            # the input the weights are read from (for messages)
     inferred: Optional[str] = None  # weights-only, no class name: how the class was inferred (shapes)
-    #: opens the weights file when it is not :attr:`source` itself (a tf_keras ``.keras`` zip's
-    #: ``model.weights.h5``: :mod:`gruconv.readers.tf_keras_zip`); None: :func:`open_model_file`
-    opener: Optional[Callable] = field(default=None, repr=False)
+    #: the document's weight store (:class:`gruconv.model.weights.WeightStore`), where :attr:`datasets`
+    #: are read on demand (set by the reader once the document is made)
+    store: object = field(default=None, repr=False)
     _stack: Optional[RNNStack] = field(default=None, repr=False)
 
     @property
@@ -175,14 +175,19 @@ class KerasH5Model:
 
     def other_weights(self):
         """Every stored weight that belongs to no cuDNN layer, as ``("<layer>/<weight name>", array)``
-        in file order (a writer that carries them beside the converted RNNs: the ``torch`` one)."""
+        in file order (a writer that carries them beside the converted RNNs: the ``torch`` one); every
+        stored weight is checked from its header first."""
         ours = {ds for rnn in self.rnns for roles in rnn.datasets for ds in roles.values()}
-        with open_model_file(self.path) as f:
-            root = h5safe.child(f, "model_weights", self.path, "group") if self.kind == "model" else f
-            for lname, entries in _weight_groups(f, root, self.path, self.layer_names).items():
-                for wname, ds in entries:
-                    if ds.name not in ours:
-                        yield f"{lname}/{wname}", h5safe.read_dataset(ds, self.path)
+        with self.store.open() as store:
+            refs = []
+            for lname in self.layer_names:
+                for wname in store.layer_weights(lname):
+                    ref = store.weight(lname, wname)
+                    ref.check(numeric=False)
+                    refs.append((f"{lname}/{wname}", ref))
+            for name, ref in refs:
+                if ref.name not in ours:
+                    yield name, ref.read()
 
 
 def sniff(path: Path) -> bool:
@@ -238,16 +243,16 @@ def check_layer_counts(cfg: dict, path) -> None:
 
 
 def _weight_groups(f, root, path: Path, layer_names: list) -> dict:
-    """{top-level layer name: [(weight name, dataset)]} — weight order as stored."""
+    """{top-level layer name: [(weight name, WeightRef)]} — weight order as stored."""
     out = {}
     for lname in layer_names:
         g = h5safe.child(root, lname, path, "group")
         entries = []
         for wname in weight_names_of(g, path):
-            ds = h5safe.resolve(g, wname, path, "dataset")
+            ref = H5Weight(h5safe.resolve(g, wname, path, "dataset"), path)
             # every weight, GRU or not, is checked from its header: Keras reads the others in full
-            h5safe.check_dataset(ds, path, numeric=False)
-            entries.append((wname, ds))
+            ref.check(numeric=False)
+            entries.append((wname, ref))
         out[lname] = entries
     return out
 
@@ -356,16 +361,14 @@ def _nonfinite_on_disk(rnn: KerasRNN) -> int:
     through a sum; an overflowing sum of finite values only sends it to the exact count)."""
     import numpy as np
 
-    path = rnn.source
     n = 0
-    with open_weights(rnn) as f:
-        for roles in rnn.datasets:
-            for name in roles.values():
-                ds = h5safe.resolve(f, name, path, "dataset")
-                h5safe.check_dataset(ds, path)
-                if ds.dtype.kind != "f":
+    with rnn.store.open() as store:
+        for d in range(len(rnn.datasets)):
+            for ref in store.rnn(rnn, d).values():
+                ref.check()
+                if ref.dtype.kind != "f":
                     continue
-                for x in h5safe.row_blocks(ds, path):
+                for _, x in ref.blocks(h5safe.ROW_BLOCK_BYTES):
                     with np.errstate(all="ignore"):
                         total = x.sum(dtype=np.float32 if x.dtype == np.float16 else None)
                     if not np.isfinite(total):
@@ -374,21 +377,16 @@ def _nonfinite_on_disk(rnn: KerasRNN) -> int:
     return n
 
 
-def open_weights(rnn: KerasRNN):
-    """The file holding ``rnn``'s weights, opened with every guard."""
-    return rnn.opener() if rnn.opener is not None else open_model_file(rnn.source)
-
-
 def _load_stack(rnn: KerasRNN) -> RNNStack:
-    """Read one CuDNNGRU/CuDNNLSTM's tensors and turn them into canonical weights (cuDNN orientation)."""
+    """Read one CuDNNGRU/CuDNNLSTM's tensors (through its store) and turn them into canonical weights
+    (cuDNN orientation)."""
     path = rnn.source
     params = []
-    with open_weights(rnn) as f:
-        for d, roles in enumerate(rnn.datasets):
+    with rnn.store.open() as store:
+        for d in range(len(rnn.datasets)):
             where = f"{rnn.cls} {rnn.path}" + ("" if len(rnn.datasets) == 1 else
                                                f" ({'forward' if d == 0 else 'backward'})")
-            arrays = {role: h5safe.read_dataset(h5safe.resolve(f, name, path, "dataset"), path)
-                      for role, name in roles.items()}
+            arrays = {role: ref.read() for role, ref in store.rnn(rnn, d).items()}
             try:
                 params.append(from_cudnn(arrays["kernel"], arrays["recurrent_kernel"], arrays["bias"],
                                          cell=rnn.shape.cell, where=where))
@@ -431,18 +429,13 @@ def read_with_config(path: Path, config: Optional[dict]) -> KerasH5Model:
                 "not a Keras model file", path=path)
         if config is not None:
             model_config = config
-        if model_config is not None and not (isinstance(model_config, dict) and _class_name(model_config)):
-            raise InputError("model_config is not a Keras model (no class_name)", path=path)
-        if model_config is not None:
-            check_layer_counts(model_config, path)
+        check_model_config(model_config, path)
         layer_names = h5safe.read_attr(root, "layer_names", []) or []
         if isinstance(layer_names, str):
             layer_names = [layer_names]
         if not isinstance(layer_names, list) or not all(isinstance(n, str) for n in layer_names):
             raise InputError("attribute 'layer_names' is not a list of strings", path=path)
-        dup = first_duplicate(layer_names)
-        if dup is not None:
-            raise InputError(f"attribute 'layer_names' lists {dup!r} twice", path=path)
+        check_layer_names(layer_names, path)
         # a layer whose config has no name gets the one Keras 2 gave it at load time (keras3/legacy.py)
         model_config = keras2_names(model_config, list(layer_names))
         doc = KerasH5Model(
@@ -456,11 +449,35 @@ def read_with_config(path: Path, config: Optional[dict]) -> KerasH5Model:
         if h5safe.child_exists(f, "optimizer_weights", path):
             ow = h5safe.child(f, "optimizer_weights", path, "group")
             doc.optimizer_weight_count = len(weight_names_of(ow, path))
-        groups = _weight_groups(f, root, path, doc.layer_names)
-        if model_config is None:
-            doc.rnns = _rnns_without_config(path, groups)
-            return doc
+        scan_groups(doc, _weight_groups(f, root, path, doc.layer_names))
+    return doc
 
+
+def check_model_config(model_config: Optional[dict], path) -> None:
+    """A model config (when there is one) names a class and is not too large to build."""
+    if model_config is not None and not (isinstance(model_config, dict) and _class_name(model_config)):
+        raise InputError("model_config is not a Keras model (no class_name)", path=path)
+    if model_config is not None:
+        check_layer_counts(model_config, path)
+
+
+def check_layer_names(layer_names: list, path) -> None:
+    """The top-level layers with a weight group: no name twice."""
+    dup = first_duplicate(layer_names)
+    if dup is not None:
+        raise InputError(f"attribute 'layer_names' lists {dup!r} twice", path=path)
+
+
+def scan_groups(doc: KerasH5Model, groups: dict) -> None:
+    """Fill ``doc.rnns`` (and, with an architecture, ``doc.lambdas``, ``doc.other_gru_layers``) from the
+    stored layer groups ``{top-level layer: [(weight name, WeightRef)]}`` (:class:`gruconv.model.weights.WeightRef`:
+    name, shape and dtype are all the scan reads), whatever store they come from: a legacy HDF5 file's
+    ``model_weights`` here, a TF2 object checkpoint's bundle (:mod:`gruconv.readers.tf2`).  Each cuDNN layer
+    found reads its weights through ``doc.store`` later."""
+    path = doc.path
+    if doc.model_config is None:
+        doc.rnns = _rnns_without_config(path, groups)
+    else:
         def find(layer, rpath, top, wrapper):
             cls = _class_name(layer)
             if top not in groups:
@@ -470,13 +487,15 @@ def read_with_config(path: Path, config: Optional[dict]) -> KerasH5Model:
                                      wrapper_name=_name(wrapper) if wrapper else None)
 
         scan_layers(doc, find)
-    return doc
+    store = doc.store
+    for rnn in doc.rnns:
+        rnn.store = store
 
 
 def scan_layers(doc: KerasH5Model, find: Callable) -> None:
     """Fill ``doc.lambdas``, ``doc.other_gru_layers`` and ``doc.rnns`` from ``doc.model_config``;
     ``find(layer, path, top, wrapper)`` gives each CuDNN layer's weights (per direction ``{role:
-    h5py dataset}``, checked from their metadata by :func:`_rnn_from_weights`) where the file keeps
+    WeightRef}``, checked from their metadata by :func:`_rnn_from_weights`) where the file keeps
     them -- the legacy layout here, the ``.keras`` layout in :mod:`gruconv.readers.tf_keras_zip`."""
     for layer, rpath, top, wrapper in walk_layers(doc.model_config):
         cls = _class_name(layer)

@@ -92,11 +92,44 @@ class LegacyStore:
             yield OpenLegacyStore(self, f, root)
 
 
-class OpenLegacyStore:
+class LegacyPairing:
+    """Keras 3's legacy loader's pairing of stored weights with slots, for a store in the legacy layout's
+    terms (top-level layer groups, each listing its weights in stored order): the legacy HDF5 file here,
+    a TF2 object checkpoint's bundle (:mod:`gruconv.readers.tf2.store`).  A subclass gives ``path``,
+    ``layer_names`` (the stored groups), :meth:`layer_weights`, :meth:`weight` and
+    :meth:`refuse_top_level_weights`."""
+
+    def fill(self, tops: list, config: dict):
+        """Keras 3's legacy loader's pairing: a top-level layer's stored weights, in ``weight_names`` order,
+        fill its slots in :attr:`gruconv.keras3.config.TopLayer.legacy_order`; the layer's group must exist
+        and hold as many weights as Keras 3's layer has.  ``top_level_model_weights`` must be empty
+        (:meth:`refuse_top_level_weights`)."""
+        self.refuse_top_level_weights()
+        names = set(self.layer_names)
+        for top in tops:
+            yield top, self._entries(top, names)
+
+    def _entries(self, top, names: set):
+        order = top.legacy_order
+        if not order:
+            return
+        if top.name not in names:
+            raise InputError(f"layer {top.name!r} has {len(order)} weight(s) but no weight group in the file",
+                             path=self.path)
+        wnames = self.layer_weights(top.name)
+        if len(wnames) != len(order):
+            raise InputError(f"layer {top.name!r}: the file holds {len(wnames)} weight(s), Keras 3's "
+                             f"{top.name} has {len(order)}", path=self.path)
+        for slot, wname in zip(order, wnames):
+            yield slot, wname, self.weight(top.name, wname)
+
+
+class OpenLegacyStore(LegacyPairing):
     """A :class:`LegacyStore` opened for one pass."""
 
     def __init__(self, store: LegacyStore, f, root):
         self._store, self._f, self._root, self.path = store, f, root, store.path
+        self.layer_names = store.layer_names
 
     def _group(self, layer: str):
         return h5safe.child(self._root, layer, self.path, "group")
@@ -111,31 +144,6 @@ class OpenLegacyStore:
     def rnn(self, rnn, direction: int) -> dict:
         return {role: H5Weight(h5safe.resolve(self._f, name, self.path, "dataset"), self.path)
                 for role, name in rnn.datasets[direction].items()}
-
-    def fill(self, tops: list, config: dict):
-        """Keras 3's legacy loader's pairing: a top-level layer's stored weights, in ``weight_names`` order,
-        fill its slots in :attr:`gruconv.keras3.config.TopLayer.legacy_order`; the layer's group must exist
-        and hold as many weights as Keras 3's layer has.  ``top_level_model_weights`` must be empty
-        (:meth:`refuse_top_level_weights`)."""
-        self.refuse_top_level_weights()
-        names = set(self._store.layer_names)
-        for top in tops:
-            yield top, self._entries(top, names)
-
-    def _entries(self, top, names: set):
-        order = top.legacy_order
-        if not order:
-            return
-        if top.name not in names:
-            raise InputError(f"layer {top.name!r} has {len(order)} weight(s) but no weight group in the file",
-                             path=self.path)
-        group = self._group(top.name)
-        wnames = weight_names_of(group, self.path)
-        if len(wnames) != len(order):
-            raise InputError(f"layer {top.name!r}: the file holds {len(wnames)} weight(s), Keras 3's "
-                             f"{top.name} has {len(order)}", path=self.path)
-        for slot, wname in zip(order, wnames):
-            yield slot, wname, H5Weight(h5safe.resolve(group, wname, self.path, "dataset"), self.path)
 
     def refuse_top_level_weights(self) -> None:
         """A legacy file's ``top_level_model_weights`` group holds weights of the model object itself

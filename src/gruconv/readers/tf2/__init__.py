@@ -7,10 +7,11 @@ and a SavedModel directory's ``variables/variables`` bundle, whenever the bundle
 TF1 name-based bundle (``rnn/multi_rnn_cell/...``, no object graph) is the ``tf1-checkpoint`` reader's,
 so this reader sits before it in :data:`gruconv.readers.READERS` and declines such bundles.
 
-How: the bundle is read with the pure-Python :mod:`gruconv.readers.tfbundle` reader (no TensorFlow), its
-Keras variables are laid out as a legacy Keras weights HDF5 file (:func:`gruconv.readers.tf2.objects.to_legacy_h5`)
-in a private staging directory, and that file is read by the Keras HDF5 reader
-(:mod:`gruconv.readers.keras_h5`).  So:
+How: the bundle is read with the pure-Python :mod:`gruconv.readers.tfbundle` reader (no TensorFlow); its
+Keras variables are mapped to the legacy Keras weights layout's layer groups
+(:func:`gruconv.readers.tf2.objects.weight_groups`), scanned by the Keras HDF5 reader's layer scan
+(:func:`gruconv.readers.keras_h5.scan_groups`) and read straight from the bundle when a writer asks
+(:class:`gruconv.readers.tf2.store.BundleStore`; nothing is written).  So:
 
 * with ``--config`` (the model's tf.keras ``to_json()``), or from a tf.keras 2.x SavedModel's own
   ``keras_metadata.pb``, or TF 2.0-2.4's copy in its object graph (``model.save(dir)``, :mod:`gruconv.readers.tf2.metadata`; ``--config`` wins when
@@ -23,24 +24,22 @@ in a private staging directory, and that file is read by the Keras HDF5 reader
   weights have no architecture to be placed in, so a ``.keras`` model or Keras 3 ``.weights.h5`` —
   both need the layers' names and order — is refused with a pointer to ``--config``).  ``verify`` then
   checks each stack on its own (a Keras 3 model of that one layer against the cuDNN oracle;
-  :mod:`gruconv.verify.subjects` decides so from :attr:`TF2CheckpointDoc.content`).
+  :mod:`gruconv.verify.subjects` decides so from :attr:`TF2CheckpointDoc.content`, ``weights`` as for a
+  weights-only HDF5 file).
 
-Messages name the checkpoint, never the staging file.
+Messages name the checkpoint: the document's ``path`` is the input itself.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from ...model.canonical import InputFacts
-from ...errors import GruconvError, InputError, said_of
+from ...model.canonical import Document, InputFacts
+from ...errors import GruconvError, InputError, about
 from ...options import Options
-from ...files.outputs import scratch_dir
 from .. import keras_h5
 from .metadata import described
 
@@ -50,7 +49,7 @@ DESCRIPTION = "a TensorFlow 2 object-based checkpoint"
 #: ``--config``: the tf.keras architecture the object graph is mapped to.  Nothing else: the TF1
 #: reader's ``--rnn``/``--prefer``/shape hints describe name-based cuDNN buffers, which this format has not.
 OPTIONS = frozenset({"config"})
-#: Its documents carry a Keras graph (the staged legacy weights file and, with --config, the model).
+#: Its documents carry a Keras graph (the layers' weights and, with --config, the model).
 GRAPH = True
 #: A checkpoint is named by its prefix: no name ending to strip.
 SUFFIXES = ()
@@ -123,39 +122,42 @@ def input_prefix(path):
 # --------------------------------------------------------------------------- the document
 
 @dataclass
-class TF2CheckpointDoc:
-    """A TF2 object checkpoint seen through its staged legacy weights file (:attr:`keras`)."""
+class TF2CheckpointDoc(keras_h5.KerasH5Model):
+    """A TF2 object checkpoint as the Keras graph it holds: the legacy reader's document, its weights read
+    straight from the bundle (:attr:`store`, :class:`gruconv.readers.tf2.store.BundleStore`)."""
 
-    path: Path                     # what the user named
-    prefix: Path                   # the bundle prefix
-    keras: keras_h5.KerasH5Model   # the staged legacy layout, read by the Keras HDF5 reader
-    objects: dict                  # staged "group/weight name" -> bundle key
-    config_given: bool
+    prefix: Path = None            # the bundle prefix
+    groups: list = field(default_factory=list)  # [(group, [(weight name, bundle key)])] (objects.weight_groups)
+    config_given: bool = False
     other_tensors: int = 0         # bundle entries that are not a converted layer's weight
     saved_model: bool = False
     metadata: Optional[Path] = None  # the keras_metadata.pb the architecture came from (no --config)
     owners: dict = field(default_factory=dict)  # bundle key -> its layer's object path (objects.structural_variables)
-    _staging: object = field(default=None, repr=False)
+    served_by: Optional[Path] = None
+    served_why: Optional[str] = None
+    #: its weights are in the legacy layout as gruconv mapped the object graph to it, not as a file stores them
+    laid_out = True
 
     @property
-    def rnns(self) -> list:
-        return self.keras.rnns
+    def store(self):
+        """The stored weights, read from the bundle for each pass (:class:`~gruconv.readers.tf2.store.BundleStore`)."""
+        from .store import BundleStore
+
+        return BundleStore(self.prefix, self.groups, self.path)
 
     @property
-    def content(self) -> str:
-        """What the document holds (:data:`gruconv.model.canonical.CONTENTS`)."""
-        return "staged-graph" if self.config_given else "staged-weights"
+    def objects(self) -> dict:
+        """``"group/weight name"`` -> bundle key, for every weight of :attr:`groups`."""
+        return {f"{g}/{w}": key for g, ws in self.groups for w, key in ws}
 
     def document(self):
-        """The staged legacy file's document, said of the checkpoint: its files are the inputs, the
-        staged file stands in for it, each layer's report names its checkpoint object."""
-        d = self.keras.document()
-        d.source = str(self.path)
-        d.reader = FORMAT
-        d.inputs = input_files(self.path) + ([self.keras.config_file] if self.keras.config_file is not None else [])
+        """The legacy reader's document of this graph, said of the checkpoint: its files are the inputs,
+        each layer's report names its checkpoint object."""
+        d = keras_h5.plan_facts(self, Document(source=str(self.path), reader=FORMAT, stacks=list(self.rnns),
+                                               graph=self))
+        d.inputs = input_files(self.path) + ([self.config_file] if self.config_file is not None else [])
         if self.metadata is not None and self.metadata not in d.inputs:
             d.inputs.append(self.metadata)
-        d.stand_in = (self.keras.path, self.path)
         if self.metadata is not None and d.nothing:
             # Keras 3 cannot open a tf.keras 2.x SavedModel ("File format not supported"), so its translation
             # is the conversion even without a cuDNN layer
@@ -165,10 +167,10 @@ class TF2CheckpointDoc:
         if not self.config_given:
             d.needs_config = ("a TF2 checkpoint without --config ARCH.json (the model's to_json()) has no layer "
                               "names or order for a {suffix} file; pass --config, or write a .h5 weights file")
-        staged_row = d.row
+        legacy_row = d.row
 
         def row(i, nonfinite=None):
-            entry = staged_row(i, nonfinite)
+            entry = legacy_row(i, nonfinite)
             entry["details"] = [f"object: {self.object_path(self.rnns[i])}"] + list(entry.get("details") or [])
             return entry
 
@@ -181,10 +183,11 @@ class TF2CheckpointDoc:
     def object_path(self, rnn) -> str:
         """The checkpoint object path(s) an RNN's weights came from, e.g.
         ``layer_with_weights-1/{forward_layer,backward_layer}``."""
+        objects = self.objects
         owners = []
         for direction in rnn.datasets:
             for ds in direction.values():
-                key = self.objects.get(ds.lstrip("/"))
+                key = objects.get(ds.lstrip("/"))
                 if key is not None:
                     owner = self.owners.get(key) or key.rsplit("/", 3)[0]
                     if owner not in owners:
@@ -229,14 +232,10 @@ def _served(path: Path) -> tuple:
     return path, None
 
 
-def _fix(e: GruconvError, doc_or_staged, source: Path) -> GruconvError:
-    """``e`` naming ``source`` where it named the staging file (or nothing): :func:`gruconv.errors.said_of`."""
-    return said_of(e, getattr(doc_or_staged, "path", doc_or_staged), source)
-
-
 def read(path, options: Optional[Options] = None, **kw) -> TF2CheckpointDoc:
-    """Open the bundle, stage its Keras variables as legacy weights HDF5, read that."""
-    from .objects import is_object_checkpoint, structural_variables, to_legacy_h5
+    """Open the bundle, map its Keras variables to the legacy layout's layer groups, scan those."""
+    from .objects import is_object_checkpoint, structural_variables, weight_groups
+    from .store import BundleStore, ROOT_ATTRS
     from ..tfbundle import open_bundle
 
     path = Path(path)
@@ -251,36 +250,40 @@ def read(path, options: Optional[Options] = None, **kw) -> TF2CheckpointDoc:
 
         config = model_config(meta)
     prefix = resolve(path)
-    staging = contextlib.ExitStack()  # the staged weights file's directory, removed with the document
-    try:
-        staged = staging.enter_context(scratch_dir(prefix="gruconv-tf2-")) / "weights.h5"
-        with open_bundle(prefix) as bundle:
-            if not is_object_checkpoint(bundle.keys()):
-                raise InputError("holds no TF2 object graph (_CHECKPOINTABLE_OBJECT_GRAPH)", path=path)
-            try:
-                objects = to_legacy_h5(bundle, staged, config)
-            except GruconvError as e:
-                raise (type(e)(e.message, path=path) if e.path is None else e) from None
-            n_keys = len([k for k in bundle.keys() if k != "_CHECKPOINTABLE_OBJECT_GRAPH"])
-            owners = {key: "/".join(owner) for owner, attrs in structural_variables(bundle).items()
-                      for key in attrs.values()}
+    with open_bundle(prefix) as bundle:
+        if not is_object_checkpoint(bundle.keys()):
+            raise InputError("holds no TF2 object graph (_CHECKPOINTABLE_OBJECT_GRAPH)", path=path)
         try:
-            kdoc = keras_h5.read_with_config(staged, config)
-            if opts.config is not None and not isinstance(opts.config, dict):
-                kdoc.config_file = Path(opts.config)
+            groups = weight_groups(bundle, config)
         except GruconvError as e:
-            raise _fix(e, staged, path) from None
-        except RecursionError:
-            raise InputError("the architecture (--config) is nested too deeply", path=path) from None
-        kdoc.served_by, kdoc.served_why = _served(path) if meta is not None else (None, None)
-        doc = TF2CheckpointDoc(path=path, prefix=prefix, keras=kdoc, objects=objects,
-                               config_given=config is not None,
-                               other_tensors=n_keys - len(set(objects.values())),
-                               saved_model=saved_model_prefix(path) is not None, metadata=meta, owners=owners)
-        doc._staging = weakref.finalize(doc, staging.close)
-    except BaseException:
-        staging.close()
-        raise
+            raise (type(e)(e.message, path=path) if e.path is None else e) from None
+        n_keys = len([k for k in bundle.keys() if k != "_CHECKPOINTABLE_OBJECT_GRAPH"])
+        owners = {key: "/".join(owner) for owner, attrs in structural_variables(bundle).items()
+                  for key in attrs.values()}
+    layer_names = [g for g, _ in groups]
+    try:
+        with about(path):
+            keras_h5.check_model_config(config, path)
+            keras_h5.check_layer_names(layer_names, path)
+            doc = TF2CheckpointDoc(
+                path=path, kind="weights", keras_version=dict(ROOT_ATTRS)["keras_version"],
+                backend=dict(ROOT_ATTRS)["backend"],
+                model_config=keras_h5.keras2_names(config, list(layer_names)), training_config=None,
+                layer_names=layer_names, prefix=prefix, groups=groups, config_given=config is not None,
+                saved_model=saved_model_prefix(path) is not None, metadata=meta, owners=owners)
+            if opts.config is not None and not isinstance(opts.config, dict):
+                doc.config_file = Path(opts.config)
+            with BundleStore(prefix, groups, path).open() as store:
+                stored = {}
+                for g in layer_names:
+                    stored[g] = [(w, store.weight(g, w)) for w in store.layer_weights(g)]
+                    for _w, ref in stored[g]:
+                        ref.check(numeric=False)  # every weight, as the HDF5 reader checks its datasets
+                keras_h5.scan_groups(doc, stored)
+    except RecursionError:
+        raise InputError("the architecture (--config) is nested too deeply", path=path) from None
+    doc.other_tensors = n_keys - len({key for _, ws in groups for _, key in ws})
+    doc.served_by, doc.served_why = _served(path) if meta is not None else (None, None)
     return doc
 
 
@@ -288,10 +291,7 @@ def read(path, options: Optional[Options] = None, **kw) -> TF2CheckpointDoc:
 
 def inspect(doc: TF2CheckpointDoc) -> dict:
     """The one inspect schema; each RNN's details name the checkpoint object(s) its weights are at."""
-    try:
-        info = keras_h5.inspect(doc.keras)
-    except GruconvError as e:
-        raise _fix(e, doc.keras, doc.path) from None
+    info = keras_h5.inspect(doc)
     for entry, rnn in zip(info["rnns"], doc.rnns):
         entry["details"] = [f"object: {doc.object_path(rnn)}"] + list(entry["details"])
     what = "SavedModel variables" if doc.saved_model else "TF2 object-based checkpoint"
@@ -301,7 +301,7 @@ def inspect(doc: TF2CheckpointDoc) -> dict:
     info["format"] = FORMAT
     info["kind"] = "model" if doc.config_given else "weights"
     info["prefix"] = str(doc.prefix)
-    info["summary"] = f"{what}; {arch}; {len(doc.keras.layer_names)} layer group(s)"
+    info["summary"] = f"{what}; {arch}; {len(doc.layer_names)} layer group(s)"
     info["other_tensors"] = doc.other_tensors
     if doc.other_tensors:
         info["details"].append(f"other tensors: {doc.other_tensors} (optimizer state, counters"
@@ -314,7 +314,7 @@ def inspect(doc: TF2CheckpointDoc) -> dict:
 
 
 def input_facts(path, opts: Options) -> InputFacts:
-    """With ``--config`` or a SavedModel's ``keras_metadata.pb`` a graph (through the staged legacy file), else
-    the converted layers' weights alone (:class:`~gruconv.model.canonical.InputFacts`); nothing is read."""
+    """With ``--config`` or a SavedModel's ``keras_metadata.pb`` a graph, else the converted layers' weights
+    alone (:class:`~gruconv.model.canonical.InputFacts`); nothing is read."""
     graph = opts.config is not None or _metadata(path, opts) is not None
-    return InputFacts("staged-graph" if graph else "staged-weights")
+    return InputFacts("graph" if graph else "weights")

@@ -1,4 +1,4 @@
-"""TensorFlow 2 object-based checkpoints of Keras models, seen as legacy Keras weights.
+"""TensorFlow 2 object-based checkpoints of Keras models, mapped to the legacy Keras weights layout.
 
 ``model.save_weights("ckpt")`` (no ``.h5``) in TF 2.x and ``tf.train.Checkpoint(model=...)`` write a
 TensorBundle whose keys follow the object graph, not layer names (checked on
@@ -13,9 +13,9 @@ TensorBundle whose keys follow the object graph, not layer names (checked on
 
 ``layer_with_weights-N`` is the N-th layer *that has weights* of its model, in ``model.layers`` order
 (tf_keras ``engine/functional.py`` / ``training.py``, ``_trackable_children``); plain ``GRU``/``LSTM``
-keep their variables on ``cell/``.  This module turns such a checkpoint into the legacy Keras HDF5
-weights layout (``layer_names``, per-layer ``weight_names``) that :mod:`gruconv.readers.keras_h5`
-reads: with an architecture (``--config``, the model's ``to_json()``) every layer gets its real name
+keep their variables on ``cell/``.  This module maps such a checkpoint to the legacy Keras HDF5
+weights layout's terms (layer groups, per-layer weight names) that :mod:`gruconv.readers.keras_h5`
+scans and :mod:`gruconv.readers.tf2.store` reads the bundle in: with an architecture (``--config``, the model's ``to_json()``) every layer gets its real name
 and weight order; without one, each top-level object becomes a group named after its object path and
 cuDNN layers are found by shape (:mod:`gruconv.readers.keras_h5.by_shape`).  Shapes are checked against the config
 for every weight; anything that does not map one-to-one is refused with the layer it concerns.
@@ -24,12 +24,11 @@ for every weight; anything that does not map one-to-one is refused with the laye
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Optional
 
 from ..keras_h5.by_shape import classify
 from ...model.keras_config import class_name_of, config_of
-from ...errors import GruconvError, InputError, UnsupportedError
+from ...errors import InputError, UnsupportedError
 from ...model.keras_layout import CUDNN_KERAS_CLASS, KERAS3_CLASS, WEIGHT_ROLES
 
 GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
@@ -288,13 +287,14 @@ def _generic_groups(owners: dict, shapes: dict) -> list:
     return sorted(groups.items())
 
 
-# --------------------------------------------------------------------------- writing the legacy layout
+# --------------------------------------------------------------------------- the legacy layout's groups
 
-def to_legacy_h5(bundle, target: Path, config: Optional[dict] = None) -> dict:
-    """Write ``bundle``'s Keras weights as a legacy weights-only HDF5 file at ``target`` (a private
-    staging path).  Returns ``{weight name in the file: bundle key}`` so callers can say where each
-    tensor came from.  Raises :class:`InputError`/:class:`UnsupportedError` naming the layer when the
-    checkpoint and ``config`` do not map one-to-one."""
+def weight_groups(bundle, config: Optional[dict] = None) -> list:
+    """``[(group, [(weight name, bundle key)])]``: ``bundle``'s Keras variables in the legacy Keras weights
+    layout's terms (one group per top-level layer, weights in its order and under tf_keras's legacy names),
+    the layout :class:`gruconv.readers.tf2.store.BundleStore` reads them in.  Raises
+    :class:`InputError`/:class:`UnsupportedError` naming the layer when the checkpoint and ``config`` do not
+    map one-to-one."""
     owners = structural_variables(bundle)
     shapes = {info.key: tuple(info.shape) for info in bundle}
     if config is not None:
@@ -314,32 +314,4 @@ def to_legacy_h5(bundle, target: Path, config: Optional[dict] = None) -> dict:
     dup = next((g for i, g in enumerate(names) if g in names[:i]), None)
     if dup is not None:
         raise InputError(f"the architecture names layer {dup!r} twice: the checkpoint cannot be mapped to it")
-    mapping = {}
-    try:
-        _write_groups(bundle, target, groups, shapes, config is not None, mapping)
-    except GruconvError:
-        raise
-    except (OSError, RuntimeError, ValueError, KeyError, TypeError) as e:
-        # h5py refusing a name (a clash, an odd object name): one line, never a traceback
-        raise InputError(f"cannot lay the checkpoint out as Keras weights ({str(e).splitlines()[0] if str(e) else e})"
-                         ) from None
-    return mapping
-
-
-def _write_groups(bundle, target: Path, groups: list, shapes: dict, checked: bool, mapping: dict) -> None:
-    import h5py
-    import numpy as np
-
-    with h5py.File(target, "w") as f:
-        f.attrs["layer_names"] = np.array([g.encode() for g, _ in groups], dtype="S")
-        f.attrs["backend"] = b"tensorflow"
-        f.attrs["keras_version"] = b"tf2-checkpoint"
-        for gname, weights in groups:
-            g = f.create_group(gname)
-            g.attrs["weight_names"] = np.array([w.encode() for w, _ in weights], dtype="S")
-            for wname, key in weights:
-                info = bundle.info(key)
-                if checked and shapes[key] != tuple(info.shape):
-                    raise InputError(f"{key}: shape changed while reading")
-                g.create_dataset(wname, data=bundle.read(key))
-                mapping[f"{gname}/{wname}"] = key
+    return groups

@@ -16,9 +16,10 @@ the cuDNN weights itself: ``tf_keras/src/saving/legacy/hdf5_format.py`` ``prepro
 What it cannot check, said in the report instead: no tf_keras installed (an optional package: ``pip install
 tf-keras``, with TensorFlow); a layer whose code would run (``Lambda``: never executed) or whose class tf_keras
 does not have (a user's custom layer: its Keras 2 class is not at hand); weights that are not in a legacy HDF5
-file (a tf_keras ``.keras`` zip).  A TF2 checkpoint or tf.keras SavedModel is run from the legacy file its
-reader staged (the checkpoint's weights as gruconv laid them out, a note says so): the row then checks the
-translation of the config, not the staging.
+file (a tf_keras ``.keras`` zip).  A TF2 checkpoint or tf.keras SavedModel (``laid_out``: its weights in
+the legacy layout as its reader mapped the object graph to it) is loaded by the same tf_keras loader from an
+in-memory legacy weights file filled from the document's weight store (a note says so): the row then checks
+the translation of the config, not that mapping.
 """
 
 from __future__ import annotations
@@ -141,8 +142,8 @@ def _tf_keras():
 class Model:
     """The original model in tf_keras (:func:`build`), run on the CPU."""
 
-    def __init__(self, tf, model, path):
-        self.tf, self.model, self.path = tf, model, path
+    def __init__(self, tf, model, doc):
+        self.tf, self.model, self.doc, self.path = tf, model, doc, doc.path
 
     def __call__(self, feed: list) -> list:
         with self.tf.device("/CPU:0"):
@@ -163,7 +164,7 @@ class Model:
     def restore(self) -> None:
         """The file's weights again (tf_keras's loader: the same values it loaded first)."""
         with self.tf.device("/CPU:0"):
-            self.model.load_weights(str(self.path))
+            _load_weights(self.model, self.doc)
 
 
 def build(doc) -> Model:
@@ -176,8 +177,33 @@ def build(doc) -> Model:
     try:
         with tf.device("/CPU:0"):
             model = tf_keras.models.model_from_json(json.dumps(twin_config(doc.model_config)))
-            model.load_weights(str(doc.path))
+            _load_weights(model, doc)
     except Exception as e:  # noqa: BLE001  third-party: tf_keras refusing the model is a reason, not a bug
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise Unavailable(f"tf_keras cannot load it ({type(e).__name__}: {first[:200]})") from None
-    return Model(tf, model, doc.path)
+    return Model(tf, model, doc)
+
+
+def _load_weights(model, doc) -> None:
+    """tf_keras's own legacy HDF5 loader (``load_weights``) on the file, or, for weights the reader laid out
+    in the legacy layout from another storage (``doc.laid_out``: a TF2 object checkpoint), on an in-memory
+    legacy weights file filled from the document's store -- the root's and each group's attributes and every
+    weight, in stored order (``tf_keras/src/saving/legacy/hdf5_format.py`` ``load_weights_from_hdf5_group``)."""
+    if not getattr(doc, "laid_out", False):
+        model.load_weights(str(doc.path))
+        return
+    import io
+
+    import h5py
+    from tf_keras.src.saving.legacy import hdf5_format
+
+    buf = io.BytesIO()
+    with h5py.File(buf, "w") as f, doc.store.open() as store:
+        store.copy_attrs_into(None, f)
+        for lname in doc.layer_names:
+            g = f.create_group(lname)
+            store.copy_attrs_into(lname, g)
+            for wname in store.layer_weights(lname):
+                g.create_dataset(wname, data=store.weight(lname, wname).read())
+    with h5py.File(buf, "r") as f:
+        hdf5_format.load_weights_from_hdf5_group(f, model)

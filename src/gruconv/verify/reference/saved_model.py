@@ -4,7 +4,7 @@ for a SavedModel input.
 Why: a SavedModel that tf.keras 2.x wrote with ``model.save(dir)`` holds, beside its variables and its
 ``keras_metadata.pb``, the model's own traced serving function.  Where that function runs on a CPU, it is the
 original model exactly as its users serve it today: no config of it is read, no weight of it goes through
-gruconv, and the tf_keras reference's staged legacy file (:mod:`.keras2`) is not involved.  So its outputs
+gruconv, and the tf_keras reference's legacy-layout weights (:mod:`.keras2`) are not involved.  So its outputs
 check the whole conversion at once: the config's translation, the weights' reading from the bundle, their
 layout.
 
