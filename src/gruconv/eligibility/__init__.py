@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..errors import InputError, UsageError
+from ..model.keras_config import config_of, makes_mask
 
 KERAS_RELEASE = "3.15.1"
 BACKENDS = ("tensorflow", "jax", "torch")
@@ -145,7 +146,6 @@ _MASK_PASSES = {
     "Identity", "Lambda", "Masking", "TimeDistributed", "Concatenate", "Add", "Subtract", "Multiply", "Average",
     "Maximum", "Minimum", "Dot", "MultiHeadAttention", "GroupedQueryAttention", "InputLayer",
 }
-_MASK_MAKERS = ("Masking",)
 
 
 
@@ -264,11 +264,6 @@ def _class(layer: dict) -> str:
     return str(layer.get("class_name", "?"))
 
 
-def _cfg(layer: dict) -> dict:
-    c = layer.get("config")
-    return c if isinstance(c, dict) else {}
-
-
 def _sub_layers(model_cfg) -> list:
     if isinstance(model_cfg, list):  # Keras 2.0-2.2 Sequential: the config is the layer list
         return model_cfg
@@ -322,7 +317,7 @@ class _Walker:
 
     # -- any layer; returns (mask leaves the layer, mask sources)
     def layer(self, layer: dict, path: str, mask: bool, sources: list, explicit_mask: Optional[bool] = None):
-        cls, cfg = _class(layer), _cfg(layer)
+        cls, cfg = _class(layer), config_of(layer)
         name = str(cfg.get("name", layer.get("name", "?")))
         here = f"{path}/{name}" if path else name
         if explicit_mask is not None:
@@ -337,12 +332,12 @@ class _Walker:
             fw = cfg.get("layer") if isinstance(cfg.get("layer"), dict) else {}
             bw = cfg.get("backward_layer") if isinstance(cfg.get("backward_layer"), dict) else None
             for d, sub in (("forward", fw), ("backward", bw or fw)):
-                scls, scfg = _class(sub), _cfg(sub)
+                scls, scfg = _class(sub), config_of(sub)
                 if scls in RECURRENT or scls in LEGACY_CUDNN:
                     self.recurrent(scls, scfg, f"{here}[{d}]", mask, sources if mask else [], wrapper="Bidirectional")
                 elif scls == "RNN":
                     self.generic_rnn(scfg, f"{here}[{d}]", mask, sources if mask else [], wrapper="Bidirectional")
-            return (mask and bool(_cfg(fw).get("return_sequences"))), sources
+            return (mask and bool(config_of(fw).get("return_sequences"))), sources
         if cls == "TimeDistributed":
             sub = cfg.get("layer") if isinstance(cfg.get("layer"), dict) else {}
             before = len(self.out)
@@ -352,9 +347,7 @@ class _Walker:
             return mask, sources
         if cls in ("Sequential", "Functional", "Model") or "layers" in cfg:
             return self.model(layer, here, mask, sources)
-        if cls in _MASK_MAKERS:
-            return True, sources + [name]
-        if cls == "Embedding" and cfg.get("mask_zero"):
+        if makes_mask(cls, cfg):
             return True, sources + [name]
         if cls in _MASK_PASSES:
             return mask, sources
@@ -377,7 +370,7 @@ class _Walker:
         for lay in layers:
             if not isinstance(lay, dict):
                 continue
-            name = str(lay.get("name", _cfg(lay).get("name", "?")))
+            name = str(lay.get("name", config_of(lay).get("name", "?")))
             nodes = lay.get("inbound_nodes") or []
             if not nodes:  # an Input of this (possibly nested) model receives the outer mask
                 state[name] = (mask if first else False, sources if first else [])
@@ -419,7 +412,7 @@ def evaluate(config: dict, *, legacy: bool = False, source: str = "") -> dict:
     if cls in RECURRENT or cls in LEGACY_CUDNN or cls in ("Bidirectional", "TimeDistributed", "RNN"):
         w.layer(config, "", False, [])
     else:
-        w.model(config, _cfg(config).get("name", "model") if isinstance(_cfg(config).get("name"), str) else "model")
+        w.model(config, config_of(config).get("name", "model") if isinstance(config_of(config).get("name"), str) else "model")
     counts = {be: {v: sum(1 for e in w.out if e["backends"][be]["verdict"] == v) for v in VERDICTS}
               for be in BACKENDS}
     return {"source": source, "legacy": legacy, "keras_rules": KERAS_RELEASE, "model_class": cls,

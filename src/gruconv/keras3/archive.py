@@ -42,6 +42,7 @@ from . import config as keras3_config
 from . import dialects
 from ..files.outputs import scratch_dir, scratch_file
 from ..files.window import Window as _Window
+from ..model.keras_config import IDENTITY_AT_INFERENCE, makes_mask
 from ..model.keras_layout import CELL_OF_CUDNN_CLASS, KERAS3_CLASS, WEIGHT_ROLES
 
 CONFIG_NAME, METADATA_NAME, WEIGHTS_NAME = "config.json", "metadata.json", "model.weights.h5"
@@ -900,10 +901,10 @@ def _stack_bytes(shape) -> int:
 
 
 #: Layers whose output has as many features as their input (the last axis), for :func:`check_rnn_inputs`.
-_SAME_FEATURES = {"Dropout", "SpatialDropout1D", "GaussianNoise", "GaussianDropout", "AlphaDropout", "Activation",
-                  "BatchNormalization", "LayerNormalization", "Masking", "ReLU", "LeakyReLU", "ELU", "Softmax",
-                  "PReLU", "ZeroPadding1D", "Cropping1D", "UpSampling1D", "MaxPooling1D", "AveragePooling1D",
-                  "MaxPool1D", "AvgPool1D"}
+_SAME_FEATURES = IDENTITY_AT_INFERENCE - {"ActivityRegularization"} | {
+    "Activation", "BatchNormalization", "LayerNormalization", "Masking", "ReLU", "LeakyReLU", "ELU", "Softmax",
+    "PReLU", "ZeroPadding1D", "Cropping1D", "UpSampling1D", "MaxPooling1D", "AveragePooling1D", "MaxPool1D",
+    "AvgPool1D"}
 _RNN_CLASSES = {*CELL_OF_CUDNN_CLASS, *KERAS3_CLASS.values(), "SimpleRNN"}
 
 
@@ -1078,7 +1079,7 @@ def mask_producers(config: dict) -> list:
             continue
         cfg = layer.get("config") if isinstance(layer.get("config"), dict) else {}
         cls = layer.get("class_name")
-        if cls == "Masking" or (cls == "Embedding" and cfg.get("mask_zero")):
+        if makes_mask(cls, cfg):
             out.append(cfg.get("name", cls))
     return out
 

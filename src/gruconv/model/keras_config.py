@@ -45,3 +45,15 @@ def name_of(cfg: dict) -> str:
     c = cfg.get("config")
     name = (c.get("name") if isinstance(c, dict) else None) or cfg.get("name")
     return str(name) if name is not None else "?"
+
+
+#: Layers that compute the identity at inference (``training=False``: Keras's ``Dropout``, noise and
+#: regularization layers return their input), so a value crosses them unchanged.
+IDENTITY_AT_INFERENCE = frozenset({"Dropout", "SpatialDropout1D", "GaussianNoise", "GaussianDropout",
+                                   "AlphaDropout", "ActivityRegularization"})
+
+
+def makes_mask(class_name: Optional[str], config: dict) -> bool:
+    """Whether a layer of ``class_name`` with ``config`` attaches a Keras mask to its output: ``Masking``,
+    and ``Embedding`` with ``mask_zero`` (Keras 2 and 3 ``compute_mask``)."""
+    return class_name == "Masking" or (class_name == "Embedding" and bool(config.get("mask_zero")))

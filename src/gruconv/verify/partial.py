@@ -28,11 +28,9 @@ import numpy as np
 
 from ..errors import UsageError
 from ..keras3 import runtime as keras3
+from ..model.keras_config import IDENTITY_AT_INFERENCE
 from .graph import alone_layer, check_alone
 
-#: Layers that compute the identity at inference (``training=False``), so a value crosses them unchanged.
-IDENTITY_AT_INFERENCE = frozenset({"Dropout", "SpatialDropout1D", "GaussianNoise", "GaussianDropout",
-                                   "AlphaDropout", "ActivityRegularization"})
 _MERGE = {"concat": lambda f, b: np.concatenate([f, b], -1), "sum": lambda f, b: f + b,
           "mul": lambda f, b: f * b, "ave": lambda f, b: (f + b) / 2}
 
