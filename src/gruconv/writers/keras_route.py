@@ -94,16 +94,35 @@ def built(graph, *, info: Optional[dict] = None, notes: Optional[list] = None):
             info["config"] = config
         model = runtime.from_config(config)
         nonfinite: dict = {}
-        if graph.layout == "legacy":
-            tops = build.layer_tops(model)
-            arrays = dialects.rescaled(archive.weight_arrays(graph, config, tops, nonfinite), tops,
-                                       keras3_config.saveable_plan(config)[1])
-        else:  # a tf_keras .keras: its weights sit under the streamed writer's object paths
-            groups, tops = keras3_config.saveable_plan(config)
-            archive.custom_slots(graph, config, groups, tops)
-            arrays = dialects.rescaled(archive.weight_arrays(graph, config, tops, nonfinite), tops, tops)
+        tops, plan_tops = _TOPS[graph.layout](graph, config, model)
+        arrays = dialects.rescaled(archive.weight_arrays(graph, config, tops, nonfinite), tops, plan_tops)
         build.assign(model, tops, arrays, source=graph.path)
     return model, nonfinite
+
+
+def _legacy_tops(graph, config: dict, model) -> tuple:
+    """A legacy store names weights per top-level layer: the built model's layers, and the streamed writer's plan
+    (what :func:`gruconv.keras3.dialects.rescaled` keys its rescaling on)."""
+    from ..keras3 import build
+    from ..keras3 import config as keras3_config
+
+    return build.layer_tops(model), keras3_config.saveable_plan(config)[1]
+
+
+def _v3_tops(graph, config: dict, model) -> tuple:
+    """A tf_keras ``.keras`` store names weights by the streamed writer's object paths: its plan, custom layers'
+    slots filled in (:func:`gruconv.keras3.archive.custom_slots`)."""
+    from ..keras3 import archive
+    from ..keras3 import config as keras3_config
+
+    groups, tops = keras3_config.saveable_plan(config)
+    archive.custom_slots(graph, config, groups, tops)
+    return tops, tops
+
+
+#: ``graph.layout`` (:class:`gruconv.model.canonical.KerasGraph`) -> ``(graph, config, model) -> (tops the weight
+#: stream is read against, tops the rescaling is keyed on)``.
+_TOPS = {"legacy": _legacy_tops, "v3": _v3_tops}
 
 
 def custom_notes(config: dict, warnings: list, *, weights_only: bool = False) -> dict:
