@@ -55,7 +55,7 @@ from ...keras3.legacy import converted_config, keras2_names
 from ...model.keras_config import (CONTAINER_CLASSES as _CONTAINER_CLASSES, CUDNN_CLASSES, TARGET_CLASS as _TARGET_CLASS,
                                    class_name_of, config_of, layers_of as _layers_of, name_of)
 from ...options import Options
-from .store import H5Weight, LegacyStore, first_duplicate, weight_names_of
+from .store import LegacyStore, first_duplicate, weight_groups, weight_names_of
 
 FORMAT = "keras-h5"
 #: What this reader reads, for messages.
@@ -240,21 +240,6 @@ def check_layer_counts(cfg: dict, path) -> None:
                 f"{name} is a Sequential of {len(_layers_of(container))} layers, more than the "
                 f"{MAX_SEQUENTIAL_LAYERS} gruconv converts (Keras 3 rebuilds a Sequential once per added "
                 "layer: time grows with the square of the count)", path=path)
-
-
-def _weight_groups(f, root, path: Path, layer_names: list) -> dict:
-    """{top-level layer name: [(weight name, WeightRef)]} — weight order as stored."""
-    out = {}
-    for lname in layer_names:
-        g = h5safe.child(root, lname, path, "group")
-        entries = []
-        for wname in weight_names_of(g, path):
-            ref = H5Weight(h5safe.resolve(g, wname, path, "dataset"), path)
-            # every weight, GRU or not, is checked from its header: Keras reads the others in full
-            ref.check(numeric=False)
-            entries.append((wname, ref))
-        out[lname] = entries
-    return out
 
 
 def _owner_and_role(wname: str) -> tuple:
@@ -449,7 +434,7 @@ def read_with_config(path: Path, config: Optional[dict]) -> KerasH5Model:
         if h5safe.child_exists(f, "optimizer_weights", path):
             ow = h5safe.child(f, "optimizer_weights", path, "group")
             doc.optimizer_weight_count = len(weight_names_of(ow, path))
-        scan_groups(doc, _weight_groups(f, root, path, doc.layer_names))
+        scan_groups(doc, weight_groups(root, path, doc.layer_names))
     return doc
 
 

@@ -56,6 +56,22 @@ class H5Weight:
         h5safe.copy_dataset(self._ds, group, name, self._path, transform)
 
 
+def weight_groups(root, path: Path, layer_names: list) -> dict:
+    """``{top-level layer name: [(weight name, WeightRef)]}``, weight order as stored: what the reader's layer
+    scan (:func:`gruconv.readers.keras_h5.scan_groups`) reads.  Every weight, GRU or not, is checked from its
+    header here: Keras reads the others in full."""
+    out = {}
+    for lname in layer_names:
+        g = h5safe.child(root, lname, path, "group")
+        entries = []
+        for wname in weight_names_of(g, path):
+            ref = H5Weight(h5safe.resolve(g, wname, path, "dataset"), path)
+            ref.check(numeric=False)
+            entries.append((wname, ref))
+        out[lname] = entries
+    return out
+
+
 def weight_names_of(group, path) -> list:
     """A layer group's ``weight_names`` attribute, checked: a list of distinct strings."""
     names = h5safe.read_attr(group, "weight_names", []) or []
