@@ -105,7 +105,7 @@ def _write_graph_rnn(document, index: int, target, warnings: list) -> None:
         rnn.release()
 
 
-def _write_graph(document, target, options, warnings: list, *, final) -> dict:
+def _write_graph(document, target, options, warnings: list) -> dict:
     """A weights-only Keras file's one cuDNN RNN as a stack model (see :func:`refuse`)."""
     from .graph import write
 
@@ -140,7 +140,7 @@ def write(document, target, options) -> dict:
         _write_tf_graph(document, target)
         return {}
     if target.kind == "graph":
-        return _write_graph(document, target.tmp, options, target.warnings, final=target.path)
+        return _write_graph(document, target.tmp, options, target.warnings)
     if target.kind == "graph-rnn":
         _write_graph_rnn(document, target.stack, target.tmp, target.warnings)
         return {}
