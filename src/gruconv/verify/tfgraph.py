@@ -27,7 +27,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-#: Sizes tried for every unknown dimension (as the writer's serve check does).
+#: Sizes tried for every unknown dimension: the writer's serve check's (``build.PROBE_SIZES``), the smallest
+#: batch of several sequences first (a size of 1 checks little of the batch's wiring).
 PROBE_SIZES = (4, 3, 2, 6, 8, 1)
 #: The signature compared (the ONNX writer converts this one).
 SIGNATURE = "serving_default"

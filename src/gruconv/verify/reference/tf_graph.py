@@ -159,23 +159,17 @@ def trace(tf, rnn, node, record=None):
     return tf.function(run, input_signature=specs, autograph=False).get_concrete_function()
 
 
-#: The signature inputs tried by :func:`node_params`, per unknown dimension (as the writer's serve check).
-PROBE_SIZES = (1, 2, 3, 4, 6, 8)
-
-
 def _probe(tf, fn) -> bool:
-    """Run signature ``fn`` once on the CPU (float inputs 0, integer inputs 1: a sequence length of one step),
-    every unknown dimension at each of :data:`PROBE_SIZES` until one runs; whether one did."""
+    """Run signature ``fn`` once on the CPU on the writer's probe inputs
+    (:func:`gruconv.writers.saved_model.build.probe_input`), every unknown dimension at each of its
+    ``PROBE_SIZES`` until one runs; whether one did."""
+    from ...writers.saved_model.build import PROBE_SIZES, probe_input
+
     specs = fn.structured_input_signature[1]
     for k in PROBE_SIZES:
-        args = {}
-        for name, spec in specs.items():
-            shape = [k if d is None else d for d in (spec.shape.as_list() if spec.shape.rank is not None else [])]
-            args[name] = (tf.fill(shape, "") if spec.dtype == tf.string else
-                          tf.ones(shape, spec.dtype) if spec.dtype.is_integer else tf.zeros(shape, spec.dtype))
         try:
             with tf.device("/CPU:0"):
-                fn(**args)
+                fn(**{name: probe_input(tf, spec, k) for name, spec in specs.items()})
             return True
         except tf.errors.InvalidArgumentError:
             continue

@@ -17,8 +17,8 @@ How it is built (:mod:`.build`):
 
 Checked before it is placed (the output contract: exit 0 only for an output proven loadable): no
 ``CudnnRNN*`` op anywhere in it (graph, every library function, ``stripped_op_list``), and
-``tf.saved_model.load`` opens it and every signature runs on the CPU (on zeros of its input specs, an
-unknown dimension taken as 1, else each of PROBE_SIZES in turn).  The output is a directory written as one piece
+``tf.saved_model.load`` opens it and every signature runs on the CPU (on :func:`.build.probe_input` of its
+input specs, an unknown dimension taken as 1, else each of ``build.PROBE_SIZES`` in turn).  The output is a directory written as one piece
 (:meth:`gruconv.files.outputs.Outputs.tree`).  TensorFlow is needed (the ``tensorflow`` extra).
 """
 
@@ -43,21 +43,6 @@ def options(graph: bool) -> frozenset:
     return frozenset()
 
 
-#: The sizes tried for every unknown dimension at once when a signature is run on zeros: a graph whose
-#: fixed dimensions tie its batch to another size (a state of fixed ``L*D`` rows read as the batch)
-#: runs only at that size.
-PROBE_SIZES = (1, 2, 3, 4, 6, 8)
-
-
-def _zeros(tf, spec, k: int = 1):
-    """A probe input: float zeros, integer ones (a sequence length of one step; a token id past a padding 0,
-    which a mask with ``mask_zero`` would otherwise drop whole: a graph may assert on that), empty strings."""
-    shape = [k if d is None else d for d in (spec.shape.as_list() if spec.shape.rank is not None else [])]
-    if spec.dtype == tf.string:
-        return tf.fill(shape, "")
-    return tf.ones(shape, spec.dtype) if spec.dtype.is_integer else tf.zeros(shape, spec.dtype)
-
-
 def _why(e: Exception) -> str:
     """The informative line of a TensorFlow error (its text opens with "Graph execution error:" and the node)."""
     skip = ("Graph execution error", "Detected at node", "<stack traces", "[[")
@@ -69,6 +54,7 @@ def _serves_on_cpu(tf, path: Path, shown=None) -> list:
     """Load ``path`` with ``tf.saved_model.load`` and run every signature on the CPU; returns the keys
     run.  A failure is an :class:`~gruconv.errors.UnsupportedError` said of ``shown`` (the output's final path)."""
     from ...errors import UnsupportedError
+    from .build import PROBE_SIZES, probe_input
 
     try:
         with tf.device("/CPU:0"):
@@ -80,7 +66,7 @@ def _serves_on_cpu(tf, path: Path, shown=None) -> list:
                 first = None
                 for k in PROBE_SIZES:
                     try:
-                        fn(**{name: _zeros(tf, spec, k) for name, spec in kwargs.items()})
+                        fn(**{name: probe_input(tf, spec, k) for name, spec in kwargs.items()})
                         break
                     except tf.errors.InvalidArgumentError as e:  # shapes that do not fit: the next size
                         first = first or e

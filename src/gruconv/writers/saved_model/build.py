@@ -13,6 +13,22 @@ from pathlib import Path
 #: A SavedModel's graph file (``tensorflow/python/saved_model/constants.py``).
 SAVED_MODEL_PB = "saved_model.pb"
 
+#: The sizes tried for every unknown dimension at once when a signature is run on probe inputs: a graph whose
+#: fixed dimensions tie its batch to another size (a state of fixed ``L*D`` rows read as the batch) runs
+#: only at that size.
+PROBE_SIZES = (1, 2, 3, 4, 6, 8)
+
+
+def probe_input(tf, spec, k: int = 1):
+    """The input a signature is probed with (the writer's serve check, verify's evaluation of a graph's params):
+    float zeros, integer ones (a sequence length of one step; a token id past a padding 0, which a mask with
+    ``mask_zero`` would otherwise drop whole: a graph may assert on that), empty strings; every unknown
+    dimension ``k``."""
+    shape = [k if d is None else d for d in (spec.shape.as_list() if spec.shape.rank is not None else [])]
+    if spec.dtype == tf.string:
+        return tf.fill(shape, "")
+    return tf.ones(shape, spec.dtype) if spec.dtype.is_integer else tf.zeros(shape, spec.dtype)
+
 
 def tensorflow():
     from ...errors import UnsupportedError
