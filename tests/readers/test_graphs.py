@@ -468,3 +468,21 @@ def test_dropout_is_refused_unless_the_node_says_it_does_not_train(tmp_path, is_
         assert "is_training with dropout=0.5 (a random op)" in r.output, r.output
         _one_line_error(_run(["convert", src, tmp_path / "out"]), 3, "is_training with dropout=0.5 (a random op)")
         assert sorted(p.name for p in tmp_path.iterdir()) == ["dropout.pb"]
+
+
+def test_a_graph_tensorflow_cannot_import_is_one_line_for_every_output_and_verify(tmp_path):
+    """A node whose op TensorFlow does not know (a flipped bit in an op name, found by the fuzzer): convert to a
+    SavedModel, to the stacks alone and verify each say so in one line, exit 3, nothing written (TensorFlow's
+    NotFoundError used to escape the stacks route as an internal error)."""
+    from tensorflow.core.framework import graph_pb2
+
+    g = graph_pb2.GraphDef()
+    g.ParseFromString((GRAPHS / "frozen_gru.pb").read_bytes())
+    node = next(n for n in g.node if n.op == "Identity")
+    node.op = "I`entity"
+    src = tmp_path / "bad.pb"
+    src.write_bytes(g.SerializeToString())
+    for out in ("cpu_model", "m.keras"):
+        _one_line_error(_run(["convert", src, tmp_path / out]), 3, "is a GraphDef TensorFlow cannot import (NotFoundError")
+    _one_line_error(_run(["verify", src]), 3, "is a GraphDef TensorFlow cannot import (NotFoundError")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.pb"]

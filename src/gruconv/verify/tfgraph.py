@@ -131,7 +131,7 @@ def end_to_end(doc, converted, engine, report, rng) -> None:
     """Every output of every signature of the converted SavedModel, and every ``serving_default`` output of the
     whole-graph ONNX, against the original graph's (module docstring); a note says why a part cannot run
     (TensorFlow or tf2onnx missing, a signature no probe size runs, names that differ)."""
-    from ..errors import GruconvError
+    from ..errors import GruconvError, InputError
     from ..keras3.runtime import import_quietly
     from .reference.tf_graph import original
     from .verdicts import judge
@@ -152,6 +152,8 @@ def end_to_end(doc, converted, engine, report, rng) -> None:
         try:
             sm_path = _saved_model(tf, doc, converted, Path(tmp))
             ref_path = original(doc.document().tf_graph, Path(tmp) / "original")
+        except InputError:
+            raise  # the graph itself is broken (TensorFlow cannot import it): verify fails as convert does
         except GruconvError as e:
             for label in LABELS:
                 skip(label, e.message)

@@ -171,7 +171,7 @@ def _probe(tf, fn) -> bool:
             with tf.device("/CPU:0"):
                 fn(**{name: probe_input(tf, spec, k) for name, spec in specs.items()})
             return True
-        except tf.errors.InvalidArgumentError:
+        except tf.errors.OpError:  # shapes that do not fit, or a graph that fails here: the next size
             continue
     return False
 
@@ -182,9 +182,10 @@ def node_params(graph) -> dict:
     variables): the graph run once by TensorFlow on the CPU, each signature on probe inputs
     (:func:`_probe`), its cuDNN nodes computed by the oracle and their ``params`` inputs recorded.  Nodes
     no signature reaches are missing from the answer."""
+    from ...errors import InputError
     from ...files.outputs import scratch_dir
     from ...keras3.runtime import import_quietly
-    from ...writers.saved_model.build import rewritten
+    from ...writers.saved_model.build import rewritten, why
 
     tf = import_quietly("tensorflow")
     found: dict = {}
@@ -200,8 +201,12 @@ def node_params(graph) -> dict:
         out = Path(tmp) / "original"
         out.mkdir()
         rewritten(graph, out, (traced, per_node))
-        with tf.device("/CPU:0"):
-            loaded = tf.saved_model.load(str(out))
+        try:
+            with tf.device("/CPU:0"):
+                loaded = tf.saved_model.load(str(out))
+        except (tf.errors.OpError, ValueError) as e:
+            raise InputError(f"is a {graph.kind} TensorFlow cannot load ({type(e).__name__}: {why(e)})",
+                             path=graph.path) from None
         for name in sorted(loaded.signatures.keys()):
             _probe(tf, loaded.signatures[name])
         del loaded

@@ -43,18 +43,11 @@ def options(graph: bool) -> frozenset:
     return frozenset()
 
 
-def _why(e: Exception) -> str:
-    """The informative line of a TensorFlow error (its text opens with "Graph execution error:" and the node)."""
-    skip = ("Graph execution error", "Detected at node", "<stack traces", "[[")
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip() and not ln.strip().startswith(skip)]
-    return (lines[0] if lines else type(e).__name__)[:200]
-
-
 def _serves_on_cpu(tf, path: Path, shown=None) -> list:
     """Load ``path`` with ``tf.saved_model.load`` and run every signature on the CPU; returns the keys
     run.  A failure is an :class:`~gruconv.errors.UnsupportedError` said of ``shown`` (the output's final path)."""
     from ...errors import UnsupportedError
-    from .build import PROBE_SIZES, probe_input
+    from .build import PROBE_SIZES, probe_input, why
 
     try:
         with tf.device("/CPU:0"):
@@ -73,7 +66,7 @@ def _serves_on_cpu(tf, path: Path, shown=None) -> list:
                 else:
                     raise first
     except Exception as e:  # noqa: BLE001 - TensorFlow's errors, at its call: the output is not proven
-        raise UnsupportedError(f"the converted SavedModel does not serve on a CPU ({type(e).__name__}: {_why(e)}; "
+        raise UnsupportedError(f"the converted SavedModel does not serve on a CPU ({type(e).__name__}: {why(e)}; "
                                "run on zeros (integers: ones) of each signature's inputs, every unknown dimension "
                                "taken as 1, 2, 3, 4, 6 or 8); nothing written", path=shown or path) from None
     return keys

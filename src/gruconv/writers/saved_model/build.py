@@ -154,10 +154,25 @@ def rewritten(graph, out: Path, maker=None) -> None:
 
     from .rewrite import equations, signature
 
+    from ...errors import InputError
+
     tf = tensorflow()
     logging.getLogger("tensorflow").setLevel(logging.ERROR)  # the TF1 builder's deprecation notices
     data = graph.data()  # the reader's bytes, read through its guards
     proto = _parse(tf, graph, data)
-    (_saved_model if graph.kind == "SavedModel" else _frozen)(tf, graph, proto, Path(out), maker or (equations, signature))
+    write = _saved_model if graph.kind == "SavedModel" else _frozen
+    try:
+        write(tf, graph, proto, Path(out), maker or (equations, signature))
+    except (tf.errors.OpError, ValueError) as e:  # TensorFlow refusing the graph it imports (an op it does not
+        # know, an input naming no node, an attr of the wrong type): the input's fault, said in one line
+        raise InputError(f"is a {graph.kind} TensorFlow cannot import ({type(e).__name__}: {why(e)})",
+                         path=graph.path) from None
+
+
+def why(e: Exception) -> str:
+    """The informative line of a TensorFlow error (its text opens with "Graph execution error:" and the node)."""
+    skip = ("Graph execution error", "Detected at node", "<stack traces", "[[")
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip() and not ln.strip().startswith(skip)]
+    return (lines[0] if lines else type(e).__name__)[:200]
 
 
