@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: setup demo test test-all test-slow test-gpu bench fuzz fixtures clean compat
+.PHONY: setup demo test test-all test-slow test-gpu bench fuzz fixtures clean compat docs
 
 setup: $(STAMP)
 
@@ -75,3 +75,8 @@ clean:
 
 compat: setup
 	$(PY) scripts/compat.py
+
+# docs/cli.md's generated region from every command's own --help (scripts/cli_reference.py; tests/cli/test_docs.py
+# fails while the page differs: `$(PY) scripts/cli_reference.py --check`).  Run it after changing an option.
+docs: setup
+	$(PY) scripts/cli_reference.py
