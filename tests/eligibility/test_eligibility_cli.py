@@ -218,11 +218,11 @@ def test_cudnn_file_inspect_reports_what_convert_makes():
     assert len(info["rnns"]) == 2  # the conversion listing is unchanged
 
 
-def test_readme_section_is_real_output(monkeypatch):
-    """The README's "Does my model run on cuDNN?" example lines are what inspect prints now."""
+def test_doc_section_is_real_output(monkeypatch):
+    """docs/eligibility.md's "From the command line" example lines are what inspect and convert print now."""
     root = FIXTURES.parent
-    readme = (root / "README.md").read_text()
-    section = readme.split("### Does my model run on cuDNN?", 1)[1].split("\n## ", 1)[0]
+    doc = (root / "docs" / "eligibility.md").read_text()
+    section = doc.split("\n## From the command line\n", 1)[1].split("\n## ", 1)[0]
     monkeypatch.chdir(root)
     for argv in (["inspect", "fixtures/keras3/legacy_masked.h5"], ["convert", "fixtures/keras3/mixed.keras", "out.keras"]):
         res = cli(*argv)
