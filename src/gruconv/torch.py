@@ -1,4 +1,4 @@
-"""Public name of the PyTorch target's API (README: ``gruconv.torch.load``); the code lives in
+"""Public name of the PyTorch target's API (docs/outputs.md, docs/targets.md: ``gruconv.torch.load``); the code lives in
 :mod:`gruconv.writers.torch.run`."""
 
 from .writers.torch.run import load, run_torch

@@ -84,7 +84,7 @@ class Summary:
     def exit_code(self) -> int:
         """The most serious outcome wins: ``InternalError.exit_code`` (4) if any input hit a bug (a
         bug must never hide behind the other inputs' failures); else ``InputError.exit_code`` (3) if
-        any input failed (whatever its own error was: the README's "3 an input failed") or nothing
+        any input failed (whatever its own error was: docs/exit-codes.md's "3 if any input failed") or nothing
         convertible was found at all (:attr:`nothing_found`); else ``ParityError.exit_code`` (1) for a
         parity failure; else 0."""
         if any(r.status == "internal-error" for r in self.records):

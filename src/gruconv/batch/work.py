@@ -254,7 +254,7 @@ def run_plan(plan: list[Job], jobs: int, keep_going: bool, options: dict, consol
         _run(runnable, todo, workers, keep_going, options, done, finish)
     except Interrupted:
         # SIGTERM/SIGINT: the workers are stopped (_run); what the unfinished jobs left is removed,
-        # so only complete outputs of finished jobs stay (README, "Signals and full disks").
+        # so only complete outputs of finished jobs stay (docs/safety.md, "Signals and full disks").
         from ..files.outputs import remove_stale_staging, remove_stale_temps
 
         finished = {id(j) for j in done}

@@ -552,7 +552,7 @@ def gpu_status() -> tuple:
     return False, f"backend {be} has no GPU path"
 
 
-#: What "strict" and "default" math mean per backend, for reports and the README.
+#: What "strict" and "default" math mean per backend, for reports and docs/verify.md.
 MATH_SETTINGS = {
     "torch": {"strict": "torch.backends.cudnn.allow_tf32 = False, torch.backends.cuda.matmul.allow_tf32 = False",
               "default": "torch defaults (cuDNN may use TF32)"},

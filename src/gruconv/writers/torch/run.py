@@ -6,7 +6,7 @@ header: module arguments are bounded integers, every tensor is present with exac
 ``torch.nn.<module>(**args)`` allocates, so a hostile file cannot make us allocate more than it
 stores.  Problems are one-line :class:`gruconv.errors.InputError`.
 
-The load code a user writes without gruconv (README "To PyTorch")::
+The load code a user writes without gruconv (docs/targets.md "To PyTorch", run as written in tests/writers/test_torch_target.py)::
 
     import json, torch
     from safetensors.torch import load_file
