@@ -1,8 +1,8 @@
 """Write the CLI reference (``docs/cli.md``) from the commands' own ``--help``; ``--check`` fails on drift.
 
-Why: the README used to quote ``--help`` texts by hand and nothing noticed when an option changed (issue 47,
-item 5).  As sqlite-utils does with cog (``docs/cli-reference.rst``: markers in the page, a script that
-rewrites between them, a test that fails when the page is stale), the page holds one generated region::
+Why: the README used to quote ``--help`` texts by hand and nothing noticed when an option changed.  As
+sqlite-utils does with cog (``docs/cli-reference.rst``: markers in the page, a script that rewrites between
+them, a test that fails when the page is stale), the page holds one generated region::
 
     <!-- [[[cli]]] -->
     ... generated: one section per command, its --help in a fenced block ...

@@ -1,4 +1,4 @@
-"""The pages a user reads say what the commands do now (issue 47, item 5).
+"""The pages a user reads say what the commands do now.
 
 - ``docs/cli.md`` is generated from every command's ``--help`` by ``scripts/cli_reference.py``; its ``--check``
   mode fails on drift, shown here on a planted edit of the page and on a changed option help.
