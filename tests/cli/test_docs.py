@@ -116,10 +116,28 @@ def _needs_tensorflow(argv: list[str]) -> bool:
     return argv[0] == "verify" or "--verify" in argv or any(a.startswith("fixtures/graphs") for a in argv)
 
 
+def fenced_blocks(text: str) -> list[str]:
+    """The bodies of the plain fenced blocks (an opening line of exactly ```), in order; ```python and other
+    tagged blocks are passed over whole, so their closing fence never opens a block."""
+    out, body, plain = [], None, False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            if body is None:
+                body, plain = [], line.strip() == "```"
+            else:
+                if plain:
+                    out.append("\n".join(body))
+                body = None
+        elif body is not None:
+            body.append(line)
+    return out
+
+
 def readme_examples(text: str) -> list[tuple[list[str], list[str]]]:
-    """``(argv after "gruconv", expected output lines)`` for every ``$ gruconv ...`` line of a fenced block."""
+    """``(argv after "gruconv", expected output lines)`` for every ``$ gruconv ...`` line of a plain fenced
+    block (a line ``...`` in the output stands for any lines)."""
     out = []
-    for block in re.findall(r"^```\n(.*?)^```", text, flags=re.S | re.M):
+    for block in fenced_blocks(text):
         cur = None
         for line in block.splitlines():
             if line.startswith("$ gruconv "):
@@ -129,6 +147,9 @@ def readme_examples(text: str) -> list[tuple[list[str], list[str]]]:
                 cur = None
             elif cur is not None:
                 cur[1].append(line)
+    for _, lines in out:
+        while lines and not lines[-1].strip():
+            lines.pop()  # a blank line between two examples of one block
     return out
 
 
@@ -144,13 +165,16 @@ def _normal(line: str) -> tuple[str, list[float]]:
 
 
 def _same(expected: list[str], got: list[str], unordered: bool) -> str | None:
-    """``None`` if the output matches the README's lines, else why not."""
+    """``None`` if the output matches the README's lines (``...`` matching any run of lines), else why not."""
     e, g = [_normal(x) for x in expected], [_normal(x) for x in got]
     if unordered:
         e, g = sorted(e), sorted(g)
-    if [x[0] for x in e] != [x[0] for x in g]:
+    pattern = "".join(".*?" if x[0].strip() == "..." else re.escape(x[0] + "\n") for x in e)
+    if not re.fullmatch(pattern, "".join(x[0] + "\n" for x in g), flags=re.S):
         return "lines differ:\n" + "\n".join(got)
-    for (line, a), (_, b) in zip(e, g):
+    pairs = {x[0]: x[1] for x in g}
+    for line, a in e:
+        b = pairs.get(line, a)
         for x, y in zip(a, b):
             if (x == 0) != (y == 0) or (x and not 0.25 <= y / x <= 4):
                 return f"{line}: README {a}, now {b}"
@@ -198,6 +222,15 @@ def test_example_matcher_catches_a_changed_line():
     assert _same(out, [out[0], "  cu_dnngru: sequence   9.28e-05  1.28e-07  ok", out[2]], False) is not None
     assert _same(out, [out[0], "  cu_dnngru: sequence   9.28e-08  1.28e-07  FAIL", out[2]], False) is not None
     assert _same(out, out[:2], False) is not None
+    assert _same(["wrote a.keras", "...", "note: floors measured in 1 s (x)"], out, False) is None
+    assert _same(["...", "  cu_dnngru: sequence   9.28e-08  1.28e-07  ok", "..."], out, False) is None
+    assert _same(["...", "wrote b.keras", "..."], out, False) is not None
+
+
+def test_fenced_blocks_pass_over_tagged_blocks():
+    text = "```python\nx = 1\n```\nprose\n```\n$ gruconv inspect a.h5\na.h5: x\n```\n```yaml\nb: 1\n```\n"
+    assert fenced_blocks(text) == ["$ gruconv inspect a.h5\na.h5: x"]
+    assert readme_examples(text) == [(["inspect", "a.h5"], ["a.h5: x"])]
 
 
 # --------------------------------------------------------------------------- links
