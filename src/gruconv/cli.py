@@ -260,7 +260,7 @@ def _verify_inputs(batch: int, steps: int, seed: int) -> dict:
               help="Batch mode: convert every input (files, directories, globs) into DIR, mirroring paths.")
 @click.option("--jobs", type=click.IntRange(1), help="Batch: worker processes (default: CPU count).")
 @click.option("--keep-going", is_flag=True, help="Batch: convert the rest after a failure (exit 3 at the end, 4 if an input hit an internal error).")
-@click.option("--skip-existing", is_flag=True, help="Batch: skip inputs whose output is newer than the input.")
+@click.option("--skip-existing", is_flag=True, help="Batch: skip inputs that DIR/.gruconv.batch.json records as converted, input and output unchanged since.")
 @click.option("--shard", metavar="K/N", help="Batch: convert only the K-th of N deterministic parts (1-based).")
 @click.option("--report", "report_path", type=click.Path(path_type=Path, readable=False), help="Batch: write a JSON report.")
 @click.option("--junit", type=click.Path(path_type=Path, readable=False), help="Batch: write a JUnit XML report.")
