@@ -111,9 +111,24 @@ def test_the_markers_are_required(tmp_path):
 
 # --------------------------------------------------------------------------- the README's examples
 
-#: Examples that start TensorFlow (tens of seconds each on 2 shared cores): the slow tier.
+#: Output formats written without TensorFlow (the streaming Keras writers, safetensors, the ONNX stack writer).
+_QUICK_FORMATS = {"keras", "keras-weights", "h5-weights", "torch", "onnx"}
+_QUICK_SUFFIXES = {".keras", ".h5", ".safetensors", ".onnx"}
+
+
 def _needs_tensorflow(argv: list[str]) -> bool:
-    return argv[0] == "verify" or "--verify" in argv or any(a.startswith("fixtures/graphs") for a in argv)
+    """Examples that start TensorFlow (tens of seconds each on 2 shared cores) run in the slow tier: ``verify``,
+    ``--verify``/``--check-load``, a graph input, and any output not known to be written without it (a
+    SavedModel directory, an edge format added later)."""
+    if argv[0] == "inspect":
+        return False
+    if argv[0] != "convert" or {"--verify", "--check-load"} & set(argv):
+        return True
+    if any(a.startswith("fixtures/graphs") for a in argv):
+        return True
+    if "--format" in argv:
+        return argv[argv.index("--format") + 1] not in _QUICK_FORMATS
+    return "--out-dir" not in argv and Path(argv[2]).suffix not in _QUICK_SUFFIXES
 
 
 def fenced_blocks(text: str) -> list[str]:
@@ -212,6 +227,16 @@ def test_readme_examples_without_tensorflow_are_real_output(tmp_path, monkeypatc
 @pytest.mark.slow
 def test_readme_examples_are_real_output(tmp_path, monkeypatch):
     _run_examples(tmp_path, monkeypatch, readme_examples(README.read_text()))
+
+
+def test_examples_that_start_tensorflow_are_told_apart():
+    quick = [["inspect", "a.h5"], ["convert", "a.h5", "a.keras"], ["convert", "c", "e.safetensors"],
+             ["convert", "a.h5", "w.h5"], ["convert", "a*.h5", "--out-dir", "o", "--jobs", "2"],
+             ["convert", "w.h5", "d", "--format", "onnx"]]
+    slow = [["verify", "a.h5", "a.keras"], ["convert", "a.h5", "a.keras", "--verify"], ["convert", "g", "cpu_model"],
+            ["convert", "fixtures/graphs/x", "m.onnx"], ["convert", "a.h5", "m.tflite"],
+            ["convert", "a.h5", "d", "--format", "saved-model"]]
+    assert [_needs_tensorflow(a) for a in quick + slow] == [False] * len(quick) + [True] * len(slow)
 
 
 def test_example_matcher_catches_a_changed_line():
