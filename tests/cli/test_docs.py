@@ -309,6 +309,12 @@ def test_every_link_in_the_readme_and_docs_resolves():
     assert broken_links(ROOT, pages) == []
 
 
+def test_every_docs_page_is_named_in_the_readme():
+    """A newcomer finds every page from the README (its table, or a mention outside comments)."""
+    text = _outside_code(README.read_text())
+    assert [p.name for p in sorted((ROOT / "docs").glob("*.md")) if f"docs/{p.name}" not in text] == []
+
+
 def test_the_link_checker_finds_planted_broken_links(tmp_path):
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "a.md").write_text("# A page\n\n## The `x` option, in full\n")
