@@ -31,7 +31,15 @@ UNITS_IN, WIDE = 5, 50_000_000
 SOURCE = R.REPO / "fixtures" / "keras" / "options.h5"
 
 
-def build(path: Path) -> None:
+#: The chunk layouts measured: ``rows``, one leading-axis row per chunk run (``(1, 1 Mi)`` elements, h5py
+#: writing the values); ``gzip``, the hostile file of issue 45 item 7 (``gzip_bomb_1gb.h5``): chunks of
+#: ``(5, 262_144)`` elements spanning every row (5 MiB each decompressed), gzip level 1, the same ~44 KB
+#: compressed chunk written 191 times (``write_direct_chunk``), ~9 MB stored for 1.2 GB declared.
+LAYOUTS = ("rows", "gzip")
+GZIP_CHUNK = 262_144
+
+
+def build(path: Path, layout: str = "rows") -> None:
     import h5py
     import numpy as np
 
@@ -57,6 +65,10 @@ def build(path: Path) -> None:
             gru.create_dataset(name, data=rng.uniform(-0.3, 0.3, shape).astype("float32"))
         dense = f["model_weights/dense/dense"]
         del dense["kernel:0"], dense["bias:0"]
+        if layout == "gzip":
+            _gzip_bomb(dense)
+            tmp.replace(path)
+            return
         k = dense.create_dataset("kernel:0", shape=(UNITS_IN, WIDE), dtype="float32", compression="gzip",
                                  compression_opts=1, chunks=(1, 1 << 20))
         row = (np.arange(WIDE, dtype=np.int64) % 251).astype("float32") / 251.0  # compressible, not constant
@@ -66,16 +78,37 @@ def build(path: Path) -> None:
     tmp.replace(path)
 
 
+def _gzip_bomb(dense) -> None:
+    """The Dense kernel ``(5, 50 M)`` in ``(5, 262_144)``-element gzip-1 chunks and its bias in ``(262_144,)``
+    chunks, each chunk the same compressed bytes (values ``(j % 251) / 251 * (row + 1)``, ``j`` the index in
+    the chunk: not constant, so a digest of the values means something), written pre-compressed."""
+    import zlib
+
+    import numpy as np
+
+    local = (np.arange(GZIP_CHUNK, dtype=np.int64) % 251).astype("float32") / 251.0
+    kblob = zlib.compress(np.stack([local * (i + 1) for i in range(UNITS_IN)]).astype("float32").tobytes(), 1)
+    bblob = zlib.compress(local.tobytes(), 1)
+    k = dense.create_dataset("kernel:0", shape=(UNITS_IN, WIDE), dtype="float32", compression="gzip",
+                             compression_opts=1, chunks=(UNITS_IN, GZIP_CHUNK))
+    b = dense.create_dataset("bias:0", shape=(WIDE,), dtype="float32", compression="gzip", compression_opts=1,
+                             chunks=(GZIP_CHUNK,))
+    for j in range(0, WIDE, GZIP_CHUNK):
+        k.id.write_direct_chunk((0, j), kblob, 0)
+        b.id.write_direct_chunk((j,), bblob, 0)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--base", type=Path, help="another gruconv source tree, measured interleaved with this one")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--layout", choices=LAYOUTS, default="rows", help="the kernel's chunk layout (LAYOUTS)")
     args = ap.parse_args(argv)
     R.OUT.mkdir(exist_ok=True)
-    src = R.OUT / "wide" / "wide.h5"
+    src = R.OUT / "wide" / ("wide.h5" if args.layout == "rows" else f"wide_{args.layout}.h5")
     if not src.is_file():
         print("building", src, flush=True)
-        build(src)
+        build(src, args.layout)
     out = R.OUT / "wide" / "out.keras"
     trees = {"head": R.SRC} if args.base is None else {"base": args.base, "head": R.SRC}
     res = {k: [] for k in trees}
