@@ -1060,6 +1060,10 @@ def render(facts, load, large, batch, insp, total_s, quick, n_models, reps, veri
             w(f"(bench-out/compare.json could not be rendered: {type(e).__name__}: {e})")
             w("")
     L.extend(verify_lines)
+    profiles = REPO / "bench" / "profiles.md"  # measured by hand (cProfile, importtime): kept across reruns
+    if profiles.is_file():
+        L.extend(profiles.read_text(encoding="utf-8").rstrip("\n").splitlines())
+        w("")
     w("## Reproduce")
     w("")
     w("```")

@@ -57,3 +57,21 @@ def test_a_large_or_stateful_model_is_not_kept(twins):
     assert not keras2._reusable(doc, '{"units": 8}')
     doc.weight_bytes = None  # not counted by its reader: not kept
     assert not keras2._reusable(doc, '{"units": 8}')
+
+
+def test_restore_gives_the_loaded_weights_back(twins):
+    """A small reference restores the weights its loader gave from memory, bit for bit, after a perturbed
+    run moved them."""
+    from gruconv.readers import keras_h5
+    from gruconv.verify.floor import perturb
+    from gruconv.verify.reference import keras2
+
+    keras2._BUILT.clear()
+    ref = keras2.build(keras_h5.read(twins[1]))
+    assert ref._loaded is not None
+    before = [v.numpy().copy() for v in ref.model.weights]
+    ref.perturbed(np.random.default_rng(0), perturb)
+    assert any(not np.array_equal(v.numpy(), b) for v, b in zip(ref.model.weights, before))
+    ref.restore()
+    assert all(np.array_equal(v.numpy(), b) for v, b in zip(ref.model.weights, before))
+    keras2._BUILT.clear()
