@@ -27,6 +27,8 @@ Sections (see docs/benchmarks.md for what each one means):
    (bench/graph_onnx.py).
 6. graph-savedmodel -- ``gruconv convert GRAPH cpu_model/`` (the SavedModel that serves on a CPU) vs a
    plain ``tf.saved_model.load`` + ``tf.saved_model.save`` of the same SavedModels (bench/graph_savedmodel.py).
+7. wide -- peak RSS of ``gruconv convert`` of a (5, 50 M) Dense kernel in two chunk layouts, the gzip one
+   being issue 45 item 7's hostile file (bench/wide.py).
 
 A section whose tool is missing or fails is reported as "not measured: <reason>"
 instead of stopping the run.
@@ -66,6 +68,7 @@ sys.path.insert(0, str(REPO / "bench"))
 import make_large  # noqa: E402  (bench/make_large.py: shape constants and param count)
 import graph_onnx  # noqa: E402  (bench/graph_onnx.py: issue 39's whole-graph ONNX section)
 import graph_savedmodel  # noqa: E402  (bench/graph_savedmodel.py: issue 39's CPU SavedModel section)
+import wide  # noqa: E402  (bench/wide.py: the wide-tensor memory section, issue 45 item 7's chunk layout)
 
 # Targets (issue 20: the streamed writer, no Keras on the convert path).
 T_CONVERT_VS_MANUAL = 0.2     # convert wall time <= 0.2 x manual route
@@ -738,7 +741,7 @@ def _row_or_missing(s, cells_fn):
 
 
 def render(facts, load, large, batch, insp, total_s, quick, n_models, reps, verify=None, gonnx=None,
-           gsaved=None) -> tuple:
+           gsaved=None, wide_=None) -> tuple:
     L = []
     w = L.append
     mib = 1024 * 1024
@@ -746,6 +749,7 @@ def render(facts, load, large, batch, insp, total_s, quick, n_models, reps, veri
     verify_lines = render_verify(verify, verdicts)
     verify_lines += graph_onnx.render(gonnx, verdicts)
     verify_lines += graph_savedmodel.render(gsaved, verdicts)
+    verify_lines += wide.render(wide_, verdicts)
 
     # ---- large
     S = large["series"] if large else {}
@@ -1056,6 +1060,10 @@ def render(facts, load, large, batch, insp, total_s, quick, n_models, reps, veri
             w(f"(bench-out/compare.json could not be rendered: {type(e).__name__}: {e})")
             w("")
     L.extend(verify_lines)
+    profiles = REPO / "bench" / "profiles.md"  # measured by hand (cProfile, importtime): kept across reruns
+    if profiles.is_file():
+        L.extend(profiles.read_text(encoding="utf-8").rstrip("\n").splitlines())
+        w("")
     w("## Reproduce")
     w("")
     w("```")
@@ -1073,7 +1081,7 @@ def render(facts, load, large, batch, insp, total_s, quick, n_models, reps, veri
 # --------------------------------------------------------------------------- main
 
 #: The sections, in the order they run (``--only`` picks some).
-SECTIONS = ("large", "batch", "inspect", "verify", "graph-onnx", "graph-savedmodel")
+SECTIONS = ("large", "batch", "inspect", "verify", "graph-onnx", "graph-savedmodel", "wide")
 
 
 def main(argv=None) -> int:
@@ -1089,7 +1097,8 @@ def main(argv=None) -> int:
         raw = json.loads((OUT / "results.json").read_text())  # the last full run's
         doc, verdicts = render(raw["facts"], raw["load"], raw["large"], raw["batch"], raw["inspect"],
                                raw["total_s"], raw.get("quick", False), raw.get("n_models", 100), raw.get("reps", 3),
-                               raw.get("verify"), raw.get("graph_onnx"), raw.get("graph_savedmodel"))
+                               raw.get("verify"), raw.get("graph_onnx"), raw.get("graph_savedmodel"),
+                               raw.get("wide"))
         target = OUT / "benchmarks-quick.md" if raw.get("partial") else DOC
         target.write_text(doc, encoding="utf-8")
         print(f"wrote {target.relative_to(REPO)} from bench-out/results.json")
@@ -1124,7 +1133,7 @@ def main(argv=None) -> int:
                               "--jobs", "2"], before=rm(warm_dir))
     rm(warm_dir)()
 
-    large = batch = insp = ver = gonnx = gsaved = None
+    large = batch = insp = ver = gonnx = gsaved = wd = None
     if "large" in sections:
         large = section_large(OUT, big, reps, reps_fast, log)
         large["generated"] = big["generated"]
@@ -1139,10 +1148,13 @@ def main(argv=None) -> int:
         gonnx = graph_onnx.section(sys.modules[__name__], OUT, reps, log)
     if "graph-savedmodel" in sections:
         gsaved = graph_savedmodel.section(sys.modules[__name__], OUT, reps, log)
+    if "wide" in sections:
+        wd = wide.section(sys.modules[__name__], OUT, reps, log)
     load_end = os.getloadavg()
     total = time.perf_counter() - t_start
     load = {"start": load_start, "end": load_end}
-    doc, verdicts = render(facts, load, large, batch, insp, total, args.quick, n_models, reps, ver, gonnx, gsaved)
+    doc, verdicts = render(facts, load, large, batch, insp, total, args.quick, n_models, reps, ver, gonnx, gsaved,
+                           wd)
     partial = args.quick or args.only
     target = OUT / "benchmarks-quick.md" if partial else DOC
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -1150,7 +1162,7 @@ def main(argv=None) -> int:
     tmp.write_text(doc, encoding="utf-8")
     os.replace(tmp, target)
     raw = {"facts": facts, "load": load, "large": large, "batch": batch, "inspect": insp, "verify": ver,
-           "graph_onnx": gonnx, "graph_savedmodel": gsaved, "total_s": total,
+           "graph_onnx": gonnx, "graph_savedmodel": gsaved, "wide": wd, "total_s": total,
            "quick": args.quick, "n_models": n_models, "reps": reps, "partial": bool(partial)}
     results = OUT / ("results-quick.json" if partial else "results.json")
     results.write_text(json.dumps(raw, indent=1, default=str))

@@ -669,3 +669,46 @@ def test_the_test_layout_check_finds_planted_violations(tmp_path):
     for f in bad:
         (tests / f).unlink()
     assert _misplaced_tests(tests, pkg) == []
+
+
+# --------------------------------------------------------------------------- the bench page keeps every section
+
+def _bench_headings(bench: Path) -> list:
+    """Every ``## `` heading the bench writes into ``docs/benchmarks.md``: the string literals starting with
+    ``"## "`` handed to a call (``w("## Batch")``) in ``bench/*.py``; an f-string's literal head is enough
+    to name a section (``w(f"## Verify {x}")`` -> ``## Verify``)."""
+    out = []
+    for p in sorted(bench.glob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call) or not node.args:
+                continue
+            arg = node.args[0]
+            if isinstance(arg, ast.JoinedStr) and arg.values and isinstance(arg.values[0], ast.Constant):
+                arg = arg.values[0]
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value.startswith("## "):
+                out.append((p.name, arg.value.rstrip()))
+    return out
+
+
+def _missing_bench_sections(bench: Path, page: str) -> list:
+    """The bench's headings (:func:`_bench_headings`) that no line of ``page`` starts with."""
+    lines = page.splitlines()
+    return [f"{name}: {h!r}" for name, h in _bench_headings(bench) if not any(ln.startswith(h) for ln in lines)]
+
+
+def test_every_section_the_bench_writes_is_in_the_bench_page():
+    """Issue 47 item 3: a section added to ``make bench`` (``bench/run.py`` and the modules it renders) cannot
+    be forgotten in ``docs/benchmarks.md``: rerun ``make bench`` (it rewrites the page) when this fails."""
+    bench = ROOT / "bench"
+    assert len(_bench_headings(bench)) >= 8  # the scan still finds the bench's headings
+    page = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    assert _missing_bench_sections(bench, page) == [], "rerun `make bench`: docs/benchmarks.md lacks these sections"
+    assert re.search(r"^- \d{4}-\d\d-\d\d \d\d:\d\d UTC;", page, re.M), "the page names no date (## Machine)"
+    assert re.search(r"at commit `[0-9a-f]{7,}`", page), "the page names no commit (## Machine)"
+
+
+def test_the_bench_page_check_finds_a_planted_section(tmp_path):
+    (tmp_path / "a.py").write_text('w = print\nw("## Alpha")\nw(f"## Beta {1}")\nw("text ## not a heading")\n')
+    assert _bench_headings(tmp_path) == [("a.py", "## Alpha"), ("a.py", "## Beta")]
+    assert _missing_bench_sections(tmp_path, "# Page\n\n## Alpha\n\n## Beta 2\n") == []
+    assert _missing_bench_sections(tmp_path, "# Page\n\n## Alpha\n") == ["a.py: '## Beta'"]

@@ -429,17 +429,7 @@ def blocks(ds, path, block_bytes: int = ROW_BLOCK_BYTES):
     if ds.ndim == 0 or ds.size == 0:
         spans = [()]
     else:
-        item = ds.dtype.itemsize
-        axis = 0  # the first axis along which one step fits in block_bytes
-        while axis < len(shape) - 1 and int(np.prod(shape[axis + 1:], dtype=np.int64)) * item > block_bytes:
-            axis += 1
-        inner = max(1, int(np.prod(shape[axis + 1:], dtype=np.int64)) * item)
-        step = max(1, block_bytes // inner)
-        if ds.chunks:  # whole chunks along the cut axis per read
-            c = ds.chunks[axis]
-            step = max(c, step - step % c)
-        spans = (outer + (slice(a, a + step),) for outer in np.ndindex(*shape[:axis])
-                 for a in range(0, shape[axis], step))
+        spans = block_spans(shape, ds.dtype.itemsize, block_bytes, ds.chunks)
     for span in spans:
         try:
             block = np.ascontiguousarray(ds[span]) if span else np.asarray(ds[()])  # 0-d stays 0-d
@@ -447,6 +437,23 @@ def blocks(ds, path, block_bytes: int = ROW_BLOCK_BYTES):
             raise InputError(f"{ds.name} cannot be read ({first_line(e)})", path=path) from None
         yield span, block
         del block
+
+
+def block_spans(shape: tuple, itemsize: int, block_bytes: int, chunks: Optional[tuple] = None):
+    """The index expressions :func:`blocks` reads, in C order, for a non-empty array of ``shape``: whole
+    leading-axis rows when a row fits in ``block_bytes`` (whole ``chunks`` along the cut axis when
+    chunked), else each row cut along the first axis whose sub-blocks fit.  One rule for every bounded
+    read and copy (:func:`blocks`, :func:`write_array`)."""
+    axis = 0  # the first axis along which one step fits in block_bytes
+    while axis < len(shape) - 1 and int(np.prod(shape[axis + 1:], dtype=np.int64)) * itemsize > block_bytes:
+        axis += 1
+    inner = max(1, int(np.prod(shape[axis + 1:], dtype=np.int64)) * itemsize)
+    step = max(1, block_bytes // inner)
+    if chunks:  # whole chunks along the cut axis per read
+        c = chunks[axis]
+        step = max(c, step - step % c)
+    return (outer + (slice(a, a + step),) for outer in np.ndindex(*shape[:axis])
+            for a in range(0, shape[axis], step))
 
 
 def row_blocks(ds, path, block_bytes: int = ROW_BLOCK_BYTES):
@@ -697,6 +704,14 @@ def write_array(read, shape: tuple, dtype, dst_group, name: str, transform=None,
     out = _write(lambda: dst_group.create_dataset(name, shape=shape, dtype=dtype, **kw), dst_group,
                  f"dataset {name!r}")
     row = max(1, int(np.prod(shape[1:], dtype=object)) * dtype.itemsize)
+    if transform is None and row > COPY_BLOCK_BYTES:
+        # one row alone is over the block: copied in sub-row blocks (:func:`block_spans`), so a (5, 50 M)
+        # kernel holds one block, not a 200 MB row (issue 45 item 7's file, written as legacy .h5)
+        for span in block_spans(shape, dtype.itemsize, COPY_BLOCK_BYTES, out.chunks):
+            block = native(read(span))
+            _write(lambda: out.__setitem__(span, block), dst_group, f"dataset {name!r}")
+            del block
+        return out
     step = max(1, COPY_BLOCK_BYTES // row)
     for start in range(0, shape[0], step):
         block = native(read(np.s_[start:start + step]))

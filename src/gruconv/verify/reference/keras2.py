@@ -144,6 +144,8 @@ class Model:
 
     def __init__(self, tf, model, doc):
         self.tf, self.model, self.doc, self.path = tf, model, doc, doc.path
+        #: the loaded weights, kept for :meth:`restore` of a small model (:func:`_reusable`)
+        self._loaded = None
 
     def __call__(self, feed: list) -> list:
         with self.tf.device("/CPU:0"):
@@ -162,26 +164,64 @@ class Model:
         return self
 
     def restore(self) -> None:
-        """The file's weights again (tf_keras's loader: the same values it loaded first)."""
+        """The file's weights again: the values tf_keras's loader gave, kept in memory for a small model (a
+        floor group restored four times a model from the file: 0.64 of 8.6 CPU seconds over 7 small models),
+        the loader run again on the file for a large one (no second copy of its weights held)."""
+        if self._loaded is not None:
+            for v, a in zip(self.model.weights, self._loaded):
+                v.assign(a)
+            return
         with self.tf.device("/CPU:0"):
             _load_weights(self.model, self.doc)
 
 
+#: tf_keras models this process built, by their twin config's JSON text (:func:`build`), most recent last.
+_BUILT: dict = {}
+#: At most this many architectures are kept (a batch is usually one or a few), each of at most
+#: :data:`BUILT_MAX_BYTES` of weights (what :mod:`gruconv.keras3.runtime`'s model cache allows too).
+BUILT_MAX = 4
+BUILT_MAX_BYTES = 16 << 20
+
+
+def _reusable(doc, text: str) -> bool:
+    """Whether the model built for ``doc`` may be kept for the next file of its architecture: small (the
+    weight bytes its reader counted), and no layer keeps state between calls (``stateful``)."""
+    size = getattr(doc, "weight_bytes", None)
+    return size is not None and size <= BUILT_MAX_BYTES and '"stateful": true' not in text
+
+
 def build(doc) -> Model:
     """The tf_keras model of ``doc`` (a legacy HDF5 model file, or weights with ``--config``), weights loaded;
-    :class:`Unavailable` with the reason when it cannot be built here."""
+    :class:`Unavailable` with the reason when it cannot be built here.
+
+    One warm reference per architecture and process (issue 47 item 4): a model built before from the same
+    twin config (byte-identical JSON) is taken again with this file's weights loaded by the same tf_keras
+    loader (:func:`_load_weights` overwrites every weight, as :meth:`Model.restore` does between floor runs),
+    instead of building it again -- 1.4 of the 2.4 CPU seconds a small model's ``convert --verify`` took in a
+    batch of copies of ``fixtures/keras/sequential.h5`` (cProfile, 7 models after one warm-up)."""
     why = refusal(doc)
     if why is not None:
         raise Unavailable(why)
     tf, tf_keras = _tf_keras()
     try:
         with tf.device("/CPU:0"):
-            model = tf_keras.models.model_from_json(json.dumps(twin_config(doc.model_config)))
+            text = json.dumps(twin_config(doc.model_config))
+            model = _BUILT.pop(text, None)
+            if model is None:
+                model = tf_keras.models.model_from_json(text)
             _load_weights(model, doc)
+            keep = _reusable(doc, text)
+            if keep:
+                _BUILT[text] = model
+                while len(_BUILT) > BUILT_MAX:
+                    _BUILT.pop(next(iter(_BUILT)))
     except Exception as e:  # noqa: BLE001  third-party: tf_keras refusing the model is a reason, not a bug
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise Unavailable(f"tf_keras cannot load it ({type(e).__name__}: {first[:200]})") from None
-    return Model(tf, model, doc)
+    ref = Model(tf, model, doc)
+    if keep:  # small: restore from memory
+        ref._loaded = [v.numpy() for v in model.weights]
+    return ref
 
 
 def _load_weights(model, doc) -> None:
