@@ -16,7 +16,7 @@ the user supplies the class at load time).  A name is custom when it is in none 
 
 * :data:`KERAS3_FUNCTIONS`, :data:`LEGACY_FUNCTIONS`: the rest of those namespaces, entries that are not
   Layer classes (``deserialize``, ``serialize``, ``Input``, ``add``, ...).  A config naming one as its
-  class is not a user's class either (issue 45 item 6): carried over as a custom layer, its advice
+  class is not a user's class either: carried over as a custom layer, its advice
   ``custom_objects={"deserialize": ...}`` invited the one object that would deserialize whatever layer
   its config holds (a ``Lambda``'s marshalled code, a ``TFSMLayer`` loading a SavedModel from outside
   the input).  Such a name is refused instead (:func:`gruconv.keras3.config.outside_layer`).
