@@ -340,6 +340,22 @@ WEIGHTS_FAMILIES = {"keras", "keras_lstm", "keras_user", "trained", "tf1", "tf1_
 _FIRST_FAMILIES = ("keras_lstm", "keras_user", "tf1_lstm", "keras", "trained", "tf1", "tf2")
 
 
+#: Fixture directories with no output in the matrix, and why; any other directory of ``fixtures/`` that
+#: no family converts is named in the report (a new input kind cannot be left out unseen).
+NOT_CONVERTED = {"cudnn-golden": "cuDNN goldens (arrays, no model)", "cudnn-golden-lstm": "cuDNN goldens",
+                 "float16_weights": "weights only, no architecture beside them",
+                 "keras3": "Keras 3 files (nothing to convert)",
+                 "keras_custom": "custom layers (plain load_model refuses them by design)"}
+
+
+def unconverted_fixture_dirs() -> list:
+    """``fixtures/`` directories no family of :func:`conversions` reads and :data:`NOT_CONVERTED` does not
+    explain."""
+    covered = set(H5_DIRS) | set(TF1_DIRS) | {"tf2"} | set(LATER.values()) | set(NOT_CONVERTED)
+    return sorted(p.name for p in (ROOT / "fixtures").iterdir() if p.is_dir() and p.name not in covered
+                  and not p.name.startswith((".", "_")))
+
+
 def _architecture_beside(f: Path):
     """The ``--config`` JSON a weights-only HDF5 fixture is stored with (``X.json`` or, for
     ``X_weights.h5``, ``X.json``), else None (a full model)."""
@@ -690,6 +706,10 @@ def _convert_summary() -> list:
              f"script) and the same conversions as {len(c.get('weights', []))} `.weights.h5`; "
              f"{len(c['failed'])} conversion(s) failed"
              + (": " + "; ".join(f"`{x[:200]}`" for x in c["failed"]) if c["failed"] else "") + "."]
+    missing = unconverted_fixture_dirs()
+    lines.append("- Fixture directories not in the matrix: " + "; ".join(
+        [f"{k} ({v})" for k, v in sorted(NOT_CONVERTED.items())]
+        + [f"**{d} (no family converts it: add it to `LATER`)**" for d in missing]) + ".")
     if c.get("custom"):
         lines.append(f"- Not in the matrix: {len(c['custom'])} conversion(s) with a custom layer (plain "
                      "`load_model` refuses them by design: they load with the user's class): "
