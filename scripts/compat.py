@@ -461,7 +461,7 @@ def cmd_convert(args):
     log_lines, fallbacks, custom, families = [], {}, {}, {}
     for job in jobs:
         r = results[job["name"]]
-        out, dest = Path(job["out"]), (wdir if "weights_of" in job else raw)
+        out, dest = Path(r.get("out", job["out"])), (wdir if "weights_of" in job else raw)
         if r["code"] != 0 or not out.exists():
             last = [ln for ln in r["output"].splitlines() if ln.strip()][-1:]
             log_lines.append(f"{job['name']}: exit {r['code']}: {last}")
@@ -506,11 +506,17 @@ def convert_worker(args):
     results = {}
     for job in jobs:
         t = time.time()
-        res = CliRunner().invoke(gruconv_main, ["convert", job["src"], job["out"], *job["extra"]])
+        out = job["out"]
+        res = CliRunner().invoke(gruconv_main, ["convert", job["src"], out, *job["extra"]])
+        if res.exit_code == 2 and "cuDNN node stacks" in res.output:  # a graph of several: a directory of them
+            out = out[:-len(".keras")]
+            Path(out).mkdir(parents=True, exist_ok=True)
+            res = CliRunner().invoke(gruconv_main, ["convert", job["src"], out, "--format", "keras", *job["extra"]])
         output = res.output
         if res.exception is not None and not isinstance(res.exception, SystemExit):
             output += f"\n{type(res.exception).__name__}: {res.exception}"
-        results[job["name"]] = {"code": res.exit_code, "output": output[-4000:], "s": round(time.time() - t, 2)}
+        results[job["name"]] = {"code": res.exit_code, "output": output[-4000:], "s": round(time.time() - t, 2),
+                                "out": out}
         print(f"{job['name']}: exit {res.exit_code} ({time.time() - t:.1f} s)", file=sys.stderr, flush=True)
     Path(args.worker_out).write_text(json.dumps(results, indent=1))
 
