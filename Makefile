@@ -73,8 +73,11 @@ fixtures: setup
 clean:
 	rm -rf $(VENV) demo-out bench-out
 
+# make compat: the whole matrix (docs/compatibility.md; docs/testing.md says how long); COMPAT_ARGS=--quick for
+# a reduced run of every step (.compat/compatibility.reduced.md), --jobs 2 on an otherwise idle machine
+COMPAT_ARGS ?=
 compat: setup
-	$(PY) scripts/compat.py
+	$(PY) scripts/compat.py $(COMPAT_ARGS)
 
 # docs/cli.md's generated region from every command's own --help (scripts/cli_reference.py; tests/cli/test_docs.py
 # fails while the page differs: `$(PY) scripts/cli_reference.py --check`).  Run it after changing an option.

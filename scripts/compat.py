@@ -2,39 +2,50 @@
 """Compatibility matrix: do gruconv's ``.keras`` outputs load and compute the same numbers
 on other Keras 3 releases and backends?
 
-Run with the project venv (``make compat`` = ``.venv/bin/python scripts/compat.py``).  Steps
-(each also a subcommand; ``all``, the default, runs them in order):
+Run with the project venv (``make compat`` = ``$(PY) scripts/compat.py``; the venv that runs the script
+is the project's).  Steps (each also a subcommand; ``all``, the default, runs build, convert, reference,
+original, check and report in that order):
 
-``build``      one virtual environment per (Keras version, backend) under ``.compat/envs/``:
-               ``keras==X`` plus a CPU backend.  TensorFlow: the project's own TensorFlow, reused
-               through a ``.pth`` file naming ``.venv``'s site-packages (the env's own
-               site-packages comes first on ``sys.path``, so its ``keras==X`` wins); JAX: ``jax``
-               + ``jaxlib`` of the Keras release's era; torch: the CPU-only wheel
-               (``torch==2.13.0+cpu``, from pip's find-links here) installed once into
-               ``.compat/_torch`` and shared through a ``.pth`` file.  Idempotent (a stamp per env).
-``convert``    every fixture with something to convert (``conversions()``: fixtures/keras, keras_lstm,
-               keras_user, trained, tf1, tf1_lstm, tf2) -> ``.compat/out/raw/*.keras``, and the same
-               conversions -> ``.compat/out/weights/*.weights.h5`` (this checkout's ``src/`` through
-               ``python -m gruconv``; ``convert.json`` records failures and any conversion the
-               streaming writer refused so that Keras wrote it).
+``build``      one virtual environment per (Keras version, backend) of the matrix (:func:`matrix`:
+               :data:`KERAS_VERSIONS` x :data:`BACKENDS`, and Keras 3.4-3.7 with one backend each,
+               :data:`ONE_BACKEND`) under ``.compat/envs/`` (git-ignored): ``keras==X`` plus a CPU
+               backend.  TensorFlow: the project's own TensorFlow, reused through a ``.pth`` file naming
+               the project venv's site-packages (the env's own site-packages comes first on ``sys.path``,
+               so its ``keras==X`` wins); JAX: ``jax`` + ``jaxlib`` of the Keras release's era
+               (:data:`JAX_FOR`); torch: the CPU-only wheel (``torch==2.13.0+cpu``, from pip's
+               find-links here) installed once into ``.compat/_torch`` and shared through a ``.pth`` file.
+               Built once: an env whose stamp records the same spec (:func:`env_spec`) is reused as it is.
+``convert``    every fixture with something to convert (:func:`conversions`: fixtures/keras, keras_lstm,
+               keras_user, trained, tf1, tf1_lstm, tf2, and the later kinds of :data:`LATER`: Keras 2 /
+               tf.keras dialects, the legacy writers' files, float16 weights, tf_keras ``.keras`` zips, TF
+               2.4 SavedModels, TensorFlow graphs holding cuDNN ops and the golden graphs) ->
+               ``.compat/out/raw/*.keras``, and the Keras-graph ones -> ``.compat/out/weights/*.weights.h5``,
+               all in ONE process (the CLI in-process, this checkout's ``src/``; ``convert.json`` records
+               failures, outputs with custom layers, and any conversion the streaming writer refused so
+               that Keras wrote it).
 ``portable``   (not in ``all``) each raw output through ``gruconv.keras3.portable.rewrite_keras_zip`` ->
                ``.compat/out/portable/``.  The streaming writer already applies ``portable_config``,
                so this only documents the function's settings now.
 ``reference``  fixed random inputs per model and the outputs of the newest Keras on TensorFlow
                (the project venv) -> ``.compat/ref/``.  The reference is always computed from the
                raw outputs when they exist (the same weights), else from the tested directory.
-``check``      in every env, for every model of each tested directory: plain
-               ``keras.saving.load_model(path)`` (default arguments, safe mode), run on the inputs,
-               compare with the reference (max abs <= 1e-5; 4e-3 for float16 models).  A ``weights``
-               directory: ``keras.models.model_from_json`` of the ``.keras``'s config +
-               ``load_weights(x.weights.h5)``.
-``probe``      every serialized object of every raw output deserialized alone in each TensorFlow env:
-               the keys each release rejects.
-``vocab``      the same for every class the streaming writer can write (``gruconv.keras3.defaults``).
-``report``     ``docs/compatibility.md``: one matrix per tested directory.
+``original``   tf_keras's own outputs of each original legacy HDF5 model (an independent reference).
+``check``      ONE process per env (``--jobs N``: N envs at a time): every model of every tested
+               directory loaded once there with plain ``keras.saving.load_model(path)`` (default
+               arguments, safe mode), run on the inputs, compared with the reference (max abs <= 1e-5;
+               4e-3 for float16 models); a ``weights`` directory: ``keras.models.model_from_json`` of
+               the ``.keras``'s config + ``load_weights(x.weights.h5)``.  In a TensorFlow env the same
+               process then runs ``probe`` (every serialized object of every raw output deserialized
+               alone: the keys each release rejects) and ``vocab`` (the same for every class the
+               streaming writer can write, ``gruconv.keras3.defaults``).
+``probe``, ``vocab``  those two alone (not in ``all``).
+``report``     ``docs/compatibility.md``: one matrix per tested directory, the run's time per step.
+               A reduced run (``--quick``, ``--limit``, ``--only``, ``--versions``, ``--backends``,
+               ``--models``) writes ``.compat/compatibility.reduced.md`` instead.
 
-Rerun after a gruconv change: ``python scripts/compat.py all`` (rebuilds the outputs), or test
-any directory of ``.keras`` files: ``python scripts/compat.py check report --models DIR``.
+``--quick``: two fixtures of each family in three envs (:data:`QUICK_ENVS`), every step.  Rerun after a
+gruconv change: ``make compat`` (rebuilds the outputs, reuses the envs), or test any directory of
+``.keras`` files: ``python scripts/compat.py check report --models DIR``.
 """
 
 from __future__ import annotations
@@ -52,7 +63,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PROJECT_PY = ROOT / ".venv" / "bin" / "python"
+#: The project venv: the one running this script (``make compat`` runs it with ``$(PY)``, ``make
+#: VENV=...`` included), else ``.venv``.
+PROJECT_VENV = Path(sys.prefix) if sys.prefix != sys.base_prefix else ROOT / ".venv"
+PROJECT_PY = PROJECT_VENV / "bin" / "python"
 WORK = ROOT / ".compat"
 ENVS = WORK / "envs"
 TORCH_BASE = WORK / "_torch"
@@ -68,8 +82,14 @@ NOTES_MARKER = "<!-- notes: everything below is kept when scripts/compat.py rewr
 # release before the one the project venv has (3.15 writes keys 3.14 does not know).
 KERAS_VERSIONS = ["3.3.3", "3.8.0", "3.9.2", "3.10.0", "3.11.3", "3.12.0", "3.13.2", "3.14.0", "3.15.1"]
 BACKENDS = ["tensorflow", "jax", "torch"]
+# Keras 3.4-3.7 (issue 47 item 2), one backend each so that every backend meets the releases between the
+# floor probe and the contract's floor at least once without adding 12 envs to a 2-core run: each is the
+# release's last patch.  TensorFlow is the project venv's (as for every TensorFlow env), JAX the release
+# Keras's own CI pinned in those months (requirements-jax-cuda.txt: jax 0.4.28), torch the shared CPU wheel.
+ONE_BACKEND = [("3.4.1", "jax"), ("3.5.0", "torch"), ("3.6.0", "tensorflow"), ("3.7.0", "tensorflow")]
 # JAX of each Keras release's era (a newer jax may drop APIs an old Keras uses).
-JAX_FOR = {"3.3": "0.4.26", "3.8": "0.4.38", "3.9": "0.5.3", "3.10": "0.6.2", "3.11": "0.7.0", "3.12": "0.7.2",
+JAX_FOR = {"3.3": "0.4.26", "3.4": "0.4.28", "3.5": "0.4.28", "3.6": "0.4.28", "3.7": "0.4.28",
+           "3.8": "0.4.38", "3.9": "0.5.3", "3.10": "0.6.2", "3.11": "0.7.0", "3.12": "0.7.2",
            "3.13": "0.8.1", "3.14": "0.9.0"}
 JAX_DEFAULT = "0.10.2"
 TORCH_SPEC = "torch==2.13.0+cpu"
@@ -140,7 +160,7 @@ def project_site() -> Path:
 
 def base_python() -> str:
     """The interpreter the project venv was made from (the TF .pth trick needs the same Python)."""
-    cfg = (ROOT / ".venv" / "pyvenv.cfg").read_text()
+    cfg = (PROJECT_VENV / "pyvenv.cfg").read_text()
     for line in cfg.splitlines():
         if line.startswith("executable"):
             return line.split("=", 1)[1].strip()
@@ -165,12 +185,28 @@ def env_python(name: str) -> Path:
     return ENVS / name / "bin" / "python"
 
 
+def env_spec(version: str, backend: str) -> dict:
+    """What an env is built from; an env whose stamp records the same spec is reused as it is (built
+    once: ``make compat`` after the first run pays no install), one whose spec changed is rebuilt."""
+    spec = {"keras": version, "backend": backend, "python": base_python()}
+    if backend == "tensorflow":
+        spec["site"] = str(project_site())
+    elif backend == "jax":
+        spec["jax"] = JAX_FOR.get(".".join(version.split(".")[:2]), JAX_DEFAULT)
+    else:
+        spec["torch"] = TORCH_SPEC
+    return spec
+
+
 def build_env(version: str, backend: str) -> dict:
     name = env_name(version, backend)
     d = ENVS / name
     stamp = d / ".compat-stamp"
+    spec = env_spec(version, backend)
     if stamp.exists():
-        return json.loads(stamp.read_text())
+        info = json.loads(stamp.read_text())
+        if info.get("spec") == spec:
+            return dict(info, reused=True)
     if d.exists():
         shutil.rmtree(d)
     run([base_python(), "-m", "venv", d])
@@ -184,7 +220,7 @@ def build_env(version: str, backend: str) -> dict:
         run(pip + ["--no-deps", f"keras=={version}"])  # before the .pth: pip must not see the project's
         (site / "zz_project_venv.pth").write_text(str(project_site()) + "\n")
     elif backend == "jax":
-        jv = JAX_FOR.get(".".join(version.split(".")[:2]), JAX_DEFAULT)
+        jv = spec["jax"]
         # packaging: Keras 3.3 imports it without declaring it
         run(pip + [f"keras=={version}", f"jax=={jv}", f"jaxlib=={jv}", "packaging"])
     elif backend == "torch":
@@ -206,7 +242,7 @@ def build_env(version: str, backend: str) -> dict:
         log(f"env {name}: smoke test failed: {info['error']}")
         (d / ".compat-failed").write_text(json.dumps(info))
         return info
-    info = dict(json.loads(r.stdout.strip().splitlines()[-1]), name=name, ok=True)
+    info = dict(json.loads(r.stdout.strip().splitlines()[-1]), name=name, ok=True, spec=spec)
     if info["keras"] != version:
         info = {"name": name, "ok": False, "error": f"keras {info['keras']} imported, not {version}"}
         (d / ".compat-failed").write_text(json.dumps(info))
@@ -216,18 +252,33 @@ def build_env(version: str, backend: str) -> dict:
     return info
 
 
+def _version_key(v: str) -> list:
+    return [int(x) for x in v.split(".")]
+
+
+def matrix(args) -> list:
+    """(Keras version, backend) of every env of this run, in report order: :data:`KERAS_VERSIONS` x
+    :data:`BACKENDS` and :data:`ONE_BACKEND`, filtered by ``--versions``/``--backends``/``--only``."""
+    full = [(v, b) for v in KERAS_VERSIONS for b in BACKENDS] + ONE_BACKEND
+    full.sort(key=lambda e: (_version_key(e[0]), BACKENDS.index(e[1])))
+    out = [e for e in full if (not args.versions or e[0] in args.versions)
+           and (not args.backends or e[1] in args.backends)]
+    if args.only:
+        out = [e for e in out if env_name(*e) in args.only]
+    return out
+
+
 def cmd_build(args):
     ENVS.mkdir(parents=True, exist_ok=True)
     infos = []
-    for v in args.versions:
-        for b in args.backends:
-            t = time.time()
-            try:
-                info = build_env(v, b)
-            except subprocess.CalledProcessError as e:
-                info = {"name": env_name(v, b), "ok": False, "error": f"build failed: {e}"}
-            info["build_s"] = round(time.time() - t, 1)
-            infos.append(info)
+    for v, b in matrix(args):
+        t = time.time()
+        try:
+            info = build_env(v, b)
+        except subprocess.CalledProcessError as e:
+            info = {"name": env_name(v, b), "ok": False, "error": f"build failed: {e}"}
+        info["build_s"] = round(time.time() - t, 1)
+        infos.append(info)
     (WORK / "envs.json").write_text(json.dumps(infos, indent=1))
 
 
@@ -269,10 +320,96 @@ def conversions():
         jobs.append((f"tf2_{d.name}.keras", d, extra))
     for name, src, extra in EXTRA:
         jobs.append((name, ROOT / src, extra))
+    jobs = [(n, Path(src), list(extra), next(f for f in _FIRST_FAMILIES if n.startswith(f + "_")))
+            for n, src, extra in jobs]
+    return jobs + later_conversions()
+
+
+#: The input kinds of the rounds after the matrix was first written (issue 47 item 2), family -> fixture
+#: directory: legacy HDF5 in the dialects of Keras 2.1-2.4 / tf.keras 1.13-2.15 and of the legacy writers,
+#: tf_keras ``.keras`` zips, tf.keras SavedModels of TF 2.4, and TensorFlow graphs holding cuDNN ops (frozen
+#: GraphDefs, SavedModels; converted to their cuDNN nodes' stacks: ``.keras`` per node).  (fixtures/
+#: float16_weights is a weights-only file with no architecture beside it: an ``.h5`` output's case.)
+LATER = {"dialect": "keras_dialects", "legacywriter": "legacy_writers", "tfkzip": "tf_keras_zip", "tf24": "tf24",
+         "graph": "graphs", "graphgolden": "graphs_golden"}
+#: Families whose outputs are Keras graphs, also converted to ``.weights.h5`` (the graph families' stacks
+#: are not: a stack's ``.weights.h5`` has no ``.keras`` architecture of the same conversion to load into).
+WEIGHTS_FAMILIES = {"keras", "keras_lstm", "keras_user", "trained", "tf1", "tf1_lstm", "tf2", "dialect",
+                    "legacywriter", "tfkzip", "tf24"}
+#: The families of the first matrix, by output name prefix (longest first).
+_FIRST_FAMILIES = ("keras_lstm", "keras_user", "tf1_lstm", "keras", "trained", "tf1", "tf2")
+
+
+#: Fixture directories with no output in the matrix, and why; any other directory of ``fixtures/`` that
+#: no family converts is named in the report (a new input kind cannot be left out unseen).
+NOT_CONVERTED = {"cudnn-golden": "cuDNN goldens (arrays, no model)", "cudnn-golden-lstm": "cuDNN goldens",
+                 "float16_weights": "weights only, no architecture beside them",
+                 "keras3": "Keras 3 files (nothing to convert)",
+                 "keras_custom": "custom layers (plain load_model refuses them by design)"}
+
+
+def unconverted_fixture_dirs() -> list:
+    """``fixtures/`` directories no family of :func:`conversions` reads and :data:`NOT_CONVERTED` does not
+    explain."""
+    covered = set(H5_DIRS) | set(TF1_DIRS) | {"tf2"} | set(LATER.values()) | set(NOT_CONVERTED)
+    return sorted(p.name for p in (ROOT / "fixtures").iterdir() if p.is_dir() and p.name not in covered
+                  and not p.name.startswith((".", "_")))
+
+
+def _architecture_beside(f: Path):
+    """The ``--config`` JSON a weights-only HDF5 fixture is stored with (``X.json`` or, for
+    ``X_weights.h5``, ``X.json``), else None (a full model)."""
+    for stem in (f.stem, f.stem[:-len("_weights")] if f.stem.endswith("_weights") else None):
+        if stem and (f.parent / (stem + ".json")).exists():
+            return f.parent / (stem + ".json")
+    return None
+
+
+def later_conversions():
+    """(output name, input, extra args, family) of :data:`LATER`'s fixtures: every model file or model
+    directory there (a weights-only HDF5 file with the JSON beside it; the tf_keras zips' ``.keras``, their
+    ``.h5`` twins being the legacy kind already covered)."""
+    fx = ROOT / "fixtures"
+    jobs = []
+    for family, dname in LATER.items():
+        d = fx / dname
+        for f in sorted(d.iterdir()):
+            if f.name.startswith(("manifest", "index", "README", "make_", "reference")) or f.suffix in (".json", ".npz", ".py", ".txt", ".md"):
+                continue
+            if family == "tfkzip" and f.suffix != ".keras":
+                continue
+            if family == "graph" and f.suffix in (".h5",):  # tf_keras's HDF5 twins of the SavedModels
+                continue
+            if family == "graphgolden" and f.name == "stacks":
+                continue
+            extra = []
+            if f.suffix in (".h5", ".hdf5"):
+                cfg = _architecture_beside(f)
+                extra = ["--config", cfg] if cfg is not None else []
+            stem = f.name.split(".")[0]
+            jobs.append((f"{family}_{stem}.keras", f, extra, family))
     return jobs
 
 
+def selected_conversions(args):
+    """:func:`conversions`, or with ``--limit N`` the first N of each family (a reduced run)."""
+    jobs = conversions()
+    if not getattr(args, "limit", None):
+        return jobs
+    seen: dict = {}
+    out = []
+    for job in jobs:
+        seen[job[3]] = seen.get(job[3], 0) + 1
+        if seen[job[3]] <= args.limit:
+            out.append(job)
+    return out
+
+
 def cmd_convert(args):
+    """Every conversion in ONE process of the project venv (``_worker convert``: the CLI in-process, a
+    TensorFlow import paid once, not per fixture), this checkout's ``src/``; then the outputs copied into
+    ``raw/`` and ``weights/``: a graph's stacks written as a directory of ``.keras`` files become one
+    output each (``<name>__<stack>.keras``)."""
     raw = OUT / "raw"
     if raw.exists():
         shutil.rmtree(raw)
@@ -288,7 +425,6 @@ def cmd_convert(args):
     # editable install may be another worktree's: the first streamed run here converted with it).
     src_dir = ROOT / "src"
     env["PYTHONPATH"] = str(src_dir)
-    gruconv = [PROJECT_PY, "-m", "gruconv"]
     if args.gruconv_rev:  # a committed revision, not the working tree (which may be mid-edit)
         snap = WORK / "gruconv-src"
         shutil.rmtree(snap, ignore_errors=True)
@@ -305,40 +441,84 @@ def cmd_convert(args):
         head = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"], text=True,
                               capture_output=True).stdout.strip() or "?"
         (OUT / "gruconv-rev.txt").write_text(f"working tree ({head})\n")
-    log_lines = []
-    fallbacks = {}
-
-    def convert_one(name, src, extra, dest) -> bool:
-        """``gruconv convert`` into ``dest / name``; a failure is logged, a fallback to the Keras-built
-        route (writers/keras_model.py's one-line "streaming writer:" warning) is named in the report:
-        the contract is about the streamed outputs."""
-        r = run([*gruconv, "convert", src, scratch / name, *extra], env=env, check=False, capture=True)
-        if r.returncode != 0 or not (scratch / name).exists():
-            log_lines.append(f"{name}: exit {r.returncode}: {r.stderr.strip().splitlines()[-1:]}")
-            return False
-        shutil.copy2(scratch / name, dest / name)
-        fell_back = [ln for ln in r.stderr.splitlines() if "streaming writer:" in ln]
+    extra_names = {n for n, _, _ in EXTRA}
+    jobs = []
+    for name, src, extra, family in selected_conversions(args):
+        jobs.append({"name": name, "src": str(src), "extra": [str(x) for x in extra], "family": family,
+                     "out": str(scratch / "raw" / name)})
+        # graph options: gruconv refuses them for .weights.h5 (exit 2)
+        if family in WEIGHTS_FAMILIES and name not in extra_names:
+            wname = name[:-len(".keras")] + ".weights.h5"
+            jobs.append({"name": wname, "src": str(src), "extra": [str(x) for x in extra], "family": family,
+                         "out": str(scratch / "weights" / wname), "weights_of": name})
+    for sub in ("raw", "weights"):
+        (scratch / sub).mkdir()
+    (scratch / "jobs.json").write_text(json.dumps(jobs, indent=1))
+    t = time.time()
+    run([PROJECT_PY, __file__, "_worker", "convert", "--worker-models", scratch / "jobs.json",
+         "--worker-out", scratch / "results.json"], env=env, timeout=3600)
+    results = json.loads((scratch / "results.json").read_text())
+    log_lines, fallbacks, custom, families = [], {}, {}, {}
+    for job in jobs:
+        r = results[job["name"]]
+        out, dest = Path(r.get("out", job["out"])), (wdir if "weights_of" in job else raw)
+        if r["code"] != 0 or not out.exists():
+            last = [ln for ln in r["output"].splitlines() if ln.strip()][-1:]
+            log_lines.append(f"{job['name']}: exit {r['code']}: {last}")
+            continue
+        if "weights_of" in job and not (raw / job["weights_of"]).exists():
+            continue
+        made = [(job["name"], out)] if out.is_file() else [
+            (f"{job['name'][:-len('.keras')]}__{p.stem}.keras", p) for p in sorted(out.glob("*.keras"))]
+        for name, path in made:
+            shutil.copy2(path, dest / name)
+            families[name] = job["family"]
+        fell_back = [ln for ln in r["output"].splitlines() if "streaming writer:" in ln]
         if fell_back:
-            fallbacks[name] = fell_back[0].strip()
-        return True
-
-    for name, src, extra in conversions():
-        if not convert_one(name, src, extra, raw):
-            continue
-        if name in {n for n, _, _ in EXTRA}:  # graph options: gruconv refuses them for .weights.h5 (exit 2)
-            continue
-        convert_one(name[:-len(".keras")] + ".weights.h5", src, extra, wdir)
-    # (Until 2026-11-26 a compiled model was also converted under KERAS_BACKEND=torch, whose optimizer
-    # Keras serialized as a torch-only class.  The streaming writer imports no Keras, so that output
-    # equals keras_options; keras_portable's optimizer rewrite stays tested in test_keras_portable.)
+            fallbacks[job["name"]] = fell_back[0].strip()
+        if "custom layer class" in r["output"]:  # plain load_model refuses it by design: not a matrix row
+            custom[job["name"]] = next(ln for ln in r["output"].splitlines() if "custom layer class" in ln)[:200]
+            for name, _path in made:
+                (dest / name).unlink()
+                families.pop(name, None)
     (OUT / "convert.log").write_text("\n".join(log_lines) + "\n")
-    (OUT / "convert.json").write_text(json.dumps({"failed": log_lines, "keras_built": fallbacks,
+    (OUT / "convert.json").write_text(json.dumps({"failed": log_lines, "keras_built": fallbacks, "custom": custom,
+                                                  "families": families, "seconds": round(time.time() - t, 1),
                                                   "converted": sorted(p.name for p in raw.glob("*.keras")),
                                                   "weights": sorted(p.name for p in wdir.glob("*.weights.h5"))},
                                                  indent=1))
     for line in log_lines:
         log("convert:", line)
-    log(f"converted: {len(list(raw.glob('*.keras')))} models in {raw}")
+    log(f"converted: {len(list(raw.glob('*.keras')))} models in {raw}, "
+        f"{len(list(wdir.glob('*.weights.h5')))} in {wdir} ({time.time() - t:.0f} s)")
+
+
+def convert_worker(args):
+    """``_worker convert`` (project venv, this checkout's src): each job through the CLI in-process."""
+    import warnings
+
+    warnings.simplefilter("ignore")
+    from click.testing import CliRunner
+
+    from gruconv.cli import main as gruconv_main
+
+    jobs = json.loads(Path(args.worker_models[0]).read_text())
+    results = {}
+    for job in jobs:
+        t = time.time()
+        out = job["out"]
+        res = CliRunner().invoke(gruconv_main, ["convert", job["src"], out, *job["extra"]])
+        if res.exit_code == 2 and "cuDNN node stacks" in res.output:  # a graph of several: a directory of them
+            out = out[:-len(".keras")]
+            Path(out).mkdir(parents=True, exist_ok=True)
+            res = CliRunner().invoke(gruconv_main, ["convert", job["src"], out, "--format", "keras", *job["extra"]])
+        output = res.output
+        if res.exception is not None and not isinstance(res.exception, SystemExit):
+            output += f"\n{type(res.exception).__name__}: {res.exception}"
+        results[job["name"]] = {"code": res.exit_code, "output": output[-4000:], "s": round(time.time() - t, 2),
+                                "out": out}
+        print(f"{job['name']}: exit {res.exit_code} ({time.time() - t:.1f} s)", file=sys.stderr, flush=True)
+    Path(args.worker_out).write_text(json.dumps(results, indent=1))
 
 
 def cmd_portable(args):
@@ -388,7 +568,7 @@ def cmd_original(args):
     ``tests/readers/test_user_models.py``), runs it on the reference inputs and compares with the reference
     outputs -> ``.compat/ref/original.json``.  TF1/TF2 checkpoints have no such independent route here."""
     jobs = {}
-    for name, src, extra in conversions():
+    for name, src, extra, _family in conversions():
         if src.suffix in (".h5", ".hdf5") and (REF / (name + ".npz")).exists():
             cfg = str(extra[extra.index("--config") + 1]) if "--config" in extra else None
             jobs[name] = {"src": str(src), "config": cfg}
@@ -400,37 +580,58 @@ def cmd_original(args):
 
 
 def cmd_check(args):
+    """ONE process per env (``_worker env``): every tested directory's models loaded and run there, and in
+    a TensorFlow env also the ``probe`` of the raw outputs and the ``vocab`` probe, so each env pays its
+    Keras and backend import once.  ``--jobs N`` runs N envs at a time (each env process is one
+    interpreter; on 2 shared cores keep 1, the default)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     RESULTS.mkdir(parents=True, exist_ok=True)
-    for d in model_dirs(args):
-        for v in args.versions:
-            for b in args.backends:
-                name = env_name(v, b)
+    dirs = model_dirs(args)
+    vocab = vocab_model() if "vocab" in args.steps or args.steps_all else None
+    timings = {}
+
+    def one(env):
+        v, b = env
+        name = env_name(v, b)
+        stamp = ENVS / name / ".compat-stamp"
+        if not stamp.exists():
+            failed = ENVS / name / ".compat-failed"
+            why = json.loads(failed.read_text())["error"] if failed.exists() else "env not built"
+            for d in dirs:
+                (RESULTS / f"{d.name}__{name}.json").write_text(json.dumps({"env_error": why}))
+            return
+        env = dict(os.environ, KERAS_BACKEND=b, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3",
+                   PYTHONNOUSERSITE="1", JAX_PLATFORMS="cpu", OMP_NUM_THREADS="1")
+        env.pop("PYTHONPATH", None)
+        cmd = [env_python(name), __file__, "_worker", "env", "--worker-ref", REF, "--worker-out", RESULTS,
+               "--worker-env", name, "--worker-models", *dirs]
+        if b == "tensorflow" and (OUT / "raw").exists():
+            cmd += ["--worker-probe", OUT / "raw"] + (["--worker-vocab", vocab] if vocab else [])
+        t = time.time()
+        r = run(cmd, env=env, check=False, timeout=3600, capture=True)
+        if r.returncode != 0:
+            why = (r.stderr.strip().splitlines() or ["?"])[-1]
+            for d in dirs:
                 out = RESULTS / f"{d.name}__{name}.json"
-                stamp = ENVS / name / ".compat-stamp"
-                if not stamp.exists():
-                    failed = ENVS / name / ".compat-failed"
-                    why = json.loads(failed.read_text())["error"] if failed.exists() else "env not built"
+                if not out.exists() or out.stat().st_mtime < t:
                     out.write_text(json.dumps({"env_error": why}))
-                    continue
-                env = dict(os.environ, KERAS_BACKEND=b, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3",
-                           PYTHONNOUSERSITE="1")
-                env.pop("PYTHONPATH", None)
-                t = time.time()
-                r = run([env_python(name), __file__, "_worker", "check", "--worker-models", d,
-                         "--worker-ref", REF, "--worker-out", out], env=env, check=False, timeout=1800,
-                        capture=True)
-                if r.returncode != 0:
-                    out.write_text(json.dumps({"env_error": (r.stderr.strip().splitlines() or ["?"])[-1]}))
-                log(f"check {d.name} {name}: {time.time() - t:.0f} s")
+        timings[name] = round(time.time() - t, 1)
+        log(f"check {name}: {timings[name]:.0f} s")
+
+    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        list(pool.map(one, matrix(args)))
+    (WORK / "check_timings.json").write_text(json.dumps(timings, indent=1))
 
 
 def cmd_probe(args):
-    """Which config keys does each Keras version reject?  (raw outputs, TensorFlow envs)"""
+    """Which config keys does each Keras version reject?  (raw outputs, TensorFlow envs; ``check`` does
+    this in the same process: this step alone reruns it.)"""
     RESULTS.mkdir(parents=True, exist_ok=True)
     src = (Path(args.models[0]).resolve() if args.models else OUT / "raw")
-    for v in args.versions:
-        name = env_name(v, "tensorflow")
-        if not (ENVS / name / ".compat-stamp").exists():
+    for v, b in matrix(args):
+        name = env_name(v, b)
+        if b != "tensorflow" or not (ENVS / name / ".compat-stamp").exists():
             continue
         env = dict(os.environ, KERAS_BACKEND="tensorflow", CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3")
         run([env_python(name), __file__, "_worker", "probe", "--worker-models", src,
@@ -442,12 +643,33 @@ _SAMPLE = {"input_dim": 3, "output_dim": 2, "units": 2, "rate": 0.5, "stddev": 0
            "target_shape": [2], "dims": [1], "n": 2, "axes": 1, "filters": 2, "kernel_size": [2], "pool_size": [2]}
 
 
+def vocab_model() -> Path:
+    """The vocabulary probe's model (:func:`cmd_vocab`), written once per run."""
+    return _vocab_doc()
+
+
 def cmd_vocab(args):
     """Every class the streaming writer can write (``gruconv.keras3.defaults``: layers, initializers,
     regularizers, constraints, optimizers), each with every argument at its Keras 3.15.1 default
     (required ones from ``_SAMPLE``) and passed through ``gruconv.keras3.portable.portable_config`` as
     the writer does, deserialized on its own in the TensorFlow env of each release (the ``probe``
-    worker): the classes and keys a release refuses, fixtures or not."""
+    worker): the classes and keys a release refuses, fixtures or not.  (``check`` does this in the same
+    process as the env's models: this step alone reruns it.)"""
+    d = _vocab_doc()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    for v, b in matrix(args):
+        name = env_name(v, b)
+        if b != "tensorflow" or not (ENVS / name / ".compat-stamp").exists():
+            continue
+        env = dict(os.environ, KERAS_BACKEND="tensorflow", CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3")
+        env.pop("PYTHONPATH", None)
+        run([env_python(name), __file__, "_worker", "probe", "--worker-models", d,
+             "--worker-out", RESULTS / f"vocab__{v}.json"], env=env, check=False, timeout=1800, capture=True)
+    log(f"vocab: {d} probed")
+
+
+def _vocab_doc() -> Path:
+    """``.compat/out/vocab/vocabulary.keras``: a config.json of every class of the vocabulary (below)."""
     import copy
     import zipfile
 
@@ -472,16 +694,7 @@ def cmd_vocab(args):
     d.mkdir(parents=True)
     with zipfile.ZipFile(d / "vocabulary.keras", "w") as z:
         z.writestr("config.json", json.dumps(doc))
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    for v in args.versions:
-        name = env_name(v, "tensorflow")
-        if not (ENVS / name / ".compat-stamp").exists():
-            continue
-        env = dict(os.environ, KERAS_BACKEND="tensorflow", CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3")
-        env.pop("PYTHONPATH", None)
-        run([env_python(name), __file__, "_worker", "probe", "--worker-models", d,
-             "--worker-out", RESULTS / f"vocab__{v}.json"], env=env, check=False, timeout=1800, capture=True)
-    log(f"vocab: {len(objs)} classes probed")
+    return d
 
 
 def _short(v: str) -> str:
@@ -499,11 +712,51 @@ def _convert_summary() -> list:
              f"script) and the same conversions as {len(c.get('weights', []))} `.weights.h5`; "
              f"{len(c['failed'])} conversion(s) failed"
              + (": " + "; ".join(f"`{x[:200]}`" for x in c["failed"]) if c["failed"] else "") + "."]
+    missing = unconverted_fixture_dirs()
+    lines.append("- Fixture directories not in the matrix: " + "; ".join(
+        [f"{k} ({v})" for k, v in sorted(NOT_CONVERTED.items())]
+        + [f"**{d} (no family converts it: add it to `LATER`)**" for d in missing]) + ".")
+    if c.get("custom"):
+        lines.append(f"- Not in the matrix: {len(c['custom'])} conversion(s) with a custom layer (plain "
+                     "`load_model` refuses them by design: they load with the user's class): "
+                     + ", ".join(sorted(c["custom"])) + ".")
     kb = c.get("keras_built", {})
     lines.append("- Written by the streaming writer (no Keras import): "
                  + (f"all but {len(kb)}, which fell back to the Keras-built route: "
                     + "; ".join(f"{k} (`{v[:160]}`)" for k, v in sorted(kb.items())) if kb else "all of them") + ".")
     return lines
+
+
+def _timing_summary() -> list:
+    """How long the run that wrote the page took, step by step (``.compat/timings.json``)."""
+    f = WORK / "timings.json"
+    if not f.exists():
+        return []
+    t = json.loads(f.read_text())
+    steps = ", ".join(f"{k} {v / 60:.1f} min" for k, v in t["steps"].items())
+    checks = WORK / "check_timings.json"
+    per_env = ""
+    if checks.exists():
+        c = json.loads(checks.read_text())
+        if c:
+            per_env = (f"; one env's process (all its models, and the probes in a TensorFlow env): "
+                       f"{min(c.values()) / 60:.1f}-{max(c.values()) / 60:.1f} min")
+    scale = f", the first {t['limit']} fixtures of each family" if t.get("limit") else ""
+    return [f"- This run: {len(t['envs'])} envs{scale}, {t.get('jobs', 1)} at a time, on {t['cpus']} cores: "
+            f"{t.get('total_s', 0) / 60:.1f} min before the report ({steps}{per_env})."]
+
+
+def _families() -> list:
+    f = OUT / "convert.json"
+    if not f.exists():
+        return []
+    fams: dict = {}
+    for name, fam in json.loads(f.read_text()).get("families", {}).items():
+        fams[fam] = fams.get(fam, 0) + 1
+    return ["- Outputs by input family (name prefix): " + ", ".join(f"{k} {v}" for k, v in sorted(fams.items()))
+            + "; `graph*`: TensorFlow graphs' cuDNN nodes as stacks (`name__stack`), `dialect`: Keras 2.1-2.4 "
+            "and tf.keras 1.13 dialects, `legacywriter`: tf.keras 2.12/2.15's HDF5 writer, `tfkzip`: tf_keras "
+            "`.keras` zips, `tf24`: TF 2.4 tf.keras SavedModels."]
 
 
 def _probe_table(prefix: str, title: str, intro: str) -> list:
@@ -557,7 +810,7 @@ def _original_summary() -> list:
 
 def cmd_report(args):
     dirs = model_dirs(args)
-    envs = [(v, b) for v in args.versions for b in args.backends]
+    envs = matrix(args)
     infos = {}
     for v, b in envs:
         d = ENVS / env_name(v, b)
@@ -583,6 +836,8 @@ def cmd_report(args):
          f"- Outputs written by gruconv at `{rev}` with Keras {pk[0]} on TensorFlow {pk[1]} "
          f"(project venv; NumPy {pk[2]}, h5py {pk[3]}).",
          *_convert_summary(),
+         *_timing_summary(),
+         *_families(),
          f"- Reference outputs: the raw outputs loaded and run in the project venv (Keras {pk[0]}, "
          "TensorFlow backend) on fixed random inputs "
          f"(batch {BATCH}, {STEPS} steps where the time axis is free; seeded by file name).",
@@ -676,8 +931,11 @@ def cmd_report(args):
         L += [NOTES_MARKER + DOC.read_text().split(NOTES_MARKER, 1)[1].rstrip(), ""]
     else:
         L += [NOTES_MARKER, ""]
-    DOC.write_text("\n".join(L))
-    log(f"wrote {DOC}")
+    # A reduced run (--quick, --limit, --only, --versions, --backends, --models) never replaces the page.
+    reduced = args.limit or args.only or args.versions or args.backends or args.models
+    target = WORK / "compatibility.reduced.md" if reduced else DOC
+    target.write_text("\n".join(L))
+    log(f"wrote {target}")
 
 
 # ---------------------------------------------------------------------------------------- worker
@@ -815,15 +1073,21 @@ def probe(args):
     """Which config keys of which classes does this Keras reject?  Each serialized object of every
     model's config.json (not models, not layers with inbound nodes) is deserialized on its own; when
     that fails, each key is left out in turn to find the one(s) whose removal makes it load."""
-    import copy
     import warnings
-    import zipfile
 
     warnings.simplefilter("ignore")
     import keras
 
+    Path(args.worker_out).write_text(json.dumps(probe_dir(keras, Path(args.worker_models[0])), indent=1))
+
+
+def probe_dir(keras, models: Path) -> dict:
+    """:func:`probe`'s finding for the ``.keras`` files of ``models``, in this process's Keras."""
+    import copy
+    import zipfile
+
     found = {}
-    for path in sorted(Path(args.worker_models).glob("*.keras")):
+    for path in sorted(models.glob("*.keras")):
         with zipfile.ZipFile(path) as z:
             doc = json.loads(z.read("config.json"))
         # Innermost first; each object's rejected keys are removed in place, so that its parent
@@ -874,7 +1138,7 @@ def probe(args):
                 rec["fails_anyway"] = msgs[-1]
             if path.name not in rec["files"]:
                 rec["files"].append(path.name)
-    Path(args.worker_out).write_text(json.dumps({"keras": keras.__version__, "rejected": found}, indent=1))
+    return {"keras": keras.__version__, "rejected": found}
 
 
 def original(args):
@@ -934,19 +1198,52 @@ def original(args):
 
 def worker(args):
     import warnings
-    import zipfile
-    import zlib
 
     import numpy as np
     warnings.simplefilter("ignore")
     import keras
 
-    mdir = Path(args.worker_models)
+    results = check_dir(keras, np, Path(args.worker_models[0]), Path(args.worker_ref), args.mode)
+    Path(args.worker_out).write_text(json.dumps(results, indent=1))
+
+
+def env_worker(args):
+    """``_worker env``: everything one env checks, in one interpreter: each directory's models
+    (:func:`check_dir`, a result file per directory as soon as it is done), then in a TensorFlow env the
+    probe of the raw outputs and of the vocabulary (:func:`probe_dir`)."""
+    import warnings
+
+    import numpy as np
+    warnings.simplefilter("ignore")
+    import keras
+
+    out, name = Path(args.worker_out), args.worker_env
+    t = time.time()
+    for d in args.worker_models:
+        d = Path(d)
+        res = check_dir(keras, np, d, Path(args.worker_ref), "check")
+        res["seconds"] = round(time.time() - t, 1)
+        (out / f"{d.name}__{name}.json").write_text(json.dumps(res, indent=1))
+        print(f"{name} {d.name}: {len(res['models'])} models, {time.time() - t:.0f} s", file=sys.stderr, flush=True)
+        t = time.time()
+    version = keras.__version__
+    if args.worker_probe:
+        (out / f"probe__{version}.json").write_text(json.dumps(probe_dir(keras, Path(args.worker_probe)), indent=1))
+    if args.worker_vocab:
+        (out / f"vocab__{version}.json").write_text(json.dumps(probe_dir(keras, Path(args.worker_vocab)), indent=1))
+    print(f"{name} probes: {time.time() - t:.0f} s", file=sys.stderr, flush=True)
+
+
+def check_dir(keras, np, mdir: Path, ref: Path, mode: str) -> dict:
+    """Every model of ``mdir`` loaded once and run in this process's Keras (``mode`` ``check``: against
+    the reference; ``reference``: writes it)."""
+    import zipfile
+    import zlib
+
     # A "weights" directory holds .weights.h5 files, each checked in the model built from the config
     # of the .keras of the same conversion (raw/ beside it); any other holds .keras files.
-    weights_mode = mdir.name == "weights" and args.mode == "check"
+    weights_mode = mdir.name == "weights" and mode == "check"
     models = sorted(mdir.glob("*.weights.h5" if weights_mode else "*.keras"))
-    ref = Path(args.worker_ref)
     results = {"keras": keras.__version__, "backend": keras.backend.backend(), "models": {}}
     for path in models:
         r = {}
@@ -957,7 +1254,7 @@ def worker(args):
                 config_text = z.read("config.json").decode("utf-8", "replace")
             f16 = "float16" in config_text
             t = time.time()
-            if args.mode == "reference":
+            if mode == "reference":
                 # compile=False: the reference needs the architecture and weights only (a model
                 # compiled under another backend must still get a reference)
                 model = keras.saving.load_model(str(path), compile=False)
@@ -983,29 +1280,61 @@ def worker(args):
                 _judge(r, _run_model(keras, np, model, inputs), want, f16)
         except Exception as e:  # noqa: BLE001 - every failure is a cell of the matrix
             r.update(status="error", error=_root_error(e), outer_error=_first_line(e))
-    Path(args.worker_out).write_text(json.dumps(results, indent=1))
+    return results
+
+
+#: ``--quick``: one env per backend, among them the oldest release and two of the new ones, two fixtures
+#: of each family: a run of minutes that exercises every step and every output kind.
+QUICK_ENVS = ["keras3.4.1-jax", "keras3.6.0-tensorflow", "keras3.15.1-torch"]
+#: The steps of ``all`` (``probe`` and ``vocab`` run inside ``check``, in each TensorFlow env's process).
+ALL_STEPS = ["build", "convert", "reference", "original", "check", "report"]
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("steps", nargs="*", default=["all"])
-    p.add_argument("--versions", nargs="+", default=KERAS_VERSIONS)
-    p.add_argument("--backends", nargs="+", default=BACKENDS)
+    p.add_argument("--versions", nargs="+", default=None, help="Keras releases (default: all of the matrix)")
+    p.add_argument("--backends", nargs="+", default=None, help="backends (default: all)")
+    p.add_argument("--only", nargs="+", help="env names (keras3.6.0-tensorflow ...): only these envs")
+    p.add_argument("--limit", type=int, help="convert only the first N fixtures of each family")
+    p.add_argument("--quick", action="store_true", help=f"a reduced run: --limit 2 and, unless --only, "
+                   f"the envs {', '.join(QUICK_ENVS)}")
+    p.add_argument("--jobs", type=int, default=1, help="envs checked at a time (default 1)")
     p.add_argument("--models", nargs="+", help="directories of .keras files to test (default: "
                    ".compat/out/raw and .compat/out/portable)")
     p.add_argument("--gruconv-rev", help="convert with this git revision of src/ (git archive) instead "
                    "of the working tree")
-    p.add_argument("--worker-models", help=argparse.SUPPRESS)
+    p.add_argument("--worker-models", nargs="+", help=argparse.SUPPRESS)
     p.add_argument("--worker-ref", help=argparse.SUPPRESS)
     p.add_argument("--worker-out", help=argparse.SUPPRESS)
+    p.add_argument("--worker-env", help=argparse.SUPPRESS)
+    p.add_argument("--worker-probe", help=argparse.SUPPRESS)
+    p.add_argument("--worker-vocab", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.steps[:1] == ["_worker"]:
         args.mode = args.steps[1]
-        return {"probe": probe, "original": original}.get(args.mode, worker)(args)
-    if args.steps == ["all"]:
-        args.steps = ["build", "convert", "reference", "original", "check", "probe", "vocab", "report"]
+        return {"probe": probe, "original": original, "convert": convert_worker,
+                "env": env_worker}.get(args.mode, worker)(args)
+    if args.quick:
+        args.limit = args.limit or 2
+        args.only = args.only or QUICK_ENVS
+    args.steps_all = args.steps == ["all"]
+    if args.steps_all:
+        args.steps = list(ALL_STEPS)
+    WORK.mkdir(parents=True, exist_ok=True)
+    timings = {"started": _dt.datetime.now().isoformat(timespec="seconds"), "cpus": os.cpu_count(),
+               "envs": [env_name(*e) for e in matrix(args)], "limit": args.limit, "jobs": args.jobs, "steps": {}}
+    t0 = time.time()
     for s in args.steps:
+        t = time.time()
+        if s == "report":
+            timings["total_s"] = round(time.time() - t0, 1)
+            (WORK / "timings.json").write_text(json.dumps(timings, indent=1))
         globals()[f"cmd_{s}"](args)
+        timings["steps"][s] = round(time.time() - t, 1)
+        log(f"step {s}: {time.time() - t:.0f} s")
+    timings["total_s"] = round(time.time() - t0, 1)
+    (WORK / "timings.json").write_text(json.dumps(timings, indent=1))
 
 
 if __name__ == "__main__":

@@ -242,6 +242,18 @@ def _lambda_layer(marker: Path) -> dict:
         "output_shape": None, "output_shape_type": "raw", "output_shape_module": None, "arguments": {}}}
 
 
+def _tfsm_layer(filepath: Path) -> dict:
+    """A Keras 3 ``TFSMLayer`` config: building it loads the SavedModel at ``filepath`` (outside the input)."""
+    return {"class_name": "TFSMLayer", "config": {"name": "tfsm", "trainable": False, "dtype": "float32",
+                                                 "filepath": str(filepath), "call_endpoint": "serve"}}
+
+
+def _namespace_wrapper(function: str, layer: dict) -> dict:
+    """A layer entry whose class is a function of Keras's layer namespace (``deserialize``), its config
+    holding a whole layer config: what ``keras.layers.deserialize(config)`` would build."""
+    return {"class_name": function, "config": {"name": "evil_deser", "config": layer}}
+
+
 def _insert_layer(f, layer: dict, at: int = 1, group: Optional[str] = None) -> None:
     cfg = _config(f)
     cfg["config"]["layers"].insert(at, layer)
@@ -530,6 +542,19 @@ def make_corpus(dest) -> list:
     add("h5_custom_object_module_os", _h5_edit(SEQ, h / "module_os.h5", lambda f: _insert_layer(
         f, {"module": "os", "class_name": "system", "registered_name": "system",
             "config": {"command": f"touch {marker2}", "name": "sys"}}, 3, "sys")), marker=marker2)
+
+    # issue 45 item 6: a class named after a function of Keras's layer namespace is no user's class, and a
+    # carried-over config is searched for code as the model's own layers are
+    add("h5_deserialize_lambda", _h5_edit(SEQ, h / "deserialize_lambda.h5", lambda f: _insert_layer(
+        f, _namespace_wrapper("deserialize", _lambda_layer(marker)), 1, "evil_deser")), marker=marker)
+    add("h5_deserialize_lambda_verify", h / "deserialize_lambda.h5", command="verify", output="none", marker=marker)
+    add("h5_deserialize_tfsmlayer", _h5_edit(SEQ, h / "deserialize_tfsm.h5", lambda f: _insert_layer(
+        f, _namespace_wrapper("deserialize", _tfsm_layer(dest / "outside_saved_model")), 1, "evil_deser")))
+    add("h5_tfsmlayer", _h5_edit(SEQ, h / "tfsm.h5", lambda f: _insert_layer(
+        f, _tfsm_layer(dest / "outside_saved_model"), 1, "tfsm")))
+    add("h5_custom_layer_holding_lambda", _h5_edit(SEQ, h / "custom_lambda.h5", lambda f: _insert_layer(
+        f, {"class_name": "MyWrapper", "config": {"name": "my_wrapper", "inner": _lambda_layer(marker)}}, 3,
+        "my_wrapper")), marker=marker)
 
     # valid but awkward: attribute strings as bytes or as str
     add("h5_attrs_as_bytes", _h5_edit(SEQ, h / "attrs_bytes.h5", lambda f: _all_attrs(f, _to_bytes)),

@@ -151,6 +151,14 @@ EXPECTED: dict = {
     "h5_unknown_custom_layer": Expect(0, warning=r"custom layer class MyAttention \(my_attention\) carried over "
                                                  r"as it is.*custom_objects=\{\"MyAttention\": <your Keras 3 class>\}"),
     "h5_custom_object_module_os": Expect(0, warning=r"custom layer class system \(sys\) carried over as it is"),
+    # issue 45 item 6: Keras's own namespace function as a class, a config holding code: refused, not carried
+    "h5_deserialize_lambda": E3(r"Lambda layer\(s\) evil_deser/evil_lambda holding Python code; gruconv never runs"),
+    "h5_deserialize_lambda_verify": E3(r"layer 'sequential/evil_deser' \(deserialize\): its config holds Lambda "
+                                       r"layer\(s\) sequential/evil_deser/evil_lambda holding Python code"),
+    "h5_deserialize_tfsmlayer": E3(r"loading it from outside the file: evil_deser/tfsm \(TFSMLayer: a SavedModel "
+                                   r"loaded from its filepath\); gruconv never runs it"),
+    "h5_tfsmlayer": E3(r"loading it from outside the file: tfsm \(TFSMLayer"),
+    "h5_custom_layer_holding_lambda": E3(r"Lambda layer\(s\) my_wrapper/evil_lambda holding Python code"),
     # valid inputs
     "h5_attrs_as_bytes": Expect(0),
     "h5_attrs_as_str": Expect(0),
@@ -259,6 +267,7 @@ PENDING: dict = {}
 SUBPROCESS = {
     "gen_empty_file", "gen_missing_file", "h5_truncated_at_512", "h5_kernel_claims_terabytes",
     "h5_lambda_marshal_code", "h5_unknown_custom_layer", "h5_nan_inf_weights", "tf1_data_flip_opaque",
+    "h5_deserialize_lambda",
     "out_exists_no_force", "out_unknown_extension",
 }
 

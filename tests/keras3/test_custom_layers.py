@@ -24,6 +24,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import FIXTURES
+from make_bad_inputs import _lambda_layer, _tfsm_layer
 
 from gruconv.cli import main
 
@@ -69,6 +70,16 @@ def test_builtin_tables_are_keras_own():
     assert not is_custom("my layer") and not is_custom("Pkg>") and not is_custom("")  # no Python class
 
 
+def test_namespace_function_table_is_keras_own():
+    """builtins.py's list of ``keras.layers`` entries that are not Layer classes is exactly Keras's, and
+    none of them is a user's class (issue 45 item 6: ``deserialize`` was carried over as one)."""
+    from gruconv.keras3.builtins import KERAS3_FUNCTIONS, is_custom
+
+    assert set(KERAS3_FUNCTIONS) == set(namespace_functions())
+    assert not any(is_custom(n) for n in KERAS3_FUNCTIONS)
+    assert is_custom("Pkg>deserialize")  # a registered class of the user's, by its prefix
+
+
 @pytest.mark.slow
 def test_legacy_table_covers_tf_keras():
     """Every Layer class tf_keras exports is Keras 3's or in the legacy list (a tf_keras subprocess)."""
@@ -83,6 +94,23 @@ def test_legacy_table_covers_tf_keras():
     assert res.returncode == 0, res.stderr[-2000:]
     names = set(json.loads(res.stdout.strip().splitlines()[-1]))
     assert names - KERAS3_LAYERS - LEGACY_LAYERS == set()
+
+
+@pytest.mark.slow
+def test_legacy_function_table_covers_tf_keras():
+    """Every entry of tf_keras's layer namespaces that is not a Layer class is in Keras 3's list of such
+    names or in the legacy one (a tf_keras subprocess)."""
+    from gruconv.keras3.builtins import KERAS3_FUNCTIONS, LEGACY_FUNCTIONS
+
+    script = ("import json, tensorflow as tf, tf_keras as K\n"
+              "mods = (K.layers, tf.compat.v1.keras.layers, K.layers.experimental, K.layers.experimental.preprocessing)\n"
+              "print(json.dumps(sorted({n for m in mods for n in dir(m) if not n.startswith('_') and not "
+              "(isinstance(getattr(m, n), type) and issubclass(getattr(m, n), K.layers.Layer))})))")
+    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    res = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    names = set(json.loads(res.stdout.strip().splitlines()[-1]))
+    assert names == KERAS3_FUNCTIONS | LEGACY_FUNCTIONS
 
 
 # --------------------------------------------------------------------------- convert
@@ -259,6 +287,143 @@ def test_lambda_stays_refused_and_points_at_h5(tmp_path):
         with pytest.raises(UnsupportedError) as e:
             plan(doc.document(), tmp_path / name, keras_h5.Options())
         assert "stored in the model file" in e.value.message and "OUT.h5 (--format h5-weights)" in e.value.message
+
+
+# --------------------------------------------------------------------------- what a carried-over layer may carry
+
+
+def namespace_functions() -> list:
+    """Every ``keras.layers`` entry that is not a Layer class, read from the installed Keras itself."""
+    from gruconv.keras3 import runtime as keras3
+
+    layers = keras3.keras().layers
+    return sorted(n for n in dir(layers) if not n.startswith("_") and not (
+        isinstance(getattr(layers, n), type) and issubclass(getattr(layers, n), layers.Layer)))
+
+
+def _code(marker: Path) -> str:
+    import base64
+    import marshal
+
+    fn = eval(f"lambda x: (open({str(marker)!r}, 'w').write('code ran'), x)[1]")  # noqa: S307 - the bait
+    return base64.b64encode(marshal.dumps(fn.__code__)).decode("ascii")
+
+
+#: Each kind of code a config can name, as a builder of its JSON (marker: the file the code would write;
+#: outside: a path outside the input).  What the search must find is each one's ``what``.
+PAYLOADS = {
+    # Keras 2 Lambda (marshalled bytecode), the hostile file's
+    "keras2_lambda": lambda marker, outside: _lambda_layer(marker),
+    # Keras 3 Lambda: the function as a serialized __lambda__ object
+    "keras3_lambda": lambda marker, outside: {
+        "module": "keras.layers", "class_name": "Lambda", "registered_name": None, "config": {
+            "name": "lambda3", "function": {"class_name": "__lambda__", "config": {
+                "code": _code(marker), "defaults": None, "closure": None}}, "arguments": {}}},
+    # the bare __lambda__ object, under any key
+    "lambda_object": lambda marker, outside: {"class_name": "__lambda__", "config": {
+        "code": _code(marker), "defaults": None, "closure": None}},
+    # a Keras 2 Lambda's keys under another class's name
+    "function_type": lambda marker, outside: {"name": "fn", "function": [_code(marker), None, None],
+                                              "function_type": "lambda"},
+    # a registered-looking Lambda
+    "registered_lambda": lambda marker, outside: dict(_lambda_layer(marker), class_name="Pkg>Lambda"),
+    # a TFSMLayer loading a SavedModel from outside the input
+    "tfsmlayer": lambda marker, outside: _tfsm_layer(outside),
+}
+
+
+def _nest(payload, path: list):
+    """``payload`` at ``path`` (keys: dicts; ints: list positions after that many harmless entries)."""
+    for step in reversed(path):
+        payload = [{"class_name": "Dense", "config": {"name": f"d{i}", "units": 2}} for i in range(step)] + [payload] \
+            if isinstance(step, int) else {step: payload}
+    return payload
+
+
+def _refused(tmp_path: Path, cls: str, payload: str, path: list) -> None:
+    """A copy of sequential.h5 with a layer of class ``cls`` whose config holds ``payload`` at ``path``:
+    ``convert`` to .keras exits 3 in one line, writes nothing, runs no code."""
+    from make_bad_inputs import SEQ, _h5_edit, _insert_layer
+
+    case = tmp_path / f"{cls.replace('>', '_')}-{payload}-{len(path)}"
+    case.mkdir()
+    marker, outside = case / "MARKER", case / "outside_saved_model"
+    nested = _nest(PAYLOADS[payload](marker, outside), path)
+    config = {"name": "evil_ns", **(nested if isinstance(nested, dict) and path else {"config": nested})}
+    model = _h5_edit(SEQ, case / "m.h5", lambda f: _insert_layer(f, {"class_name": cls, "config": config}, 1,
+                                                                  "evil_ns"))
+    out = case / "out" / "m.keras"
+    out.parent.mkdir()
+    res = run("convert", model, out)
+    errors = [l for l in res.output.splitlines() if l.startswith("gruconv: error:")]
+    assert res.exit_code == 3 and len(errors) == 1, (cls, payload, path, res.output)
+    assert "holding Python code" in errors[0] or "loading it from outside the file" in errors[0], errors[0]
+    assert "custom layer class" not in res.output and "Traceback" not in res.output
+    assert list(out.parent.iterdir()) == [] and not marker.exists()
+
+
+@pytest.mark.parametrize("payload", sorted(PAYLOADS))
+def test_every_namespace_function_with_code_is_refused(payload, tmp_path):
+    """Issue 45 item 6, over every name Keras's layer namespace holds that is not a Layer class (read from
+    Keras itself), a user's class name and a registered one: a config naming it as its class and holding
+    ``payload`` exits 3 on convert, nothing written, no code run."""
+    for cls in namespace_functions() + ["MyCustomLayer", "Pkg>deserialize"]:
+        _refused(tmp_path, cls, payload, [])
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=25, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=st.data())
+def test_code_nested_anywhere_in_a_carried_config_is_refused(data, tmp_path_factory):
+    """The same, with the payload nested anywhere in the carried config (keys and list positions drawn by
+    hypothesis): the search is the whole config, not the keys a class is known to hand on."""
+    cls = data.draw(st.sampled_from(namespace_functions() + ["MyCustomLayer", "Pkg>serialize"]), label="class")
+    payload = data.draw(st.sampled_from(sorted(PAYLOADS)), label="payload")
+    path = data.draw(st.lists(st.one_of(st.sampled_from(["config", "layer", "layers", "cell", "inner", "kwargs"]),
+                                        st.integers(0, 2)), min_size=1, max_size=4), label="path")
+    _refused(tmp_path_factory.mktemp("nested"), cls, payload, path)
+
+
+def test_namespace_function_without_code_is_refused_not_carried(tmp_path):
+    """Without code inside, a class named after a Keras function is still no user's layer: refused (the
+    Keras-built route: ``outside_layer``), never carried over with a custom_objects advice."""
+    from gruconv.errors import UnsupportedError
+    from gruconv.keras3.config import CARRY, layer_config
+    from make_bad_inputs import SEQ, _h5_edit, _insert_layer
+
+    for cls in namespace_functions():
+        with pytest.raises(UnsupportedError, match=rf"\({cls}\): {cls} is a function of Keras's layer namespace"):
+            layer_config({"class_name": cls, "config": {"name": "f", "config": {"class_name": "Dense"}}}, "m",
+                         outside=CARRY)
+    model = _h5_edit(SEQ, tmp_path / "m.h5", lambda f: _insert_layer(f, {"class_name": "deserialize", "config": {
+        "name": "plain", "config": {"class_name": "Activation", "config": {"name": "a", "activation": "linear"}}}},
+        1, "plain"))
+    res = run("convert", model, tmp_path / "m.keras")
+    assert res.exit_code == 3 and "deserialize is a function of Keras's layer namespace" in res.output
+    assert "custom layer class" not in res.output and not (tmp_path / "m.keras").exists()
+
+
+def test_code_search_finds_each_kind_and_names_its_path():
+    """The one search (model/keras_config.code_in) on a legacy model config: each payload found at the
+    layer path walk_layers would give it, found things not searched further, nothing found in a clean one."""
+    from gruconv.model.keras_config import code_in
+    from gruconv.readers import keras_h5
+
+    clean = keras_h5.read(FIXTURES / "keras" / "nested.h5").model_config
+    assert code_in(clean) == []
+    for name, build in PAYLOADS.items():
+        payload = build(Path("/nonexistent/MARKER"), Path("/elsewhere"))
+        cfg = {"class_name": "Sequential", "config": {"name": "s", "layers": [
+            {"class_name": "Bidirectional", "config": {"name": "bi", "layer": {
+                "class_name": "deserialize", "config": {"name": "inner", "config": payload}}}}]}}
+        (found,) = code_in(cfg)
+        what = found[1]
+        assert what in ("Lambda", "TFSMLayer", "Python code"), found
+        assert found[0].startswith("bi/inner"), found
 
 
 # --------------------------------------------------------------------------- verify

@@ -4,7 +4,7 @@ custom class.
 Why a list: the streamed writer (:mod:`gruconv.keras3.config`) imports no Keras, yet must decide, for a
 class outside its vocabulary, between a *Keras built-in it lacks* (the Keras-built route handles it, or
 refuses it as before) and a *user's custom class* (carried over as Keras 3 serializes a custom object;
-the user supplies the class at load time).  A name is custom when it is in neither set below.
+the user supplies the class at load time).  A name is custom when it is in none of the sets below.
 
 * :data:`KERAS3_LAYERS`: every ``keras.layers`` export that is a ``Layer`` subclass, Keras 3.15.1;
 * :data:`LEGACY_LAYERS`: the Layer classes tf_keras 2.21 exports (``tf_keras.layers``, its
@@ -14,7 +14,14 @@ the user supplies the class at load time).  A name is custom when it is in neith
   ``tf_keras/src/layers/core/tf_op_layer.py``) plus Keras 1/2 names (``Merge``, ``Highway``,
   ``MaxoutDense``).
 
-``tests/keras3/test_custom_layers.py`` compares both sets with what the installed Keras 3 and tf_keras export.
+* :data:`KERAS3_FUNCTIONS`, :data:`LEGACY_FUNCTIONS`: the rest of those namespaces, entries that are not
+  Layer classes (``deserialize``, ``serialize``, ``Input``, ``add``, ...).  A config naming one as its
+  class is not a user's class either: carried over as a custom layer, its advice
+  ``custom_objects={"deserialize": ...}`` invited the one object that would deserialize whatever layer
+  its config holds (a ``Lambda``'s marshalled code, a ``TFSMLayer`` loading a SavedModel from outside
+  the input).  Such a name is refused instead (:func:`gruconv.keras3.config.outside_layer`).
+
+``tests/keras3/test_custom_layers.py`` compares every set with what the installed Keras 3 and tf_keras export.
 No framework import here.
 """
 
@@ -53,6 +60,23 @@ SyncBatchNormalization ThresholdedReLU
 TFOpLambda SlicingOpLambda TensorFlowOpLayer Merge Highway MaxoutDense
 """.split())
 
+#: ``keras.layers`` entries that are not Layer classes, Keras 3.15.1 (functions and ``InputSpec``).
+KERAS3_FUNCTIONS = frozenset("""
+Input InputSpec add average concatenate deserialize dot maximum minimum multiply serialize subtract
+""".split())
+
+#: The same of tf_keras 2.21's layer namespaces (those :data:`LEGACY_LAYERS` lists), beyond Keras 3's.
+LEGACY_FUNCTIONS = frozenset("""
+disable_v2_dtype_behavior enable_v2_dtype_behavior experimental preprocessing
+""".split())
+
+
+def is_keras_function(class_name) -> bool:
+    """True for a class name that is an entry of Keras's (or tf_keras's) layer namespace but not a Layer
+    class: a function such as ``deserialize``, which no user's layer is (a ``Package>`` prefix names a
+    registered class of the user's, so it is not one)."""
+    return isinstance(class_name, str) and class_name in KERAS3_FUNCTIONS | LEGACY_FUNCTIONS
+
 
 def bare_name(class_name: str) -> str:
     """A class name without the ``Package>`` prefix ``register_keras_serializable`` gives it."""
@@ -68,4 +92,4 @@ def is_custom(class_name) -> bool:
         return False
     if ">" in class_name:  # registered with register_keras_serializable: a user's class by definition
         return True
-    return name not in KERAS3_LAYERS and name not in LEGACY_LAYERS
+    return name not in KERAS3_LAYERS and name not in LEGACY_LAYERS and not is_keras_function(name)

@@ -40,9 +40,9 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..errors import InputError, UnsupportedError
-from .builtins import bare_name, is_custom
+from .builtins import bare_name, is_custom, is_keras_function
 from .defaults import DEFAULTS
-from ..model.keras_config import CUDNN_CLASSES
+from ..model.keras_config import CODE_CLASSES, CUDNN_CLASSES, code_in, code_label, code_phrase
 from .legacy import converted_config
 from .portable import portable_config
 from . import dialects, validate
@@ -179,9 +179,6 @@ CARRY = "carry"
 #: carried layer's config (``Layer.__init__`` takes ``input_shape``/``batch_size``/``input_dim`` only
 #: through its legacy path).
 _CARRY_DROPPED = ("batch_input_shape", "input_shape", "batch_size", "input_dim")
-#: Layer classes whose config holds code (marshalled bytecode): never carried (Keras 3's safe mode refuses
-#: them; ``tests/files/test_bad_inputs.py``).
-_CODE_CLASSES = {"Lambda"}
 
 
 def translate(model_config, *, outside: Optional[str] = None) -> dict:
@@ -244,10 +241,14 @@ def outside_layer(legacy: dict, cls: str, path: str) -> dict:
     in the Keras 3 envelope (``module`` ``keras.layers``), its legacy arguments as they are but the
     shape keys Keras 3 constructors refuse (:data:`_CARRY_DROPPED`) and a tf.keras dtype policy object
     (its name): Keras 3's ``from_config`` builds it, or refuses it (then :class:`InputError`, exit 3).
-    Only the Keras-built route writes such a layer (``translate(..., outside=CARRY)``)."""
-    if cls in _CODE_CLASSES:
-        raise UnsupportedError(f"{_where(path, cls)}: a {cls} layer holds Python code; gruconv never runs it, "
-                               "and Keras 3 refuses it in safe_mode")
+    Only the Keras-built route writes such a layer (``translate(..., outside=CARRY)``).  Never carried: a
+    config holding code anywhere (:func:`refuse_code`), and a name of Keras's namespace that is no layer
+    class (``deserialize``: :func:`gruconv.keras3.builtins.is_keras_function`), which Keras would resolve
+    to its own function."""
+    refuse_code(legacy, path, cls)
+    if is_keras_function(cls):
+        raise UnsupportedError(f"{_where(path, cls)}: {cls} is a function of Keras's layer namespace, not a layer "
+                               "class (neither Keras's nor a user's); refused")
     conf = legacy.get("config")
     if not isinstance(conf, dict):
         raise InputError(f"{_where(path, cls)}: the layer has no config object")
@@ -268,12 +269,29 @@ def custom_layer(legacy: dict, path: str) -> dict:
     in ``custom_objects`` first, so ``load_model(path, custom_objects={"<class_name>": cls})`` resolves
     it; with ``module`` None nothing is ever imported by name (a ``Package>`` prefix the legacy name had
     is dropped for the same reason: the lookup key is the name the warning tells the user to pass).
-    Without the class Keras refuses the file ("Could not locate class"), safe mode or not."""
+    Without the class Keras refuses the file ("Could not locate class"), safe mode or not.
+
+    Its config is searched for code as the model's own layers are (:func:`refuse_code`): a carried-over
+    config may hold a whole layer, which the user's class could hand to Keras to build."""
     cls = bare_name(legacy.get("class_name"))
+    refuse_code(legacy, path, cls)
     conf = legacy.get("config")
     if not isinstance(conf, dict):
         raise UnsupportedError(f"{_where(path, cls)}: custom layer without a config object")
     return {"module": None, "class_name": cls, "config": copy.deepcopy(conf), "registered_name": cls}
+
+
+def refuse_code(legacy: dict, path: str, cls: str) -> None:
+    """:class:`UnsupportedError` when a layer config about to be carried over holds code a build would run
+    (:func:`gruconv.model.keras_config.code_in`, the one search: the layer itself or anything nested)."""
+    found = code_in(legacy, path)
+    if found == [(path, cls)]:  # the layer itself
+        raise UnsupportedError(f"{_where(path, cls)}: a {cls} layer holds {CODE_CLASSES[cls]}; gruconv never runs "
+                               "it, and Keras 3 refuses it in safe_mode")
+    if found:
+        labels = [code_label(p, what) for p, what in found]
+        raise UnsupportedError(f"{_where(path, cls)}: its config holds {code_phrase(labels)}; gruconv never runs "
+                               "it, and Keras 3 refuses it in safe_mode")
 
 
 def custom_layers(config: dict) -> dict:

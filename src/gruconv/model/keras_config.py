@@ -57,3 +57,74 @@ def makes_mask(class_name: Optional[str], config: dict) -> bool:
     """Whether a layer of ``class_name`` with ``config`` attaches a Keras mask to its output: ``Masking``,
     and ``Embedding`` with ``mask_zero`` (Keras 2 and 3 ``compute_mask``)."""
     return class_name == "Masking" or (class_name == "Embedding" and bool(config.get("mask_zero")))
+
+
+# --------------------------------------------------------------------------- code in a config
+
+#: Layer classes whose config makes building the model run a computation gruconv cannot see, and what it
+#: is (the one list: readers, the Keras 3 translation and verify's reference read it).  ``Lambda``: Python
+#: code, marshalled bytecode (Keras 2 ``function: [code, defaults, closure]`` with ``function_type:
+#: "lambda"``, ``keras/layers/core.py`` 2.x) or a function named by module and name; ``TFSMLayer``: a
+#: SavedModel loaded from its ``filepath``, a path outside the input (``keras/src/export/tfsm_layer.py``).
+#: Keras 3 refuses both in safe mode (``Lambda.from_config``, ``TFSMLayer.from_config``, 3.15.1); gruconv
+#: refuses them before any Keras is imported, wherever they sit.
+CODE_CLASSES = {"Lambda": "Python code", "TFSMLayer": "a SavedModel loaded from its filepath"}
+#: Keras 3's serialized lambda (``keras/src/saving/serialization_lib.py`` ``serialize_keras_object`` of a
+#: lambda: ``{"class_name": "__lambda__", "config": {"code": <base64 marshal>, ...}}``).
+LAMBDA_OBJECT = "__lambda__"
+#: Keys of Keras 2's ``Lambda`` config whose value ``"lambda"`` says the matching entry is marshalled
+#: bytecode (``Lambda.get_config``, Keras 2.x / tf_keras ``core/lambda_layer.py``).
+_CODE_TYPE_KEYS = ("function_type", "output_shape_type")
+
+
+def code_in(cfg, path: str = "") -> list:
+    """``[(path, what)]``: every place in a model or layer config (any JSON value) that holds code a build
+    would run (:data:`CODE_CLASSES`, :data:`LAMBDA_OBJECT`, a Keras 2 ``function_type: "lambda"``),
+    searched through the whole value -- layers, wrapped layers, nested models, and the configs of layers
+    gruconv carries over as they are (a custom layer's, or a class named after a function of Keras's
+    namespace such as ``deserialize``, whose config could hold a whole layer).  Each ``path`` is ``path``
+    (that of ``cfg`` itself) followed by the layer names down to the find (``walk_layers``'s paths:
+    ``outer/inner``); ``what`` a class of :data:`CODE_CLASSES` or ``"Python code"``.  What is found is not
+    searched further.  A class name counts by its last part (``Package>Lambda``, ``keras.layers.Lambda``).
+
+    Why everywhere, not only at layer positions: Keras deserializes a nested ``{"class_name": ...,
+    "config": ...}`` wherever a layer's ``from_config`` hands it on, and which keys a class hands on is
+    its code, not the config's shape.  Iterative, so a deeply nested config cannot exhaust the stack."""
+    found = []
+    todo = [(cfg, path, True)]
+    while todo:
+        node, path, top = todo.pop()
+        if isinstance(node, list):
+            todo.extend((v, path, False) for v in reversed(node))
+            continue
+        if not isinstance(node, dict):
+            continue
+        cls = class_name_of(node)
+        name = config_of(node).get("name") if cls is not None else None
+        here = path if top or not isinstance(name, str) else (f"{path}/{name}" if path else name)
+        bare = cls.split(">")[-1].split(".")[-1] if cls is not None else None
+        if bare in CODE_CLASSES:
+            found.append((here or (name if isinstance(name, str) else bare), bare))
+            continue
+        if bare == LAMBDA_OBJECT or any(node.get(k) == "lambda" for k in _CODE_TYPE_KEYS):
+            found.append((here or "the model", "Python code"))
+            continue
+        todo.extend((v, here, False) for v in reversed(list(node.values())))
+    return found
+
+
+def code_label(path: str, what: str) -> str:
+    """One :func:`code_in` entry for a message: a ``Lambda`` layer by its path (as ever), anything else
+    with what it holds."""
+    if what == "Lambda":
+        return path
+    return f"{path} ({what}: {CODE_CLASSES[what]})" if what in CODE_CLASSES else f"{path} ({what})"
+
+
+def code_phrase(labels: list) -> str:
+    """:func:`code_label` entries in a message: "Lambda layer(s) a, b holding Python code" when each is a
+    Lambda layer (the wording of earlier releases), else the general one."""
+    names = ", ".join(str(l) for l in labels)
+    if all(" (" not in str(l) for l in labels):
+        return f"Lambda layer(s) {names} holding Python code"
+    return f"layer(s) holding code or loading it from outside the file: {names}"

@@ -184,14 +184,18 @@ def _plan_graph(document, output: Path, options) -> Plan:
         never_an_input([t.path for t in targets], document.inputs)
         return Plan(output=output, route="graph-many", format=fmt, directory=output, targets=targets)
     if graph.lambdas and (writer.WRITES == "model" or writer.NEEDS_ARCHITECTURE):
-        # Building a Keras model calls every layer on symbolic inputs: a Lambda's code would run.
-        # Unlike a custom layer class (carried over: the user supplies the class), a Lambda's code is in
-        # the file itself (marshalled bytecode), and nothing the user could pass would stand for it.
+        # Building a Keras model calls every layer on symbolic inputs: a Lambda's code would run, a
+        # TFSMLayer would load its SavedModel.  Unlike a custom layer class (carried over: the user supplies
+        # the class), the code is named by the file itself (marshalled bytecode, a path), and nothing the
+        # user could pass would stand for it; nested in a carried-over config it is refused the same way
+        # (graph.lambdas: model/keras_config.code_in searches the whole config).
+        from ..model.keras_config import code_phrase
+
         raise UnsupportedError(
-            f"model has Lambda layer(s) {', '.join(graph.lambdas)} holding Python code; gruconv never runs it, "
-            "and a .keras model cannot be built without running it (the code is stored in the model file, "
-            "unlike a custom layer's class, so --custom-objects cannot stand in for it); write the converted "
-            "weights alone, no code: gruconv convert IN.h5 OUT.h5 (--format h5-weights)", path=graph.path)
+            f"model has {code_phrase(graph.lambdas)}; gruconv never runs it, and a .keras model cannot be built "
+            "without running it (the code, or where it is, is stored in the model file, unlike a custom layer's "
+            "class, so --custom-objects cannot stand in for it); write the converted weights alone, no code: "
+            "gruconv convert IN.h5 OUT.h5 (--format h5-weights)", path=graph.path)
     if writer.NEEDS_ARCHITECTURE and graph.model_config is None and document.stacks:
         raise UsageError("a weights-only file needs --config ARCH.json (the model's to_json()) to become "
                          "a .keras model; or write a .h5 weights file", path=graph.path)

@@ -53,7 +53,7 @@ from ...errors import GruconvError, InputError, UnsupportedError, about, first_l
 from ...model.keras_layout import CUDNN_KERAS_CLASS, KERAS3_BIAS_ROWS, WEIGHT_ROLES, describe_keras_layer, from_cudnn, keras3_bias_shape
 from ...keras3.legacy import converted_config, keras2_names
 from ...model.keras_config import (CONTAINER_CLASSES as _CONTAINER_CLASSES, CUDNN_CLASSES, TARGET_CLASS as _TARGET_CLASS,
-                                   class_name_of, config_of, layers_of as _layers_of, name_of)
+                                   class_name_of, code_in, code_label, config_of, layers_of as _layers_of, name_of)
 from ...options import Options
 from .store import LegacyStore, first_duplicate, weight_groups, weight_names_of
 
@@ -72,7 +72,6 @@ SUFFIXES = (".h5", ".hdf5")
 #: The cuDNN class table and the config accessors live with the legacy mends (one copy each).
 _class_name, _conf, _name = class_name_of, config_of, name_of
 _WRAPPERS = {"Bidirectional", "TimeDistributed"}
-_UNSAFE_CLASSES = {"Lambda"}
 
 
 @dataclass
@@ -499,12 +498,13 @@ def scan_layers(doc: KerasH5Model, find: Callable) -> None:
     """Fill ``doc.lambdas``, ``doc.other_gru_layers`` and ``doc.rnns`` from ``doc.model_config``;
     ``find(layer, path, top, wrapper)`` gives each CuDNN layer's weights (per direction ``{role:
     WeightRef}``, checked from their metadata by :func:`_rnn_from_weights`) where the file keeps
-    them -- the legacy layout here, the ``.keras`` layout in :mod:`gruconv.readers.tf_keras_zip`."""
+    them -- the legacy layout here, the ``.keras`` layout in :mod:`gruconv.readers.tf_keras_zip`.
+    ``doc.lambdas``: every place in the config holding code a build would run, a carried-over layer's
+    config included (:func:`gruconv.model.keras_config.code_in`, the one search)."""
+    doc.lambdas.extend(code_label(p, what) for p, what in code_in(doc.model_config))
     for layer, rpath, top, wrapper in walk_layers(doc.model_config):
         cls = _class_name(layer)
-        if cls in _UNSAFE_CLASSES:
-            doc.lambdas.append(rpath)
-        elif cls == "GRU":
+        if cls == "GRU":
             doc.other_gru_layers.append(rpath)
         if cls not in CUDNN_CLASSES:
             continue
@@ -634,7 +634,8 @@ def inspect(doc: KerasH5Model) -> dict:
     if not doc.rnns:
         details.append("no CuDNNGRU or CuDNNLSTM layers: nothing to convert")
     if doc.lambdas:
-        details.append(f"Lambda layers (refused by convert): {', '.join(doc.lambdas)}")
+        what = "Lambda layers" if all(" (" not in l for l in doc.lambdas) else "layers holding code"
+        details.append(f"{what} (refused by convert): {', '.join(doc.lambdas)}")
     custom = _custom_layer_entries(doc)
     for c in custom:
         weights = ", ".join(f"{w['name']} {tuple(w['shape'])} {w['dtype']}" for w in c["weights"]) or "no weights"

@@ -39,8 +39,10 @@ CPU_TWINS = {CUDNN_KERAS_CLASS[cell]: (KERAS3_CLASS[cell], {k: v for k, v in CUD
                                                            if k in ("activation", "recurrent_activation",
                                                                     "reset_after", "use_bias")})
              for cell in CUDNN_KERAS_CLASS}
-#: Classes whose config holds code or calls functions by name: never handed to tf_keras.
-CODE_CLASSES = {"Lambda", "TFOpLambda", "SlicingOpLambda"}
+#: Classes whose config holds code or calls functions by name: never handed to tf_keras.  Those a build
+#: would run wherever they sit (``Lambda``, ``TFSMLayer``) are found by the one search,
+#: :func:`gruconv.model.keras_config.code_in`; tf_keras's own op layers call TensorFlow functions by name.
+CODE_CLASSES = {"TFOpLambda", "SlicingOpLambda"}
 
 
 class Unavailable(Exception):
@@ -118,7 +120,9 @@ def refusal(doc) -> Optional[str]:
         return NOT_NEEDED
     if getattr(doc, "content", None) != "graph" or getattr(doc, "layout", None) != "legacy":
         return "its weights are not in a legacy Keras HDF5 file"
-    code = sorted(classes & CODE_CLASSES)
+    from ...model.keras_config import code_in
+
+    code = sorted(classes & CODE_CLASSES | {what for _path, what in code_in(doc.model_config)})
     if code:
         return f"it holds {', '.join(code)} layer(s), whose code gruconv never runs"
     custom = sorted(bare_name(c) for c in classes if is_custom(c))
