@@ -35,7 +35,7 @@ instead of stopping the run.
 
 Usage::
 
-    .venv/bin/python bench/run.py            # full run (about 5-8 minutes on 2 cores)
+    .venv/bin/python bench/run.py            # full run (about 8-11 minutes on 2 cores; the wide section ~2.5 of them)
     .venv/bin/python bench/run.py --quick    # 1 repetition, 20 batch models; writes bench-out/benchmarks-quick.md
     .venv/bin/python bench/run.py --regen    # rebuild the large inputs even if cached
 """

@@ -741,6 +741,10 @@ def _timing_summary() -> list:
         if c:
             per_env = (f"; one env's process (all its models, and the probes in a TensorFlow env): "
                        f"{min(c.values()) / 60:.1f}-{max(c.values()) / 60:.1f} min")
+    cpu = [json.loads(p.read_text())["cpu_s"] for p in RESULTS.glob("cpu__*.json")
+           if p.stem.split("__", 1)[1] in t["envs"]]
+    if cpu:
+        per_env += f"; CPU time of the env processes {sum(cpu) / 60:.1f} min in all"
     scale = f", the first {t['limit']} fixtures of each family" if t.get("limit") else ""
     return [f"- This run: {len(t['envs'])} envs{scale}, {t.get('jobs', 1)} at a time, on {t['cpus']} cores: "
             f"{t.get('total_s', 0) / 60:.1f} min before the report ({steps}{per_env})."]
@@ -1223,6 +1227,7 @@ def env_worker(args):
         d = Path(d)
         res = check_dir(keras, np, d, Path(args.worker_ref), "check")
         res["seconds"] = round(time.time() - t, 1)
+        res["cpu_s"] = round(time.process_time(), 1)  # this process's CPU time so far (load-independent)
         (out / f"{d.name}__{name}.json").write_text(json.dumps(res, indent=1))
         print(f"{name} {d.name}: {len(res['models'])} models, {time.time() - t:.0f} s", file=sys.stderr, flush=True)
         t = time.time()
@@ -1232,6 +1237,7 @@ def env_worker(args):
     if args.worker_vocab:
         (out / f"vocab__{version}.json").write_text(json.dumps(probe_dir(keras, Path(args.worker_vocab)), indent=1))
     print(f"{name} probes: {time.time() - t:.0f} s", file=sys.stderr, flush=True)
+    (out / f"cpu__{name}.json").write_text(json.dumps({"cpu_s": round(time.process_time(), 1)}))
 
 
 def check_dir(keras, np, mdir: Path, ref: Path, mode: str) -> dict:

@@ -706,7 +706,8 @@ def write_array(read, shape: tuple, dtype, dst_group, name: str, transform=None,
     row = max(1, int(np.prod(shape[1:], dtype=object)) * dtype.itemsize)
     if transform is None and row > COPY_BLOCK_BYTES:
         # one row alone is over the block: copied in sub-row blocks (:func:`block_spans`), so a (5, 50 M)
-        # kernel holds one block, not a 200 MB row (issue 45 item 7's file, written as legacy .h5)
+        # kernel holds one block, not a 200 MB row (a 5 MB gzip file declaring 1.2 GB, written as legacy .h5:
+        # tests/files/test_memory.py)
         for span in block_spans(shape, dtype.itemsize, COPY_BLOCK_BYTES, out.chunks):
             block = native(read(span))
             _write(lambda: out.__setitem__(span, block), dst_group, f"dataset {name!r}")

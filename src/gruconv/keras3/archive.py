@@ -877,7 +877,7 @@ def _doc_bytes(doc) -> Optional[int]:
     """The weight bytes of a legacy Keras HDF5 document, estimated for :data:`IN_MEMORY_MAX`: the largest
     of the input file's size, the CuDNN layers' parameter bytes and the bytes its stored weights declare
     (``doc.weight_bytes``, from the headers the reader's scan read).  The declared bytes are what bound
-    memory: a file with compressed datasets is far smaller than its weights (issue 45 item 7: a 5 MB file
+    memory: a file with compressed datasets is far smaller than its weights (a 5 MB file
     of gzip-1 zeros declaring 1.2 GB was assembled in memory, 2.4 GB peak RSS, when only the file's size
     was asked), and a TF2 checkpoint's path is a directory.  None when nothing can be measured."""
     declared = getattr(doc, "weight_bytes", None)

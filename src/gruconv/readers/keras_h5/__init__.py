@@ -141,7 +141,7 @@ class KerasH5Model:
     #: the bytes every stored weight declares (shape x item size, from the headers the layer scan reads:
     #: :func:`scan_groups`), None where no scan counted them.  Why: a writer choosing between assembling in
     #: memory and staging on disk must know the weights' size, and the file's size says nothing about it
-    #: when the datasets are compressed (issue 45 item 7: a 5 MB file declaring 1.2 GB of gzip-1 zeros
+    #: when the datasets are compressed (a 5 MB file declaring 1.2 GB of gzip-1 zeros
     #: was assembled in memory, 2.4 GB peak RSS)
     weight_bytes: Optional[int] = None
     #: where the weights are and how they are named: ``"legacy"`` (``model_weights/<layer>`` with

@@ -198,7 +198,7 @@ def build(doc) -> Model:
     """The tf_keras model of ``doc`` (a legacy HDF5 model file, or weights with ``--config``), weights loaded;
     :class:`Unavailable` with the reason when it cannot be built here.
 
-    One warm reference per architecture and process (issue 47 item 4): a model built before from the same
+    One warm reference per architecture and process: a model built before from the same
     twin config (byte-identical JSON) is taken again with this file's weights loaded by the same tf_keras
     loader (:func:`_load_weights` overwrites every weight, as :meth:`Model.restore` does between floor runs),
     instead of building it again -- 1.4 of the 2.4 CPU seconds a small model's ``convert --verify`` took in a
