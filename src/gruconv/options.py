@@ -22,7 +22,8 @@ class Options:
     """Every conversion option, in one record that every format module takes whole.
 
     Each reader and writer declares the fields it reads (a reader's ``OPTIONS``, a writer's
-    ``options(graph)``); :func:`gruconv.run_options.refuse_unread` refuses any other one given, in
+    ``options(kind)``, by the target kind it writes); :func:`gruconv.run_options.refuse_unread` refuses any
+    other one given, naming the target, in
     one line (exit 2), instead of dropping it silently.
     """
 

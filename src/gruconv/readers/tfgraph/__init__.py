@@ -43,8 +43,9 @@ FORMAT = "tf-graph"
 DESCRIPTION = "a TensorFlow graph holding cuDNN ops"
 #: Nothing is converted, so no option applies.
 OPTIONS = frozenset()
-#: Its documents carry no Keras graph.
-GRAPH = False
+#: What its documents hold (:data:`gruconv.model.canonical.CONTENTS`): a TensorFlow graph, whole (its cuDNN
+#: nodes replaced; one that already serves on a CPU: as it is), or a refusal.
+CONTENTS = ("tf-graph", "refused")
 #: The name endings of a frozen graph, stripped by batch mode.
 SUFFIXES = (".pbtxt", ".pb")
 

@@ -38,9 +38,10 @@ FULL_MODEL = ("a full Keras model is not an ONNX target here (its other layers a
               "(model.save_weights) for the cuDNN RNN alone")
 
 
-def options(graph: bool) -> frozenset:
-    """The interface options for bare stacks; none for a Keras file."""
-    return frozenset() if graph else INTERFACE_OPTIONS
+def options(kind: str) -> frozenset:
+    """By target kind: the interface options for a bare stack; none for a Keras graph's RNNs nor for a whole
+    TensorFlow graph (its interface is the graph's own signature)."""
+    return INTERFACE_OPTIONS if kind == "stack" else frozenset()
 
 
 def _write_stack(document, entry, target, options, name: str) -> None:

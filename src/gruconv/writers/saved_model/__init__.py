@@ -38,8 +38,8 @@ MANY = False
 NEEDS_ARCHITECTURE = False
 
 
-def options(graph: bool) -> frozenset:
-    """No option changes what it writes."""
+def options(kind: str) -> frozenset:
+    """No option changes what it writes (the graph's signatures are its interface)."""
     return frozenset()
 
 
