@@ -82,21 +82,24 @@ class GraphStacksDoc:
         return d
 
 
+def _node_params(graph) -> dict:
+    """The child process's work (:func:`gruconv.tf.bounded.run`): each node's params as the graph computes them."""
+    from .tf.runtime import tensorflow
+    from .verify.reference.tf_graph import node_params
+
+    tensorflow("evaluating a graph's cuDNN params")
+    return node_params(graph)
+
+
 def stacks_of(document: Document) -> GraphStacksDoc:
     """The stacks of ``document``'s cuDNN nodes (a ``tf-graph`` document), their params as the graph
     computes them, one per node name (a SavedModel's functions may hold copies of one layer's node); a node
     no signature reaches is left out with a note (no node reached: a one-line refusal).  Needs TensorFlow."""
-    from .keras3.runtime import import_quietly
     from .model.cudnn_layout import unpack
-    from .verify.reference.tf_graph import node_params
+    from .tf.bounded import run
 
     graph = document.tf_graph
-    try:
-        import_quietly("tensorflow")
-    except ImportError:
-        raise UnsupportedError("evaluating a graph's cuDNN params needs TensorFlow (pip install 'gruconv[tensorflow]')",
-                               path=Path(document.source)) from None
-    params = node_params(graph)
+    params = run(_node_params, graph, budget=graph.budget, path=graph.path)
     by_name: dict = {}  # one stack per node name: a SavedModel's functions hold copies of one layer's node
     for i, r in enumerate(x for x in graph.rnns if x.shape is not None):  # packing nodes: recorded at their node
         by_name.setdefault(r.name, []).append((i, r))

@@ -36,16 +36,19 @@ FLAGS = {
     "mask_input": ("--mask-input", None),
     "check_load": ("--check-load", None),
     "custom_objects": ("--custom-objects", "layers.py"),
+    "graph_timeout": ("--graph-timeout", "5"),
+    "graph_memory": ("--graph-memory", "2"),
 }
 #: The kwargs of the same options for the Python API.
 VALUES = {"config": FLAGS["config"][1], "hints": {"num_units": 4}, "rnn": "x", "prefer": "opaque",
           "initial_state": True, "return_state": True, "mask_input": True, "check_load": True,
-          "custom_objects": "layers.py"}
+          "custom_objects": "layers.py", "graph_timeout": 5.0, "graph_memory": 2.0}
 assert set(FLAGS) | {"force", "format"} == {f.name for f in dataclasses.fields(Options)}, "a new option: add its flag"
 
 INPUTS = {"keras-h5": FIXTURES / "keras" / "sequential.h5", "tf1": FIXTURES / "tf1" / "layer_uni",
           "tf-graph": FIXTURES / "graphs" / "frozen_gru.pb"}
 INTERFACE = {"initial_state", "return_state", "mask_input"}
+BOUNDS = {"graph_timeout", "graph_memory"}  # the graph reader's: every run of the graph, whatever the output
 #: ``(input, output, --format) -> (the options the run reads, the target's words)``, by hand.
 CELLS = {
     ("keras-h5", "o.keras", None): ({"config", "check_load", "custom_objects"}, "converted to .keras"),
@@ -66,14 +69,14 @@ CELLS = {
                              "converted to a directory of .onnx files (out)"),
     ("tf1", "out", "saved-model"): ({"rnn", "prefer", "hints"},
                                     "converted to a SavedModel directory (--format saved-model: out)"),
-    ("tf-graph", "o.keras", None): ({"check_load"} | INTERFACE, "converted to .keras"),
-    ("tf-graph", "o.weights.h5", None): ({"check_load"} | INTERFACE, "converted to .weights.h5"),
-    ("tf-graph", "o.h5", None): (set(), "converted to .h5"),
-    ("tf-graph", "o.safetensors", None): (set(), "converted to .safetensors"),
-    ("tf-graph", "o.onnx", None): (set(), "converted to .onnx"),
-    ("tf-graph", "out", None): (set(), "converted to a SavedModel directory (--format saved-model: out)"),
-    ("tf-graph", "out", "saved-model"): (set(), "converted to a SavedModel directory (--format saved-model: out)"),
-    ("tf-graph", "out", "onnx"): ({"initial_state", "mask_input"}, "converted to a directory of .onnx files (out)"),
+    ("tf-graph", "o.keras", None): ({"check_load"} | INTERFACE | BOUNDS, "converted to .keras"),
+    ("tf-graph", "o.weights.h5", None): ({"check_load"} | INTERFACE | BOUNDS, "converted to .weights.h5"),
+    ("tf-graph", "o.h5", None): (set(BOUNDS), "converted to .h5"),
+    ("tf-graph", "o.safetensors", None): (set(BOUNDS), "converted to .safetensors"),
+    ("tf-graph", "o.onnx", None): (set(BOUNDS), "converted to .onnx"),
+    ("tf-graph", "out", None): (set(BOUNDS), "converted to a SavedModel directory (--format saved-model: out)"),
+    ("tf-graph", "out", "saved-model"): (set(BOUNDS), "converted to a SavedModel directory (--format saved-model: out)"),
+    ("tf-graph", "out", "onnx"): ({"initial_state", "mask_input"} | BOUNDS, "converted to a directory of .onnx files (out)"),
 }
 
 

@@ -41,8 +41,9 @@ from ...model.cudnn_ops import CUDNN_OPS as CUDNN_OPS_WORDS, PACKING_OPS
 FORMAT = "tf-graph"
 #: What this reader reads, for messages.
 DESCRIPTION = "a TensorFlow graph holding cuDNN ops"
-#: Nothing is converted, so no option applies.
-OPTIONS = frozenset()
+#: The bounds of every run of the graph (``--graph-timeout``, ``--graph-memory``: :class:`gruconv.options.Budget`),
+#: whichever output it goes to: the reader puts them in the document's ``TfGraph``.
+OPTIONS = frozenset({"graph_timeout", "graph_memory"})
 #: What its documents hold (:data:`gruconv.model.canonical.CONTENTS`): a TensorFlow graph, whole (its cuDNN
 #: nodes replaced; one that already serves on a CPU: as it is), or a refusal.
 CONTENTS = ("tf-graph", "refused")
@@ -270,6 +271,7 @@ class GraphDoc:
     nodes: list = field(default_factory=list)
     missing: Optional[str] = None
     python_ops: list = field(default_factory=list)
+    budget: object = None
 
     @property
     def rnns(self) -> list:
@@ -355,12 +357,16 @@ class GraphDoc:
                              n.graph) for n in self._rnn_nodes()]
             rnns += [GraphRNN(n.op, n.name, n.function, None, True, n.graph, packs=n.packs, dtype=n.dtype)
                      for n in self._gpu_only() if n.op in PACKING_OPS]
+            import functools
+
             from ...files.inputs import read_bytes
 
             what = "SavedModel graph" if gf.type == "SavedModel" else "TensorFlow GraphDef"
             d.tf_graph = TfGraph(gf.type, gf.path, gf.text, rnns,
-                                 data=lambda: read_bytes(gf.path, "a " + what, kind="graph-text" if gf.text else "graph"),
-                                 files=_carried_files(gf.path.parent) if gf.type == "SavedModel" else [])
+                                 data=functools.partial(read_bytes, gf.path, "a " + what,
+                                                        kind="graph-text" if gf.text else "graph"),
+                                 files=_carried_files(gf.path.parent) if gf.type == "SavedModel" else [],
+                                 budget=self.budget)
             d.names = [n.name for n in self._rnn_nodes()]
             d.row = self._row
             d.stack_word = "cuDNN node"
@@ -370,17 +376,20 @@ class GraphDoc:
 
 def read(path, options: Optional[Options] = None, **kw) -> GraphDoc:
     """The graph's cuDNN nodes (a tf.keras SavedModel missing its variables: that refusal)."""
-    Options.of(options, **kw)
+    from ...options import Budget
+
+    opts = Options.of(options, **kw)
+    budget = Budget.of(opts.graph_timeout, opts.graph_memory)
     path = Path(path)
     gf = graph_file(path)
     if gf is not None and gf.type == "SavedModel" and _keras_saved_model(gf.path.parent) \
             and _variables(gf.path.parent) is None:
         return GraphDoc(path, gf, missing=("is a tf.keras SavedModel without its variables (variables/variables.index "
-                                           "is missing): its weights are not in it"))
+                                           "is missing): its weights are not in it"), budget=budget)
     if gf is None:
         raise InputError("is not a SavedModel directory nor a .pb/.pbtxt graph", path=path)
     s = scan(gf)
-    return GraphDoc(path, gf, s.nodes, python_ops=s.python_ops)
+    return GraphDoc(path, gf, s.nodes, python_ops=s.python_ops, budget=budget)
 
 
 # --------------------------------------------------------------------------- registry verbs

@@ -255,9 +255,9 @@ def handlers() -> dict:
 
 
 def _quiet_tensorflow():
-    """TensorFlow, with tf2onnx imported quietly (:func:`gruconv.keras3.runtime.import_quietly`) and its
+    """TensorFlow, with tf2onnx imported quietly (:func:`gruconv.tf.runtime.import_quietly`) and its
     loggers held to CRITICAL: a handler's refusal is raised as one line, not logged with a traceback too."""
-    from ...keras3.runtime import import_quietly
+    from ...tf.runtime import import_quietly
 
     try:
         import_quietly("tf2onnx")

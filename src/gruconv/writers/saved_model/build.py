@@ -13,31 +13,10 @@ from pathlib import Path
 #: A SavedModel's graph file (``tensorflow/python/saved_model/constants.py``).
 SAVED_MODEL_PB = "saved_model.pb"
 
-#: The sizes tried for every unknown dimension at once when a signature is run on probe inputs: a graph whose
-#: fixed dimensions tie its batch to another size (a state of fixed ``L*D`` rows read as the batch) runs
-#: only at that size.
-PROBE_SIZES = (1, 2, 3, 4, 6, 8)
-
-
-def probe_input(tf, spec, k: int = 1):
-    """The input a signature is probed with (the writer's serve check, verify's evaluation of a graph's params):
-    float zeros, integer ones (a sequence length of one step; a token id past a padding 0, which a mask with
-    ``mask_zero`` would otherwise drop whole: a graph may assert on that), empty strings; every unknown
-    dimension ``k``."""
-    shape = [k if d is None else d for d in (spec.shape.as_list() if spec.shape.rank is not None else [])]
-    if spec.dtype == tf.string:
-        return tf.fill(shape, "")
-    return tf.ones(shape, spec.dtype) if spec.dtype.is_integer else tf.zeros(shape, spec.dtype)
-
-
 def tensorflow():
-    from ...errors import UnsupportedError
-    from ...keras3.runtime import import_quietly
+    from ...tf.runtime import tensorflow
 
-    try:
-        return import_quietly("tensorflow")
-    except ImportError:
-        raise UnsupportedError("writing a SavedModel needs TensorFlow (pip install 'gruconv[tensorflow]')") from None
+    return tensorflow("writing a SavedModel")
 
 
 def _parse(tf, graph, data: bytes):
@@ -155,6 +134,7 @@ def rewritten(graph, out: Path, maker=None) -> None:
     from .rewrite import equations, signature
 
     from ...errors import InputError
+    from ...tf.runtime import why
 
     tf = tensorflow()
     logging.getLogger("tensorflow").setLevel(logging.ERROR)  # the TF1 builder's deprecation notices
@@ -167,12 +147,3 @@ def rewritten(graph, out: Path, maker=None) -> None:
         # know, an input naming no node, an attr of the wrong type): the input's fault, said in one line
         raise InputError(f"is a {graph.kind} TensorFlow cannot import ({type(e).__name__}: {why(e)})",
                          path=graph.path) from None
-
-
-def why(e: Exception) -> str:
-    """The informative line of a TensorFlow error (its text opens with "Graph execution error:" and the node)."""
-    skip = ("Graph execution error", "Detected at node", "<stack traces", "[[")
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip() and not ln.strip().startswith(skip)]
-    return (lines[0] if lines else type(e).__name__)[:200]
-
-
