@@ -52,6 +52,27 @@ POLL_SECONDS = 0.05
 START_SECONDS = 300.0
 #: Address space the child may have beyond the memory bound (TensorFlow's own mappings: 2.1 GB measured).
 ADDRESS_HEADROOM = 4 * 2**30
+#: The child's stdout and stderr (TensorFlow's log), in the scratch directory.
+LOG = "child.log"
+#: What TensorFlow logs when an allocation fails (``bfc_allocator.cc``, ``op_kernel.cc``): a run that failed
+#: with one of these in its log failed for memory, whatever error its caller made of it (Grappler's constant
+#: folding of a huge ``Fill`` surfaces as "Cannot parse tensor from proto").
+OOM_LOG = (b"OOM when allocating", b"ran out of memory trying to allocate")
+#: What TensorFlow logs before an allocation it may not survive (``cpu_allocator_impl.cc``): a child that then
+#: died without a word died of it (measured: Grappler's constant folding of a 100 GB ``Fill`` under the bound,
+#: in tf2onnx's loader, ended in a CHECK failure, SIGABRT).
+BIG_ALLOCATION_LOG = (b"exceeds 10% of free system memory",)
+
+
+def _log_says_oom(scratch, crashed: bool = False) -> bool:
+    try:
+        with open(os.path.join(scratch, LOG), "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 2**20))
+            tail = f.read()
+    except OSError:
+        return False
+    return any(m in tail for m in OOM_LOG + (BIG_ALLOCATION_LOG if crashed else ()))
 
 
 def _rss(pid: int):
@@ -96,9 +117,14 @@ def _child(conn, fn, args, memory: int, parent: int, scratch: str) -> None:
     die_with_parent(parent)
     os.environ["TMPDIR"] = scratch
     tempfile.tempdir = scratch
-    null = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, 1)
-    os.dup2(null, 2)
+    # TensorFlow's warnings (an allocation it could not make) go to a log the parent reads; oneDNN's allocator
+    # is off: under a memory bound it hung after a failed allocation (measured: past 60 s), TensorFlow's own
+    # fails the op at once
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "1"
+    os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
+    log = os.open(os.path.join(scratch, LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
     try:
         import resource
 
@@ -158,6 +184,8 @@ def run(fn, *args, budget=None, path=None, doing: str = "on probe inputs"):
                 child.kill()
             child.join()
             receive.close()
+        if (not message or message[0] != "ok") and _log_says_oom(scratch, crashed=not message):
+            message = ("memory",)
     kind = message[0] if message else None
     if kind == "ok":
         return message[1]

@@ -193,7 +193,7 @@ def end_to_end(doc, converted, engine, report, rng) -> None:
     from .verdicts import judge
 
     graph = doc.document().tf_graph
-    rows, skips, ran = run(_rows, doc, converted, rng, budget=graph.budget, path=graph.path,
+    rows, skips, ran = run(_rows, doc, converted, rng, budget=graph.budget, path=Path(doc.path),
                            doing="on verify's inputs")
     for label, why in skips:
         report.notes.append(f"{label}: not checked, {why}")

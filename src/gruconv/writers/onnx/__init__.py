@@ -143,7 +143,7 @@ def _write_tf_graph(document, target) -> None:
 
     graph = document.tf_graph
     target.warnings.extend(run(_tf_graph_onnx, Path(document.source), Path(target.path), Path(target.tmp),
-                               budget=graph.budget, path=graph.path))
+                               budget=graph.budget, path=Path(document.source)))
 
 
 def write(document, target, options) -> dict:

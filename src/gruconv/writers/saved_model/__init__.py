@@ -87,7 +87,8 @@ def write(document, target, options) -> dict:
     from ...tf.bounded import run
 
     graph = document.tf_graph
-    run(_rewritten_and_served, graph, Path(target.tmp), Path(target.path), budget=graph.budget, path=graph.path)
+    run(_rewritten_and_served, graph, Path(target.tmp), Path(target.path), budget=graph.budget,
+        path=Path(document.source))
     return {}
 
 
