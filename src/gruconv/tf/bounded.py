@@ -105,7 +105,7 @@ def _out_of_memory(e: BaseException) -> bool:
 _in_child = False
 
 
-def _child(conn, fn, args, memory: int, parent: int, scratch: str) -> None:
+def _child(conn, fn, args, memory: int, parent: int, scratch: str, imports: tuple) -> None:
     """The child process: bounds, TensorFlow, ``fn(*args)``, the outcome sent to the parent."""
     import tempfile
     import traceback
@@ -128,15 +128,19 @@ def _child(conn, fn, args, memory: int, parent: int, scratch: str) -> None:
     try:
         import resource
 
-        resource.setrlimit(resource.RLIMIT_AS, (memory + ADDRESS_HEADROOM, memory + ADDRESS_HEADROOM))
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        limit = memory + ADDRESS_HEADROOM
+        limit = limit if hard == resource.RLIM_INFINITY else min(limit, hard)  # a lower limit given us stays
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
     except (ImportError, ValueError, OSError):
         pass  # no RLIMIT_AS here: the resident-set watchdog alone bounds it
-    try:
-        from .runtime import import_quietly
+    for name in imports:
+        try:
+            from .runtime import import_quietly
 
-        import_quietly("tensorflow")
-    except ImportError:
-        pass  # ``fn`` says so in its own words
+            import_quietly(name)
+        except ImportError:
+            pass  # ``fn`` says so in its own words
     conn.send(("ready",))
     from ..errors import GruconvError
 
@@ -154,11 +158,12 @@ def _child(conn, fn, args, memory: int, parent: int, scratch: str) -> None:
     conn.send(("ok", result))
 
 
-def run(fn, *args, budget=None, path=None, doing: str = "on probe inputs"):
+def run(fn, *args, budget=None, path=None, doing: str = "on probe inputs", imports: tuple = ("tensorflow",)):
     """``fn(*args)`` run in a child process within ``budget`` (:class:`gruconv.options.Budget`; None: the
     defaults); its result, or its :class:`~gruconv.errors.GruconvError` raised again here.  Past the budget:
     :class:`~gruconv.errors.UnsupportedError` (exit 3), said of ``path`` (the input).  ``fn`` and ``args`` are
-    pickled (``fn`` a module-level function).  Inside such a child already: ``fn(*args)`` in place."""
+    pickled (``fn`` a module-level function).  ``imports``: modules the child imports before the budget starts.
+    Inside such a child already: ``fn(*args)`` in place."""
     import multiprocessing
 
     if _in_child:
@@ -173,7 +178,7 @@ def run(fn, *args, budget=None, path=None, doing: str = "on probe inputs"):
     ctx = multiprocessing.get_context("spawn")
     with scratch_dir(prefix="gruconv-graph-run-") as scratch:
         receive, send = ctx.Pipe(duplex=False)
-        child = ctx.Process(target=_child, args=(send, fn, args, memory, os.getpid(), str(scratch)),
+        child = ctx.Process(target=_child, args=(send, fn, args, memory, os.getpid(), str(scratch), tuple(imports)),
                             name="gruconv-graph", daemon=True)
         try:
             child.start()
