@@ -116,13 +116,13 @@ def reader_for(input, target=None, options=None) -> str:
     that claims it (:func:`gruconv.readers.detect`), except for a SavedModel another reader claims (a tf.keras
     one, for its Keras config) whose graph holds cuDNN ops and whose ``target`` is the graph rewritten in
     place (:func:`_graph_target`): that one the graph reader reads, so ``convert tf_keras_dir/ cpu_model/
-    --format saved-model`` and ``convert tf_keras_dir/ model.onnx`` do what they do for any graph (and say
-    "already serves on a CPU" of a graph whose cuDNN nodes all have a CPU twin)."""
+    --format saved-model`` and ``convert tf_keras_dir/ model.onnx`` do what they do for any graph (a graph whose cuDNN nodes all have a CPU twin is
+    written as it is)."""
     name = readers.detect(input)
     if name == GRAPH_READER or not _graph_target(target, options):
         return name
     graph = readers.module(GRAPH_READER)
     try:
-        return GRAPH_READER if graph.read(input).content in ("tf-graph", "final") else name
+        return GRAPH_READER if graph.read(input).content == "tf-graph" else name
     except Exception:  # noqa: BLE001 - not a graph this reader reads: the claiming reader says what it is
         return name

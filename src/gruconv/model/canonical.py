@@ -423,3 +423,6 @@ class TfGraph:
     data: object
     files: list = field(default_factory=list)
     budget: object = None
+    #: library functions whose cuDNN nodes are tf.keras GPU-only variants with a CPU twin: left as they are (on a
+    #: CPU TensorFlow runs the twin), so a graph of only those is written as it is
+    twinned: tuple = ()

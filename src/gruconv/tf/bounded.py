@@ -9,10 +9,12 @@ runs between bytecodes, never while TensorFlow is inside a graph.  A child can b
 
 What runs here (:func:`run`): the ``saved-model`` writer's rewrite and serve check, the whole-graph ONNX writer
 (tf2onnx folds constant subgraphs by running them with TensorFlow), the evaluation of a graph's cuDNN params
-for the stacks route, and verify's end-to-end reference.  The child is started with ``spawn`` (a fresh
-interpreter: the parent may hold a TensorFlow runtime already, whose threads a fork would not carry), imports
-TensorFlow quietly, says it is ready, then runs the function; its stdout and stderr go to /dev/null (TensorFlow's
-C++ lines; the outcome comes back through a pipe).
+for the stacks route, and verify's end-to-end reference.  The child is a fresh interpreter
+(``python -c``, the parent's ``sys.path``; not a fork: the parent may hold a TensorFlow runtime already, whose
+threads a fork would not carry; not multiprocessing's ``spawn``: it imports the caller's ``__main__`` again, and
+a script without a main guard would start itself over).  It reads its work pickled on stdin, imports TensorFlow
+quietly, says it is ready, then runs the function; its stdout and stderr go to a log in its scratch directory
+(TensorFlow's C++ lines; the outcome comes back through a pipe).
 
 The bounds (:class:`gruconv.options.Budget`, ``--graph-timeout``/``--graph-memory``; defaults 300 s, 8 GiB):
 
@@ -105,6 +107,18 @@ def _out_of_memory(e: BaseException) -> bool:
 _in_child = False
 
 
+def _main() -> None:
+    """The child interpreter's entry (``python -c``): its work, pickled, on stdin; its messages on the pipe whose
+    file descriptor is ``argv[1]``."""
+    import pickle
+    import sys
+    from multiprocessing.connection import Connection
+
+    conn = Connection(int(sys.argv[1]), readable=False)
+    job = pickle.loads(sys.stdin.buffer.read())
+    _child(conn, *job)
+
+
 def _child(conn, fn, args, memory: int, parent: int, scratch: str, imports: tuple) -> None:
     """The child process: bounds, TensorFlow, ``fn(*args)``, the outcome sent to the parent."""
     import tempfile
@@ -164,7 +178,10 @@ def run(fn, *args, budget=None, path=None, doing: str = "on probe inputs", impor
     :class:`~gruconv.errors.UnsupportedError` (exit 3), said of ``path`` (the input).  ``fn`` and ``args`` are
     pickled (``fn`` a module-level function).  ``imports``: modules the child imports before the budget starts.
     Inside such a child already: ``fn(*args)`` in place."""
-    import multiprocessing
+    import pickle
+    import subprocess
+    import sys
+    from multiprocessing.connection import Connection
 
     if _in_child:
         return fn(*args)
@@ -175,19 +192,33 @@ def run(fn, *args, budget=None, path=None, doing: str = "on probe inputs", impor
 
     budget = budget or Budget()
     memory = int(budget.memory * 2**30)
-    ctx = multiprocessing.get_context("spawn")
     with scratch_dir(prefix="gruconv-graph-run-") as scratch:
-        receive, send = ctx.Pipe(duplex=False)
-        child = ctx.Process(target=_child, args=(send, fn, args, memory, os.getpid(), str(scratch), tuple(imports)),
-                            name="gruconv-graph", daemon=True)
+        job = pickle.dumps((fn, args, memory, os.getpid(), str(scratch), tuple(imports)))
+        # a fresh interpreter, not multiprocessing's spawn: that one imports the caller's __main__ again (a
+        # script without a main guard would start itself over); the child gets this process's sys.path
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        read_fd, write_fd = os.pipe()
+        receive = Connection(read_fd, writable=False)
+        child = None
         try:
-            child.start()
-            send.close()
+            child = subprocess.Popen([sys.executable, "-c", "from gruconv.tf.bounded import _main; _main()",
+                                      str(write_fd)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, pass_fds=(write_fd,), env=env, close_fds=True)
+            os.close(write_fd)
+            write_fd = None
+            try:
+                child.stdin.write(job)
+                child.stdin.close()
+            except BrokenPipeError:  # the child died at once: _wait finds it gone
+                pass
             message = _wait(child, receive, budget, memory)
         finally:
-            if child.is_alive():
-                child.kill()
-            child.join()
+            if write_fd is not None:
+                os.close(write_fd)
+            if child is not None:
+                if child.poll() is None:
+                    child.kill()
+                child.wait()
             receive.close()
         if (not message or message[0] != "ok") and _log_says_oom(scratch, crashed=not message):
             message = ("memory",)
@@ -209,7 +240,7 @@ def run(fn, *args, budget=None, path=None, doing: str = "on probe inputs", impor
         raise err
     import signal
 
-    code = child.exitcode
+    code = child.returncode
     how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit status {code}"
     raise UnsupportedError(f"TensorFlow crashed running the graph {doing} ({how}); nothing written", path=path)
 
@@ -229,8 +260,11 @@ def _wait(child, receive, budget, memory: int):
                 deadline = time.monotonic() + budget.seconds
                 continue
             return message
-        if not child.is_alive():
-            return receive.recv() if receive.poll(0) else None
+        if child.poll() is not None:
+            try:
+                return receive.recv() if receive.poll(0) else None
+            except (EOFError, OSError):
+                return None
         if time.monotonic() > deadline:
             child.kill()
             return ("timeout",)

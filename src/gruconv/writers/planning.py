@@ -266,6 +266,10 @@ def _plan_tf_graph(document, output: Path, options) -> Plan:
         check_tree_target(output, force=options.force)
     elif kind == "tf-graph-file":
         check_target(output, force=options.force)
+    elif kind == "stacks" and not document.names:  # a graph that already serves on a CPU: no stack to write
+        raise UnsupportedError(f"{document.reason}: it has no cuDNN node stack to write as {writer.SUFFIX or fmt}; "
+                               "convert it to a SavedModel directory or to OUTPUT.onnx (the graph as it is)",
+                               path=Path(document.source))
     elif kind == "stacks":
         # before any params are evaluated; one stack per node name (functions may hold copies of one node)
         _one_file_of_many(document, output, _stack_format(output, options), list(dict.fromkeys(document.names)))

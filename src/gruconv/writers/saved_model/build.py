@@ -39,11 +39,12 @@ def _parse(tf, graph, data: bytes):
     return proto
 
 
-def _check_clean(graph_defs, op_lists, path) -> None:
+def _check_clean(graph_defs, op_lists, graph) -> None:
     from ...errors import OutputError
     from .rewrite import cudnn_ops_left
 
-    left = cudnn_ops_left(graph_defs, op_lists)
+    path = graph.path
+    left = cudnn_ops_left(graph_defs, op_lists, keep=graph.twinned)
     if left:
         raise OutputError(f"the rewritten graph still names cuDNN ops ({'; '.join(left[:3])}); nothing written",
                           path=path)
@@ -59,7 +60,7 @@ def _saved_model(tf, graph, proto, out: Path, maker) -> None:
         if mg.HasField("meta_info_def"):
             mg.meta_info_def.stripped_op_list.CopyFrom(meta_graph.stripped_op_list_for_graph(mg.graph_def))
     _check_clean([m.graph_def for m in proto.meta_graphs],
-                 [m.meta_info_def.stripped_op_list for m in proto.meta_graphs], graph.path)
+                 [m.meta_info_def.stripped_op_list for m in proto.meta_graphs], graph)
     (out / SAVED_MODEL_PB).write_bytes(proto.SerializeToString())
     for rel, src in graph.files:  # variables/, assets/: byte for byte
         dst = out / rel
@@ -93,7 +94,7 @@ def _frozen(tf, graph, graph_def, out: Path, maker) -> None:
     from .rewrite import rewrite_graph_def
 
     rewrite_graph_def(tf, graph_def, graph.rnns, *maker)
-    _check_clean([graph_def], (), graph.path)
+    _check_clean([graph_def], (), graph)
     placeholders, sinks = _sinks_and_placeholders(graph_def)
     g = tf.Graph()
     with g.as_default():
@@ -121,7 +122,7 @@ def _frozen(tf, graph, graph_def, out: Path, maker) -> None:
     written = saved_model_pb2.SavedModel()
     written.ParseFromString((out / SAVED_MODEL_PB).read_bytes())
     _check_clean([m.graph_def for m in written.meta_graphs],
-                 [m.meta_info_def.stripped_op_list for m in written.meta_graphs], graph.path)
+                 [m.meta_info_def.stripped_op_list for m in written.meta_graphs], graph)
 
 
 def rewritten(graph, out: Path, maker=None) -> None:
