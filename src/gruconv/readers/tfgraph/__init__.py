@@ -104,19 +104,6 @@ def _variables(directory: Path) -> Optional[Path]:
     return prefix if is_regular(str(prefix) + ".index") else None
 
 
-def _name_based(prefix: Path) -> bool:
-    """Whether a variables bundle is TF1 name-based (no object graph): the ``tf1-checkpoint`` reader's."""
-    from ...errors import GruconvError
-    from ..tf2.objects import is_object_checkpoint
-    from ..tfbundle import open_bundle
-
-    try:
-        with open_bundle(prefix) as b:
-            return not is_object_checkpoint(b.keys())
-    except GruconvError:  # a damaged bundle: not a TF1 one this reader must leave alone
-        return False
-
-
 # --------------------------------------------------------------------------- scanning
 
 #: Ops no conversion runs: Python code stored in the graph (``tensorflow/python/ops/script_ops.py``
