@@ -101,7 +101,7 @@ def build(doc) -> Served:
     why = refusal(doc)
     if why is not None:
         raise Unavailable(why)
-    from ...keras3.runtime import import_quietly
+    from ...tf.runtime import import_quietly
 
     try:
         tf = import_quietly("tensorflow")
