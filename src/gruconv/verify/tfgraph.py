@@ -31,7 +31,7 @@ import numpy as np
 #: batch of several sequences first (a size of 1 checks little of the batch's wiring).
 PROBE_SIZES = (4, 3, 2, 6, 8, 1)
 #: The signature compared (the ONNX writer converts this one).
-SIGNATURE = "serving_default"
+from ..model.saved_model import SIGNATURE  # noqa: E402
 #: The rows of each converted form.
 SAVED_MODEL_ROWS, ONNX_ROWS = "end to end (converted SavedModel)", "end to end (whole graph as ONNX)"
 LABELS = (SAVED_MODEL_ROWS, ONNX_ROWS)

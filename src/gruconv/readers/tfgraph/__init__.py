@@ -40,6 +40,7 @@ from ...errors import InputError, UnsupportedError
 from ...model.canonical import Document, InputFacts
 from ...options import Options
 from ...model.cudnn_ops import CUDNN_OPS as CUDNN_OPS_WORDS, PACKING_OPS
+from ...model.saved_model import GRAPH_FILES, KERAS_METADATA
 
 FORMAT = "tf-graph"
 #: What this reader reads, for messages.
@@ -53,10 +54,8 @@ CONTENTS = ("tf-graph", "refused")
 #: The name endings of a frozen graph, stripped by batch mode.
 SUFFIXES = (".pbtxt", ".pb")
 
-#: A SavedModel's graph file, binary first (``tensorflow/python/saved_model/constants.py``).
-SAVED_MODEL_FILES = (("saved_model.pb", False), ("saved_model.pbtxt", True))
-#: tf.keras 2.x's metadata file (tf_keras ``saving/legacy/saved_model/constants.py`` ``SAVED_METADATA_PATH``).
-KERAS_METADATA = "keras_metadata.pb"
+#: A SavedModel's graph file, binary first (:mod:`gruconv.model.saved_model`).
+SAVED_MODEL_FILES = GRAPH_FILES
 
 
 # --------------------------------------------------------------------------- where the graph is

@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 #: The signature run (the one the whole-graph ONNX converts).
-SIGNATURE = "serving_default"
+from ...model.saved_model import SIGNATURE  # noqa: E402
 
 
 #: A node's settings as its attrs name them (``tensorflow/core/ops/cudnn_rnn_ops.cc``), read from the NodeDef

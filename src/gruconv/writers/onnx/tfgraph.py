@@ -65,7 +65,7 @@ FLOAT = 1
 #: The oldest opset written (:func:`build`).
 MIN_OPSET = 14
 #: The signature a SavedModel is converted through by default (ONNX has one graph).
-DEFAULT_SIGNATURE = "serving_default"
+from ...model.saved_model import SIGNATURE as DEFAULT_SIGNATURE  # noqa: E402
 
 
 def _input_mode(where: str, mode: str, input_size: Optional[int], units: Optional[int]) -> list:

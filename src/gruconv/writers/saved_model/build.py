@@ -10,8 +10,7 @@ import os
 import shutil
 from pathlib import Path
 
-#: A SavedModel's graph file (``tensorflow/python/saved_model/constants.py``).
-SAVED_MODEL_PB = "saved_model.pb"
+from ...model.saved_model import SAVED_MODEL_PB, SIGNATURE
 
 def tensorflow():
     from ...tf.runtime import tensorflow
@@ -110,7 +109,7 @@ def _frozen(tf, graph, graph_def, out: Path, maker) -> None:
         builder = tf.compat.v1.saved_model.Builder(str(target))
         with tf.compat.v1.Session(graph=g) as sess:
             builder.add_meta_graph_and_variables(sess, [tf.saved_model.SERVING],
-                                                 signature_def_map={"serving_default": sig},
+                                                 signature_def_map={SIGNATURE: sig},
                                                  strip_default_attrs=True)
         builder.save()
     for p in target.iterdir():  # the builder wants a directory that does not exist: move its files up
