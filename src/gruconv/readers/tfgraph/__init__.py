@@ -297,8 +297,8 @@ class GraphDoc:
     @property
     def content(self) -> str:
         """What the document holds (:data:`gruconv.model.canonical.CONTENTS`): a graph that already serves on a CPU
-        is a ``tf-graph`` too (written as it is to a SavedModel or ONNX output; issue 46: it once said "nothing to
-        convert" and exited 0 with nothing written for ``--format saved-model`` and ``out.onnx``)."""
+        is a ``tf-graph`` too: written as it is to a SavedModel or ONNX output, as asked (said "nothing to convert" with
+        nothing written, a conversion would exit 0 without the file the user named)."""
         if self.missing is not None or self.problems():
             return "refused"
         return "tf-graph"
