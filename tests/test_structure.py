@@ -285,6 +285,7 @@ def test_the_writer_protocol_check_finds_planted_breaches():
          "def options(graph): pass\ndef write(document, target): pass\n"
          "def describe(shape, more): pass\ndef sneaky(path): pass\n", vars(w))
     assert _writer_breaches(w, consts, verbs, optional) == [
+        "options('graph',) is not options('kind',)",  # the option set is by target kind (issue 45)
         "write('document', 'target') is not write('document', 'target', 'options')", "no load()",
         "describe('shape', 'more') is not describe('shape',)", "KINDS has 'table'",
         "sneaky() is neither a writer verb nor optional in writers.Writer"]
@@ -293,7 +294,7 @@ def test_the_writer_protocol_check_finds_planted_breaches():
 
 
 #: What a reader module offers: reading verbs only.
-READER_VERBS = ("DESCRIPTION", "OPTIONS", "GRAPH", "SUFFIXES", "sniff", "read", "inspect", "input_facts",
+READER_VERBS = ("DESCRIPTION", "OPTIONS", "CONTENTS", "SUFFIXES", "sniff", "read", "inspect", "input_facts",
                 "input_files")
 #: Writer, planning, verify or driver verbs a reader once had (issue 28): writing and planning are the
 #: writers' (``writers.planning``), what to verify is ``verify.subjects``', driving is api's.
@@ -712,3 +713,55 @@ def test_the_bench_page_check_finds_a_planted_section(tmp_path):
     assert _bench_headings(tmp_path) == [("a.py", "## Alpha"), ("a.py", "## Beta")]
     assert _missing_bench_sections(tmp_path, "# Page\n\n## Alpha\n\n## Beta 2\n") == []
     assert _missing_bench_sections(tmp_path, "# Page\n\n## Alpha\n") == ["a.py: '## Beta'"]
+
+
+# --------------------------------------------------------------------------- the TensorFlow boundary
+
+#: The frameworks only the TensorFlow side (``gruconv/tf/``) imports (issue 45 item 1).
+TF_FRAMEWORKS = ("tensorflow", "tf2onnx")
+#: Modules outside ``tf/`` that still import TensorFlow or tf2onnx (an ``import`` statement, or a call of
+#: ``import_quietly``/``import_module`` with its name).  Each entry goes when its import moves into ``tf/``
+#: (``../shared/STRUCTURE-REVIEW.md`` section 6: the rewrite, equations, node runner, params evaluation and the
+#: tf2onnx loader), and no new one comes.  ``keras3.runtime`` imports TensorFlow as Keras's backend.
+TF_IMPORTERS_LEFT = {
+    "gruconv.keras3.runtime", "gruconv.verify.reference.keras2", "gruconv.verify.reference.saved_model",
+    "gruconv.verify.reference.tf_graph", "gruconv.verify.subjects", "gruconv.verify.tfgraph",
+    "gruconv.writers.onnx.tfgraph", "gruconv.writers.saved_model.build", "gruconv.writers.saved_model.node_runner",
+}
+
+
+def _framework_imports(source: str, frameworks=TF_FRAMEWORKS) -> list:
+    """Line numbers where ``source`` imports one of ``frameworks``: an import statement, or a call
+    ``import_quietly("name")`` / ``importlib.import_module("name")``."""
+    lines = []
+    for n in ast.walk(ast.parse(source)):
+        names = []
+        if isinstance(n, ast.Import):
+            names = [a.name for a in n.names]
+        elif isinstance(n, ast.ImportFrom) and not n.level:
+            names = [n.module or ""]
+        elif isinstance(n, ast.Call) and n.args and isinstance(n.args[0], ast.Constant) \
+                and isinstance(n.args[0].value, str):
+            f = n.func
+            called = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+            if called in ("import_quietly", "import_module"):
+                names = [n.args[0].value]
+        if any(name.split(".")[0] in frameworks for name in names):
+            lines.append(n.lineno)
+    return sorted(lines)
+
+
+def test_tensorflow_and_tf2onnx_are_imported_only_by_the_tensorflow_side():
+    found = {m for m, p in _modules().items()
+             if not (m == "gruconv.tf" or m.startswith("gruconv.tf.")) and _framework_imports(p.read_text())}
+    assert found - TF_IMPORTERS_LEFT == set(), "a new module imports TensorFlow or tf2onnx outside gruconv/tf/"
+    assert TF_IMPORTERS_LEFT - found == set(), "moved into gruconv/tf/: take it off TF_IMPORTERS_LEFT"
+
+
+def test_the_tensorflow_import_finder_finds_planted_ones():
+    planted = ("import numpy as np\nimport tensorflow as tf\n"
+               "def f():\n    from tensorflow.core.protobuf import saved_model_pb2\n"
+               "def g():\n    return import_quietly('tf2onnx')\n"
+               "def h():\n    import importlib\n    return importlib.import_module('tensorflow.python')\n"
+               "def k():\n    from . import tensorflow_names\n    return import_quietly('tf_keras')\n")
+    assert _framework_imports(planted) == [2, 4, 6, 9]

@@ -188,18 +188,18 @@ def write(document, planned, outputs, opts: Options) -> ConvertResult:
 
 
 def refuse_unread(module, output: Path, opts: Options) -> None:
-    """Refuse (exit 2, one line) every given option that neither this input's reader nor the writer
-    of ``output`` reads (:func:`gruconv.run_options.accepted_options`); an output name that tells no
-    writer is left for the conversion to report (only the reader's options count then)."""
-    from . import writers
-    from .writers.planning import output_format
+    """Refuse (exit 2, one line naming the target) every given option that neither this input's reader nor the
+    writer of the target kind it will write reads (:func:`gruconv.writers.planning.written_as`,
+    :func:`gruconv.run_options.accepted_options`); an output name that tells no writer is left for the
+    conversion to report (only the reader's options count then)."""
+    from .writers.planning import written_as
 
-    fmt = output_format(module.GRAPH, output, opts)
-    if fmt is None:
-        fmt, what = (), module.DESCRIPTION
-    else:
-        what = f"{module.DESCRIPTION} converted to {writers.module(fmt).SUFFIX}"
-    run_options.refuse_unread(opts, run_options.accepted_options(module.FORMAT, fmt), what)
+    written = {w for w in (written_as(c, output, opts) for c in module.CONTENTS) if w[0] is not None}
+    what = module.DESCRIPTION
+    if written:
+        what += " converted to " + " or ".join(dict.fromkeys(run_options.target_words(f, k, output)
+                                                             for f, k in sorted(written)))
+    run_options.refuse_unread(opts, run_options.accepted_options(module.FORMAT, written=written), what)
 
 
 def verify(input, converted=None, options=None, **kw):

@@ -17,7 +17,7 @@ import click
 
 from ._version import __version__
 from .errors import GruconvError
-from .options import OUTPUT_FORMATS, Bounds
+from .options import OUTPUT_FORMATS, Bounds, Budget
 
 #: The verdict's default bounds, for the options' defaults and help (written once: :class:`Bounds`).
 _BOUNDS = Bounds()
@@ -217,6 +217,21 @@ def hint_options(f):
     return f
 
 
+#: The bounds of a run of a user's TensorFlow graph (:class:`gruconv.options.Budget`, ``docs/graph-bounds.md``).
+_graph_options = [
+    click.option("--graph-timeout", type=float, metavar="SECONDS",
+                 help=f"TF graph: wall time one run of the graph may take [default: {Budget().seconds:g}]."),
+    click.option("--graph-memory", type=float, metavar="GIB",
+                 help=f"TF graph: memory one run of the graph may use [default: {Budget().memory:g}]."),
+]
+
+
+def graph_options(f):
+    for opt in reversed(_graph_options):
+        f = opt(f)
+    return f
+
+
 def _hints(kw: dict) -> dict:
     hints = {k: kw.pop(k) for k in ("num_units", "input_size", "num_layers", "direction", "input_mode",
                                     "variable", "cell", "forget_bias") if k in kw}
@@ -297,9 +312,10 @@ def _verify_inputs(batch: int, steps: int, seed: int) -> dict:
               help="--verify: random input time steps.")
 @click.option("--seed", "verify_seed", type=int, default=0, show_default=True, help="--verify: seed of the random inputs.")
 @hint_options
+@graph_options
 def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path, junit, html_dir, force, fmt, config,
             initial_state, return_state, mask_input, check_load, custom_objects, verify, tolerance, rtol, floor_k,
-            verify_batch, verify_steps, verify_seed, rnn, prefer, **kw):
+            verify_batch, verify_steps, verify_seed, rnn, prefer, graph_timeout, graph_memory, **kw):
     """Convert INPUT (Keras HDF5, tf_keras .keras or SavedModel, TF1/TF2 checkpoint, graph with cuDNN ops) into OUTPUT (.keras, .weights.h5, .h5, .safetensors, .onnx, SavedModel dir).
 
     Usage: gruconv convert INPUT OUTPUT, or gruconv convert INPUT... --out-dir DIR.
@@ -335,7 +351,8 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
 
     options = Options(force=force, format=fmt, config=config, hints=_hints(kw), rnn=rnn, prefer=prefer,
                       initial_state=initial_state, return_state=return_state, mask_input=mask_input,
-                      check_load=check_load, custom_objects=custom_objects)
+                      check_load=check_load, custom_objects=custom_objects, graph_timeout=graph_timeout,
+                      graph_memory=graph_memory)
     bounds = Bounds.of(tolerance, rtol, floor_k)
     if out_dir is not None:
         from . import batch
@@ -394,8 +411,9 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
               help="Your Python file defining the Keras 3 classes of the model's custom layers (imported only "
                    "when given); without it such a model's cuDNN layers are checked one by one.")
 @hint_options
+@graph_options
 def verify(input, converted, tolerance, rtol, floor_k, reference, allow_tf32, device, batch, steps, seed, inputs,
-           json_path, html_path, config, custom_objects, rnn, prefer, **kw):
+           json_path, html_path, config, custom_objects, rnn, prefer, graph_timeout, graph_memory, **kw):
     """Check that CONVERTED (or INPUT converted in memory) computes what INPUT computed.
 
     Runs the ORIGINAL parameters through the reference (real cuDNN on a GPU,
@@ -428,7 +446,8 @@ def verify(input, converted, tolerance, rtol, floor_k, reference, allow_tf32, de
     with on_terminal():   # "verify: layer 3/6 ..." on a terminal's stderr, nothing otherwise
         rep = _verify(input, converted, bounds=Bounds.of(tolerance, rtol, floor_k), reference=reference,
                       allow_tf32=allow_tf32, batch=batch, steps=steps, seed=seed, inputs=inputs, device=device,
-                      config=config, hints=_hints(kw), prefer=prefer, rnn=rnn, custom_objects=custom_objects)
+                      config=config, hints=_hints(kw), prefer=prefer, rnn=rnn, custom_objects=custom_objects,
+                      graph_timeout=graph_timeout, graph_memory=graph_memory)
     data = rep.to_json()
     if json_path is not None:
         from .files.outputs import atomic_path

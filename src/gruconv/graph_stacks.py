@@ -82,21 +82,33 @@ class GraphStacksDoc:
         return d
 
 
+def _node_params(graph, source: Path) -> dict:
+    """The child process's work (:func:`gruconv.tf.bounded.run`): each node's params as the graph computes them."""
+    from .tf.runtime import tensorflow
+    from .verify.reference.tf_graph import node_params
+
+    tensorflow("evaluating a graph's cuDNN params")
+    params = node_params(graph)
+    reached = {r.name for r in graph.rnns if r.shape is not None and (r.graph, r.function, r.name) in params}
+    if not reached:  # said here, in the child: a run that failed for memory is said so (gruconv.tf.bounded)
+        unreached = list(dict.fromkeys(r.name for r in graph.rnns if r.shape is not None))
+        raise UnsupportedError(f"no cuDNN node of the graph is reached when its signatures run on probe inputs "
+                               f"({', '.join(repr(n) for n in unreached[:3])}), so no params can be evaluated; convert "
+                               "the whole graph instead (a SavedModel directory, or OUTPUT.onnx)",
+                               path=source)
+    return params
+
+
 def stacks_of(document: Document) -> GraphStacksDoc:
     """The stacks of ``document``'s cuDNN nodes (a ``tf-graph`` document), their params as the graph
     computes them, one per node name (a SavedModel's functions may hold copies of one layer's node); a node
     no signature reaches is left out with a note (no node reached: a one-line refusal).  Needs TensorFlow."""
-    from .keras3.runtime import import_quietly
     from .model.cudnn_layout import unpack
-    from .verify.reference.tf_graph import node_params
+    from .tf.bounded import run
 
     graph = document.tf_graph
-    try:
-        import_quietly("tensorflow")
-    except ImportError:
-        raise UnsupportedError("evaluating a graph's cuDNN params needs TensorFlow (pip install 'gruconv[tensorflow]')",
-                               path=Path(document.source)) from None
-    params = node_params(graph)
+    params = run(_node_params, graph, Path(document.source), budget=graph.budget,
+                 path=Path(document.source))
     by_name: dict = {}  # one stack per node name: a SavedModel's functions hold copies of one layer's node
     for i, r in enumerate(x for x in graph.rnns if x.shape is not None):  # packing nodes: recorded at their node
         by_name.setdefault(r.name, []).append((i, r))
@@ -114,9 +126,4 @@ def stacks_of(document: Document) -> GraphStacksDoc:
                                    path=Path(document.source))
         buf = buf.astype(r.shape.dtype, copy=False)
         stacks.append(NodeStack(name, RNNStack(name, r.shape, unpack(buf, r.shape)), buf, row=i))
-    if not stacks:
-        raise UnsupportedError(f"no cuDNN node of the graph is reached when its signatures run on probe inputs "
-                               f"({', '.join(repr(n) for n in unreached[:3])}), so no params can be evaluated; convert "
-                               "the whole graph instead (a SavedModel directory, or OUTPUT.onnx)",
-                               path=Path(document.source))
     return GraphStacksDoc(document, stacks, unreached)

@@ -22,7 +22,8 @@ class Options:
     """Every conversion option, in one record that every format module takes whole.
 
     Each reader and writer declares the fields it reads (a reader's ``OPTIONS``, a writer's
-    ``options(graph)``); :func:`gruconv.run_options.refuse_unread` refuses any other one given, in
+    ``options(kind)``, by the target kind it writes); :func:`gruconv.run_options.refuse_unread` refuses any
+    other one given, naming the target, in
     one line (exit 2), instead of dropping it silently.
     """
 
@@ -37,6 +38,8 @@ class Options:
     mask_input: bool = False                # TF1: a (batch, time) mask input
     check_load: bool = False                # .keras / .weights.h5: load the output with Keras, digests compared
     custom_objects: Optional[str] = None    # a user's .py file of Keras 3 classes for custom layers
+    graph_timeout: Optional[float] = None   # TF graph: seconds a run of the user's graph may take (Budget)
+    graph_memory: Optional[float] = None    # TF graph: GiB a run of the user's graph may use (Budget)
 
     def __post_init__(self) -> None:
         if self.format is not None and self.format not in OUTPUT_FORMATS:
@@ -44,6 +47,7 @@ class Options:
         if self.prefer is not None and self.prefer not in ("canonical", "opaque"):
             raise UsageError(f"--prefer must be canonical or opaque, got {self.prefer!r}")
         object.__setattr__(self, "hints", {k: v for k, v in dict(self.hints or {}).items() if v is not None})
+        Budget.of(self.graph_timeout, self.graph_memory)  # a bound that is no number > 0: the usage line now
 
     @classmethod
     def of(cls, options=None, **kw) -> "Options":
@@ -97,6 +101,33 @@ class Bounds:
         d = cls()
         return cls(d.tolerance if tolerance is None else tolerance, d.rtol if rtol is None else float(rtol),
                    d.k if k is None else float(k))
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What one run of a user's TensorFlow graph may take (:func:`gruconv.tf.bounded.run`): ``seconds`` of wall
+    time once TensorFlow has started, ``memory`` GiB of resident memory.  Made from ``--graph-timeout`` and
+    ``--graph-memory`` (:meth:`of`); the defaults are written here only.  Why these: the largest real graph
+    measured (``docs/graph-bounds.md``) needed a small fraction of either, and a user with a larger one raises
+    them."""
+
+    #: Wall-time budget in seconds.
+    seconds: float = 300.0
+    #: Memory bound in GiB (the child's resident set; its address space gets a headroom beyond it).
+    memory: float = 8.0
+
+    def __post_init__(self) -> None:
+        import math
+
+        for flag, v in (("--graph-timeout", self.seconds), ("--graph-memory", self.memory)):
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise UsageError(f"{flag} must be a number > 0, got {v!r}")
+
+    @classmethod
+    def of(cls, seconds=None, memory=None) -> "Budget":
+        """The bounds given, each None one at its default."""
+        d = cls()
+        return cls(d.seconds if seconds is None else float(seconds), d.memory if memory is None else float(memory))
 
 
 @dataclass

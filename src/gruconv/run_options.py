@@ -44,17 +44,37 @@ def given_options(options) -> list:
     return out
 
 
-def accepted_options(name: str, fmt) -> frozenset:
-    """The options a run of reader ``name`` into writer ``fmt`` reads: the reader's ``OPTIONS``, the
-    writer's ``options(graph)`` (``graph``: the reader's documents carry a Keras graph), and
-    :data:`gruconv.writers.COMMON_OPTIONS`.  ``fmt`` may be a collection of writer names (batch:
-    every writer the run may use)."""
+def accepted_options(name: str, fmt=(), *, written=None) -> frozenset:
+    """The options a run of reader ``name`` reads: the reader's ``OPTIONS``,
+    :data:`gruconv.writers.COMMON_OPTIONS` and what the writer reads for the target kind it writes
+    (``writer.options(kind)``).  ``written``: the ``(writer, kind)`` pairs the run writes
+    (:func:`gruconv.writers.planning.written_as`); else every kind a document of the reader's ``CONTENTS``
+    may be written as by ``fmt``, a writer name or a collection of them (batch mode, ``verify``: every writer
+    the run may use; ``()``: none, inspect)."""
+    from .writers.planning import TARGET_KINDS
+
     reader = readers.module(name)
-    fmts = [fmt] if isinstance(fmt, str) else list(fmt)
+    if written is None:
+        fmts = [fmt] if isinstance(fmt, str) else list(fmt)
+        written = {(f, k) for f in fmts for c in reader.CONTENTS for k in TARGET_KINDS[c]
+                   if k in writers.module(f).KINDS}
     out = set(writers.COMMON_OPTIONS) | set(reader.OPTIONS)
-    for f in fmts:
-        out |= writers.module(f).options(reader.GRAPH)
+    for f, kind in written:
+        out |= writers.module(f).options(kind)
     return frozenset(out)
+
+
+def target_words(fmt: str, kind: str, output) -> str:
+    """The target of a run in a refusal's words: the writer's name ending (``.keras``), or for a directory
+    output (a SavedModel, one file per RNN or stack) what it is and its ``--format``."""
+    from pathlib import Path
+
+    writer = writers.module(fmt)
+    if kind in writers.DIRECTORY_KINDS or not writer.SUFFIX:  # the one writer of directories: SavedModels
+        return f"a SavedModel directory (--format {fmt}: {Path(output).name})"
+    if kind == "graph-rnn" or (kind == "stack" and (Path(output).is_dir() or writers.claimed_by(output) != fmt)):
+        return f"a directory of {writer.SUFFIX} files ({Path(output).name})"
+    return writer.SUFFIX
 
 
 def refuse_unread(options, accepted, what: str) -> None:
@@ -96,13 +116,13 @@ def reader_for(input, target=None, options=None) -> str:
     that claims it (:func:`gruconv.readers.detect`), except for a SavedModel another reader claims (a tf.keras
     one, for its Keras config) whose graph holds cuDNN ops and whose ``target`` is the graph rewritten in
     place (:func:`_graph_target`): that one the graph reader reads, so ``convert tf_keras_dir/ cpu_model/
-    --format saved-model`` and ``convert tf_keras_dir/ model.onnx`` do what they do for any graph (and say
-    "already serves on a CPU" of a graph whose cuDNN nodes all have a CPU twin)."""
+    --format saved-model`` and ``convert tf_keras_dir/ model.onnx`` do what they do for any graph (a graph whose cuDNN nodes all have a CPU twin is
+    written as it is)."""
     name = readers.detect(input)
     if name == GRAPH_READER or not _graph_target(target, options):
         return name
     graph = readers.module(GRAPH_READER)
     try:
-        return GRAPH_READER if graph.read(input).content in ("tf-graph", "final") else name
+        return GRAPH_READER if graph.read(input).content == "tf-graph" else name
     except Exception:  # noqa: BLE001 - not a graph this reader reads: the claiming reader says what it is
         return name

@@ -1342,6 +1342,45 @@ def readonly_cwd_verify_json_as_nobody(w, ctx):
     return Spec(["verify", "m.h5", "--json", "ro/r.json"], {3})
 
 
+# =========================================================================== a user's graph that never ends (issue 45)
+# SavedModels whose signature holds a real CudnnRNN node beside a hostile computation
+# (fixtures/make_hostile_graph_fixtures.py): every run of the graph is a bounded child (gruconv.tf.bounded)
+
+HOSTILE_GRAPHS = "graphs_hostile"
+SMALL_GRAPH_BUDGET = ["--graph-timeout", "5", "--graph-memory", "2"]
+
+
+@case("hang", hang=True)
+def graph_endless_loop_to_saved_model(w, ctx):
+    copy_fixture(f"{HOSTILE_GRAPHS}/endless_loop", w / "g")
+    return Spec(["convert", "g", "out", *SMALL_GRAPH_BUDGET], {3}, message=r"did not finish on probe inputs within 5 s")
+
+
+@case("hang", hang=True)
+def graph_endless_loop_to_stacks(w, ctx):
+    copy_fixture(f"{HOSTILE_GRAPHS}/endless_loop", w / "g")
+    return Spec(["convert", "g", "out.keras", *SMALL_GRAPH_BUDGET], {3},
+                message=r"did not finish on probe inputs within 5 s")
+
+
+@case("memory")
+def graph_huge_fill_to_saved_model(w, ctx):
+    copy_fixture(f"{HOSTILE_GRAPHS}/huge_fill", w / "g")
+    return Spec(["convert", "g", "out", *SMALL_GRAPH_BUDGET], {3}, message=r"needed more than 2 GiB on probe inputs")
+
+
+@case("memory")
+def graph_huge_fill_to_onnx(w, ctx):
+    copy_fixture(f"{HOSTILE_GRAPHS}/huge_fill", w / "g")
+    return Spec(["convert", "g", "out.onnx", *SMALL_GRAPH_BUDGET], {3}, message=r"needed more than 2 GiB on probe inputs")
+
+
+@case("messages")
+def graph_asserting_on_every_input(w, ctx):
+    copy_fixture(f"{HOSTILE_GRAPHS}/asserts", w / "g")
+    return Spec(["convert", "g", "out", *SMALL_GRAPH_BUDGET], {3}, message=r"does not serve on a CPU")
+
+
 # =========================================================================== the runner
 
 @pytest.fixture(scope="module")

@@ -77,3 +77,55 @@ def test_a_signal_mid_conversion_cleans_up_and_exits_with_the_signal_code(sig, c
                     assert z.testzip() is None
                     assert sorted(z.namelist()) == ["config.json", "metadata.json", "model.weights.h5"]
         assert list(tmpdir.iterdir()) == [], (delay, list(tmpdir.iterdir()))
+
+
+def _children(pid: int) -> list:
+    """The pids whose parent is ``pid`` (``/proc``)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(d.name))
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the graph's child process through /proc")
+@pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_stops_a_graph_running_forever_and_its_child_within_seconds(sig, code, tmp_path):
+    """A SavedModel whose signature loops forever beside a ``CudnnRNN`` node, converted with a budget far beyond the
+    test (600 s): the graph runs in a child process (:mod:`gruconv.tf.bounded`), so the signal stops gruconv at once,
+    the child with it; nothing is left in the output directory or ``$TMPDIR`` (issue 45: SIGTERM at 120 s did
+    not stop the in-process run)."""
+    pytest.importorskip("tensorflow")
+    out, tmpdir = tmp_path / "out", tmp_path / "tmp"
+    tmpdir.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmpdir), "CUDA_VISIBLE_DEVICES": ""}
+    p = subprocess.Popen([str(GRUCONV), "convert", str(FIXTURES / "graphs_hostile" / "endless_loop"), str(out),
+                          "--graph-timeout", "600"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 180
+        while not [c for c in _children(p.pid) if "gruconv-graph-run-" in " ".join(
+                str(x) for x in Path(tmpdir).iterdir())] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        children = _children(p.pid)
+        assert children and p.poll() is None, "the graph's child process never started"
+        time.sleep(2.0)  # the child importing TensorFlow or inside the graph: either way it must stop
+        p.send_signal(sig)
+        sent = time.monotonic()
+        _, err = p.communicate(timeout=60)
+        stopped = time.monotonic() - sent
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == code, err[-2000:]
+    assert "Traceback" not in err, err[-2000:]
+    assert stopped < 30, stopped  # seconds, not the graph's 600 s budget (typically well under one)
+    time.sleep(0.5)
+    assert not any(Path(f"/proc/{c}").exists() and "Z" not in Path(f"/proc/{c}/stat").read_text().split(")")[1][:3]
+                   for c in children), "the graph's child outlived gruconv"
+    assert not out.exists() and list(tmpdir.iterdir()) == []

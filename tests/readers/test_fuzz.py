@@ -46,6 +46,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 KERAS = ROOT / "fixtures" / "keras"
 GRAPHS = ROOT / "fixtures" / "graphs"
+HOSTILE_GRAPHS = ROOT / "fixtures" / "graphs_hostile"
 TF1 = ROOT / "fixtures" / "tf1"
 
 CASES = int(os.environ.get("GRUCONV_FUZZ_CASES", "300"))
@@ -63,7 +64,9 @@ READERS = {
     # graphs holding cuDNN ops (binary and text GraphDefs, a SavedModel's graph) and a tf.keras SavedModel's
     # keras_metadata.pb / graph: the tf-graph and tf2 readers' protobuf walks
     "tf-graph": [GRAPHS / n for n in ("frozen_gru.pb", "frozen_gru_bidir_skip.pbtxt", "keras3_export",
-                                      "tf_keras_cudnngru")],
+                                      "tf_keras_cudnngru")]
+    # graphs that loop forever, allocate 100 GB or assert, beside a real CudnnRNN node: their runs are bounded
+    + [HOSTILE_GRAPHS / n for n in ("endless_loop", "huge_fill", "asserts")],
 }
 
 
@@ -195,7 +198,7 @@ def _tensor_case(fixture: Path, rng: random.Random, work: Path) -> tuple:
 
 def _worker(reader: str, start: int, count: int, out_dir: Path, progress: Path) -> dict:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    from gruconv import api
+    from gruconv import api, readers
     from gruconv.errors import GruconvError
     from gruconv.readers import keras_h5
     from gruconv.writers import legacy_graph
@@ -228,7 +231,9 @@ def _worker(reader: str, start: int, count: int, out_dir: Path, progress: Path) 
                         target = conv / "out.keras"
                     else:  # a directory takes every stack of a checkpoint
                         target = conv
-                    api.convert(path, target, force=True)
+                    # a graph's runs are bounded (gruconv.tf.bounded): small bounds keep a hostile one quick
+                    bounds = {"graph_timeout": 5.0, "graph_memory": 2.0} if readers.detect(path) == "tf-graph" else {}
+                    api.convert(path, target, force=True, **bounds)
                     stats["converted"] += 1
                 stats["ok"] += 1
             except GruconvError as e:
@@ -425,7 +430,7 @@ def test_random_model_configs_only_succeed_or_raise_gruconv_errors(config_corpus
 
     import h5py
 
-    from gruconv import api
+    from gruconv import api, readers
     from gruconv.errors import GruconvError
     from gruconv.readers import keras_h5
     from gruconv.writers import legacy_graph

@@ -178,8 +178,10 @@ def _saved_model(tmp_path, functions: list) -> Path:
 
 def test_a_graph_whose_cudnn_nodes_all_have_a_cpu_twin_already_serves_on_a_cpu(tmp_path):
     """tf.keras 2.x's implementation selector: the GPU variant (api_preferred_device GPU) has a standard twin
-    with the same api_implements; on a CPU the twin runs.  convert: nothing to convert (exit 0, saying so);
-    verify: nothing to verify (exit 2); inspect names the twin."""
+    with the same api_implements; on a CPU the twin runs.  inspect names the twin; convert to stacks alone: one
+    line, exit 3, nothing written (issue 46: it exited 0 with nothing written; the graph itself goes to a
+    SavedModel directory or OUTPUT.onnx, written as it is: ``tests/readers/test_reader_for.py``); verify: exit 3
+    in one line (this hand-made protobuf is no SavedModel TensorFlow loads, and no node is there to check)."""
     d = _saved_model(tmp_path, [("gpu_gru_1", "CudnnRNNV3", {"api_implements": "gru_a", "api_preferred_device": "GPU"}),
                                 ("standard_gru_1", None, {"api_implements": "gru_a", "api_preferred_device": "CPU"})])
     r = _run(["inspect", d])
@@ -187,12 +189,11 @@ def test_a_graph_whose_cudnn_nodes_all_have_a_cpu_twin_already_serves_on_a_cpu(t
     assert "already serves on a CPU" in r.output.splitlines()[0]
     assert "a GPU-only variant: on a CPU its twin standard_gru_1 runs instead" in r.output
     r = _run(["convert", d, tmp_path / "out.keras"])
-    assert r.exit_code == 0, r.output
-    assert "the SavedModel already serves on a CPU: its 1 cuDNN op(s) (CudnnRNNV3) in function gpu_gru_1 sit in " \
-           "tf.keras GPU-only variants" in r.output
+    _one_line_error(r, 3, "the SavedModel already serves on a CPU: its 1 cuDNN op(s) (CudnnRNNV3) in function gpu_gru_1 "
+                          "sit in tf.keras GPU-only variants, each with a standard twin TensorFlow runs instead on a CPU: "
+                          "it has no cuDNN node stack to write as .keras; convert it to a SavedModel directory or to "
+                          "OUTPUT.onnx (the graph as it is)")
     assert not (tmp_path / "out.keras").exists()
-    r = _run(["verify", d])
-    assert r.exit_code == 2 and "so nothing to verify" in r.output, r.output
 
 
 @pytest.mark.slow   # a tf_keras interpreter writes the SavedModel: ~15-30 s
@@ -212,8 +213,11 @@ def test_a_tf_keras_savedmodel_of_plain_layers_is_seen_to_serve_on_a_cpu(tmp_pat
     assert info["format"] == "tf-graph" and info["cudnn_nodes"]
     assert {n["op"] for n in info["cudnn_nodes"]} <= {"CudnnRNNV3", "CudnnRNNBackpropV3"}
     assert all(n["cpu_twin"] and "standard_" in n["cpu_twin"] for n in info["cudnn_nodes"])
-    r = _run(["convert", d, tmp_path / "out.keras"])
-    assert r.exit_code == 0 and "already serves on a CPU" in r.output, r.output
+    r = _run(["convert", d, tmp_path / "out.keras"])  # issue 46: exit 0 and nothing written, once
+    assert r.exit_code == 3 and "already serves on a CPU" in r.output and "no cuDNN node stack" in r.output, r.output
+    assert not (tmp_path / "out.keras").exists()
+    r = _run(["convert", d, tmp_path / "cpu_model"])  # the graph as it is
+    assert r.exit_code == 0 and (tmp_path / "cpu_model" / "saved_model.pb").is_file(), r.output
 
 
 def test_one_cudnn_node_without_a_twin_makes_the_graph_gpu_only(tmp_path):
@@ -486,3 +490,35 @@ def test_a_graph_tensorflow_cannot_import_is_one_line_for_every_output_and_verif
         _one_line_error(_run(["convert", src, tmp_path / out]), 3, "is a GraphDef TensorFlow cannot import (NotFoundError")
     _one_line_error(_run(["verify", src]), 3, "is a GraphDef TensorFlow cannot import (NotFoundError")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.pb"]
+
+
+@pytest.mark.slow   # a tf_keras interpreter writes the SavedModel: ~15-30 s
+def test_a_tf_module_around_a_gru_model_asked_for_keras_is_exit_3_never_exit_0_without_the_file(tmp_path):
+    """Issue 46 (b): TensorFlow's text-generation tutorial's ``OneStep``, a ``tf.Module`` around a tf.keras GRU model
+    saved with ``tf.saved_model.save`` (graph only: no Keras metadata), asked for ``.keras``: exit 0, nothing written.
+    Its cuDNN nodes are tf.keras GPU variants with CPU twins, so it has no stack to write alone: one line, exit 3,
+    naming the outputs it does go to; and to a SavedModel directory it is written."""
+    d = tmp_path / "one_step"
+    code = ('import os\nos.environ["TF_USE_LEGACY_KERAS"]="1"; os.environ["TF_CPP_MIN_LOG_LEVEL"]="3"\n'
+            "import tensorflow as tf, tf_keras as K\n"
+            "model = K.Sequential([K.layers.Embedding(20, 4), K.layers.GRU(6, return_sequences=True), "
+            "K.layers.Dense(20)])\n"
+            "model.build((None, None))\n"
+            "class OneStep(tf.Module):\n"
+            "    def __init__(self, model):\n"
+            "        self.model = model\n"
+            "    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])\n"
+            "    def generate_one_step(self, ids):\n"
+            "        logits = self.model(ids)[:, -1, :]\n"
+            "        return {'ids': tf.random.categorical(logits, 1, seed=1), 'logits': logits}\n"
+            "m = OneStep(model)\n"
+            f"tf.saved_model.save(m, {str(d)!r}, signatures={{'serving_default': m.generate_one_step}})\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert not (d / "keras_metadata.pb").exists()
+    r = _run(["convert", d, tmp_path / "m.keras"])
+    _one_line_error(r, 3, "already serves on a CPU")
+    assert "no cuDNN node stack to write as .keras" in r.output and not (tmp_path / "m.keras").exists()
+    r = _run(["convert", d, tmp_path / "cpu_model"])
+    assert r.exit_code == 0 and (tmp_path / "cpu_model" / "saved_model.pb").is_file(), r.output

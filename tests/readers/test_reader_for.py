@@ -75,7 +75,16 @@ def test_the_whole_graph_as_onnx_of_a_tf_keras_saved_model(tmp_path):
     assert res.exit_code == 0 and "end to end (whole graph as ONNX)" in res.output, res.output
 
 
-def test_a_tf_keras_saved_model_that_already_serves_on_a_cpu_is_said_so(tmp_path):
+def test_a_tf_keras_saved_model_that_already_serves_on_a_cpu_is_written_as_asked(tmp_path):
+    """Issue 46 (a): a tf.keras 2.x SavedModel of plain GRU/LSTM layers (cuDNN ops only in tf.keras's GPU variants)
+    asked for a SavedModel or ONNX exited 0 with nothing written ("already serves on a CPU").  It is written as
+    asked (the graph as it is, its GPU variants kept: TensorFlow runs their twins on a CPU), checked to serve on a
+    CPU, and verify checks it end to end against the original."""
     res = run("convert", TWINNED_SM, tmp_path / "cpu_model", "--format", "saved-model")
-    assert res.exit_code == 0 and "already serves on a CPU" in res.output, res.output
-    assert list(tmp_path.iterdir()) == []
+    assert res.exit_code == 0 and f"wrote {tmp_path / 'cpu_model'}" in res.output, res.output
+    assert "already serves on a CPU" in res.output  # said, as a warning
+    assert (tmp_path / "cpu_model" / "saved_model.pb").is_file() and (tmp_path / "cpu_model" / "variables").is_dir()
+    res = run("convert", TWINNED_SM, tmp_path / "m.onnx")
+    assert res.exit_code == 0 and (tmp_path / "m.onnx").is_file(), res.output
+    res = run("verify", TWINNED_SM, tmp_path / "cpu_model")
+    assert res.exit_code == 0 and "end to end (converted SavedModel)" in res.output, res.output

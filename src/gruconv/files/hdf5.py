@@ -44,11 +44,6 @@ def is_hdf5(path) -> bool:
     return any(head[o:o + 8] == HDF5_SIGNATURE for o in (0, 512, 1024, 2048, 4096))
 
 
-def open_file(path):
-    """Open a Keras HDF5 input with every guard (:func:`open_hdf5`)."""
-    return open_hdf5(path, "an HDF5 file")
-
-
 def _superblock_sizes(f, base: int) -> tuple:
     """(size of offsets, size of lengths) from the superblock at ``base`` (HDF5 spec, Level 0A)."""
     f.seek(base + 8)

@@ -794,7 +794,7 @@ def write_keras_h5_doc(doc, target, *, weights_only: bool = False, warnings: Opt
     (the caller may fall back to the Keras-built route): a layer outside the vocabulary, a training
     config outside :func:`gruconv.keras3.config.compile_config`'s.  ``warnings`` receives what a
     training config loses (custom losses / metrics), as the Keras route reports it; ``nonfinite`` the
-    NaN/Inf count per CuDNN layer (:func:`legacy_h5_arrays`); ``info["config"]`` the generated Keras 3
+    NaN/Inf count per CuDNN layer (:func:`weight_arrays`); ``info["config"]`` the generated Keras 3
     model config (for :func:`check_load` of a weights-only output)."""
     if doc.model_config is None:
         raise UnsupportedError("a weights-only input needs its architecture (--config)", path=doc.path)

@@ -24,7 +24,7 @@ def layer_tops(model) -> list:
     """One :class:`gruconv.keras3.config.TopLayer` per top-level layer of a Keras model, its slots the
     layer's variables in the order Keras's legacy HDF5 loader matches a layer's stored weights
     (``legacy_h5_format._legacy_weights``: ``trainable_weights + non_trainable_weights``), each slot keyed
-    ``(layer name, i)``: the plan :func:`gruconv.keras3.archive.legacy_h5_arrays` streams a legacy file's
+    ``(layer name, i)``: the plan :func:`gruconv.keras3.archive.weight_arrays` streams a stored model's
     weights against for :func:`assign` (every layer Keras builds, one outside the streamed writer's
     vocabulary included)."""
     tops = []

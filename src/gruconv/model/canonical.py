@@ -411,7 +411,10 @@ class TfGraph:
     ``kind``: ``SavedModel`` or ``GraphDef``; ``path`` its graph file; ``text``: text format;
     ``rnns``: the :class:`GraphRNN` nodes; ``data()``: the graph file's bytes (read by the reader, through
     its guards); ``files``: ``(relative path, source)`` of the SavedModel's other files the output
-    carries byte for byte (``variables/``, ``assets/``)."""
+    carries byte for byte (``variables/``, ``assets/``); ``budget``: what one run of the graph may take
+    (:class:`gruconv.options.Budget`, from ``--graph-timeout``/``--graph-memory``; None: the defaults), for
+    every consumer that runs it (:func:`gruconv.tf.bounded.run`).  Picklable (``data`` a module-level
+    function's partial): a run of the graph happens in a child process."""
 
     kind: str
     path: object
@@ -419,3 +422,7 @@ class TfGraph:
     rnns: list
     data: object
     files: list = field(default_factory=list)
+    budget: object = None
+    #: library functions whose cuDNN nodes are tf.keras GPU-only variants with a CPU twin: left as they are (on a
+    #: CPU TensorFlow runs the twin), so a graph of only those is written as it is
+    twinned: tuple = ()

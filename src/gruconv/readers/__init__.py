@@ -4,9 +4,10 @@ Readers produce one document; writers (:mod:`gruconv.writers`) consume it: pando
 AST → writers split.  Every reader module offers the same attributes and verbs (``options`` is
 always a :class:`gruconv.options.Options`):
 
-``FORMAT``, ``DESCRIPTION``, ``OPTIONS``, ``GRAPH``, ``SUFFIXES``
-    its name, its words for messages, the option fields it reads, whether its documents carry a
-    Keras graph, the input name endings batch strips;
+``FORMAT``, ``DESCRIPTION``, ``OPTIONS``, ``CONTENTS``, ``SUFFIXES``
+    its name, its words for messages, the option fields it reads, what its documents may hold
+    (:data:`~gruconv.model.canonical.CONTENTS` kinds: the options a run accepts are the writer's for the
+    target kind such a document is written as), the input name endings batch strips;
 ``sniff(path) -> bool``
     cheap content check, no exceptions;
 ``read(path, options) -> doc``

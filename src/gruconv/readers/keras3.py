@@ -44,8 +44,8 @@ FORMAT = "keras3"
 DESCRIPTION = "a Keras 3 file"
 #: ``--config``: the architecture of a ``.weights.h5`` (refused for files that carry their own).
 OPTIONS = frozenset({"config"})
-#: Its documents are Keras graphs (a whole model): a bare stack's interface options never apply.
-GRAPH = True
+#: What its documents hold (:data:`gruconv.model.canonical.CONTENTS`): already Keras 3, nothing to convert.
+CONTENTS = ("final",)
 #: Input name endings (batch mode's output naming; nothing is ever written for these inputs).
 SUFFIXES = (".keras", ".weights.h5")
 

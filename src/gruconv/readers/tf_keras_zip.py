@@ -51,7 +51,8 @@ FORMAT = "tf-keras-zip"
 DESCRIPTION = "a tf_keras .keras file"
 #: No ``--config``: the file carries its own config.json.
 OPTIONS = frozenset()
-GRAPH = True
+#: What its documents hold (:data:`gruconv.model.canonical.CONTENTS`): a Keras model.
+CONTENTS = ("graph",)
 SUFFIXES = (".keras",)
 WEIGHTS = "model.weights.h5"
 #: The writers that need the legacy HDF5 layout itself (:mod:`gruconv.writers.legacy_graph`: the legacy ``.h5``

@@ -278,7 +278,7 @@ def tf_graph_subjects(doc, converted, opts: Options):
     way ``convert`` traces it) run by TensorFlow on the CPU, against the reference, on seeded weights of
     the node's shape (uniform in [-0.5, 0.5]: the graph's own ``params`` tensor reaches the replacement
     unchanged, so what is checked is the replacement's function of any buffer of that layout)."""
-    from ..keras3.runtime import import_quietly
+    from ..tf.runtime import import_quietly
     from ..model.canonical import RNNStack
     from ..model.cudnn_layout import params_size, unpack
     from ..model.cudnn_ops import WITH_LENGTHS

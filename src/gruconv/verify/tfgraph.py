@@ -31,7 +31,7 @@ import numpy as np
 #: batch of several sequences first (a size of 1 checks little of the batch's wiring).
 PROBE_SIZES = (4, 3, 2, 6, 8, 1)
 #: The signature compared (the ONNX writer converts this one).
-SIGNATURE = "serving_default"
+from ..model.saved_model import SIGNATURE  # noqa: E402
 #: The rows of each converted form.
 SAVED_MODEL_ROWS, ONNX_ROWS = "end to end (converted SavedModel)", "end to end (whole graph as ONNX)"
 LABELS = (SAVED_MODEL_ROWS, ONNX_ROWS)
@@ -84,7 +84,7 @@ def _onnx(doc, converted):
 def _onnx_outputs(doc, converted, feed: dict, ref: dict):
     """``(outputs, None)`` of the whole-graph ONNX on ``feed`` run by onnxruntime, or ``(None, why not)``."""
     from ..errors import GruconvError
-    from ..keras3.runtime import import_quietly
+    from ..tf.runtime import import_quietly
 
     try:
         import onnxruntime as ort
@@ -127,27 +127,29 @@ def _floor(tf, fn, feed: dict, got: dict) -> dict:
     return worst
 
 
-def end_to_end(doc, converted, engine, report, rng) -> None:
-    """Every output of every signature of the converted SavedModel, and every ``serving_default`` output of the
-    whole-graph ONNX, against the original graph's (module docstring); a note says why a part cannot run
-    (TensorFlow or tf2onnx missing, a signature no probe size runs, names that differ)."""
-    from ..errors import GruconvError, InputError
-    from ..keras3.runtime import import_quietly
-    from .reference.tf_graph import original
-    from .verdicts import judge
+#: What the report says of the reference, once it ran.
+REFERENCE_NOTE = ("end to end: the original graph run by TensorFlow on the CPU, each cuDNN node computed by "
+                  "the float64 oracle from the node's own inputs and params (configured by its NodeDef, not "
+                  "by gruconv's reading of it), against the converted SavedModel (every signature) and the "
+                  f"whole graph as ONNX ({SIGNATURE}), every output; real cuDNN is not run inside the graph "
+                  "(no machine here has both TensorFlow and a GPU)")
 
-    def skip(label: str, why: str) -> None:
-        report.notes.append(f"{label}: not checked, {why}")
+
+def _rows(doc, converted, rng) -> tuple:
+    """The child process's work (:func:`gruconv.tf.bounded.run`): ``(rows, skips, ran)``: ``rows`` the
+    ``(label, outputs, reference, floor)`` to judge, ``skips`` the ``(label, why)`` not checked, ``ran``
+    whether the reference ran."""
+    from ..errors import GruconvError, InputError
+    from ..tf.runtime import import_quietly
+    from .reference.tf_graph import original
 
     try:
         tf = import_quietly("tensorflow")
     except ImportError as e:
-        for label in LABELS:
-            skip(label, f"{e.name or e} is not installed (pip install 'gruconv[tensorflow]')")
-        return
+        return [], [(label, f"{e.name or e} is not installed (pip install 'gruconv[tensorflow]')") for label in LABELS], False
     from ..files.outputs import scratch_dir
 
-    rows = []  # (label, outputs, reference, floor)
+    rows, skips = [], []  # rows: (label, outputs, reference, floor)
     with scratch_dir(prefix="gruconv-verify-graph-") as tmp:
         try:
             sm_path = _saved_model(tf, doc, converted, Path(tmp))
@@ -155,20 +157,18 @@ def end_to_end(doc, converted, engine, report, rng) -> None:
         except InputError:
             raise  # the graph itself is broken (TensorFlow cannot import it): verify fails as convert does
         except GruconvError as e:
-            for label in LABELS:
-                skip(label, e.message)
-            return
+            return [], [(label, e.message) for label in LABELS], False
         with tf.device("/CPU:0"):
             loaded, reference = tf.saved_model.load(str(sm_path)), tf.saved_model.load(str(ref_path))
         keys = sorted(loaded.signatures.keys(), key=lambda k: (k != SIGNATURE, k))
         if SIGNATURE not in keys:
-            skip(ONNX_ROWS, f"the SavedModel has no {SIGNATURE!r} signature")
+            skips.append((ONNX_ROWS, f"the SavedModel has no {SIGNATURE!r} signature"))
         for key in keys:
             fn = loaded.signatures[key]
             run = _feeds(tf, fn, rng)
             label = SAVED_MODEL_ROWS if key == SIGNATURE else f"{SAVED_MODEL_ROWS}: {key}"
             if run is None:
-                skip(label, f"no input size in {PROBE_SIZES} runs signature {key!r}")
+                skips.append((label, f"no input size in {PROBE_SIZES} runs signature {key!r}"))
                 continue
             feed, got = run
             ref = _run(tf, reference.signatures[key], feed)
@@ -177,15 +177,35 @@ def end_to_end(doc, converted, engine, report, rng) -> None:
             if key == SIGNATURE:
                 onnx_out, why = _onnx_outputs(doc, converted, feed, ref)
                 if why is not None:
-                    skip(ONNX_ROWS, why)
+                    skips.append((ONNX_ROWS, why))
                 else:
                     rows.append((ONNX_ROWS, onnx_out, ref, worst))
         del loaded, reference
-    report.notes.append("end to end: the original graph run by TensorFlow on the CPU, each cuDNN node computed by "
-                        "the float64 oracle from the node's own inputs and params (configured by its NodeDef, not "
-                        "by gruconv's reading of it), against the converted SavedModel (every signature) and the "
-                        f"whole graph as ONNX ({SIGNATURE}), every output; real cuDNN is not run inside the graph "
-                        "(no machine here has both TensorFlow and a GPU)")
+    return rows, skips, True
+
+
+def end_to_end(doc, converted, engine, report, rng) -> None:
+    """Every output of every signature of the converted SavedModel, and every ``serving_default`` output of the
+    whole-graph ONNX, against the original graph's (module docstring); a note says why a part cannot run
+    (TensorFlow or tf2onnx missing, a signature no probe size runs, names that differ).  The graphs run in a
+    child process within the graph's budget (:mod:`gruconv.tf.bounded`); the verdicts are judged here."""
+    from ..tf.bounded import run
+    from .verdicts import judge
+
+    graph = doc.document().tf_graph
+    rows, skips, ran = run(_rows, doc, converted, rng, budget=graph.budget, path=Path(doc.path),
+                           doing="on verify's inputs")
+    if not ran and not graph.rnns and skips:  # no node of its own to check (a graph that already serves on a
+        # CPU): without the end-to-end rows nothing would be checked, which is no parity failure
+        from ..errors import UnsupportedError
+
+        raise UnsupportedError(f"nothing can be checked: the graph has no cuDNN node to replace, and end to end "
+                               f"{skips[0][1]}", path=Path(doc.path))
+    for label, why in skips:
+        report.notes.append(f"{label}: not checked, {why}")
+    if not ran:
+        return
+    report.notes.append(REFERENCE_NOTE)
     for label, outputs, ref, worst in rows:
         for k in sorted(ref):
             dtype = "float16" if ref[k].dtype == np.float16 else "float32"

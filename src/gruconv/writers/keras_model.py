@@ -47,9 +47,10 @@ INTERFACE_OPTIONS = frozenset({"initial_state", "return_state", "mask_input"})
 LOAD_OPTIONS = frozenset({"check_load", "custom_objects"})
 
 
-def options(graph: bool) -> frozenset:
-    """The options this writer reads: ``check_load``, plus the interface options for bare stacks."""
-    return LOAD_OPTIONS if graph else LOAD_OPTIONS | INTERFACE_OPTIONS
+def options(kind: str) -> frozenset:
+    """The options this writer reads, by target kind: a Keras graph's ``check_load`` and the classes it loads
+    with; a bare stack's ``check_load`` and the model interface it is given."""
+    return {"graph": LOAD_OPTIONS, "stack": frozenset({"check_load"}) | INTERFACE_OPTIONS}.get(kind, frozenset())
 
 
 def _graph_notes(graph, warnings: list) -> None:

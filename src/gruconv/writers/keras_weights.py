@@ -21,9 +21,12 @@ NEEDS_ARCHITECTURE = True
 MANY = False
 
 
-def options(graph: bool) -> frozenset:
-    """Weights carry no model interface; ``--check-load`` loads them into the converted architecture."""
-    return frozenset({"check_load", "custom_objects"})
+def options(kind: str) -> frozenset:
+    """By target kind: ``--check-load`` loads the weights into the converted architecture (a graph's with the
+    classes of ``--custom-objects``); a bare stack's weights are named by the model interface the ``keras``
+    writer would give it (``--initial-state`` & co. change the object paths)."""
+    return {"graph": frozenset({"check_load", "custom_objects"}),
+            "stack": frozenset({"check_load", "initial_state", "return_state", "mask_input"})}.get(kind, frozenset())
 
 
 def _write_graph(document, target, options, warnings: list) -> dict:

@@ -27,7 +27,7 @@ NEEDS_ARCHITECTURE = False
 MANY = False
 
 
-def options(graph: bool) -> frozenset:
+def options(kind: str) -> frozenset:
     """Weights carry no model interface: no option of their own."""
     return frozenset()
 

@@ -77,14 +77,59 @@ class Plan:
         return [t.path for t in self.targets] + ([self.rest] if self.rest is not None else [])
 
 
-def output_format(graph: bool, output, options) -> Optional[str]:
-    """The writer a conversion to ``output`` uses, or None when the output names none: for refusing,
-    before reading, the options no one reads (:func:`gruconv.api.refuse_unread`).  ``graph``: the
-    reader's documents carry a Keras graph (else bare stacks, which may go to a directory)."""
+#: The target kinds (:data:`gruconv.writers.registry.KINDS`) a document of each content
+#: (:data:`gruconv.model.canonical.CONTENTS`) may be written as, whatever the output: the options a run may
+#: accept before its output is known (batch mode, ``verify``).  :func:`written_as` decides the one kind.
+TARGET_KINDS = {
+    "graph": ("graph", "graph-rnn"),
+    "weights": ("graph", "graph-rnn"),
+    "final": ("graph", "graph-rnn"),
+    "stacks": ("stack", "document"),
+    # the whole graph, or its cuDNN nodes' stacks alone (route tf-graph-stacks: planned as stacks)
+    "tf-graph": ("tf-graph", "tf-graph-file", "stack", "document"),
+    "refused": (),
+}
+
+
+def written_as(content: str, output, options) -> tuple:
+    """``(writer, target kind)`` a document of ``content`` converted to ``output`` is written with, decided
+    before the input is read and by the rules :func:`plan` follows (the same helpers), or ``(None, None)``
+    when the output names no writer (the conversion reports that) or nothing is written (``refused``).
+    For refusing, before reading, the options the writer of that kind does not read
+    (:func:`gruconv.api.refuse_unread`)."""
     output = Path(output)
-    if not graph:
-        return _stack_format(output, options) or _directory_format(options)
-    return writers.output_format(output, options)
+    if content in ("graph", "weights", "final"):
+        fmt = writers.output_format(output, options)
+        return (fmt, _graph_kind(writers.module(fmt), output)) if fmt is not None else (None, None)
+    if content == "stacks":
+        fmt = _stack_format(output, options)
+        if fmt is None:
+            return _directory_format(options), "stack"
+        return fmt, "document" if "document" in writers.module(fmt).KINDS else "stack"
+    if content == "tf-graph":
+        fmt = writers.output_format(output, options) or "saved-model"
+        kind = _tf_graph_kind(writers.module(fmt), fmt, output)
+        return (fmt, kind) if kind != "stacks" else written_as("stacks", output, options)
+    return None, None
+
+
+def _graph_kind(writer, output: Path) -> str:
+    """A Keras graph's target kind for ``writer``: its RNNs one file each (``graph-rnn``) into a directory or a
+    name the writer does not claim, else the whole graph in one file."""
+    if "graph-rnn" in writer.KINDS and (output.is_dir() or writers.claimed_by(output) is None):
+        return "graph-rnn"
+    return "graph"
+
+
+def _tf_graph_kind(writer, fmt: str, output: Path) -> Optional[str]:
+    """A TensorFlow graph's target kind for ``writer``: ``tf-graph`` (a SavedModel directory), ``tf-graph-file``
+    (the whole graph in one file whose name the writer claims), ``"stacks"`` (the cuDNN nodes' stacks alone,
+    planned as bare stacks) or None (the writer takes none of them)."""
+    if "tf-graph" in writer.KINDS:
+        return "tf-graph"
+    if "tf-graph-file" in writer.KINDS and writers.claimed_by(output) == fmt:
+        return "tf-graph-file"
+    return "stacks" if "stack" in writer.KINDS else None
 
 
 #: The writer an input goes to when the user names none (batch mode), by what its document holds
@@ -128,10 +173,9 @@ def batch_output_name(reader, path, options, stem: str) -> str:
 
 def extra_outputs(reader, output) -> list:
     """Files a conversion of an input read by ``reader`` may write beside the one-file ``output``
-    (:data:`BESIDE`; asked before the input is read: a reader whose documents carry no Keras graph
-    gives bare stacks)."""
-    content = "graph" if reader.GRAPH else "stacks"
-    return [where(Path(output)) for where in BESIDE.get(content, ())]
+    (:data:`BESIDE`, for every content the reader's documents may hold: its ``CONTENTS``; asked before the
+    input is read)."""
+    return list(dict.fromkeys(where(Path(output)) for content in reader.CONTENTS for where in BESIDE.get(content, ())))
 
 
 def plan(document, output, options) -> Plan:
@@ -176,7 +220,7 @@ def _plan_graph(document, output: Path, options) -> Plan:
     writer = writers.module(fmt)
     if writer.NEEDS_ARCHITECTURE and graph.model_config is None and document.stacks and document.needs_config:
         raise UsageError(document.needs_config.format(suffix=writer.SUFFIX), path=Path(document.source))
-    if "graph-rnn" in writer.KINDS and (output.is_dir() or writers.claimed_by(output) is None):
+    if _graph_kind(writer, output) == "graph-rnn":
         writer.refuse(graph)
         _check_directory(output, options)
         targets = [Target("graph-rnn", path=p, stack=i, force=True)
@@ -221,13 +265,16 @@ def _plan_tf_graph(document, output: Path, options) -> Plan:
     never_an_input([output], document.inputs)
     fmt = writers.output_format(output, options) or "saved-model"
     writer = writers.module(fmt)
-    if "tf-graph" in writer.KINDS:
+    kind = _tf_graph_kind(writer, fmt, output)
+    if kind == "tf-graph":
         check_tree_target(output, force=options.force)
-        kind = "tf-graph"
-    elif "tf-graph-file" in writer.KINDS and writers.claimed_by(output) == fmt:
+    elif kind == "tf-graph-file":
         check_target(output, force=options.force)
-        kind = "tf-graph-file"
-    elif "stack" in writer.KINDS:
+    elif kind == "stacks" and not document.names:  # a graph that already serves on a CPU: no stack to write
+        raise UnsupportedError(f"{document.reason}: it has no cuDNN node stack to write as {writer.SUFFIX or fmt}; "
+                               "convert it to a SavedModel directory or to OUTPUT.onnx (the graph as it is)",
+                               path=Path(document.source))
+    elif kind == "stacks":
         # before any params are evaluated; one stack per node name (functions may hold copies of one node)
         _one_file_of_many(document, output, _stack_format(output, options), list(dict.fromkeys(document.names)))
         return Plan(output=output, route="tf-graph-stacks", format=fmt)

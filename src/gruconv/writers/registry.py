@@ -82,9 +82,14 @@ class Writer(Protocol):
     #: whether it needs the architecture at all (a weights-only Keras file then needs ``--config``)
     NEEDS_ARCHITECTURE: bool
 
-    def options(self, graph: bool) -> frozenset:
-        """The :class:`gruconv.options.Options` fields it reads for a document with (or without) a
-        Keras graph; :func:`gruconv.run_options.refuse_unread` refuses every other one given."""
+    def options(self, kind: str) -> frozenset:
+        """The :class:`gruconv.options.Options` fields its ``write`` reads for targets of ``kind`` (a key of
+        :data:`KINDS`; a kind it does not take: the empty set).  A run accepts exactly the options the
+        writer of the target kind it will write reads (:func:`gruconv.writers.planning.written_as`), plus the
+        reader's ``OPTIONS`` and :data:`COMMON_OPTIONS`; :func:`gruconv.run_options.refuse_unread` refuses
+        every other one given, naming the target.  A new writer declares one set per kind it takes, e.g.
+        ``{"tflite-graph": frozenset({...})}.get(kind, frozenset())``; ``tests/test_structure.py`` proves
+        each declared option is read (an ``Options`` that records its reads) and each other one refused."""
 
     def write(self, document, target, options) -> dict:
         """Write ``target`` (a :class:`gruconv.writers.planning.Target` of one of its ``KINDS``) of

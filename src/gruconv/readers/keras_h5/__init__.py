@@ -63,9 +63,9 @@ DESCRIPTION = "a Keras HDF5 file"
 #: The :class:`gruconv.options.Options` fields this reader reads (``--config``: the architecture of
 #: a weights-only file); any other given one is refused unless the writer reads it.
 OPTIONS = frozenset({"config"})
-#: Its documents carry a Keras graph (the model's other layers and config), so the writer keeps the
-#: model's own interface.
-GRAPH = True
+#: What its documents hold (:data:`gruconv.model.canonical.CONTENTS`): a Keras graph (the model's other layers
+#: and config, so the writer keeps the model's own interface), or a weights-only file's layers.
+CONTENTS = ("graph", "weights")
 #: Input name endings (batch mode names an output after the input without them).
 SUFFIXES = (".h5", ".hdf5")
 

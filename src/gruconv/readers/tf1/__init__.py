@@ -29,8 +29,9 @@ DESCRIPTION = "a TensorFlow checkpoint"
 #: The :class:`gruconv.options.Options` fields this reader reads (which stack, which stored form,
 #: the opaque buffer's shape hints); any other given one is refused unless the writer reads it.
 OPTIONS = frozenset({"rnn", "prefer", "hints"})
-#: Its documents are bare stacks: the writer builds each model's interface (initial states, ...).
-GRAPH = False
+#: What its documents hold (:data:`gruconv.model.canonical.CONTENTS`): bare stacks (the writer builds each
+#: model's interface: initial states, ...).
+CONTENTS = ("stacks",)
 #: Input name endings (a checkpoint is named by its prefix: none).
 SUFFIXES = ()
 
@@ -44,5 +45,5 @@ def input_prefix(path):
     return resolve_prefix(path)
 
 
-__all__ = ["DESCRIPTION", "OPTIONS", "GRAPH", "SUFFIXES", "input_prefix", "FORMAT", "sniff", "read", "inspect",
+__all__ = ["DESCRIPTION", "OPTIONS", "CONTENTS", "SUFFIXES", "input_prefix", "FORMAT", "sniff", "read", "inspect",
            "input_facts", "input_files", "CheckpointDoc", "CheckpointStack", "CrossCheck"]

@@ -31,7 +31,6 @@ canonical blocks); mapped pages are dropped from RSS after each cell.
 
 from __future__ import annotations
 
-import glob
 import os
 import re
 from dataclasses import dataclass, field
@@ -991,10 +990,6 @@ def input_files(path) -> list:
         return tfbundle.checkpoint_files(path)
     except GruconvError:
         return [Path(path)]
-
-
-def glob_escape(name: str) -> str:
-    return glob.escape(name)
 
 
 def input_facts(path, opts: Options) -> InputFacts:

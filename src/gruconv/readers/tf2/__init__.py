@@ -49,8 +49,9 @@ DESCRIPTION = "a TensorFlow 2 object-based checkpoint"
 #: ``--config``: the tf.keras architecture the object graph is mapped to.  Nothing else: the TF1
 #: reader's ``--rnn``/``--prefer``/shape hints describe name-based cuDNN buffers, which this format has not.
 OPTIONS = frozenset({"config"})
-#: Its documents carry a Keras graph (the layers' weights and, with --config, the model).
-GRAPH = True
+#: What its documents hold (:data:`gruconv.model.canonical.CONTENTS`): a Keras graph (the layers' weights and,
+#: with --config or the SavedModel's metadata, the model), or weights without an architecture.
+CONTENTS = ("graph", "weights")
 #: A checkpoint is named by its prefix: no name ending to strip.
 SUFFIXES = ()
 

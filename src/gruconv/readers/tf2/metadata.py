@@ -60,9 +60,7 @@ from pathlib import Path
 from typing import Optional
 
 from ...errors import InputError
-
-#: The metadata file (tf_keras ``saving/legacy/saved_model/constants.py`` ``SAVED_METADATA_PATH``).
-KERAS_METADATA = "keras_metadata.pb"
+from ...model.saved_model import GRAPH_FILES, KERAS_METADATA  # noqa: F401 (the metadata file, the graph files)
 #: Where TF 2.0-2.4 kept it, in words (``inspect``), for the graph file's name.
 OBJECT_GRAPH = "{}'s object graph (TF 2.0-2.4)"
 #: Identifiers of a whole model (tf_keras ``saving/legacy/saved_model/constants.py``).
@@ -97,12 +95,6 @@ def decoded(obj):
     if cls == "__bytes__" and set(obj) == {"class_name", "value"}:
         return obj["value"]
     return {k: decoded(v) for k, v in obj.items()}
-
-
-#: A SavedModel's graph file, binary first, and whether it is text (``tensorflow/python/saved_model/constants.py``).
-#: The same two as :data:`gruconv.readers.tfgraph.SAVED_MODEL_FILES`, written again because that package
-#: imports this module (a cycle); ``tests/readers/test_tf24_saved_models.py`` compares them.
-GRAPH_FILES = (("saved_model.pb", False), ("saved_model.pbtxt", True))
 
 
 def object_graph_file(path) -> Optional[Path]:

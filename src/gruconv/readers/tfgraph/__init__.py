@@ -5,15 +5,18 @@ function of its library holds a ``CudnnRNN*`` node, and a frozen ``GraphDef`` fi
 ``*.pbtxt`` text) that does.  A Keras 3 ``model.export(dir)`` or ``tf.saved_model.save`` made on a GPU
 machine is one (Keras 3's TensorFlow backend traces ``CudnnRNNV3`` whenever a GPU is there at trace time;
 ``docs/architecture.md``), and so is a TF1 graph frozen with ``convert_variables_to_constants`` around a
-``CudnnRNN`` op.  Such a graph cannot run on a CPU (TensorFlow has no CPU kernel for any cuDNN op), and
-rewriting it is not implemented yet, so this reader states what it found and the conversion is refused in
-one line (exit 3; :data:`gruconv.model.canonical.CONTENTS` ``refused``): before it existed, the
-variables reader took the directory and said "nothing to convert" (exit 0), a green verdict on exactly
-the file a user needs help with.  ``gruconv inspect`` lists every cuDNN node
-(:mod:`gruconv.readers.tfgraph.cudnn`).
+``CudnnRNN`` op.  Such a graph cannot run on a CPU (TensorFlow has no CPU kernel for any cuDNN op).  This
+reader states what it found, each cuDNN node's settings and sizes read once, in a
+:class:`gruconv.model.canonical.TfGraph` (content ``tf-graph``): the ``saved-model`` writer replaces each node by
+standard ops, the ``onnx`` writer writes the whole graph, and the writers of stacks take each node's stack
+alone, its params as the graph computes them (:mod:`gruconv.graph_stacks`).  A node no writer can replace (a
+projection, a gradient op, Python ops in the graph) is refused in one line (exit 3; content ``refused``).
+``gruconv inspect`` lists every cuDNN node (:mod:`gruconv.readers.tfgraph.cudnn`).
 
 A graph whose every cuDNN node sits in a tf.keras GPU-only variant with a standard twin (tf.keras 2.x's
-implementation selector) already serves on a CPU: that is said, as "nothing to convert" (``final``).
+implementation selector) already serves on a CPU: it is a ``tf-graph`` with no node to replace, written as it is
+to a SavedModel directory or an ONNX file (``TfGraph.twinned``: the variants kept), and refused in one line
+for an output of stacks alone (it has none).
 
 Left to the other readers: a SavedModel with ``keras_metadata.pb`` beside its variables, or TF 2.0-2.4's
 copy of it in the object graph (tf.keras 2.x ``model.save(dir)``: the architecture is in it, and :mod:`gruconv.readers.tf2` converts it from there
@@ -37,21 +40,22 @@ from ...errors import InputError, UnsupportedError
 from ...model.canonical import Document, InputFacts
 from ...options import Options
 from ...model.cudnn_ops import CUDNN_OPS as CUDNN_OPS_WORDS, PACKING_OPS
+from ...model.saved_model import GRAPH_FILES, KERAS_METADATA
 
 FORMAT = "tf-graph"
 #: What this reader reads, for messages.
 DESCRIPTION = "a TensorFlow graph holding cuDNN ops"
-#: Nothing is converted, so no option applies.
-OPTIONS = frozenset()
-#: Its documents carry no Keras graph.
-GRAPH = False
+#: The bounds of every run of the graph (``--graph-timeout``, ``--graph-memory``: :class:`gruconv.options.Budget`),
+#: whichever output it goes to: the reader puts them in the document's ``TfGraph``.
+OPTIONS = frozenset({"graph_timeout", "graph_memory"})
+#: What its documents hold (:data:`gruconv.model.canonical.CONTENTS`): a TensorFlow graph, whole (its cuDNN
+#: nodes replaced; one that already serves on a CPU: as it is), or a refusal.
+CONTENTS = ("tf-graph", "refused")
 #: The name endings of a frozen graph, stripped by batch mode.
 SUFFIXES = (".pbtxt", ".pb")
 
-#: A SavedModel's graph file, binary first (``tensorflow/python/saved_model/constants.py``).
-SAVED_MODEL_FILES = (("saved_model.pb", False), ("saved_model.pbtxt", True))
-#: tf.keras 2.x's metadata file (tf_keras ``saving/legacy/saved_model/constants.py`` ``SAVED_METADATA_PATH``).
-KERAS_METADATA = "keras_metadata.pb"
+#: A SavedModel's graph file, binary first (:mod:`gruconv.model.saved_model`).
+SAVED_MODEL_FILES = GRAPH_FILES
 
 
 # --------------------------------------------------------------------------- where the graph is
@@ -97,19 +101,6 @@ def _variables(directory: Path) -> Optional[Path]:
 
     prefix = directory / "variables" / "variables"
     return prefix if is_regular(str(prefix) + ".index") else None
-
-
-def _name_based(prefix: Path) -> bool:
-    """Whether a variables bundle is TF1 name-based (no object graph): the ``tf1-checkpoint`` reader's."""
-    from ...errors import GruconvError
-    from ..tf2.objects import is_object_checkpoint
-    from ..tfbundle import open_bundle
-
-    try:
-        with open_bundle(prefix) as b:
-            return not is_object_checkpoint(b.keys())
-    except GruconvError:  # a damaged bundle: not a TF1 one this reader must leave alone
-        return False
 
 
 # --------------------------------------------------------------------------- scanning
@@ -269,6 +260,7 @@ class GraphDoc:
     nodes: list = field(default_factory=list)
     missing: Optional[str] = None
     python_ops: list = field(default_factory=list)
+    budget: object = None
 
     @property
     def rnns(self) -> list:
@@ -304,10 +296,12 @@ class GraphDoc:
 
     @property
     def content(self) -> str:
-        """What the document holds (:data:`gruconv.model.canonical.CONTENTS`)."""
+        """What the document holds (:data:`gruconv.model.canonical.CONTENTS`): a graph that already serves on a CPU
+        is a ``tf-graph`` too: written as it is to a SavedModel or ONNX output, as asked (said "nothing to convert" with
+        nothing written, a conversion would exit 0 without the file the user named)."""
         if self.missing is not None or self.problems():
             return "refused"
-        return "final" if self.serves_on_cpu else "tf-graph"
+        return "tf-graph"
 
     def found(self) -> str:
         """The nodes in a few words: ``4 cuDNN op(s) (CudnnRNNV3 x4) in function __inference___call___1534``."""
@@ -344,23 +338,28 @@ class GraphDoc:
             d.refusal = UnsupportedError(
                 f"{self.what()} holds {self.found()} and cannot be converted: {'; '.join(problems[:3])}"
                 + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""), path=self.path)
-        elif self.serves_on_cpu:
-            d.nothing = True
-            d.reason = (f"the {self.what()} already serves on a CPU: its {self.found()} sit in tf.keras GPU-only "
-                        "variants, each with a standard twin TensorFlow runs instead on a CPU")
         else:
             gf = self.file
             rnns = [GraphRNN(n.op, n.name, n.function, n.shape, True if n.time_major is None else n.time_major,
                              n.graph) for n in self._rnn_nodes()]
             rnns += [GraphRNN(n.op, n.name, n.function, None, True, n.graph, packs=n.packs, dtype=n.dtype)
                      for n in self._gpu_only() if n.op in PACKING_OPS]
+            import functools
+
             from ...files.inputs import read_bytes
 
             what = "SavedModel graph" if gf.type == "SavedModel" else "TensorFlow GraphDef"
             d.tf_graph = TfGraph(gf.type, gf.path, gf.text, rnns,
-                                 data=lambda: read_bytes(gf.path, "a " + what, kind="graph-text" if gf.text else "graph"),
-                                 files=_carried_files(gf.path.parent) if gf.type == "SavedModel" else [])
+                                 data=functools.partial(read_bytes, gf.path, "a " + what,
+                                                        kind="graph-text" if gf.text else "graph"),
+                                 files=_carried_files(gf.path.parent) if gf.type == "SavedModel" else [],
+                                 budget=self.budget,
+                                 twinned=tuple(dict.fromkeys(n.function for n in self.nodes if n.cpu_twin)))
             d.names = [n.name for n in self._rnn_nodes()]
+            if self.serves_on_cpu:  # written as it is to a graph output; no stack to write alone
+                d.reason = (f"the {self.what()} already serves on a CPU: its {self.found()} sit in tf.keras GPU-only "
+                            "variants, each with a standard twin TensorFlow runs instead on a CPU")
+                d.notes.append(d.reason + "; written as it is (each signature checked to serve on a CPU)")
             d.row = self._row
             d.stack_word = "cuDNN node"
             d.holder, d.choose_one = "graph", "name a directory as OUTPUT (one file per node)"
@@ -369,17 +368,20 @@ class GraphDoc:
 
 def read(path, options: Optional[Options] = None, **kw) -> GraphDoc:
     """The graph's cuDNN nodes (a tf.keras SavedModel missing its variables: that refusal)."""
-    Options.of(options, **kw)
+    from ...options import Budget
+
+    opts = Options.of(options, **kw)
+    budget = Budget.of(opts.graph_timeout, opts.graph_memory)
     path = Path(path)
     gf = graph_file(path)
     if gf is not None and gf.type == "SavedModel" and _keras_saved_model(gf.path.parent) \
             and _variables(gf.path.parent) is None:
         return GraphDoc(path, gf, missing=("is a tf.keras SavedModel without its variables (variables/variables.index "
-                                           "is missing): its weights are not in it"))
+                                           "is missing): its weights are not in it"), budget=budget)
     if gf is None:
         raise InputError("is not a SavedModel directory nor a .pb/.pbtxt graph", path=path)
     s = scan(gf)
-    return GraphDoc(path, gf, s.nodes, python_ops=s.python_ops)
+    return GraphDoc(path, gf, s.nodes, python_ops=s.python_ops, budget=budget)
 
 
 # --------------------------------------------------------------------------- registry verbs
@@ -403,13 +405,13 @@ def inspect(doc: GraphDoc) -> dict:
     return {"file": str(doc.path), "format": FORMAT, "kind": "graph", "summary": summary, "rnns": rnns,
             "details": details, "cudnn_nodes": [n.to_dict() for n in doc.nodes],
             "refused": None if d.refusal is None else d.refusal.message,
-            "nothing_to_convert": d.nothing}
+            "nothing_to_convert": doc.serves_on_cpu}
 
 
 def input_facts(path, opts: Options) -> InputFacts:
-    """``tf-graph`` (cuDNN nodes to replace), ``refused`` (a node it cannot replace, Python ops, no
-    variables) or ``final`` (already serves on a CPU); ``stacks``: its cuDNN RNN nodes (each a stack of its
-    own when the stacks are written alone)."""
+    """``tf-graph`` (cuDNN nodes to replace, or none: it already serves on a CPU) or ``refused`` (a node it
+    cannot replace, Python ops, no variables); ``stacks``: its cuDNN RNN nodes (each a stack of its own when the
+    stacks are written alone)."""
     doc = read(path, opts)
     names = {n.name for n in doc._rnn_nodes()}  # a SavedModel's functions may hold copies of one node
     return InputFacts(doc.content, stacks=max(1, len(names)) if doc.content == "tf-graph" else 1)

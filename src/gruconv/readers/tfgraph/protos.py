@@ -361,15 +361,6 @@ def malformed(e: Exception, what: str, path) -> InputError:
     return InputError(f"is not a readable {what} ({e}); the file is damaged or not a TensorFlow graph", path=path)
 
 
-def first_text(message: Optional[Message], *names: str, default=None):
-    """``message.name1.name2...`` (each the last value), or ``default`` where any step is missing."""
-    for n in names:
-        if message is None:
-            return default
-        message = message.get(n)
-    return default if message is None else message
-
-
 def tensor_shape(shape: Optional[Message]) -> Optional[tuple]:
     """A ``TensorShapeProto`` as a tuple of dims (None for an unknown dim), None for an unknown rank."""
     if shape is None or shape.get("unknown_rank", False):

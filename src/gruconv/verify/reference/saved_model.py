@@ -32,7 +32,7 @@ import numpy as np
 
 #: The signature served (tf_keras ``saving/legacy/saved_model/save.py``; TensorFlow's
 #: ``signature_constants.DEFAULT_SERVING_SIGNATURE_DEF_KEY``).
-SIGNATURE = "serving_default"
+from ...model.saved_model import SIGNATURE  # noqa: E402
 
 
 class Unavailable(Exception):
@@ -101,7 +101,7 @@ def build(doc) -> Served:
     why = refusal(doc)
     if why is not None:
         raise Unavailable(why)
-    from ...keras3.runtime import import_quietly
+    from ...tf.runtime import import_quietly
 
     try:
         tf = import_quietly("tensorflow")

@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 #: The signature run (the one the whole-graph ONNX converts).
-SIGNATURE = "serving_default"
+from ...model.saved_model import SIGNATURE  # noqa: E402
 
 
 #: A node's settings as its attrs name them (``tensorflow/core/ops/cudnn_rnn_ops.cc``), read from the NodeDef
@@ -161,9 +161,10 @@ def trace(tf, rnn, node, record=None):
 
 def _probe(tf, fn) -> bool:
     """Run signature ``fn`` once on the CPU on the writer's probe inputs
-    (:func:`gruconv.writers.saved_model.build.probe_input`), every unknown dimension at each of its
-    ``PROBE_SIZES`` until one runs; whether one did."""
-    from ...writers.saved_model.build import PROBE_SIZES, probe_input
+    (:func:`gruconv.tf.runtime.probe_input`), every unknown dimension at each of its ``PROBE_SIZES`` until one
+    runs; whether one did.  Running out of memory is not a size that does not fit: it goes up (the bounded
+    run says so, :mod:`gruconv.tf.bounded`)."""
+    from ...tf.runtime import PROBE_SIZES, probe_input
 
     specs = fn.structured_input_signature[1]
     for k in PROBE_SIZES:
@@ -171,6 +172,8 @@ def _probe(tf, fn) -> bool:
             with tf.device("/CPU:0"):
                 fn(**{name: probe_input(tf, spec, k) for name, spec in specs.items()})
             return True
+        except tf.errors.ResourceExhaustedError:
+            raise
         except tf.errors.OpError:  # shapes that do not fit, or a graph that fails here: the next size
             continue
     return False
@@ -184,8 +187,8 @@ def node_params(graph) -> dict:
     no signature reaches are missing from the answer."""
     from ...errors import InputError
     from ...files.outputs import scratch_dir
-    from ...keras3.runtime import import_quietly
-    from ...writers.saved_model.build import rewritten, why
+    from ...tf.runtime import import_quietly, why
+    from ...writers.saved_model.build import rewritten
 
     tf = import_quietly("tensorflow")
     found: dict = {}

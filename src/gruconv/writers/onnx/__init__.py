@@ -38,9 +38,10 @@ FULL_MODEL = ("a full Keras model is not an ONNX target here (its other layers a
               "(model.save_weights) for the cuDNN RNN alone")
 
 
-def options(graph: bool) -> frozenset:
-    """The interface options for bare stacks; none for a Keras file."""
-    return frozenset() if graph else INTERFACE_OPTIONS
+def options(kind: str) -> frozenset:
+    """By target kind: the interface options for a bare stack; none for a Keras graph's RNNs nor for a whole
+    TensorFlow graph (its interface is the graph's own signature)."""
+    return INTERFACE_OPTIONS if kind == "stack" else frozenset()
 
 
 def _write_stack(document, entry, target, options, name: str) -> None:
@@ -121,16 +122,28 @@ def _write_graph(document, target, options, warnings: list) -> dict:
     return nonfinite
 
 
+def _tf_graph_onnx(source: Path, shown: Path, tmp: Path) -> list:
+    """The child process's work (:func:`gruconv.tf.bounded.run`): the whole graph's ONNX model written to
+    ``tmp``; its warnings."""
+    from .tfgraph import serialized
+
+    data, facts = serialized(source, shown)
+    with open(tmp, "wb") as f:
+        f.write(data)
+    return list(facts.get("warnings") or [])
+
+
 def _write_tf_graph(document, target) -> None:
     """A TensorFlow graph holding cuDNN ops, whole, through tf2onnx with gruconv's handlers.  tf2onnx loads
     the graph with TensorFlow from where the reader found it (``document.source``: the SavedModel directory
-    or the frozen graph), after the reader's bounded checks passed; the ``serving_default`` signature."""
-    from .tfgraph import serialized
+    or the frozen graph), after the reader's bounded checks passed; the ``serving_default`` signature.  In a
+    child process within the graph's budget (:mod:`gruconv.tf.bounded`): tf2onnx folds constant subgraphs by
+    running them with TensorFlow, so a hostile graph runs here too."""
+    from ...tf.bounded import run
 
-    data, facts = serialized(Path(document.source), target.path)
-    with open(target.tmp, "wb") as f:
-        f.write(data)
-    target.warnings.extend(facts.get("warnings") or [])
+    graph = document.tf_graph
+    target.warnings.extend(run(_tf_graph_onnx, Path(document.source), Path(target.path), Path(target.tmp),
+                               budget=graph.budget, path=Path(document.source)))
 
 
 def write(document, target, options) -> dict:

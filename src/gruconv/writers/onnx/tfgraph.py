@@ -65,7 +65,7 @@ FLOAT = 1
 #: The oldest opset written (:func:`build`).
 MIN_OPSET = 14
 #: The signature a SavedModel is converted through by default (ONNX has one graph).
-DEFAULT_SIGNATURE = "serving_default"
+from ...model.saved_model import SIGNATURE as DEFAULT_SIGNATURE  # noqa: E402
 
 
 def _input_mode(where: str, mode: str, input_size: Optional[int], units: Optional[int]) -> list:
@@ -255,9 +255,9 @@ def handlers() -> dict:
 
 
 def _quiet_tensorflow():
-    """TensorFlow, with tf2onnx imported quietly (:func:`gruconv.keras3.runtime.import_quietly`) and its
+    """TensorFlow, with tf2onnx imported quietly (:func:`gruconv.tf.runtime.import_quietly`) and its
     loggers held to CRITICAL: a handler's refusal is raised as one line, not logged with a traceback too."""
-    from ...keras3.runtime import import_quietly
+    from ...tf.runtime import import_quietly
 
     try:
         import_quietly("tf2onnx")

@@ -17,9 +17,10 @@ How it is built (:mod:`.build`):
 
 Checked before it is placed (the output contract: exit 0 only for an output proven loadable): no
 ``CudnnRNN*`` op anywhere in it (graph, every library function, ``stripped_op_list``), and
-``tf.saved_model.load`` opens it and every signature runs on the CPU (on :func:`.build.probe_input` of its
-input specs, an unknown dimension taken as 1, else each of ``build.PROBE_SIZES`` in turn).  The output is a directory written as one piece
-(:meth:`gruconv.files.outputs.Outputs.tree`).  TensorFlow is needed (the ``tensorflow`` extra).
+``tf.saved_model.load`` opens it and every signature runs on the CPU (on :func:`gruconv.tf.runtime.probe_input`
+of its input specs, every unknown dimension at each of ``PROBE_SIZES`` in turn).  The rewrite and the serve check
+run in a child process within the graph's budget (:mod:`gruconv.tf.bounded`).  The output is a directory written
+as one piece (:meth:`gruconv.files.outputs.Outputs.tree`).  TensorFlow is needed (the ``tensorflow`` extra).
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ MANY = False
 NEEDS_ARCHITECTURE = False
 
 
-def options(graph: bool) -> frozenset:
-    """No option changes what it writes."""
+def options(kind: str) -> frozenset:
+    """No option changes what it writes (the graph's signatures are its interface)."""
     return frozenset()
 
 
@@ -47,7 +48,7 @@ def _serves_on_cpu(tf, path: Path, shown=None) -> list:
     """Load ``path`` with ``tf.saved_model.load`` and run every signature on the CPU; returns the keys
     run.  A failure is an :class:`~gruconv.errors.UnsupportedError` said of ``shown`` (the output's final path)."""
     from ...errors import UnsupportedError
-    from .build import PROBE_SIZES, probe_input, why
+    from ...tf.runtime import PROBE_SIZES, PROBE_WORDS, probe_input, why
 
     try:
         with tf.device("/CPU:0"):
@@ -67,17 +68,27 @@ def _serves_on_cpu(tf, path: Path, shown=None) -> list:
                     raise first
     except Exception as e:  # noqa: BLE001 - TensorFlow's errors, at its call: the output is not proven
         raise UnsupportedError(f"the converted SavedModel does not serve on a CPU ({type(e).__name__}: {why(e)}; "
-                               "run on zeros (integers: ones) of each signature's inputs, every unknown dimension "
-                               "taken as 1, 2, 3, 4, 6 or 8); nothing written", path=shown or path) from None
+                               f"run on {PROBE_WORDS}); nothing written", path=shown or path) from None
     return keys
 
 
-def write(document, target, options) -> dict:
-    """Write ``document.tf_graph`` as a SavedModel into the empty directory ``target.tmp``."""
+def _rewritten_and_served(graph, out: Path, shown: Path) -> None:
+    """The child process's work (:func:`gruconv.tf.bounded.run`): the rewrite, then the serve check."""
     from .build import rewritten, tensorflow
 
-    rewritten(document.tf_graph, Path(target.tmp))
-    _serves_on_cpu(tensorflow(), Path(target.tmp), shown=target.path)
+    rewritten(graph, out)
+    _serves_on_cpu(tensorflow(), out, shown=shown)
+
+
+def write(document, target, options) -> dict:
+    """Write ``document.tf_graph`` as a SavedModel into the empty directory ``target.tmp``: rewritten and
+    served in a child process within the graph's budget (a graph that loops or allocates without end is one
+    line, exit 3; :mod:`gruconv.tf.bounded`)."""
+    from ...tf.bounded import run
+
+    graph = document.tf_graph
+    run(_rewritten_and_served, graph, Path(target.tmp), Path(target.path), budget=graph.budget,
+        path=Path(document.source))
     return {}
 
 

@@ -10,34 +10,12 @@ import os
 import shutil
 from pathlib import Path
 
-#: A SavedModel's graph file (``tensorflow/python/saved_model/constants.py``).
-SAVED_MODEL_PB = "saved_model.pb"
-
-#: The sizes tried for every unknown dimension at once when a signature is run on probe inputs: a graph whose
-#: fixed dimensions tie its batch to another size (a state of fixed ``L*D`` rows read as the batch) runs
-#: only at that size.
-PROBE_SIZES = (1, 2, 3, 4, 6, 8)
-
-
-def probe_input(tf, spec, k: int = 1):
-    """The input a signature is probed with (the writer's serve check, verify's evaluation of a graph's params):
-    float zeros, integer ones (a sequence length of one step; a token id past a padding 0, which a mask with
-    ``mask_zero`` would otherwise drop whole: a graph may assert on that), empty strings; every unknown
-    dimension ``k``."""
-    shape = [k if d is None else d for d in (spec.shape.as_list() if spec.shape.rank is not None else [])]
-    if spec.dtype == tf.string:
-        return tf.fill(shape, "")
-    return tf.ones(shape, spec.dtype) if spec.dtype.is_integer else tf.zeros(shape, spec.dtype)
-
+from ...model.saved_model import SAVED_MODEL_PB, SIGNATURE
 
 def tensorflow():
-    from ...errors import UnsupportedError
-    from ...keras3.runtime import import_quietly
+    from ...tf.runtime import tensorflow
 
-    try:
-        return import_quietly("tensorflow")
-    except ImportError:
-        raise UnsupportedError("writing a SavedModel needs TensorFlow (pip install 'gruconv[tensorflow]')") from None
+    return tensorflow("writing a SavedModel")
 
 
 def _parse(tf, graph, data: bytes):
@@ -60,11 +38,12 @@ def _parse(tf, graph, data: bytes):
     return proto
 
 
-def _check_clean(graph_defs, op_lists, path) -> None:
+def _check_clean(graph_defs, op_lists, graph) -> None:
     from ...errors import OutputError
     from .rewrite import cudnn_ops_left
 
-    left = cudnn_ops_left(graph_defs, op_lists)
+    path = graph.path
+    left = cudnn_ops_left(graph_defs, op_lists, keep=graph.twinned)
     if left:
         raise OutputError(f"the rewritten graph still names cuDNN ops ({'; '.join(left[:3])}); nothing written",
                           path=path)
@@ -80,7 +59,7 @@ def _saved_model(tf, graph, proto, out: Path, maker) -> None:
         if mg.HasField("meta_info_def"):
             mg.meta_info_def.stripped_op_list.CopyFrom(meta_graph.stripped_op_list_for_graph(mg.graph_def))
     _check_clean([m.graph_def for m in proto.meta_graphs],
-                 [m.meta_info_def.stripped_op_list for m in proto.meta_graphs], graph.path)
+                 [m.meta_info_def.stripped_op_list for m in proto.meta_graphs], graph)
     (out / SAVED_MODEL_PB).write_bytes(proto.SerializeToString())
     for rel, src in graph.files:  # variables/, assets/: byte for byte
         dst = out / rel
@@ -114,7 +93,7 @@ def _frozen(tf, graph, graph_def, out: Path, maker) -> None:
     from .rewrite import rewrite_graph_def
 
     rewrite_graph_def(tf, graph_def, graph.rnns, *maker)
-    _check_clean([graph_def], (), graph.path)
+    _check_clean([graph_def], (), graph)
     placeholders, sinks = _sinks_and_placeholders(graph_def)
     g = tf.Graph()
     with g.as_default():
@@ -130,7 +109,7 @@ def _frozen(tf, graph, graph_def, out: Path, maker) -> None:
         builder = tf.compat.v1.saved_model.Builder(str(target))
         with tf.compat.v1.Session(graph=g) as sess:
             builder.add_meta_graph_and_variables(sess, [tf.saved_model.SERVING],
-                                                 signature_def_map={"serving_default": sig},
+                                                 signature_def_map={SIGNATURE: sig},
                                                  strip_default_attrs=True)
         builder.save()
     for p in target.iterdir():  # the builder wants a directory that does not exist: move its files up
@@ -142,7 +121,7 @@ def _frozen(tf, graph, graph_def, out: Path, maker) -> None:
     written = saved_model_pb2.SavedModel()
     written.ParseFromString((out / SAVED_MODEL_PB).read_bytes())
     _check_clean([m.graph_def for m in written.meta_graphs],
-                 [m.meta_info_def.stripped_op_list for m in written.meta_graphs], graph.path)
+                 [m.meta_info_def.stripped_op_list for m in written.meta_graphs], graph)
 
 
 def rewritten(graph, out: Path, maker=None) -> None:
@@ -155,6 +134,7 @@ def rewritten(graph, out: Path, maker=None) -> None:
     from .rewrite import equations, signature
 
     from ...errors import InputError
+    from ...tf.runtime import why
 
     tf = tensorflow()
     logging.getLogger("tensorflow").setLevel(logging.ERROR)  # the TF1 builder's deprecation notices
@@ -167,12 +147,3 @@ def rewritten(graph, out: Path, maker=None) -> None:
         # know, an input naming no node, an attr of the wrong type): the input's fault, said in one line
         raise InputError(f"is a {graph.kind} TensorFlow cannot import ({type(e).__name__}: {why(e)})",
                          path=graph.path) from None
-
-
-def why(e: Exception) -> str:
-    """The informative line of a TensorFlow error (its text opens with "Graph execution error:" and the node)."""
-    skip = ("Graph execution error", "Detected at node", "<stack traces", "[[")
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip() and not ln.strip().startswith(skip)]
-    return (lines[0] if lines else type(e).__name__)[:200]
-
-

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ...model.cudnn_ops import INPUTS, WITH_LENGTHS
+from ...model.saved_model import SAVED_MODEL_PB
 
 
 def _library(path: Path, rnn) -> tuple:
@@ -27,7 +28,7 @@ def _library(path: Path, rnn) -> tuple:
     from .rewrite import PREFIX
 
     sm = saved_model_pb2.SavedModel()
-    sm.ParseFromString((Path(path) / "saved_model.pb").read_bytes())
+    sm.ParseFromString((Path(path) / SAVED_MODEL_PB).read_bytes())
     gd = sm.meta_graphs[rnn.graph].graph_def
     nodes = gd.node if rnn.function is None else next(
         (f.node_def for f in gd.library.function if f.signature.name == rnn.function), [])

@@ -154,15 +154,20 @@ def rewrite_graph_def(tf, graph_def, rnns, trace=equations, key=signature) -> in
     return len(seen)
 
 
-def cudnn_ops_left(graph_defs, op_lists=()) -> list:
+def cudnn_ops_left(graph_defs, op_lists=(), keep=()) -> list:
     """``where: op`` for every ``CudnnRNN*`` op still named in the graphs (nodes, function bodies) or in
-    the op lists (a MetaGraphDef's ``stripped_op_list``): the check every output passes."""
-    left = []
+    the op lists (a MetaGraphDef's ``stripped_op_list``): the check every output passes.  ``keep``: the library
+    functions left as they are (tf.keras GPU-only variants with a CPU twin, :attr:`gruconv.model.canonical.TfGraph.twinned`:
+    TensorFlow runs the twin on a CPU), whose ops the op lists may name."""
+    left, kept = [], set()
     for g in graph_defs:
         left += [f"graph: {n.name} ({n.op})" for n in g.node if n.op.startswith(CUDNN_PREFIX)]
         for f in g.library.function:
-            left += [f"function {f.signature.name}: {n.name} ({n.op})" for n in f.node_def
-                     if n.op.startswith(CUDNN_PREFIX)]
+            ops = [n for n in f.node_def if n.op.startswith(CUDNN_PREFIX)]
+            if f.signature.name in keep:
+                kept |= {n.op for n in ops}
+                continue
+            left += [f"function {f.signature.name}: {n.name} ({n.op})" for n in ops]
     for ops in op_lists:
-        left += [f"stripped_op_list: {o.name}" for o in ops.op if o.name.startswith(CUDNN_PREFIX)]
+        left += [f"stripped_op_list: {o.name}" for o in ops.op if o.name.startswith(CUDNN_PREFIX) and o.name not in kept]
     return left

@@ -37,7 +37,7 @@ NEEDS_ARCHITECTURE = False
 MANY = False
 
 
-def options(graph: bool) -> frozenset:
+def options(kind: str) -> frozenset:
     """A state dict has no model interface: no option of its own (``--initial-state`` & co. refused)."""
     return frozenset()
 

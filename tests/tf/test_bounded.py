@@ -1,0 +1,144 @@
+"""Bounded runs of a user's graph (:mod:`gruconv.tf.bounded`, issue 45 item 4).
+
+Hostile graphs beside a real ``CudnnRNN`` node (``fixtures/graphs_hostile``, ``fixtures/make_hostile_graph_fixtures.py``):
+an endless ``tf.while_loop``, a 100 GB ``Fill``, an assertion that fails on every input.  Each is one line, exit 3,
+nothing written, the input untouched, no temporary left, with small budgets (5 s, 2 GiB) so the tier stays quick.
+The runner itself is checked on plain functions (no TensorFlow imported in the child): the memory watchdog, the
+time budget, a crash, a bug, a gruconv error carried back whole.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from conftest import FIXTURES
+from gruconv.cli import main as cli
+from gruconv.errors import InputError, UnsupportedError
+from gruconv.options import Budget
+from gruconv.tf import bounded
+
+HOSTILE = FIXTURES / "graphs_hostile"
+SMALL = ["--graph-timeout", "5", "--graph-memory", "2"]
+
+
+def _digest(root: Path) -> dict:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def private_tmp(tmp_path, monkeypatch):
+    """``$TMPDIR`` of the run: empty afterwards, whatever happened."""
+    d = tmp_path / "tmp"
+    d.mkdir()
+    monkeypatch.setenv("TMPDIR", str(d))
+    monkeypatch.setattr(tempfile, "tempdir", str(d))
+    return d
+
+
+def _one_line_exit_3(r, text: str) -> None:
+    assert r.exit_code == 3, r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gruconv: error: ") and text in lines[0], r.output
+
+
+#: graph -> the line a SavedModel output of it ends with
+SAVED_MODEL_CASES = {
+    "endless_loop": "the graph did not finish on probe inputs within 5 s (--graph-timeout SECONDS raises the budget); "
+                    "nothing written",
+    "huge_fill": "the graph needed more than 2 GiB on probe inputs (--graph-memory GIB raises the bound); nothing written",
+    "asserts": "the converted SavedModel does not serve on a CPU (InvalidArgumentError: assertion failed",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SAVED_MODEL_CASES))
+def test_a_hostile_graph_to_a_saved_model_is_one_line_exit_3(name, tmp_path, private_tmp):
+    before = _digest(HOSTILE / name)
+    out = tmp_path / "out"
+    r = CliRunner().invoke(cli, ["convert", str(HOSTILE / name), str(out), *SMALL])
+    _one_line_exit_3(r, SAVED_MODEL_CASES[name])
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["tmp"]
+    assert list(private_tmp.iterdir()) == []
+    assert _digest(HOSTILE / name) == before
+
+
+@pytest.mark.slow  # a TensorFlow child each (~15-25 s on a loaded 2-core machine)
+@pytest.mark.parametrize("name,output,text", [
+    ("endless_loop", "m.keras", "the graph did not finish on probe inputs within 5 s"),  # the params' evaluation
+    ("huge_fill", "m.keras", "the graph needed more than 2 GiB on probe inputs"),
+    ("huge_fill", "m.onnx", "the graph needed more than 2 GiB on probe inputs"),  # tf2onnx's constant folding
+])
+def test_a_hostile_graph_to_other_outputs_is_one_line_exit_3(name, output, text, tmp_path, private_tmp):
+    r = CliRunner().invoke(cli, ["convert", str(HOSTILE / name), str(tmp_path / output), *SMALL])
+    _one_line_exit_3(r, text)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tmp"] and list(private_tmp.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_verify_of_a_hostile_graph_is_bounded_too(tmp_path, private_tmp):
+    r = CliRunner().invoke(cli, ["verify", str(HOSTILE / "endless_loop"), *SMALL])
+    assert r.exit_code == 3 and "did not finish" in r.output, r.output
+    assert list(private_tmp.iterdir()) == []
+
+
+# --------------------------------------------------------------------------- the runner, on plain functions
+
+def test_a_child_past_the_memory_bound_is_killed_and_said_so(private_tmp):
+    """3 GiB touched page by page against a 1 GiB bound: the resident-set watchdog (the address-space limit is
+    the bound plus a headroom, so this allocation is allowed and only the watchdog can stop it)."""
+    with pytest.raises(UnsupportedError, match=r"the graph needed more than 1 GiB on probe inputs \(--graph-memory"):
+        bounded.run(np.ones, 3 * 2**30, np.uint8, budget=Budget(seconds=120, memory=1.0), path="g", imports=())
+    assert list(private_tmp.iterdir()) == []
+
+
+def test_a_child_past_the_time_budget_is_killed_and_said_so(private_tmp):
+    t0 = time.monotonic()
+    with pytest.raises(UnsupportedError, match=r"^g: the graph did not finish on probe inputs within 1 s"):
+        bounded.run(time.sleep, 600, budget=Budget(seconds=1.0), path="g", imports=())
+    assert time.monotonic() - t0 < 300  # not the sleep's 600 s (the start of a fresh interpreter aside)
+
+
+def test_a_gruconv_error_in_the_child_comes_back_whole(private_tmp):
+    from gruconv.readers import tfgraph
+
+    with pytest.raises(InputError) as e:
+        bounded.run(tfgraph.read, Path("/nonexistent/g.txt"), imports=())
+    assert e.value.message == "is not a SavedModel directory nor a .pb/.pbtxt graph"
+    assert e.value.path == "/nonexistent/g.txt"
+
+
+def test_a_bug_in_the_child_is_not_a_gruconv_error(private_tmp):
+    """Exit 4 material: a ``RuntimeError`` naming the child's exception, its traceback as a note."""
+    with pytest.raises(RuntimeError, match=r"ValueError: invalid literal for int\(\) .* \(in the child process") as e:
+        bounded.run(int, "x", imports=())
+    assert any("Traceback" in n for n in e.value.__notes__)
+
+
+def test_a_child_that_crashes_is_one_line(private_tmp):
+    with pytest.raises(UnsupportedError, match=r"TensorFlow crashed running the graph on probe inputs \(signal SIGABRT\)"):
+        bounded.run(os.abort, imports=())
+    assert list(private_tmp.iterdir()) == []
+
+
+def test_the_child_s_temporary_files_are_removed(private_tmp):
+    made = Path(bounded.run(tempfile.mkdtemp, imports=()))
+    assert made.parent.parent == private_tmp and not made.exists()
+    assert list(private_tmp.iterdir()) == []
+
+
+def test_the_budget_refuses_what_is_no_bound():
+    from gruconv.errors import UsageError
+
+    for bad in (0, -1, float("nan"), float("inf")):
+        with pytest.raises(UsageError, match="--graph-timeout must be a number > 0"):
+            Budget.of(seconds=bad)
+    assert Budget.of() == Budget(300.0, 8.0)
