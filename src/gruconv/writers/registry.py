@@ -29,6 +29,7 @@ WRITERS = {
     "torch": "gruconv.writers.torch",
     "onnx": "gruconv.writers.onnx",
     "saved-model": "gruconv.writers.saved_model",
+    "openvino": "gruconv.writers.openvino",
 }
 
 
@@ -121,6 +122,12 @@ class Writer(Protocol):
     @optional
     def refuse_one_file(self, graph) -> None:
         """The refusal of a graph of several RNNs into one file."""
+
+    @optional
+    def companions(self, path) -> list:
+        """The files it writes beside an output ``path`` (OpenVINO's ``.bin`` beside its ``.xml``): placed
+        with it, all or nothing, by the output transaction; ``write`` gets their temporary paths in
+        ``target.beside`` (final path -> temporary path)."""
 
     @optional
     def write_with_keras(self, document, target, options) -> dict:
@@ -219,6 +226,12 @@ def gpu_probe(path):
         if name is not None and hook(module(name), "gpu_status"):
             return module(name).gpu_status
     return None
+
+
+def beside(fmt: str, path) -> list:
+    """The files writer ``fmt`` writes beside its output ``path`` (its optional ``companions``), else []."""
+    companions = hook(module(fmt), "companions")
+    return [Path(p) for p in companions(path)] if companions else []
 
 
 def targets(shape) -> dict:
