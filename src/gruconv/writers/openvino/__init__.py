@@ -40,6 +40,14 @@ FULL_MODEL = ("a full Keras model is not an OpenVINO target here: OpenVINO's Ten
               "GRU/LSTM a Loop, not GRUSequence/LSTMSequence (OpenVINO 2026.4.1, measured); convert the model's "
               "weights-only file (model.save_weights) for its cuDNN RNN as an IR, or convert to .keras")
 
+#: The one line for ``--mask-input``: measured, OpenVINO 2026.4.1's CPU plugin computes every step of a
+#: ``GRUSequence``/``LSTMSequence`` whatever its ``sequence_lens`` (the valid steps match onnxruntime within
+#: 1.2e-7; the padded steps of ``y`` are not zeros and ``h_n`` is the state after the padding, 0.2-0.8 off).
+MASK_REFUSED = ("--mask-input: OpenVINO's CPU plugin ignores a GRUSequence/LSTMSequence's sequence_lens (OpenVINO "
+                "2026.4.1, measured: padded steps are computed and the final state runs past each sequence's "
+                "end), so a masked IR would be silently wrong; convert without --mask-input and feed each "
+                "sequence unpadded (or as a batch of equal lengths), or convert to .onnx")
+
 #: The weights file OpenVINO writes beside an ``.xml`` (same stem).
 WEIGHTS_SUFFIX = ".bin"
 
@@ -123,6 +131,10 @@ def write(document, target, options) -> dict:
     """A bare stack (kind ``stack``), a weights-only Keras file's one RNN (``graph``) or one of its RNNs in a
     directory output (``graph-rnn``) as an OpenVINO IR."""
     if target.kind == "stack":
+        if options.mask_input:
+            from ...errors import UnsupportedError
+
+            raise UnsupportedError(MASK_REFUSED, path=target.path)
         entry = document.stacks[target.stack]
         _write_one(entry.stack, target.tmp, _bin_tmp(target), target.path, initial_state=options.initial_state,
                    mask_input=options.mask_input, warnings=target.warnings)

@@ -177,7 +177,11 @@ def run(compiled_model, x_tm, h0=None, c0=None, lengths=None) -> tuple:
     if "sequence_lens" in names:
         feed["sequence_lens"] = np.full(B, T, np.int32) if lengths is None else np.asarray(lengths).astype(np.int32)
     out = compiled_model(feed)
-    got = {next(iter(k.get_names())): np.asarray(v) for k, v in out.items()}
+    got = {}
+    for port, value in out.items():  # an output may carry several tensor names (a 1-layer stack's h_n is Y_h_l0)
+        for name in ("y", "h_n", "c_n"):
+            if name in port.get_names():
+                got[name] = np.asarray(value)
     return np.ascontiguousarray(got["y"].transpose(1, 0, 2)), got["h_n"], got.get("c_n")
 
 
