@@ -83,7 +83,7 @@ def test_tf1_to_openvino(case, tmp_path):
 
 
 @pytest.mark.parametrize("case,files", [("tf2/ckpt_seq", 2), ("keras/weights_only.h5", 2),
-                                        pytest.param("keras_lstm/weights_only.h5", 2, marks=pytest.mark.slow)])
+                                        pytest.param("keras_lstm/weights_only.h5", 3, marks=pytest.mark.slow)])
 def test_several_rnns_to_a_directory(case, files, tmp_path):
     """A TF2 checkpoint or a weights-only Keras file with several cuDNN RNNs: one IR per RNN in a directory;
     to one .xml: one usage line naming the directory form, nothing written."""
