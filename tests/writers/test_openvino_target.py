@@ -103,14 +103,32 @@ def test_weights_only_one_rnn_to_one_file(tmp_path):
 
 
 @pytest.mark.parametrize("case", ["keras/sequential.h5", "keras_lstm/bidir_concat.h5", "tf_keras_zip/gru.keras",
-                                  "graphs/tf_keras_cudnngru"])
+                                  "graphs/tf_keras_cudnngru", "graphs/tf_keras_gru_lstm", "keras/plain_gru.h5"])
 def test_full_keras_model_refused(case, tmp_path):
-    """A full Keras model: one usage line saying why (the Keras route gives Loops, not the native op)."""
+    """A full Keras model: one usage line saying why (the Keras route gives Loops, not the native op) -- a
+    model with no cuDNN layer too, and a tf.keras SavedModel that already serves on a CPU: never exit 0 with
+    no file."""
     r = run("convert", FIX / case, tmp_path / "out.xml")
     assert r.exit_code == 2, r.output
     lines = r.output.strip().splitlines()
     assert len(lines) == 1 and "not an OpenVINO target" in lines[0] and "Loop" in lines[0]
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("case", ["graphs/frozen_gru.pb", "graphs/frozen_gru_bidir_skip.pbtxt"])
+def test_graph_cudnn_node_to_openvino(case, tmp_path):
+    """A graph holding one cuDNN node: its stack (params as the graph computes them) as one IR."""
+    out = tmp_path / "node.xml"
+    convert_and_verify(case, out)
+    assert [t for t, _ in ops_of(out)] == ["GRUSequence"]
+
+
+@pytest.mark.slow
+def test_graph_cudnn_nodes_to_a_directory(tmp_path):
+    """A Keras 3 export made on a GPU (4 CudnnRNNV3 nodes): one IR per node in a directory."""
+    out = tmp_path / "nodes"
+    convert_and_verify("graphs/keras3_export", out, "--format", "openvino")
+    assert len(list(out.glob("*.xml"))) == 4 == len(list(out.glob("*.bin")))
 
 
 # --------------------------------------------------------------------------- planted errors
