@@ -144,7 +144,6 @@ def plan(document, output, options) -> Plan:
     if document.refusal is not None:
         raise document.refusal
     if document.nothing and not (document.nothing_forced and options.force):
-        _refused_whole(document, output, options)  # a target that could never take it says so, not "nothing"
         return Plan(output=output, route="nothing", reason=document.reason)
     if document.tf_graph is not None:
         return _plan_tf_graph(document, output, options)
@@ -167,18 +166,6 @@ def _check_beside(planned: Plan, document) -> None:
         never_an_input(extra, document.inputs)
         for p in extra if planned.directory is None else ():  # (a directory output's files are replaced)
             check_target(p, force=t.force)
-
-
-def _refused_whole(document, output: Path, options) -> None:
-    """A Keras model with nothing to convert, asked for a writer that refuses such a model whatever it holds
-    (its ``refuse``: a full model to ``.xml``/``.onnx``): that refusal, never an exit 0 with no file."""
-    graph = getattr(document, "graph", None)
-    if graph is None:
-        return
-    fmt = writers.output_format(output, options)
-    refuse = writers.hook(writers.module(fmt), "refuse") if fmt is not None else None
-    if refuse is not None:
-        refuse(graph)
 
 
 def _check_kinds(planned: Plan, document) -> None:

@@ -104,6 +104,11 @@ class Writer(Protocol):
         target's own engine (:class:`gruconv.writers.runner.StackRunner`)."""
 
     @optional
+    def model_runner(self, path):
+        """A whole Keras model it wrote as something ``verify`` runs: ``run(inputs in the Keras model's order)
+        -> outputs`` with ``run.engine`` saying what ran it; None where ``path`` holds stacks (:meth:`runners`)."""
+
+    @optional
     def describe(self, shape) -> dict:
         """``{'target', 'note'}``: what a stack of that shape becomes (inspect, convert's report)."""
 
@@ -213,6 +218,14 @@ def stack_runners(path) -> Optional[dict]:
     if writer is None or hook(writer, "runners") is None:
         return None
     return writer.runners(Path(path))
+
+
+def model_runner(path):
+    """The whole-model runner of the writer claiming ``path``'s name (its optional ``model_runner``), or None
+    (a Keras model: :func:`load`; stacks: :func:`stack_runners`)."""
+    name = claimed_by(path) if not Path(path).is_dir() else None
+    hooked = hook(module(name), "model_runner") if name is not None else None
+    return hooked(Path(path)) if hooked else None
 
 
 def gpu_probe(path):

@@ -6,8 +6,16 @@ input_size)``, with ``--initial-state`` ``h0`` (``c0``), with ``--mask-input`` `
 ``h_n`` (``c_n``)), because the IR is read by OpenVINO's ONNX frontend from the stack's ONNX model
 (:mod:`gruconv.writers.openvino.ir`, where every OpenVINO call is): a TF1/TF2 checkpoint's stacks (several:
 one ``.xml`` + ``.bin`` per stack in a directory), the cuDNN RNN of a weights-only Keras file, a TensorFlow graph's
-cuDNN nodes.  A full Keras model is refused in one line: OpenVINO's TensorFlow frontend makes Keras 3's GRU/LSTM a
-``Loop`` (measured: :mod:`.ir`), not the native sequence op this output promises.
+cuDNN nodes.
+
+A full Keras model (legacy HDF5, weights-only with ``--config``, a tf_keras zip, a tf.keras SavedModel) becomes one
+IR of the whole model: the converted Keras 3 model (:func:`gruconv.writers.keras_route.built`, the one
+translation) traced as a TensorFlow graph with its recurrent layers as cuDNN ops
+(:mod:`gruconv.writers.openvino.keras_graph`), that graph as ONNX by gruconv's whole-graph writer
+(:mod:`gruconv.writers.onnx.tfgraph`, one ``GRU``/``LSTM`` operator per layer), read by OpenVINO.  Exporting the
+Keras model as Keras traces it on a CPU gives ``Loop`` ops instead, never the native op (measured: :mod:`.ir`).
+Its interface is the Keras model's (inputs and outputs in the model's order); ``verify`` runs it end to end
+(:func:`model_runner`).
 
 Before anything is placed (the output contract): the IR holds exactly one native sequence op per layer with
 cuDNN's attributes and nothing else recurrent, only float32 weights, and it compiles on the CPU plugin with
@@ -28,6 +36,7 @@ CLAIMS = (".xml",)
 #: The same targets as the ONNX writer (a bare stack; a weights-only Keras file's one RNN, or each RNN of one
 #: as a file of its own).
 KINDS = ("stack", "graph", "graph-rnn")
+#: (a full Keras model, kind ``graph`` with a model config: the whole model as one IR)
 WRITES = "stacks"
 NEEDS_ARCHITECTURE = False
 MANY = True
@@ -35,10 +44,6 @@ MANY = True
 #: The model-interface options a bare stack's IR reads (its ONNX model's: :mod:`gruconv.writers.onnx`).
 INTERFACE_OPTIONS = frozenset({"initial_state", "mask_input"})
 
-#: The one line for a full Keras model.
-FULL_MODEL = ("a full Keras model is not an OpenVINO target here: OpenVINO's TensorFlow frontend makes Keras 3's "
-              "GRU/LSTM a Loop, not GRUSequence/LSTMSequence (OpenVINO 2026.4.1, measured); convert the model's "
-              "weights-only file (model.save_weights) for its cuDNN RNN as an IR, or convert to .keras")
 
 #: The one line for ``--mask-input``: measured, OpenVINO 2026.4.1's CPU plugin computes every step of a
 #: ``GRUSequence``/``LSTMSequence`` whatever its ``sequence_lens`` (the valid steps match onnxruntime within
@@ -96,24 +101,91 @@ def _write_one(stack, target_tmp: Path, bin_tmp: Path, shown: Path, *, initial_s
         ir.move(xml.with_suffix(WEIGHTS_SUFFIX), Path(bin_tmp))
 
 
+def _write_model(document, target) -> dict:
+    """A full Keras model as one IR (module docstring): built by Keras from the one translation, traced with
+    cuDNN ops into a scratch SavedModel, made ONNX by the whole-graph writer, read by OpenVINO; checked as a
+    stack's IR is (:func:`_place_checked`: as many native sequence ops as the ONNX model has GRU/LSTM operators,
+    nothing else recurrent, float32, compiles at f32, runs once) before it is placed."""
+    from ...files.outputs import scratch_dir
+    from ..keras_route import built
+    from ..onnx.tfgraph import serialized
+    from . import ir
+    from .keras_graph import export_with_cudnn_ops
+
+    ir.openvino()
+    graph, shown = document.graph, target.path
+    if graph.lambdas:  # building the Keras model would run their code (planning refuses them for model writers)
+        from ...errors import UnsupportedError
+
+        raise UnsupportedError(f"model has Lambda layer(s) {', '.join(graph.lambdas)} holding Python code; gruconv "
+                               "never runs it, and the IR of the whole model cannot be made without running it",
+                               path=graph.path)
+    model, nonfinite = built(graph, notes=target.warnings)
+    with scratch_dir(Path(target.tmp).parent, prefix=".gruconv-openvino-") as work:
+        names = export_with_cudnn_ops(model, work / "saved_model")
+        del model
+        data, facts = serialized(work / "saved_model", shown)
+        target.warnings.extend(facts.get("warnings") or [])
+        onnx_path = work / "model.onnx"
+        onnx_path.write_bytes(data)
+        layers = _onnx_rnn_ops(data)
+        del data
+        model = ir.graph_model(onnx_path, {"kind": "model", "inputs": names})
+        _place_checked(model, layers, work, target.tmp, _bin_tmp(target), shown)
+    return nonfinite
+
+
+def _onnx_rnn_ops(data: bytes) -> dict:
+    """``{cell: count}`` of the ONNX model's GRU/LSTM operators (the graph's cuDNN nodes as the writer emitted
+    them, one per layer)."""
+    import onnx
+
+    from ..onnx.graph import OP
+
+    cell_of = {op: cell for cell, op in OP.items()}
+    found: dict = {}
+    for node in onnx.load_from_string(data).graph.node:
+        if node.op_type in cell_of:
+            found[cell_of[node.op_type]] = found.get(cell_of[node.op_type], 0) + 1
+    return found
+
+
+def _place_checked(model, layers: dict, work: Path, xml_tmp, bin_tmp, shown) -> None:
+    """Check (``layers``: {cell: native ops expected}), save into ``work``, read back, check again, compile at
+    f32, run once on a probe input, then move ``.xml``/``.bin`` to the transaction's temporary paths."""
+    from . import ir
+
+    ir.check_graph_ops(model, layers, shown)
+    ir.check_float32(model, shown)
+    xml = work / "model.xml"
+    ir.save(model, xml)
+    del model
+    written = ir.read(xml, shown)
+    ir.check_graph_ops(written, layers, shown)
+    ir.check_float32(written, shown)
+    ir.probe_model(ir.compiled(written, shown), shown)
+    ir.move(xml, Path(xml_tmp))
+    ir.move(xml.with_suffix(WEIGHTS_SUFFIX), Path(bin_tmp))
+
+
 def _bin_tmp(target) -> Path:
     return target.beside[companions(target.path)[0]]
 
 
 def refuse(graph) -> None:
-    """The one usage line for a full Keras model (:data:`FULL_MODEL`)."""
+    """A directory of one IR per RNN is for a weights-only file; a full Keras model is one IR of the model."""
     from ...errors import UsageError
 
     if graph.model_config is not None:
-        raise UsageError(FULL_MODEL, path=graph.path)
+        raise UsageError("a full Keras model converts to one OpenVINO IR of the whole model: name OUTPUT *.xml",
+                         path=graph.path)
 
 
 def refuse_one_file(graph) -> None:
-    """Several RNNs cannot go to one ``.xml``: one usage line naming the way that works."""
+    """Several RNNs of a weights-only file cannot go to one ``.xml``: one usage line naming the way that works."""
     from ...errors import UsageError
 
-    refuse(graph)
-    if len(graph.rnns) > 1:
+    if graph.model_config is None and len(graph.rnns) > 1:
         raise UsageError(f"the file holds {len(graph.rnns)} cuDNN RNNs ({', '.join(r.path for r in graph.rnns)}); "
                          "an .xml IR holds one stack: name a directory as OUTPUT with --format openvino (one "
                          ".xml + .bin per RNN)", path=graph.path)
@@ -141,6 +213,8 @@ def write(document, target, options) -> dict:
         document.drop()
         return {}
     graph = document.graph
+    if target.kind == "graph" and graph.model_config is not None:
+        return _write_model(document, target)
     if target.kind == "graph":
         refuse_one_file(graph)
         rnns = graph.rnns
@@ -179,6 +253,8 @@ def runners(path) -> dict:
     path = Path(path)
     model = ir.read(path)
     facts = ir.facts_of(model, path)
+    if facts.get("kind") == "model":  # a whole Keras model's IR: model_runner
+        return None
     shape = StackShape(**facts["shape"])
     inputs = {p.get_any_name() for p in model.inputs}
     precision = PRECISION
@@ -194,6 +270,27 @@ def runners(path) -> dict:
 
     return {facts["name"]: StackRunner(facts["name"], shape, run, state_inputs="h0" in inputs,
                                        mask_input="sequence_lens" in inputs, engine=engine)}
+
+
+def model_runner(path):
+    """A whole Keras model's IR as ``verify`` drives it: ``run(list of inputs, in the Keras model's order) ->
+    list of outputs``, compiled on the CPU plugin at :data:`PRECISION`; None for a stack's IR."""
+    from . import ir
+
+    path = Path(path)
+    model = ir.read(path)
+    facts = ir.facts_of(model, path)
+    if facts.get("kind") != "model":
+        return None
+    compiled = ir.compiled(model, path, PRECISION)
+    order = ir.input_order(model, facts.get("inputs") or [])
+    del model
+
+    def run(feed: list) -> list:
+        return ir.run_model(compiled, [feed[i] for i in order])
+
+    run.engine = f"OpenVINO {ir.version()} (CPU plugin, INFERENCE_PRECISION_HINT={PRECISION})"
+    return run
 
 
 def gpu_status() -> tuple:

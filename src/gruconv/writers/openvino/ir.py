@@ -95,6 +95,68 @@ def stack_model(onnx_path: Path, facts: dict):
     return model
 
 
+def graph_model(onnx_path: Path, facts: dict):
+    """The OpenVINO model of a whole graph's ONNX model (written at ``onnx_path``), ``facts`` in its
+    ``rt_info``."""
+    ov = openvino()
+    try:
+        model = ov.Core().read_model(str(onnx_path))
+    except RuntimeError as e:
+        raise OutputError(f"OpenVINO's ONNX frontend cannot read the model's ONNX ({_first(e)}); nothing written",
+                          path=facts.get("where")) from None
+    _unsplit(ov, model)
+    model.set_rt_info(json.dumps(facts, sort_keys=True), RT_KEY)
+    return model
+
+
+def check_graph_ops(model, layers: dict, where) -> None:
+    """A whole model's IR holds, per cell, exactly ``layers[cell]`` native sequence ops with the attributes
+    :data:`SEQUENCE_OPS` names, and nothing else recurrent; else one line, nothing placed."""
+    found = sequence_ops(model)
+    good = {}
+    for cell, (want, attrs) in SEQUENCE_OPS.items():
+        good[cell] = sum(1 for t, a in found if t == want and all(a.get(k) == v for k, v in attrs.items()))
+    expected = {c: n for c, n in layers.items() if n}
+    if not expected or {c: n for c, n in good.items() if n} != expected or sum(good.values()) != len(found):
+        seen = ", ".join(t for t, _ in found) or "none"
+        want = ", ".join(f"{n} x {SEQUENCE_OPS[c][0]}" for c, n in expected.items()) or "a GRU/LSTM"
+        raise OutputError(f"the OpenVINO IR would not hold {want} with cuDNN's equations but {seen}; nothing written",
+                          path=where)
+
+
+def input_order(model, names: list) -> list:
+    """For each IR input, the index of the Keras model input it is (by name, ``:0`` dropped; by position
+    where the names do not say)."""
+    ir_names = [p.get_any_name().split(":")[0] for p in model.inputs]
+    if sorted(ir_names) == sorted(names):
+        return [names.index(n) for n in ir_names]
+    return list(range(len(ir_names)))
+
+
+def run_model(compiled_model, feed: list) -> list:
+    """One inference of a whole model's IR: ``feed`` in the IR's input order; its outputs in order."""
+    out = compiled_model([np.ascontiguousarray(a) for a in feed])
+    return [np.asarray(out[p]) for p in compiled_model.outputs]
+
+
+def probe_model(compiled_model, where) -> None:
+    """The output contract's one run of a whole model's IR: zeros (integers: ones), every unknown dimension 1
+    (the batch) or 2 (time and others); else one line, nothing placed."""
+    feed = []
+    for p in compiled_model.inputs:
+        shape = [(1 if i == 0 else 2) if d.is_dynamic else d.get_length() for i, d in enumerate(p.get_partial_shape())]
+        dtype = p.get_element_type().to_dtype()
+        feed.append(np.ones(shape, dtype) if np.issubdtype(dtype, np.integer) else np.zeros(shape, dtype))
+    try:
+        outs = run_model(compiled_model, feed)
+    except RuntimeError as e:
+        raise OutputError(f"the OpenVINO IR does not run on the CPU plugin ({_first(e)}); nothing written",
+                          path=where) from None
+    if len(outs) != len(compiled_model.outputs):
+        raise OutputError(f"the OpenVINO IR gave {len(outs)} outputs for {len(compiled_model.outputs)}; nothing written",
+                          path=where)
+
+
 def sequence_ops(model) -> list:
     """``[(type name, attributes)]`` of the model's recurrent operators (sequences, loops, iterators)."""
     kinds = {"GRUSequence", "LSTMSequence", "RNNSequence", "Loop", "TensorIterator", "GRUCell", "LSTMCell"}
