@@ -35,12 +35,12 @@ def ops_of(xml: Path) -> list:
     return [(t, a.get("linear_before_reset")) for t, a in ir.sequence_ops(ov.Core().read_model(str(xml)))]
 
 
-def convert_and_verify(case: str, out: Path, *extra) -> dict:
+def convert_and_verify(case: str, out: Path, *extra, verify_extra=()) -> dict:
     hints = HINTS.get(case, [])
     before = digest(FIX / case)
     r = run("convert", FIX / case, out, *hints, *extra)
     assert r.exit_code == 0, r.output
-    v = run("verify", FIX / case, out, *hints, "--json", out.parent / "verdict.json")
+    v = run("verify", FIX / case, out, *hints, *verify_extra, "--json", out.parent / "verdict.json")
     assert v.exit_code == 0, v.output
     rep = json.loads((out.parent / "verdict.json").read_text())
     assert rep["passed"] and rep["checks"] and all(c["passed"] for c in rep["checks"])
@@ -102,16 +102,42 @@ def test_weights_only_one_rnn_to_one_file(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir() if p.suffix != ".json") == ["out.bin", "out.xml"]
 
 
-@pytest.mark.parametrize("case", ["keras/sequential.h5", "keras_lstm/bidir_concat.h5", "tf_keras_zip/gru.keras",
-                                  "graphs/tf_keras_cudnngru", "graphs/tf_keras_gru_lstm", "keras/plain_gru.h5"])
-def test_full_keras_model_refused(case, tmp_path):
-    """A full Keras model: one usage line saying why (the Keras route gives Loops, not the native op) -- a
-    model with no cuDNN layer too, and a tf.keras SavedModel that already serves on a CPU: never exit 0 with
-    no file."""
-    r = run("convert", FIX / case, tmp_path / "out.xml")
-    assert r.exit_code == 2, r.output
-    lines = r.output.strip().splitlines()
-    assert len(lines) == 1 and "not an OpenVINO target" in lines[0] and "Loop" in lines[0]
+#: Full Keras models (every input kind that carries an architecture): one IR of the whole model.
+FULL = {"keras/sequential.h5": (), "keras_lstm/bidir_concat.h5": (), "tf_keras_zip/gru.keras": (),
+        "graphs/tf_keras_cudnngru": (), "graphs/tf_keras_gru_lstm": (),
+        "keras/weights_only.h5": ("--config", str(FIX / "keras/weights_only.json")),
+        "keras/functional_two_gru.h5": (), "trained/bilstm.h5": (), "tf_keras_zip/nested.keras": ()}
+QUICK_FULL = {"keras/sequential.h5", "tf_keras_zip/gru.keras", "graphs/tf_keras_gru_lstm"}
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=() if c in QUICK_FULL else (pytest.mark.slow,))
+                                  for c in FULL])
+def test_full_keras_model_to_one_ir(case, tmp_path):
+    """A full Keras model (legacy HDF5, weights-only with --config, tf_keras zip, tf.keras SavedModel -- one that
+    already serves on a CPU too: the user asked for an IR, they get one): one IR of the whole model, native
+    sequence ops only, verified end to end against the model built in memory and the originals."""
+    out = tmp_path / "model.xml"
+    rep = convert_and_verify(case, out, *FULL[case], verify_extra=FULL[case])
+    ops = ops_of(out)
+    assert ops and all(t in ("GRUSequence", "LSTMSequence") for t, _ in ops)
+    assert all(lbr is True for t, lbr in ops if t == "GRUSequence")
+    rows = [c for c in rep["checks"] if c["name"].startswith("end to end (OpenVINO ") and "vs the converted Keras 3 model" in c["name"]]
+    assert rows and all(c["passed"] for c in rows)
+
+
+def test_full_model_fp16_weights_fail_verify(tmp_path):
+    """The whole model's IR saved with OpenVINO's default fp16 weights: verify fails (exit 1)."""
+    good, bad = tmp_path / "good.xml", tmp_path / "bad.xml"
+    assert run("convert", FIX / "trained/bilstm.h5", good).exit_code == 0
+    _plant(good, bad, fp16=True)
+    r = run("verify", FIX / "trained/bilstm.h5", bad)
+    assert_parity_failure(r)
+
+
+def test_stateful_model_refused_nothing_written(tmp_path):
+    """A stateful model's IR does not compile on the CPU plugin: one line, exit 3, neither file."""
+    r = run("convert", FIX / "keras/stateful.h5", tmp_path / "s.xml")
+    assert r.exit_code == 3 and "cannot compile" in r.output and len(r.output.strip().splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
 
 
