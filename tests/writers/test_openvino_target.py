@@ -107,7 +107,7 @@ FULL = {"keras/sequential.h5": (), "keras_lstm/bidir_concat.h5": (), "tf_keras_z
         "graphs/tf_keras_cudnngru": (), "graphs/tf_keras_gru_lstm": (),
         "keras/weights_only.h5": ("--config", str(FIX / "keras/weights_only.json")),
         "keras/functional_two_gru.h5": (), "trained/bilstm.h5": (), "tf_keras_zip/nested.keras": ()}
-QUICK_FULL = {"keras/sequential.h5", "tf_keras_zip/gru.keras", "graphs/tf_keras_gru_lstm"}
+QUICK_FULL = {"keras/sequential.h5", "tf_keras_zip/gru.keras"}  # the SavedModels (17 s each here): slow
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=() if c in QUICK_FULL else (pytest.mark.slow,))
