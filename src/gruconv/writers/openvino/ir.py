@@ -1,6 +1,6 @@
 """Every OpenVINO call of the ``openvino`` writer (one module, so it can move under a framework boundary whole).
 
-The IR of one stack is read by OpenVINO's own ONNX frontend from the stack's ONNX model
+The IR of one stack (and of a whole model, through the whole-graph ONNX writer) is read by OpenVINO's own ONNX frontend from the stack's ONNX model
 (:func:`gruconv.writers.onnx.graph.build`: the one stack description of the non-Keras targets, one
 ``GRU(linear_before_reset=1)`` / ``LSTM`` operator per layer), which makes them ``GRUSequence
 (linear_before_reset=True)`` / ``LSTMSequence`` (OpenVINO 2026.4.1, measured).
@@ -16,8 +16,10 @@ Measured here (OpenVINO 2026.4.1, TensorFlow 2.21, Keras 3.15.1, this CPU), the 
 * The Keras 3 route (``model.export`` to a CPU SavedModel, then ``ov.convert_model``) gives a ``Loop`` per
   recurrent layer, not ``GRUSequence``, for every Keras 3 GRU/LSTM tried (plain, Bidirectional, masked,
   ``return_state``, fixed batch and time); the CPU plugin runs it as a ``TensorIterator``; ``ov.convert_model``
-  of the Keras model object fails on ``TensorList``.  So a full Keras model is refused (the writer's
-  ``FULL_MODEL``), not written with loops.
+  of the Keras model object fails on ``TensorList``.  So a full Keras model goes through its graph traced with
+  cuDNN ops and gruconv's whole-graph ONNX writer instead (:mod:`.keras_graph`), which gives the native ops.
+* OpenVINO's CPU plugin ignores ``sequence_lens`` (padded steps computed, final state past each sequence's end):
+  the writer refuses ``--mask-input``.
 * Precision: the CPU plugin's default inference precision may be bf16 (CPUs with bf16 support), 1-2e-3 off;
   ``ov.save_model``'s default fp16 weights, ~2e-4.  Hence :data:`CONFIG` and ``compress_to_fp16=False``,
   and the checks of :func:`check` before the IR is placed.
