@@ -269,7 +269,7 @@ def test_every_writer_satisfies_the_writer_protocol():
         assert writers.claimed_by("x" + w.SUFFIX) == name
         if "graph-rnn" in w.KINDS:  # a directory of one file per RNN needs their names
             assert writers.hook(w, "graph_targets") and writers.hook(w, "refuse"), name
-    assert writers.by_kind("document") == ["torch"] and writers.by_kind("graph-rnn") == ["onnx"]
+    assert writers.by_kind("document") == ["torch"] and writers.by_kind("graph-rnn") == ["onnx", "openvino"]
     assert writers.by_kind("tf-graph") == ["saved-model"]
 
 

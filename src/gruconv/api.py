@@ -12,6 +12,7 @@ outputs (:mod:`gruconv.writers.planning`) and drives the writers inside one outp
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from pathlib import Path
 from typing import Optional
@@ -151,11 +152,15 @@ def write(document, planned, outputs, opts: Options) -> ConvertResult:
             t.warnings = result.warnings
             place = (outputs.tree(t.path, force=t.force) if t.kind in writers.DIRECTORY_KINDS
                      else outputs.file(t.path, force=t.force, suffix=writer.SUFFIX))
-            with place as tmp:
-                t.tmp = tmp
-                nonfinite = writer.write(document, t, opts)
+            with contextlib.ExitStack() as beside:  # files its writer writes beside it, placed with it
+                t.beside = {p: beside.enter_context(outputs.file(p, force=t.force, suffix=p.suffix))
+                            for p in writers.beside(planned.format, t.path)}
+                with place as tmp:
+                    t.tmp = tmp
+                    nonfinite = writer.write(document, t, opts)
             document.drop()
             result.outputs.append(str(t.path))
+            result.outputs.extend(str(p) for p in t.beside)
             if t.kind == "graph":
                 for i, name in enumerate(document.names):
                     bad = nonfinite.get(name, 0)

@@ -285,7 +285,8 @@ def _verify_inputs(batch: int, steps: int, seed: int) -> dict:
 @click.option("--format", "fmt", type=click.Choice(list(OUTPUT_FORMATS)),
               help="Output format (default from OUTPUT's name: .keras model; .weights.h5 Keras 3 weights; "
                    ".h5 legacy-layout weights for Keras 2/tf_keras and Keras 3 load_weights; .safetensors "
-                   "torch.nn.GRU/LSTM state dicts; .onnx one ONNX model per RNN stack; saved-model: a TensorFlow "
+                   "torch.nn.GRU/LSTM state dicts; .onnx one ONNX model per RNN stack; .xml an OpenVINO IR "
+                   "(+ .bin) per RNN stack; saved-model: a TensorFlow "
                    "graph holding cuDNN ops as a SavedModel directory that serves on a CPU, the default for such "
                    "an input and an OUTPUT without a model suffix).")
 @click.option("--config", type=click.Path(path_type=Path, readable=False),
@@ -327,7 +328,8 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
     --format): a Keras 3 .keras model; Keras 3 .weights.h5; legacy-layout .h5
     weights (Keras 3 `model.load_weights()` into the same architecture with GRU
     in place of CuDNNGRU); PyTorch .safetensors (torch.nn.GRU/LSTM state
-    dicts); ONNX (one GRU/LSTM model per stack). A SavedModel or frozen
+    dicts); ONNX (one GRU/LSTM model per stack); OpenVINO IR (.xml + .bin, one
+    GRUSequence/LSTMSequence per layer, float32). A SavedModel or frozen
     graph (.pb/.pbtxt) holding CudnnRNN ops becomes a SavedModel directory
     with each cuDNN node replaced by standard ops (serves on a CPU; needs
     TensorFlow), or with an OUTPUT.onnx name the whole graph as ONNX (needs
@@ -343,6 +345,7 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
       gruconv convert ckpt_dir/ model.keras --rnn encoder/cudnn_gru
       gruconv convert gpu_model/ cpu_model/
       gruconv convert gpu_model/ model.onnx
+      gruconv convert ckpt_dir/ encoder.xml --rnn encoder/cudnn_gru
       gruconv convert models/ --out-dir converted/ --jobs 2 --keep-going --report r.json --junit r.xml
     """
     from . import api, report

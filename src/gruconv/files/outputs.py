@@ -622,8 +622,10 @@ class Outputs:
                 target = output
             elif rel is not None:
                 target = output / rel
-            else:  # a sibling of the staged output (OUT.rest.npz)
+            elif p.name.startswith(staged.name):  # a sibling of the staged output (OUT.rest.npz)
                 target = output.parent / (output.name + p.name[len(staged.name):])
+            else:  # a file beside it with its stem (OUT.bin beside OUT.xml)
+                target = output.parent / (output.stem + p.name[len(staged.stem):])
             try:
                 if rel is not None:
                     os.makedirs(target.parent, exist_ok=True)

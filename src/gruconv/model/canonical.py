@@ -353,6 +353,9 @@ class Subject:
     in_memory: bool = False
     #: the user's Keras 3 classes of the model's custom layers (``--custom-objects``), for that build
     custom_objects: Optional[dict] = None
+    #: a converted whole model that is not a Keras model (an OpenVINO IR): ``run(inputs) -> outputs``, checked end
+    #: to end against the model built in memory and the originals (:func:`gruconv.writers.model_runner`)
+    target: object = None
 
 
 #: What a reader's document holds, in the words planning and verify decide by: a reader states which

@@ -211,7 +211,7 @@ def _run_checks(doc, converted, opts, engine, report, rng, user_inputs) -> bool:
         if subject.graph is not None:
             if user_inputs:
                 check_user_inputs(keras3.keras(), subject.model, user_inputs, report.input)
-            verify_graph(subject.graph, _take_model(subject), engine, report, rng, user_inputs)
+            verify_graph(subject.graph, _take_model(subject), engine, report, rng, user_inputs, target=subject.target)
             continue
         if subject.opaque is None and engine.kind == "cudnn" and report.notes.count(_NO_BUFFER % subject.name) == 0:
             report.notes.append(_NO_BUFFER % subject.name)

@@ -202,7 +202,12 @@ def check_user_inputs(keras, model, feed: list, where) -> None:
                              f"Embedding vocabulary 0..{min(emb) - 1}", path=where)
 
 
-def verify_graph(doc, model, engine, report, rng, user_inputs):
+def verify_graph(doc, model, engine, report, rng, user_inputs, target=None):
+    """The converted model's recurrent layers, each against the reference on the activations that reach it, and its
+    outputs end to end.  ``target``: a converted whole model that is not a Keras model (an OpenVINO IR,
+    :func:`gruconv.writers.model_runner`), ``model`` then being the Keras 3 model it was made from (built in memory
+    as convert builds it): the layer checks check that model, and ``target``'s outputs on the same inputs are
+    compared with that model's and take its place in the end-to-end checks against the originals."""
     keras = keras3.keras()
     if user_inputs:
         feed = [np.asarray(a).astype(str(t.dtype)) for a, t in zip(user_inputs, model.inputs)]
@@ -227,6 +232,9 @@ def verify_graph(doc, model, engine, report, rng, user_inputs):
     # ONE run of the model: every checked layer's inputs, mask and outputs, and the model's outputs
     # (compiled where a model of this config was run before: a batch's models; else eager)
     calls, model_outputs = compiled_calls(model, targets, feed) or record_calls(model, targets, feed)
+    if target is not None:
+        keras_outputs, model_outputs = model_outputs, [np.asarray(o) for o in target(feed)]
+        _target_rows(target, keras_outputs, model_outputs, report)
     masked = bool(mask_producers(model))
     end_to_end = isinstance(model, keras.Sequential) and doc.rnns and all(
         "/" not in r.path or r.wrapper and r.path.count("/") == 1 for r in doc.rnns)
@@ -277,6 +285,24 @@ def verify_graph(doc, model, engine, report, rng, user_inputs):
         _end_to_end_sequential(keras, doc, model, engine, report, feed, model_outputs[0])
         del model
     keras2_end_to_end(doc, engine, report, feed, model_outputs)
+
+
+def _target_rows(target, keras_outputs, got, report) -> None:
+    """Each output of a converted whole model run by its own runtime against the Keras 3 model it was made from
+    (same inputs): the check a wrong runtime setting (fp16 weights, a bf16 hint) or a wrong export fails even
+    where no original can run."""
+    ran = report.environment.setdefault("converted_by", [])
+    if target.engine not in ran:
+        ran.append(target.engine)
+    label = f"end to end ({target.engine.split(' (')[0]} vs the converted Keras 3 model)"
+    if len(got) != len(keras_outputs):
+        report.checks.append(Check(f"{label}: output count", float("inf"), float("inf"), report.bounds.tolerance,
+                                   False, None, (len(got), len(keras_outputs)), bound="none",
+                                   reason=f"{len(got)} outputs where the Keras model has {len(keras_outputs)}"))
+        return
+    for i, (g, k) in enumerate(zip(got, keras_outputs)):
+        name = f"{label}: model output" + (f" {i}" if len(got) > 1 else "")
+        report.checks.append(judge(report, name, g, np.asarray(k), None, "float32", None))
 
 
 #: The note when the Keras 2 reference could not run (:func:`keras2_end_to_end`).

@@ -129,6 +129,10 @@ def graph_subjects(doc, converted, opts: Options):
     if converted is None:  # verify builds what convert writes (writers.keras_route.built)
         yield Subject(name=str(doc.path), model=None, graph=doc, in_memory=True, custom_objects=objects)
         return
+    whole = writers.model_runner(Path(converted))
+    if whole is not None:  # a whole model run by its own runtime (OpenVINO): against the model convert built
+        yield Subject(name=str(doc.path), model=None, graph=doc, in_memory=True, custom_objects=objects, target=whole)
+        return
 
     def rebuild():  # the converted architecture (weights are loaded into it): the one translation
         from ..keras3 import config as keras3_config

@@ -49,6 +49,9 @@ class Target:
     force: bool = False
     tmp: Optional[Path] = None
     warnings: list = field(default_factory=list)
+    #: while it is written: final path -> temporary path of each file its writer writes beside it
+    #: (:func:`gruconv.writers.registry.beside`)
+    beside: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -73,8 +76,9 @@ class Plan:
         return writers.module(self.format)
 
     def files(self) -> list:
-        """Every file the conversion will place (targets, then ``rest.npz``)."""
-        return [t.path for t in self.targets] + ([self.rest] if self.rest is not None else [])
+        """Every file the conversion will place (targets and the files beside them, then ``rest.npz``)."""
+        return ([p for t in self.targets for p in [t.path] + writers.beside(self.format, t.path)]
+                + ([self.rest] if self.rest is not None else []))
 
 
 #: The target kinds (:data:`gruconv.writers.registry.KINDS`) a document of each content
@@ -192,7 +196,20 @@ def plan(document, output, options) -> Plan:
     else:
         planned = _plan_stacks(document, output, options)
     _check_kinds(planned, document)
+    _check_beside(planned, document)
     return planned
+
+
+def _check_beside(planned: Plan, document) -> None:
+    """The files a writer writes beside its outputs (OpenVINO's ``.bin``) are outputs too: never an input, and
+    an existing one is replaced only as ``--force`` replaces the output itself."""
+    from ..files.outputs import check_outputs as never_an_input, check_target
+
+    for t in planned.targets:
+        extra = writers.beside(planned.format, t.path)
+        never_an_input(extra, document.inputs)
+        for p in extra if planned.directory is None else ():  # (a directory output's files are replaced)
+            check_target(p, force=t.force)
 
 
 def _check_kinds(planned: Plan, document) -> None:

@@ -29,6 +29,7 @@ WRITERS = {
     "torch": "gruconv.writers.torch",
     "onnx": "gruconv.writers.onnx",
     "saved-model": "gruconv.writers.saved_model",
+    "openvino": "gruconv.writers.openvino",
 }
 
 
@@ -108,6 +109,11 @@ class Writer(Protocol):
         target's own engine (:class:`gruconv.writers.runner.StackRunner`)."""
 
     @optional
+    def model_runner(self, path):
+        """A whole Keras model it wrote as something ``verify`` runs: ``run(inputs in the Keras model's order)
+        -> outputs`` with ``run.engine`` saying what ran it; None where ``path`` holds stacks (:meth:`runners`)."""
+
+    @optional
     def describe(self, shape) -> dict:
         """``{'target', 'note'}``: what a stack of that shape becomes (inspect, convert's report)."""
 
@@ -126,6 +132,12 @@ class Writer(Protocol):
     @optional
     def refuse_one_file(self, graph) -> None:
         """The refusal of a graph of several RNNs into one file."""
+
+    @optional
+    def companions(self, path) -> list:
+        """The files it writes beside an output ``path`` (OpenVINO's ``.bin`` beside its ``.xml``): placed
+        with it, all or nothing, by the output transaction; ``write`` gets their temporary paths in
+        ``target.beside`` (final path -> temporary path)."""
 
     @optional
     def write_with_keras(self, document, target, options) -> dict:
@@ -213,6 +225,14 @@ def stack_runners(path) -> Optional[dict]:
     return writer.runners(Path(path))
 
 
+def model_runner(path):
+    """The whole-model runner of the writer claiming ``path``'s name (its optional ``model_runner``), or None
+    (a Keras model: :func:`load`; stacks: :func:`stack_runners`)."""
+    name = claimed_by(path) if not Path(path).is_dir() else None
+    hooked = hook(module(name), "model_runner") if name is not None else None
+    return hooked(Path(path)) if hooked else None
+
+
 def gpu_probe(path):
     """The GPU probe of the writer that wrote ``path`` (a file, or a directory of its files), when it
     runs its stacks itself: ``gpu_status() -> (usable, reason, {"strict": .., "default": ..})``;
@@ -224,6 +244,12 @@ def gpu_probe(path):
         if name is not None and hook(module(name), "gpu_status"):
             return module(name).gpu_status
     return None
+
+
+def beside(fmt: str, path) -> list:
+    """The files writer ``fmt`` writes beside its output ``path`` (its optional ``companions``), else []."""
+    companions = hook(module(fmt), "companions")
+    return [Path(p) for p in companions(path)] if companions else []
 
 
 def targets(shape) -> dict:
