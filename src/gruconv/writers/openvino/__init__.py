@@ -57,9 +57,10 @@ MASK_REFUSED = ("--mask-input: OpenVINO's CPU plugin ignores a GRUSequence/LSTMS
 WEIGHTS_SUFFIX = ".bin"
 
 
-def options(graph: bool) -> frozenset:
-    """The interface options for bare stacks; none for a Keras file."""
-    return frozenset() if graph else INTERFACE_OPTIONS
+def options(kind: str) -> frozenset:
+    """By target kind: the interface options for a bare stack (``--mask-input`` is read to be refused at write,
+    with the reason: the CPU plugin ignores ``sequence_lens``); none for a Keras graph or its RNNs."""
+    return INTERFACE_OPTIONS if kind == "stack" else frozenset()
 
 
 def companions(path) -> list:
