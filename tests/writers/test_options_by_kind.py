@@ -77,6 +77,11 @@ CELLS = {
     ("tf-graph", "out", None): (set(BOUNDS), "converted to a SavedModel directory (--format saved-model: out)"),
     ("tf-graph", "out", "saved-model"): (set(BOUNDS), "converted to a SavedModel directory (--format saved-model: out)"),
     ("tf-graph", "out", "onnx"): ({"initial_state", "mask_input"} | BOUNDS, "converted to a directory of .onnx files (out)"),
+    # OpenVINO IR: a bare stack reads the interface options its ONNX model has (--mask-input to refuse it at write,
+    # with the reason); a Keras model's IR is the model's own interface.
+    ("keras-h5", "o.xml", None): ({"config"}, "converted to .xml"),
+    ("tf1", "o.xml", None): ({"rnn", "prefer", "hints", "initial_state", "mask_input"}, "converted to .xml"),
+    ("tf-graph", "o.xml", None): ({"initial_state", "mask_input"} | BOUNDS, "converted to .xml"),
 }
 
 
@@ -134,8 +139,19 @@ class _Recording(Options):
 READ: set = set()
 #: The cells a quick conversion can run (no TensorFlow); an option whose reader needs a value to be read at all
 #: is given one (``custom_objects`` is read when the output is loaded back: ``check_load``).
-QUICK = [c for c in CELLS if c[0] != "tf-graph" and c[2] != "saved-model"]
+QUICK = [c for c in CELLS if c[0] != "tf-graph" and c[2] != "saved-model" and not c[1].endswith((".xml", ".tflite"))]
 GIVEN = {"check_load": True}
+
+
+#: The edge outputs' cells that convert without TensorFlow graphs (each run converts through TensorFlow and the
+#: target's runtime: the slow tier).
+EDGE = [c for c in CELLS if c[0] != "tf-graph" and c[1].endswith((".xml", ".tflite"))]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cell", sorted(EDGE, key=str), ids=lambda c: "-".join(x for x in c if x))
+def test_every_option_an_edge_run_accepts_is_read(cell, tmp_path):
+    test_every_option_a_run_accepts_is_read_by_the_reader_or_the_writer_of_that_kind(cell, tmp_path)
 
 
 @pytest.mark.parametrize("cell", sorted(QUICK, key=str), ids=lambda c: "-".join(x for x in c if x))
