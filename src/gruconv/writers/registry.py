@@ -29,6 +29,7 @@ WRITERS = {
     "torch": "gruconv.writers.torch",
     "onnx": "gruconv.writers.onnx",
     "saved-model": "gruconv.writers.saved_model",
+    "tflite": "gruconv.writers.tflite",
 }
 
 
@@ -101,6 +102,12 @@ class Writer(Protocol):
     def runners(self, path) -> dict:
         """``{rnn name: StackRunner}``: it writes no Keras model; verify runs each RNN through the
         target's own engine (:class:`gruconv.writers.runner.StackRunner`)."""
+
+    @optional
+    def model_runner(self, path):
+        """The whole model of a file it wrote from a Keras graph, run by the target's own runtime(s)
+        (``runtimes()``, ``run(rt, feed, calls)``, ``feed_size(batch, steps)``; see
+        :class:`gruconv.writers.tflite.run.FileRunner`), or None for a file of bare stacks (``runners``)."""
 
     @optional
     def describe(self, shape) -> dict:
@@ -206,6 +213,17 @@ def stack_runners(path) -> Optional[dict]:
     if writer is None or hook(writer, "runners") is None:
         return None
     return writer.runners(Path(path))
+
+
+def model_runner(path):
+    """The whole-model runner of the file at ``path`` when the writer claiming its name runs whole models
+    itself (``model_runner``: tflite), else None (a Keras model, or stacks: :func:`stack_runners`)."""
+    path = Path(path)
+    name = None if path.is_dir() else claimed_by(path)
+    writer = module(name) if name is not None else None
+    if writer is None or hook(writer, "model_runner") is None:
+        return None
+    return writer.model_runner(path)
 
 
 def gpu_probe(path):
