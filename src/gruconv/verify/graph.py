@@ -202,8 +202,13 @@ def check_user_inputs(keras, model, feed: list, where) -> None:
                              f"Embedding vocabulary 0..{min(emb) - 1}", path=where)
 
 
-def verify_graph(doc, model, engine, report, rng, user_inputs):
+def verify_graph(doc, model, engine, report, rng, user_inputs, whole=None):
+    """Every converted recurrent layer of ``model`` against the reference, and the model end to end.  ``whole``:
+    a converted file run whole by its own runtime(s) (a ``.tflite``: :func:`file_checks`), made from ``model``;
+    its outputs are then the converted side of the end-to-end rows."""
     keras = keras3.keras()
+    if whole is not None and not user_inputs:  # the sizes the file fixes
+        report.batch, report.steps = whole.feed_size(report.batch, report.steps)
     if user_inputs:
         feed = [np.asarray(a).astype(str(t.dtype)) for a, t in zip(user_inputs, model.inputs)]
         report.batch = int(feed[0].shape[0])
@@ -227,6 +232,10 @@ def verify_graph(doc, model, engine, report, rng, user_inputs):
     # ONE run of the model: every checked layer's inputs, mask and outputs, and the model's outputs
     # (compiled where a model of this config was run before: a batch's models; else eager)
     calls, model_outputs = compiled_calls(model, targets, feed) or record_calls(model, targets, feed)
+    if whole is not None:
+        file_outputs = file_checks(whole, model, feed, model_outputs, report)
+        if not whole.int8:  # a float file stands for the converted model in the end-to-end rows
+            model_outputs = file_outputs
     masked = bool(mask_producers(model))
     end_to_end = isinstance(model, keras.Sequential) and doc.rnns and all(
         "/" not in r.path or r.wrapper and r.path.count("/") == 1 for r in doc.rnns)
@@ -277,6 +286,57 @@ def verify_graph(doc, model, engine, report, rng, user_inputs):
         _end_to_end_sequential(keras, doc, model, engine, report, feed, model_outputs[0])
         del model
     keras2_end_to_end(doc, engine, report, feed, model_outputs)
+
+
+def file_checks(whole, model, feed, model_outputs, report) -> list:
+    """A converted file run whole by each of its runtimes (``whole.runtimes()``: LiteRT; TFLM too for a micro
+    ``.tflite``), every output against ``model`` -- the converted Keras 3 model the file was made from, whose
+    layers the other rows check against the reference -- on the same inputs.  A stateful file is invoked twice
+    from a zero state and the second call is compared too (against the model's second call).  A float file is
+    judged by the report's bounds; an int8 one by ``report.int8_tolerance`` (absolute; its measured error shown).
+    Returns LiteRT's first-call outputs (the end-to-end rows' converted side)."""
+    from ..options import Bounds
+    from .verdicts import INT8_TOLERANCE, compare
+
+    refs = [[to_numpy(o) for o in model_outputs]]
+    if whole.stateful:
+        for layer in _all_layers(keras3.keras(), model):
+            if getattr(layer, "stateful", False) and hasattr(layer, "reset_states"):
+                layer.reset_states()
+        refs = []
+        for _ in range(2):
+            out = model(feed if len(feed) > 1 else feed[0])
+            refs.append([to_numpy(o) for o in (out if isinstance(out, (list, tuple)) else [out])])
+    calls = len(refs)
+    first = None
+    engines = report.environment.setdefault("converted_by", [])
+    for name, rt in whole.runtimes():
+        where = f"{name} (CPU)"
+        if where not in engines:
+            engines.append(where)
+        outs = whole.run(rt, feed, calls)
+        first = outs[0] if first is None else first
+        for c, (got, ref) in enumerate(zip(outs, refs)):
+            which = " (second call)" if c else ""
+            if len(got) != len(ref):
+                report.checks.append(Check(f"{name}: output count{which}", float("inf"), float("inf"),
+                                           report.bounds.tolerance, False, None, (len(got), len(ref)), bound="none",
+                                           reason=f"{len(got)} outputs where the converted model has {len(ref)}"))
+                continue
+            for i, (g, r) in enumerate(zip(got, ref)):
+                label = f"{name}: model output" + (f" {i}" if len(ref) > 1 else "") + which
+                if whole.int8:
+                    tol = INT8_TOLERANCE if report.int8_tolerance is None else report.int8_tolerance
+                    row = compare(f"{label} (int8, vs the float model)", g, r, None, Bounds(tol, 0.0, 0.0),
+                                  "float32", None)
+                else:
+                    row = judge(report, label, g, r, None, "float32", None)
+                report.checks.append(row)
+    if whole.stateful:
+        for layer in _all_layers(keras3.keras(), model):
+            if getattr(layer, "stateful", False) and hasattr(layer, "reset_states"):
+                layer.reset_states()
+    return first
 
 
 #: The note when the Keras 2 reference could not run (:func:`keras2_end_to_end`).

@@ -194,14 +194,14 @@ class TFLM:
         except Exception as e:
             raise UnsupportedError(f"TensorFlow Lite Micro cannot load the file: {_first_line(e)}") from None
         self.order = order
+        self.n_outputs = len(_schema().ModelT.InitFromPackedBuf(bytearray(data), 0).subgraphs[0].outputs)
 
     def run(self, feed: list) -> list:
         try:
             for i, a in enumerate(feed):
                 self.it.set_input(np.ascontiguousarray(a, dtype=np.float32), i)
             self.it.invoke()
-            n = len(self.it.get_output_details()) if hasattr(self.it, "get_output_details") else 1
-            outs = [np.array(self.it.get_output(i)) for i in range(n)]
+            outs = [np.array(self.it.get_output(i)) for i in range(self.n_outputs)]
         except Exception as e:
             raise UnsupportedError(f"TensorFlow Lite Micro cannot run the file: {_first_line(e)}") from None
         return [outs[i] for i in self.order] if self.order is not None else outs
