@@ -324,11 +324,10 @@ def file_checks(whole, model, feed, model_outputs, report) -> list:
                                            reason=f"{len(got)} outputs where the converted model has {len(ref)}"))
                 continue
             for i, (g, r) in enumerate(zip(got, ref)):
-                label = f"{name}: model output" + (f" {i}" if len(ref) > 1 else "") + which
-                if whole.int8:
+                label = f"{name}{' int8' if whole.int8 else ''}: model output" + (f" {i}" if len(ref) > 1 else "") + which
+                if whole.int8:  # against the float model, within --int8-tolerance (absolute)
                     tol = INT8_TOLERANCE if report.int8_tolerance is None else report.int8_tolerance
-                    row = compare(f"{label} (int8, vs the float model)", g, r, None, Bounds(tol, 0.0, 0.0),
-                                  "float32", None)
+                    row = compare(label, g, r, None, Bounds(tol, 0.0, 0.0), "float32", None)
                 else:
                     row = judge(report, label, g, r, None, "float32", None)
                 report.checks.append(row)

@@ -82,8 +82,12 @@ def convert(model, *, int8_batches: Optional[list] = None) -> bytes:
         conv.representative_dataset = representative
     else:
         conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    import warnings
+
     try:
-        return bytes(conv.convert())
+        with warnings.catch_warnings(), _quiet_stderr():  # the calibrator's C++ lines, "Statistics ... expected"
+            warnings.simplefilter("ignore")
+            return bytes(conv.convert())
     except Exception as e:  # the converter's own error: one line, its first meaningful one
         lines = [ln for ln in str(e).splitlines() if "error:" in ln] or str(e).splitlines() or [type(e).__name__]
         raise UnsupportedError(f"the TensorFlow Lite converter refused the model (builtin ops only): "
