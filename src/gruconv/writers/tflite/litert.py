@@ -171,13 +171,18 @@ class LiteRT:
         return [tuple(int(v) for v in d["shape_signature"]) for d in self.inputs]
 
     def run(self, feed: list) -> list:
-        for d, a in zip(self.inputs, feed):
-            a = np.asarray(a, dtype=d["dtype"])
-            if tuple(d["shape"]) != a.shape:
-                self.it.resize_tensor_input(d["index"], list(a.shape))
-                self.it.allocate_tensors()
-            self.it.set_tensor(d["index"], a)
-        self.it.invoke()
+        try:
+            for d, a in zip(self.inputs, feed):
+                a = np.asarray(a, dtype=d["dtype"])
+                if tuple(d["shape"]) != a.shape:
+                    self.it.resize_tensor_input(d["index"], list(a.shape))
+                    self.it.allocate_tensors()
+                self.it.set_tensor(d["index"], a)
+            self.it.invoke()
+        except (RuntimeError, ValueError) as e:
+            raise UnsupportedError(f"LiteRT cannot run the file on inputs of shape "
+                                   f"{[tuple(np.shape(a)) for a in feed]} (it takes {self.shapes()}): "
+                                   f"{_first_line(e)}") from None
         return [np.array(self.it.get_tensor(d["index"])) for d in self.outputs]
 
     def reset(self) -> None:

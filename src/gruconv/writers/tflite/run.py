@@ -96,7 +96,7 @@ def stack_runners(data: bytes, meta: dict) -> dict:
             return y, hy, cy
         return StackRunner(name if label == "LiteRT" else f"{name} ({label})", shape, run,
                            state_inputs=state_inputs, mask_input=mask_input,
-                           engine=lambda math, label=label: f"{label} (CPU)")
+                           engine=lambda math, label=label: f"{label} (CPU)", steps=timesteps_of(meta))
 
     return {r.name: r for r in (make(rt, label) for label, rt in engines)}
 
