@@ -32,7 +32,7 @@ from . import registry as writers, rest_npz
 #: Output name endings that cannot name a directory of per-stack models (a checkpoint's several
 #: stacks with no writer given one file): the user meant a file.  Beside gruconv's own, the endings of
 #: other frameworks' model files: a name no writer claims that ends so is a usage error (exit 2), never a
-#: directory made under a file's name (issue 46: ``convert ckpt out.tflite`` made a directory
+#: directory made under a file's name (``convert ckpt out.tflite`` once made a directory
 #: ``out.tflite`` before ``.tflite`` was claimed).
 _NOT_A_DIRECTORY = (".h5", ".hdf5", ".npz", ".json", ".tflite", ".lite", ".xml", ".bin", ".pb", ".pbtxt", ".pt",
                     ".pth", ".ckpt", ".onnx", ".safetensors", ".keras", ".mlmodel", ".mlpackage", ".engine", ".plan",
