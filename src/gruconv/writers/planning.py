@@ -309,9 +309,9 @@ def _plan_stacks(document, output: Path, options) -> Plan:
     _one_file_of_many(document, output, fmt)
     if as_dir and not output.is_dir() and output.suffix.lower() in _NOT_A_DIRECTORY:  # (.h5 here: --format keras)
         raise UsageError(f"a TF1 checkpoint converts to Keras 3 .keras models (or weights: *.h5 legacy layout, "
-                         f"*.weights.h5 Keras 3), or to a file named for another writer "
-                         f"({', '.join(writers.suffixes())}): name OUTPUT so, or a directory without a model "
-                         f"suffix (got {output.name!r}, a name gruconv writes no file under)",
+                         f"*.weights.h5 Keras 3): name OUTPUT *.keras, *.h5, or a directory (or a name another "
+                         f"writer claims: {', '.join(writers.suffixes())}; got {output.name!r}, a name gruconv "
+                         f"writes no file under)",
                          path=Path(document.source))
     names = [s or f"{c}_stack" for s, c in zip(document.names, document.cells)]
     if as_dir:
