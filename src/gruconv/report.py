@@ -27,6 +27,8 @@ def inspect_text(info: dict) -> str:
         if r.get("nonfinite_weights"):
             lines.append(f"    ! {r['nonfinite_weights']} NaN/Inf weight value(s)")
     lines.extend(f"  {d}" for d in info.get("details", []))
+    for fmt, found in (info.get("edge_profiles") or {}).items():
+        lines.extend(f"  {fmt} {profile}: {text}" for profile, text in found.items())
     if info.get("cudnn_eligibility"):
         from .eligibility import text_lines
 

@@ -6,9 +6,9 @@ re-exports the registry's names (``from gruconv import writers; writers.module("
 """
 
 from .registry import (COMMON_OPTIONS, DIRECTORY_KINDS, KINDS, OPTIONAL, REST, WRITERS, WRITES, Writer, by_kind, claimed_by,
-                       gpu_probe, hook, load, model_runner, module, optional, output_format, output_name, stack_runners,
+                       gpu_probe, hook, load, model_runner, module, optional, output_format, output_name, profiles, stack_runners,
                        suffixes, targets)
 
 __all__ = ["COMMON_OPTIONS", "DIRECTORY_KINDS", "KINDS", "OPTIONAL", "REST", "WRITERS", "WRITES", "Writer", "by_kind", "claimed_by",
-           "gpu_probe", "hook", "load", "model_runner", "module", "optional", "output_format", "output_name", "stack_runners",
+           "gpu_probe", "hook", "load", "model_runner", "module", "optional", "output_format", "output_name", "profiles", "stack_runners",
            "suffixes", "targets"]

@@ -110,6 +110,10 @@ class Writer(Protocol):
         :class:`gruconv.writers.tflite.run.FileRunner`), or None for a file of bare stacks (``runners``)."""
 
     @optional
+    def profiles(self, document) -> dict:
+        """``{profile: "yes: ..." | "no: why"}``: which of its profiles this document can take (inspect)."""
+
+    @optional
     def describe(self, shape) -> dict:
         """``{'target', 'note'}``: what a stack of that shape becomes (inspect, convert's report)."""
 
@@ -243,6 +247,17 @@ def targets(shape) -> dict:
     """``{format: {"target", "note"}}``: what each writer with ``describe`` makes of a stack of
     ``shape`` (a :class:`gruconv.model.canonical.StackShape`), for ``inspect``."""
     return {name: module(name).describe(shape) for name in WRITERS if hook(module(name), "describe")}
+
+
+def profiles(document) -> dict:
+    """``{format: {profile: text}}`` from every writer with ``profiles`` (inspect: the edge profiles)."""
+    out = {}
+    for name in WRITERS:
+        verb = hook(module(name), "profiles")
+        found = verb(document) if verb is not None else None
+        if found:
+            out[name] = found
+    return out
 
 
 def suffixes() -> tuple:

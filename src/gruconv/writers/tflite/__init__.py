@@ -205,6 +205,13 @@ def runners(path):
     return stack_runners(data, meta)
 
 
+def profiles(document) -> dict:
+    """``inspect``: ``{profile: "yes: ..." | "no: why and what to change"}`` (:func:`.profile.profiles`)."""
+    from .profile import profiles as _profiles
+
+    return _profiles(document)
+
+
 def describe(shape) -> dict:
     """``inspect``: what a stack of ``shape`` becomes (mobile: a ``WHILE`` loop per layer and direction;
     micro: unrolled plain ops)."""

@@ -166,3 +166,38 @@ def calibration(path: Path, n_inputs: int, batch: int, timesteps: int) -> list:
     if samples < batch:
         raise InputError(f"holds {samples} sample(s), fewer than one batch of --batch-size {batch}", path=path)
     return [[a[i:i + batch] for a in arrays] for i in range(0, samples - batch + 1, batch)]
+
+
+def profiles(document) -> dict:
+    """``inspect``: for each profile (``mobile``, ``micro``, ``int8``) whether this input can take it and, if
+    not, why and what to change (read from the document alone: no TensorFlow)."""
+    from ...keras3.archive import mask_producers
+
+    if document.tf_graph is not None:
+        text = ("its cuDNN nodes' stacks alone, one .tflite each (the graph's other ops are not written; "
+                "whole graphs are not a .tflite input yet)")
+        return {"mobile": f"yes: {text}", "micro": f"yes (--micro --timesteps T): {text}",
+                "int8": f"yes (--int8 CALIB.npz --timesteps T): {text}"}
+    graph = document.graph
+    if graph is None:
+        if not document.stacks:
+            return {}
+        return {"mobile": "yes: each stack's model, builtin ops, batch fixed (--batch-size), time dynamic (WHILE)",
+                "micro": "yes: --micro --timesteps T (unrolled; without --mask-input)",
+                "int8": "yes: --int8 CALIB.npz --timesteps T (unrolled; its error reported)"}
+    config = graph.model_config
+    if not isinstance(config, dict):
+        why = "no: a weights-only file needs --config ARCH.json (the architecture) to become a model"
+        return {"mobile": why, "micro": why, "int8": why}
+    if graph.lambdas:
+        why = f"no: Lambda layer(s) {', '.join(graph.lambdas)} hold Python code gruconv never runs"
+        return {"mobile": why, "micro": why, "int8": why}
+    out = {"mobile": "yes: builtin ops, batch fixed (--batch-size), time dynamic (a WHILE loop per RNN)"}
+    masked = mask_producers(config)
+    try:
+        check_micro(config, masked, 1)
+        out["micro"] = "yes: --micro --timesteps T (every size fixed, unrolled)"
+    except UnsupportedError as e:
+        out["micro"] = f"no: {e.message}"
+    out["int8"] = "yes: --int8 CALIB.npz --timesteps T (unrolled; the error against the float model reported)"
+    return out
