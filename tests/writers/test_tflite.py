@@ -201,3 +201,14 @@ def test_tf1_unknown_model_suffix_is_usage_not_directory(tmp_path):
         assert not (tmp_path / name).exists()
     r = run("convert", FIX / "tf1/layer_bidir", tmp_path / "out.tflite")
     assert r.exit_code == 0 and (tmp_path / "out.tflite").is_file()
+
+
+def test_batch_mode_and_inspect(tmp_path):
+    out = tmp_path / "out"
+    r = run("convert", FIX / "keras/bidir_sum.h5", FIX / "tf1/layer_uni", "--out-dir", out, "--format", "tflite",
+            "--micro", "--timesteps", "4", "--jobs", "1")
+    assert r.exit_code == 0, r.output
+    assert meta_of(out / "bidir_sum.tflite")["meta"]["profile"] == "micro"
+    assert meta_of(out / "layer_uni.tflite")["meta"]["kind"] == "stack"
+    i = run("inspect", FIX / "keras_user/text_classifier_mask_zero.h5")
+    assert "tflite mobile: yes" in i.output and "tflite micro: no: the micro profile cannot keep the mask" in i.output
