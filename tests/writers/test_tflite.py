@@ -42,6 +42,7 @@ CASES = {
     "stateful": (FIX / "keras/stateful.h5", []),
     "lstm_mobile": (FIX / "keras_lstm/sequential.h5", []),
     "bidir_micro": (FIX / "keras/bidir_concat.h5", ["--micro", "--timesteps", "6"]),
+    "two_inputs_micro": (FIX / "keras/functional_two_gru.h5", ["--micro", "--timesteps", "7"]),
     "tf1_mobile": (FIX / "tf1/layer_uni", []),
     "tf1_micro": (FIX / "tf1/layer_uni", ["--micro", "--timesteps", "5"]),
 }
@@ -178,6 +179,8 @@ def test_usage_and_refusals(tmp_path):
     assert r.exit_code == 2 and "--int8 needs --timesteps" in r.output
     r = run("convert", FIX / "keras_user/text_classifier_mask_zero.h5", out, "--micro", "--timesteps", "4")
     assert r.exit_code == 3 and "SELECT" in r.output and "remove the Masking" in r.output, r.output
+    r = run("convert", FIX / "keras/functional_two_gru.h5", out, "--micro", "--timesteps", "5")
+    assert r.exit_code == 2 and "fixes 7 time steps: pass --timesteps 7" in r.output, r.output
     r = run("convert", FIX / "keras/sequential.h5", tmp_path / "y.keras", "--micro", "--timesteps", "4")
     assert r.exit_code == 2 and "--micro" in r.output
     assert not any(tmp_path.iterdir())

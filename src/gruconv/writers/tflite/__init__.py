@@ -138,8 +138,12 @@ def _finish(model, target, s, meta: dict) -> None:
     if batches is not None:
         rt = litert.LiteRT(data)
         worst: list = []
+        import warnings
+
         for feed in batches[:INT8_ERROR_BATCHES]:
-            ref = fixed(feed if len(feed) > 1 else feed[0])
+            with warnings.catch_warnings():  # Keras's "structure of `inputs`" note for a one-input Functional
+                warnings.simplefilter("ignore")
+                ref = fixed(feed if len(feed) > 1 else feed[0])
             ref = [np.asarray(r) for r in (ref if isinstance(ref, (list, tuple)) else [ref])]
             if stateful:
                 rt.reset()

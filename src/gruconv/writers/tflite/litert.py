@@ -172,11 +172,15 @@ class LiteRT:
 
     def run(self, feed: list) -> list:
         try:
-            for d, a in zip(self.inputs, feed):
-                a = np.asarray(a, dtype=d["dtype"])
-                if tuple(d["shape"]) != a.shape:
+            feed = [np.asarray(a, dtype=d["dtype"]) for d, a in zip(self.inputs, feed)]
+            resized = False
+            for d, a in zip(self.inputs, feed):  # every resize before the one allocation: allocating
+                if self.it.get_tensor(d["index"]).shape != a.shape:  # drops the inputs set before it
                     self.it.resize_tensor_input(d["index"], list(a.shape))
-                    self.it.allocate_tensors()
+                    resized = True
+            if resized:
+                self.it.allocate_tensors()
+            for d, a in zip(self.inputs, feed):
                 self.it.set_tensor(d["index"], a)
             self.it.invoke()
         except (RuntimeError, ValueError) as e:
@@ -196,19 +200,20 @@ class TFLM:
 
     name = "TFLM"
 
-    def __init__(self, data: bytes, order: Optional[list] = None):
+    def __init__(self, data: bytes, order: Optional[list] = None, inputs: Optional[list] = None):
         runtime = _need("tflite_micro.python.tflite_micro.runtime")
         try:
             self.it = runtime.Interpreter.from_bytes(data, arena_size=TFLM_ARENA)
         except Exception as e:
             raise UnsupportedError(f"TensorFlow Lite Micro cannot load the file: {_first_line(e)}") from None
-        self.order = order
+        self.order, self.input_positions = order, inputs
         self.n_outputs = len(_schema().ModelT.InitFromPackedBuf(bytearray(data), 0).subgraphs[0].outputs)
 
     def run(self, feed: list) -> list:
         try:
             for i, a in enumerate(feed):
-                self.it.set_input(np.ascontiguousarray(a, dtype=np.float32), i)
+                at = self.input_positions[i] if self.input_positions is not None else i
+                self.it.set_input(np.ascontiguousarray(a, dtype=np.float32), at)
             self.it.invoke()
             outs = [np.array(self.it.get_output(i)) for i in range(self.n_outputs)]
         except Exception as e:
@@ -250,6 +255,19 @@ def output_positions(data: bytes, litert: LiteRT) -> list:
     return [flat.index(d["index"]) for d in litert.outputs]
 
 
+def input_positions(data: bytes, litert: LiteRT) -> list:
+    """For each input in LiteRT's (the Keras model's) order, its position among the flatbuffer's inputs."""
+    s = _schema()
+    model = s.ModelT.InitFromPackedBuf(bytearray(data), 0)
+    flat = list(model.subgraphs[0].inputs)
+    return [flat.index(d["index"]) for d in litert.inputs]
+
+
+def tflm_for(data: bytes, litert: LiteRT) -> TFLM:
+    """The file in TFLM, fed and read in LiteRT's (the Keras model's) order."""
+    return TFLM(data, output_positions(data, litert), input_positions(data, litert))
+
+
 def smoke(data: bytes, micro: bool) -> None:
     """The output contract: the file loads and invokes in LiteRT (and, micro, in TFLM) on zeros of its input
     shapes, with finite outputs, before it is placed; else one line (exit 3)."""
@@ -264,4 +282,4 @@ def smoke(data: bytes, micro: bool) -> None:
     if not all(np.isfinite(o).all() for o in outs):
         raise OutputError("the written .tflite gives NaN/Inf in LiteRT on zero inputs")
     if micro:
-        TFLM(data).run(feed)
+        tflm_for(data, rt).run(feed)

@@ -113,6 +113,9 @@ def fixed_config(config: dict, batch: int, timesteps: Optional[int], unroll: boo
             shape = list(cfg["batch_shape"])
             shape[0] = batch
             if timesteps is not None and len(shape) >= 2:
+                if shape[1] is not None and shape[1] != timesteps:
+                    raise UsageError(f"input {cfg.get('name')!r} of the model fixes {shape[1]} time steps: pass "
+                                     f"--timesteps {shape[1]}")
                 shape[1] = timesteps
             cfg["batch_shape"] = shape
         if cls in RNN_CLASSES and unroll:

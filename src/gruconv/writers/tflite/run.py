@@ -41,7 +41,7 @@ class FileRunner:
     def runtimes(self) -> list:
         out = [("LiteRT", self.litert)]
         if self.profile == "micro":
-            out.append(("TFLM", litert.TFLM(self.data, litert.output_positions(self.data, self.litert))))
+            out.append(("TFLM", litert.tflm_for(self.data, self.litert)))
         return out
 
     def run(self, rt, feed: list, calls: int = 1) -> list:
@@ -69,7 +69,7 @@ def stack_runners(data: bytes, meta: dict) -> dict:
     batch = int(meta.get("batch") or 1)
     engines = [("LiteRT", lite)]
     if meta.get("profile") == "micro":
-        engines.append(("TFLM", litert.TFLM(data, litert.output_positions(data, lite))))
+        engines.append(("TFLM", litert.tflm_for(data, lite)))
 
     def make(rt, label):
         def run(x_tm, h0, c0, lengths, math):
