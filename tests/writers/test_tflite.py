@@ -40,28 +40,34 @@ CASES = {
     "seq_mobile": (FIX / "keras/sequential.h5", []),
     "seq_micro": (FIX / "keras/sequential.h5", ["--micro", "--timesteps", "8"]),
     "stateful": (FIX / "keras/stateful.h5", []),
+    "two_inputs_micro": (FIX / "keras/functional_two_gru.h5", ["--micro", "--timesteps", "7"]),
+    "tf1_micro": (FIX / "tf1/layer_uni", ["--micro", "--timesteps", "5"]),
     "lstm_mobile": (FIX / "keras_lstm/sequential.h5", []),
     "bidir_micro": (FIX / "keras/bidir_concat.h5", ["--micro", "--timesteps", "6"]),
-    "two_inputs_micro": (FIX / "keras/functional_two_gru.h5", ["--micro", "--timesteps", "7"]),
     "tf1_mobile": (FIX / "tf1/layer_uni", []),
-    "tf1_micro": (FIX / "tf1/layer_uni", ["--micro", "--timesteps", "5"]),
 }
+#: Cases run in the slow tier only (the quick tier keeps one of each kind: graph/stack, mobile/micro, stateful).
+SLOW = {"lstm_mobile", "bidir_micro", "tf1_mobile"}
 
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory):
-    """Every case converted once: {name: (input, output, result)}."""
+    """Each case converted once, on first use: ``made(name) -> (input, output, result)``."""
     d = tmp_path_factory.mktemp("tflite")
-    out = {}
-    for name, (src, extra) in CASES.items():
-        dst = d / f"{name}.tflite"
-        out[name] = (src, dst, run("convert", src, dst, *extra))
-    return out
+    done: dict = {}
+
+    def get(name):
+        if name not in done:
+            src, extra = CASES[name]
+            dst = d / f"{name}.tflite"
+            done[name] = (src, dst, run("convert", src, dst, *extra))
+        return done[name]
+    return get
 
 
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in CASES])
 def test_converts_and_verifies(made, name):
-    src, dst, res = made[name]
+    src, dst, res = made(name)
     assert res.exit_code == 0, res.output
     assert dst.is_file()
     info = meta_of(dst)
@@ -77,7 +83,7 @@ def test_converts_and_verifies(made, name):
 
 
 def test_stateful_second_call_is_compared(made):
-    src, dst, _ = made["stateful"]
+    src, dst, _ = made("stateful")
     assert meta_of(dst)["meta"]["stateful"] is True
     assert "VAR_HANDLE" in meta_of(dst)["ops"]  # state in resource variables
     v = run("verify", src, dst)
@@ -85,7 +91,7 @@ def test_stateful_second_call_is_compared(made):
 
 
 def test_convert_output_names_profile_and_ops(made):
-    out = made["seq_micro"][2].output
+    out = made("seq_micro")[2].output
     assert "micro profile: batch 1, 8 steps, unrolled; ops " in out
 
 
@@ -127,7 +133,7 @@ def test_planted_errors_fail_in_litert_and_tflm(tmp_path, monkeypatch, kind):
     assert rows["cu_dnngru: sequence"].endswith("ok")  # the in-memory model is right: the file is not
 
 
-@pytest.mark.parametrize("kind", ["gate swap", "recurrent bias"])
+@pytest.mark.parametrize("kind", ["gate swap", pytest.param("recurrent bias", marks=pytest.mark.slow)])
 def test_planted_errors_fail_for_a_tf1_stack(tmp_path, monkeypatch, kind):
     _planted(monkeypatch, kind)
     dst = tmp_path / "bad.tflite"
@@ -206,12 +212,18 @@ def test_tf1_unknown_model_suffix_is_usage_not_directory(tmp_path):
     assert r.exit_code == 0 and (tmp_path / "out.tflite").is_file()
 
 
-def test_batch_mode_and_inspect(tmp_path):
+def test_inspect_says_which_profiles():
+    i = run("inspect", FIX / "keras_user/text_classifier_mask_zero.h5")
+    assert "tflite mobile: yes" in i.output and "tflite micro: no: the micro profile cannot keep the mask" in i.output
+    i = run("inspect", FIX / "tf1/layer_uni")
+    assert "tflite micro: yes" in i.output
+
+
+@pytest.mark.slow
+def test_batch_mode(tmp_path):
     out = tmp_path / "out"
     r = run("convert", FIX / "keras/bidir_sum.h5", FIX / "tf1/layer_uni", "--out-dir", out, "--format", "tflite",
             "--micro", "--timesteps", "4", "--jobs", "1")
     assert r.exit_code == 0, r.output
     assert meta_of(out / "bidir_sum.tflite")["meta"]["profile"] == "micro"
     assert meta_of(out / "layer_uni.tflite")["meta"]["kind"] == "stack"
-    i = run("inspect", FIX / "keras_user/text_classifier_mask_zero.h5")
-    assert "tflite mobile: yes" in i.output and "tflite micro: no: the micro profile cannot keep the mask" in i.output
