@@ -226,3 +226,12 @@ def test_batch_mode(tmp_path):
     assert r.exit_code == 0, r.output
     assert meta_of(out / "bidir_sum.tflite")["meta"]["profile"] == "micro"
     assert meta_of(out / "layer_uni.tflite")["meta"]["kind"] == "stack"
+
+
+def test_a_file_that_does_not_compute_the_model_is_not_placed(tmp_path):
+    """The output contract's numbers: the converter bakes TimeDistributed's open time axis into the graph (the file
+    gives 1 step where the model gives T); convert refuses it before placing it, and says what to change."""
+    out = tmp_path / "td.tflite"
+    r = run("convert", FIX / "keras/time_distributed.h5", out)
+    assert r.exit_code == 3 and "pass --timesteps T to fix the time axis" in r.output, r.output
+    assert not any(tmp_path.iterdir())

@@ -131,6 +131,12 @@ def _finish(model, target, s, meta: dict) -> None:
                 stateful=stateful, ops=ops, inputs=[t.name for t in fixed.inputs])
     data = litert.with_metadata(data, meta)
     litert.smoke(data, s.micro)
+    if batches is None:  # a float file computes what the model computes (int8: its error is measured below)
+        if stateful:
+            _reset(fixed)
+        litert.same_as_model(data, fixed)
+        if stateful:
+            _reset(fixed)
     target.warnings.append(f"{s.profile} profile: batch {batch}, "
                            + (f"{s.timesteps} steps, unrolled" if s.unroll else
                               ("time steps left dynamic" if s.timesteps is None else f"{s.timesteps} steps"))
@@ -159,6 +165,13 @@ def _finish(model, target, s, meta: dict) -> None:
                                    f"of max |float| {mag:.3g}) against the float model, on {n} calibration "
                                    "batch(es), LiteRT")
     Path(target.tmp).write_bytes(data)
+
+
+def _reset(model) -> None:
+    """Every stateful layer of ``model`` back to its zero state."""
+    for layer in model._flatten_layers() if hasattr(model, "_flatten_layers") else model.layers:
+        if getattr(layer, "stateful", False) and hasattr(layer, "reset_states"):
+            layer.reset_states()
 
 
 def write(document, target, options) -> dict:

@@ -283,3 +283,36 @@ def smoke(data: bytes, micro: bool) -> None:
         raise OutputError("the written .tflite gives NaN/Inf in LiteRT on zero inputs")
     if micro:
         tflm_for(data, rt).run(feed)
+
+
+#: The largest difference the output contract lets a float file have from the Keras model it was made from
+#: (float32 files measured within 3e-7 of Keras, ``docs/edge.md``; a wrong shape or a baked-in size is O(1)).
+SAME_AS_MODEL = 1e-4
+
+
+def same_as_model(data: bytes, model) -> None:
+    """The output contract's numbers: the float file computes what ``model`` (the fixed-shape Keras model it was
+    made from) computes, on one seeded random input of the file's sizes (:data:`SMOKE_STEPS` where the time axis
+    is open), in LiteRT; else one line (exit 3) -- a converter that bakes a size into the graph (measured: a
+    ``TimeDistributed`` over a dynamic time axis gave outputs of 1 step) is caught before the file is placed."""
+    import warnings
+
+    rt = LiteRT(data)
+    rng = np.random.default_rng(0)
+    feed = [np.zeros([d if d > 0 else SMOKE_STEPS for d in s], d_["dtype"]) if np.dtype(d_["dtype"]).kind in "iub"
+            else rng.uniform(-1, 1, [d if d > 0 else SMOKE_STEPS for d in s]).astype(np.float32)
+            for s, d_ in zip(rt.shapes(), rt.inputs)]
+    got = rt.run(feed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = model(feed if len(feed) > 1 else feed[0])
+    ref = [np.asarray(r) for r in (ref if isinstance(ref, (list, tuple)) else [ref])]
+    for i, (g, r) in enumerate(zip(got, ref)):
+        if g.shape != r.shape:
+            raise OutputError(f"the converted .tflite gives output {i} shaped {g.shape} where the model gives "
+                              f"{r.shape} (inputs {[a.shape for a in feed]}): the converter fixed a size the model "
+                              "leaves open; pass --timesteps T to fix the time axis")
+        err = float(np.max(np.abs(g.astype(np.float64) - r))) if g.size else 0.0
+        if not err <= SAME_AS_MODEL:
+            raise OutputError(f"the converted .tflite differs from the model it was made from by {err:.3g} "
+                              f"(output {i}); not written")
