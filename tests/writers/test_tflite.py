@@ -41,13 +41,15 @@ CASES = {
     "seq_micro": (FIX / "keras/sequential.h5", ["--micro", "--timesteps", "8"]),
     "stateful": (FIX / "keras/stateful.h5", []),
     "two_inputs_micro": (FIX / "keras/functional_two_gru.h5", ["--micro", "--timesteps", "7"]),
+    # two inputs whose model order is not the signature's sorted order (encoder, decoder)
+    "seq2seq_mobile": (FIX / "keras_user/seq2seq.h5", []),
     "tf1_micro": (FIX / "tf1/layer_uni", ["--micro", "--timesteps", "5"]),
     "lstm_mobile": (FIX / "keras_lstm/sequential.h5", []),
     "bidir_micro": (FIX / "keras/bidir_concat.h5", ["--micro", "--timesteps", "6"]),
     "tf1_mobile": (FIX / "tf1/layer_uni", []),
 }
 #: Cases run in the slow tier only (the quick tier keeps one of each kind: graph/stack, mobile/micro, stateful).
-SLOW = {"lstm_mobile", "bidir_micro", "tf1_mobile"}
+SLOW = {"lstm_mobile", "bidir_micro", "tf1_mobile", "two_inputs_micro"}
 
 
 @pytest.fixture(scope="module")

@@ -142,7 +142,7 @@ def _finish(model, target, s, meta: dict) -> None:
                               ("time steps left dynamic" if s.timesteps is None else f"{s.timesteps} steps"))
                            + f"; ops {', '.join(ops)}" + ("; state in resource variables" if stateful else ""))
     if batches is not None:
-        rt = litert.LiteRT(data)
+        rt = litert.LiteRT(data, meta["inputs"])
         worst: list = []
         import warnings
 

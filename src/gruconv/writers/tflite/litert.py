@@ -143,8 +143,9 @@ class LiteRT:
 
     name = "LiteRT"
 
-    def __init__(self, data: bytes):
+    def __init__(self, data: bytes, names: Optional[list] = None):
         interp = _need("ai_edge_litert.interpreter")
+        self.names = names
         self.data = data
         with _quiet_stderr():  # "INFO: Created TensorFlow Lite XNNPACK delegate for CPU." (C++ stderr)
             self.it = interp.Interpreter(model_content=data)
@@ -162,7 +163,10 @@ class LiteRT:
             runner = self.it.get_signature_runner(next(iter(sigs)))
             ins, outs = runner.get_input_details(), runner.get_output_details()
             by_index = {d["index"]: d for d in self.it.get_input_details()}
-            self.inputs = [by_index[ins[k]["index"]] for k in sig["inputs"]]
+            keys = list(sig["inputs"])  # the signature lists them sorted by name, not in the model's order
+            if self.names and sorted(self.names) == sorted(keys):
+                keys = list(self.names)
+            self.inputs = [by_index[ins[k]["index"]] for k in keys]
             out_index = {d["index"]: d for d in self.it.get_output_details()}
             keys = sorted(sig["outputs"], key=lambda k: (len(k), k))
             self.outputs = [out_index[outs[k]["index"]] for k in keys]
@@ -297,7 +301,7 @@ def same_as_model(data: bytes, model) -> None:
     ``TimeDistributed`` over a dynamic time axis gave outputs of 1 step) is caught before the file is placed."""
     import warnings
 
-    rt = LiteRT(data)
+    rt = LiteRT(data, [t.name for t in model.inputs])
     rng = np.random.default_rng(0)
     feed = [np.zeros([d if d > 0 else SMOKE_STEPS for d in s], d_["dtype"]) if np.dtype(d_["dtype"]).kind in "iub"
             else rng.uniform(-1, 1, [d if d > 0 else SMOKE_STEPS for d in s]).astype(np.float32)

@@ -22,7 +22,7 @@ class FileRunner:
 
     def __init__(self, data: bytes, meta: dict):
         self.data, self.meta = data, meta
-        self.litert = litert.LiteRT(data)
+        self.litert = litert.LiteRT(data, meta.get("inputs"))
         shapes = self.litert.shapes()
         self.batch = int(meta.get("batch") or shapes[0][0])
         steps = meta.get("timesteps")
@@ -65,7 +65,7 @@ def stack_runners(data: bytes, meta: dict) -> dict:
     name = meta.get("name") or f"{shape.cell}_stack"
     per = len(CELLS[shape.cell].states)
     state_inputs, mask_input = bool(meta.get("initial_state")), bool(meta.get("mask_input"))
-    lite = litert.LiteRT(data)
+    lite = litert.LiteRT(data, meta.get("inputs"))
     batch = int(meta.get("batch") or 1)
     engines = [("LiteRT", lite)]
     if meta.get("profile") == "micro":
