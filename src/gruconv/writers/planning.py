@@ -33,9 +33,10 @@ from . import registry as writers, rest_npz
 #: stacks with no writer given one file): the user meant a file.  Beside gruconv's own, the endings of
 #: other frameworks' model files: a name no writer claims that ends so is a usage error (exit 2), never a
 #: directory made under a file's name (``convert ckpt out.tflite`` once made a directory
-#: ``out.tflite`` before ``.tflite`` was claimed).
+#: ``out.tflite`` before ``.tflite`` was claimed).  Not ``.ckpt``: batch mode names a checkpoint's directory
+#: output after its prefix (``model.ckpt``).
 _NOT_A_DIRECTORY = (".h5", ".hdf5", ".npz", ".json", ".tflite", ".lite", ".xml", ".bin", ".pb", ".pbtxt", ".pt",
-                    ".pth", ".ckpt", ".onnx", ".safetensors", ".keras", ".mlmodel", ".mlpackage", ".engine", ".plan",
+                    ".pth", ".onnx", ".safetensors", ".keras", ".mlmodel", ".mlpackage", ".engine", ".plan",
                     ".trt", ".pkl", ".npy", ".msgpack", ".gguf", ".ptl", ".torchscript", ".mnn", ".ncnn", ".param")
 
 
