@@ -43,7 +43,25 @@ def inspect(path, options=None, **kw) -> dict:
         info["refused"] = refused
         info.setdefault("details", []).append(f"gruconv convert refuses it: {refused}")
     _add_targets(info)
+    _add_profiles(info, doc)
     return info
+
+
+def _add_profiles(info: dict, doc) -> None:
+    """``edge_profiles``: per writer with profiles (``.tflite``), which this input can take and why not
+    (:func:`gruconv.writers.profiles`); nothing for an input with nothing to convert."""
+    from . import writers
+    from .errors import GruconvError
+
+    try:
+        document = doc.document() if hasattr(doc, "document") else doc
+        if document.nothing or document.refusal is not None:
+            return
+        found = writers.profiles(document)
+    except GruconvError:
+        return
+    if found:
+        info["edge_profiles"] = found
 
 
 def _translation_refusal(doc) -> Optional[str]:

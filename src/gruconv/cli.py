@@ -232,6 +232,28 @@ def graph_options(f):
     return f
 
 
+#: The ``.tflite`` writer's profile options (``docs/edge.md``): fields of :class:`gruconv.options.Options`.
+_edge_options = [
+    click.option("--batch-size", type=click.IntRange(1), default=None,
+                 help=".tflite: the fixed batch (default: the model's own, else 1)."),
+    click.option("--micro", is_flag=True, help=".tflite: the TensorFlow Lite Micro profile (needs --timesteps)."),
+    click.option("--timesteps", type=click.IntRange(1), default=None,
+                 help=".tflite: fix the time axis to T steps and unroll (--micro, --int8)."),
+    click.option("--int8", type=click.Path(path_type=Path, readable=False), metavar="CALIB.npz", default=None,
+                 help=".tflite: full-integer ops calibrated on these representative inputs (docs/edge.md)."),
+]
+
+
+def edge_options(f):
+    for opt in reversed(_edge_options):
+        f = opt(f)
+    return f
+
+
+def _edge(kw: dict) -> dict:
+    return {k: kw.pop(k) for k in ("batch_size", "micro", "timesteps", "int8") if k in kw}
+
+
 def _hints(kw: dict) -> dict:
     hints = {k: kw.pop(k) for k in ("num_units", "input_size", "num_layers", "direction", "input_mode",
                                     "variable", "cell", "forget_bias") if k in kw}
@@ -314,6 +336,7 @@ def _verify_inputs(batch: int, steps: int, seed: int) -> dict:
 @click.option("--seed", "verify_seed", type=int, default=0, show_default=True, help="--verify: seed of the random inputs.")
 @hint_options
 @graph_options
+@edge_options
 def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path, junit, html_dir, force, fmt, config,
             initial_state, return_state, mask_input, check_load, custom_objects, verify, tolerance, rtol, floor_k,
             verify_batch, verify_steps, verify_seed, rnn, prefer, graph_timeout, graph_memory, **kw):
@@ -352,7 +375,8 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
     from .errors import ParityError, UsageError
     from .options import Options
 
-    options = Options(force=force, format=fmt, config=config, hints=_hints(kw), rnn=rnn, prefer=prefer,
+    edge = _edge(kw)
+    options = Options(force=force, format=fmt, config=config, hints=_hints(kw), rnn=rnn, prefer=prefer, **edge,
                       initial_state=initial_state, return_state=return_state, mask_input=mask_input,
                       check_load=check_load, custom_objects=custom_objects, graph_timeout=graph_timeout,
                       graph_memory=graph_memory)
@@ -413,10 +437,13 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
 @click.option("--custom-objects", type=click.Path(path_type=Path, readable=False), metavar="FILE.py",
               help="Your Python file defining the Keras 3 classes of the model's custom layers (imported only "
                    "when given); without it such a model's cuDNN layers are checked one by one.")
+@click.option("--int8-tolerance", type=click.FloatRange(0), default=None,
+              help="An int8 .tflite: max abs error allowed against the float model [default: 0.05, docs/edge.md].")
 @hint_options
 @graph_options
 def verify(input, converted, tolerance, rtol, floor_k, reference, allow_tf32, device, batch, steps, seed, inputs,
-           json_path, html_path, config, custom_objects, rnn, prefer, graph_timeout, graph_memory, **kw):
+           json_path, html_path, config, custom_objects, int8_tolerance, rnn, prefer, graph_timeout, graph_memory,
+           **kw):
     """Check that CONVERTED (or INPUT converted in memory) computes what INPUT computed.
 
     Runs the ORIGINAL parameters through the reference (real cuDNN on a GPU,
@@ -450,7 +477,7 @@ def verify(input, converted, tolerance, rtol, floor_k, reference, allow_tf32, de
         rep = _verify(input, converted, bounds=Bounds.of(tolerance, rtol, floor_k), reference=reference,
                       allow_tf32=allow_tf32, batch=batch, steps=steps, seed=seed, inputs=inputs, device=device,
                       config=config, hints=_hints(kw), prefer=prefer, rnn=rnn, custom_objects=custom_objects,
-                      graph_timeout=graph_timeout, graph_memory=graph_memory)
+                      graph_timeout=graph_timeout, graph_memory=graph_memory, int8_tolerance=int8_tolerance)
     data = rep.to_json()
     if json_path is not None:
         from .files.outputs import atomic_path

@@ -40,6 +40,10 @@ class Options:
     custom_objects: Optional[str] = None    # a user's .py file of Keras 3 classes for custom layers
     graph_timeout: Optional[float] = None   # TF graph: seconds a run of the user's graph may take (Budget)
     graph_memory: Optional[float] = None    # TF graph: GiB a run of the user's graph may use (Budget)
+    batch_size: Optional[int] = None        # .tflite: the fixed batch (None: the model's own, else 1)
+    micro: bool = False                     # .tflite: the TFLM profile (unrolled, every size fixed)
+    timesteps: Optional[int] = None         # .tflite: fixed time steps (--micro, --int8)
+    int8: Optional[str] = None              # .tflite: CALIB.npz of representative inputs, full-integer
 
     def __post_init__(self) -> None:
         if self.format is not None and self.format not in OUTPUT_FORMATS:
@@ -65,8 +69,9 @@ class Options:
         out = asdict(self)
         if out["config"] is not None and not isinstance(out["config"], dict):
             out["config"] = str(out["config"])
-        if out["custom_objects"] is not None:
-            out["custom_objects"] = str(out["custom_objects"])
+        for key in ("custom_objects", "int8"):
+            if out[key] is not None:
+                out[key] = str(out[key])
         return out
 
 

@@ -27,6 +27,8 @@ def inspect_text(info: dict) -> str:
         if r.get("nonfinite_weights"):
             lines.append(f"    ! {r['nonfinite_weights']} NaN/Inf weight value(s)")
     lines.extend(f"  {d}" for d in info.get("details", []))
+    for fmt, found in (info.get("edge_profiles") or {}).items():
+        lines.extend(f"  {fmt} {profile}: {text}" for profile, text in found.items())
     if info.get("cudnn_eligibility"):
         from .eligibility import text_lines
 
@@ -112,10 +114,14 @@ def verify_text(rep: dict) -> str:
         if c.get("reason") and not c["passed"]:
             lines.append(f"{'fail' if c.get('counts', True) else 'info'}: {c.get('device', 'cpu')} {c['name']}: "
                          f"{c['reason']}")
-    floors = {c["tolerance"] for c in rep["checks"]}
+    floors = {c["tolerance"] for c in rep["checks"] if " int8: " not in c["name"]}
     if any(t != rep["tolerance"] for t in floors):
         lines.append(f"note: tolerance applied {', '.join(f'{t:g}' for t in sorted(floors))} (float16 checks use "
                      f"the float16 floor, not the requested {rep['tolerance']:g})")
+    int8 = sorted({c["tolerance"] for c in rep["checks"] if " int8: " in c["name"]})
+    if int8:
+        lines.append(f"note: int8 rows: the file against the float model it was quantized from, within "
+                     f"--int8-tolerance {', '.join(f'{t:g}' for t in int8)} (absolute)")
     counted = [c for c in rep["checks"] if c.get("counts", True)]
     tol = f" {next(iter(floors)):g}" if len(floors) == 1 else ""
     from .options import Bounds

@@ -481,7 +481,7 @@ def test_usage_errors():
     with pytest.raises(UsageError, match="--jobs"):
         batch.convert_many(["x"], "out", jobs=0)
     with pytest.raises(UsageError, match="--format"):
-        batch.convert_many(["x"], "out", format="tflite")  # not a writer (onnx became one: issue 21)
+        batch.convert_many(["x"], "out", format="coreml")  # not a writer (onnx and tflite became ones)
 
 
 # --------------------------------------------------------------------------- failures

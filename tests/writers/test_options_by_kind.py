@@ -38,17 +38,23 @@ FLAGS = {
     "custom_objects": ("--custom-objects", "layers.py"),
     "graph_timeout": ("--graph-timeout", "5"),
     "graph_memory": ("--graph-memory", "2"),
+    "batch_size": ("--batch-size", "2"),
+    "micro": ("--micro", None),
+    "timesteps": ("--timesteps", "4"),
+    "int8": ("--int8", "calib.npz"),
 }
 #: The kwargs of the same options for the Python API.
 VALUES = {"config": FLAGS["config"][1], "hints": {"num_units": 4}, "rnn": "x", "prefer": "opaque",
           "initial_state": True, "return_state": True, "mask_input": True, "check_load": True,
-          "custom_objects": "layers.py", "graph_timeout": 5.0, "graph_memory": 2.0}
+          "custom_objects": "layers.py", "graph_timeout": 5.0, "graph_memory": 2.0, "batch_size": 2, "micro": True,
+          "timesteps": 4, "int8": "calib.npz"}
 assert set(FLAGS) | {"force", "format"} == {f.name for f in dataclasses.fields(Options)}, "a new option: add its flag"
 
 INPUTS = {"keras-h5": FIXTURES / "keras" / "sequential.h5", "tf1": FIXTURES / "tf1" / "layer_uni",
           "tf-graph": FIXTURES / "graphs" / "frozen_gru.pb"}
 INTERFACE = {"initial_state", "return_state", "mask_input"}
-BOUNDS = {"graph_timeout", "graph_memory"}  # the graph reader's: every run of the graph, whatever the output
+BOUNDS = {"graph_timeout", "graph_memory"}
+PROFILE = {"batch_size", "micro", "timesteps", "int8"}  # the .tflite profiles  # the graph reader's: every run of the graph, whatever the output
 #: ``(input, output, --format) -> (the options the run reads, the target's words)``, by hand.
 CELLS = {
     ("keras-h5", "o.keras", None): ({"config", "check_load", "custom_objects"}, "converted to .keras"),
@@ -82,6 +88,10 @@ CELLS = {
     ("keras-h5", "o.xml", None): ({"config"}, "converted to .xml"),
     ("tf1", "o.xml", None): ({"rnn", "prefer", "hints", "initial_state", "mask_input"}, "converted to .xml"),
     ("tf-graph", "o.xml", None): ({"initial_state", "mask_input"} | BOUNDS, "converted to .xml"),
+    # .tflite: the profile options everywhere; a bare stack's model reads the interface options its file has.
+    ("keras-h5", "o.tflite", None): ({"config"} | PROFILE, "converted to .tflite"),
+    ("tf1", "o.tflite", None): ({"rnn", "prefer", "hints", "initial_state", "mask_input"} | PROFILE, "converted to .tflite"),
+    ("tf-graph", "o.tflite", None): ({"initial_state", "mask_input"} | PROFILE | BOUNDS, "converted to .tflite"),
 }
 
 

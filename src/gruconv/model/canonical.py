@@ -353,9 +353,9 @@ class Subject:
     in_memory: bool = False
     #: the user's Keras 3 classes of the model's custom layers (``--custom-objects``), for that build
     custom_objects: Optional[dict] = None
-    #: a converted whole model that is not a Keras model (an OpenVINO IR): ``run(inputs) -> outputs``, checked end
-    #: to end against the model built in memory and the originals (:func:`gruconv.writers.model_runner`)
-    target: object = None
+    #: a converted file that is run whole by its own runtime(s) (a ``.tflite``, an OpenVINO IR: the writer's
+    #: ``model_runner``), checked end to end beside the in-memory model it was made from
+    whole: object = None
 
 
 #: What a reader's document holds, in the words planning and verify decide by: a reader states which

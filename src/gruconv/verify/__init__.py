@@ -104,7 +104,7 @@ def _device_runs(device: str, report, probe=None) -> list:
 
 def verify(input, converted=None, options: Optional[Options] = None, *, bounds: Optional[Bounds] = None,
            reference: str = "auto", allow_tf32: bool = False, batch: int = 2, steps: int = 8, seed: int = 0,
-           inputs=None, device: str = "cpu", **kw) -> VerifyReport:
+           inputs=None, device: str = "cpu", int8_tolerance: Optional[float] = None, **kw) -> VerifyReport:
     """Run the original parameters through the reference and the converted model on the CPU; compare.
 
     Without ``converted``, the model ``convert`` would write, built in memory (a Keras graph: from the one
@@ -123,7 +123,7 @@ def verify(input, converted=None, options: Optional[Options] = None, *, bounds: 
         reference_reason=reason, bounds=Bounds() if bounds is None else bounds,
         math_mode=("float64" if kind == "oracle" else ("TF32 allowed (CUDNN_DEFAULT_MATH)" if allow_tf32
                                                       else "strict fp32 (CUDNN_FMA_MATH)")),
-        seed=seed, batch=batch, steps=steps,
+        seed=seed, batch=batch, steps=steps, int8_tolerance=int8_tolerance,
     )
     if batch * steps > MAX_RANDOM_STEPS:
         raise UsageError(f"--batch {batch} x --steps {steps} is {batch * steps} sequence steps, more than "
@@ -211,7 +211,7 @@ def _run_checks(doc, converted, opts, engine, report, rng, user_inputs) -> bool:
         if subject.graph is not None:
             if user_inputs:
                 check_user_inputs(keras3.keras(), subject.model, user_inputs, report.input)
-            verify_graph(subject.graph, _take_model(subject), engine, report, rng, user_inputs, target=subject.target)
+            verify_graph(subject.graph, _take_model(subject), engine, report, rng, user_inputs, whole=subject.whole)
             continue
         if subject.opaque is None and engine.kind == "cudnn" and report.notes.count(_NO_BUFFER % subject.name) == 0:
             report.notes.append(_NO_BUFFER % subject.name)

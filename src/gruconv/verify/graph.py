@@ -202,13 +202,13 @@ def check_user_inputs(keras, model, feed: list, where) -> None:
                              f"Embedding vocabulary 0..{min(emb) - 1}", path=where)
 
 
-def verify_graph(doc, model, engine, report, rng, user_inputs, target=None):
-    """The converted model's recurrent layers, each against the reference on the activations that reach it, and its
-    outputs end to end.  ``target``: a converted whole model that is not a Keras model (an OpenVINO IR,
-    :func:`gruconv.writers.model_runner`), ``model`` then being the Keras 3 model it was made from (built in memory
-    as convert builds it): the layer checks check that model, and ``target``'s outputs on the same inputs are
-    compared with that model's and take its place in the end-to-end checks against the originals."""
+def verify_graph(doc, model, engine, report, rng, user_inputs, whole=None):
+    """Every converted recurrent layer of ``model`` against the reference, and the model end to end.  ``whole``:
+    a converted file run whole by its own runtime(s) (a ``.tflite``: :func:`file_checks`), made from ``model``;
+    its outputs are then the converted side of the end-to-end rows."""
     keras = keras3.keras()
+    if whole is not None and not user_inputs:  # the sizes the file fixes
+        report.batch, report.steps = whole.feed_size(report.batch, report.steps)
     if user_inputs:
         feed = [np.asarray(a).astype(str(t.dtype)) for a, t in zip(user_inputs, model.inputs)]
         report.batch = int(feed[0].shape[0])
@@ -232,9 +232,10 @@ def verify_graph(doc, model, engine, report, rng, user_inputs, target=None):
     # ONE run of the model: every checked layer's inputs, mask and outputs, and the model's outputs
     # (compiled where a model of this config was run before: a batch's models; else eager)
     calls, model_outputs = compiled_calls(model, targets, feed) or record_calls(model, targets, feed)
-    if target is not None:
-        keras_outputs, model_outputs = model_outputs, [np.asarray(o) for o in target(feed)]
-        _target_rows(target, keras_outputs, model_outputs, report)
+    if whole is not None:
+        file_outputs = file_checks(whole, model, feed, model_outputs, report)
+        if not whole.int8:  # a float file stands for the converted model in the end-to-end rows
+            model_outputs = file_outputs
     masked = bool(mask_producers(model))
     end_to_end = isinstance(model, keras.Sequential) and doc.rnns and all(
         "/" not in r.path or r.wrapper and r.path.count("/") == 1 for r in doc.rnns)
@@ -287,22 +288,54 @@ def verify_graph(doc, model, engine, report, rng, user_inputs, target=None):
     keras2_end_to_end(doc, engine, report, feed, model_outputs)
 
 
-def _target_rows(target, keras_outputs, got, report) -> None:
-    """Each output of a converted whole model run by its own runtime against the Keras 3 model it was made from
-    (same inputs): the check a wrong runtime setting (fp16 weights, a bf16 hint) or a wrong export fails even
-    where no original can run."""
-    ran = report.environment.setdefault("converted_by", [])
-    if target.engine not in ran:
-        ran.append(target.engine)
-    label = f"end to end ({target.engine.split(' (')[0]} vs the converted Keras 3 model)"
-    if len(got) != len(keras_outputs):
-        report.checks.append(Check(f"{label}: output count", float("inf"), float("inf"), report.bounds.tolerance,
-                                   False, None, (len(got), len(keras_outputs)), bound="none",
-                                   reason=f"{len(got)} outputs where the Keras model has {len(keras_outputs)}"))
-        return
-    for i, (g, k) in enumerate(zip(got, keras_outputs)):
-        name = f"{label}: model output" + (f" {i}" if len(got) > 1 else "")
-        report.checks.append(judge(report, name, g, np.asarray(k), None, "float32", None))
+def file_checks(whole, model, feed, model_outputs, report) -> list:
+    """A converted file run whole by each of its runtimes (``whole.runtimes()``: LiteRT; TFLM too for a micro
+    ``.tflite``), every output against ``model`` -- the converted Keras 3 model the file was made from, whose
+    layers the other rows check against the reference -- on the same inputs.  A stateful file is invoked twice
+    from a zero state and the second call is compared too (against the model's second call).  A float file is
+    judged by the report's bounds; an int8 one by ``report.int8_tolerance`` (absolute; its measured error shown).
+    Returns LiteRT's first-call outputs (the end-to-end rows' converted side)."""
+    from ..options import Bounds
+    from .verdicts import INT8_TOLERANCE, compare
+
+    refs = [[to_numpy(o) for o in model_outputs]]
+    if whole.stateful:
+        for layer in _all_layers(keras3.keras(), model):
+            if getattr(layer, "stateful", False) and hasattr(layer, "reset_states"):
+                layer.reset_states()
+        refs = []
+        for _ in range(2):
+            out = model(feed if len(feed) > 1 else feed[0])
+            refs.append([to_numpy(o) for o in (out if isinstance(out, (list, tuple)) else [out])])
+    calls = len(refs)
+    first = None
+    engines = report.environment.setdefault("converted_by", [])
+    for name, rt in whole.runtimes():
+        where = getattr(whole, "engine", None) or f"{name} (CPU)"  # a runner may say more (version, precision)
+        if where not in engines:
+            engines.append(where)
+        outs = whole.run(rt, feed, calls)
+        first = outs[0] if first is None else first
+        for c, (got, ref) in enumerate(zip(outs, refs)):
+            which = " (second call)" if c else ""
+            if len(got) != len(ref):
+                report.checks.append(Check(f"{name}: output count{which}", float("inf"), float("inf"),
+                                           report.bounds.tolerance, False, None, (len(got), len(ref)), bound="none",
+                                           reason=f"{len(got)} outputs where the converted model has {len(ref)}"))
+                continue
+            for i, (g, r) in enumerate(zip(got, ref)):
+                label = f"{name}{' int8' if whole.int8 else ''}: model output" + (f" {i}" if len(ref) > 1 else "") + which
+                if whole.int8:  # against the float model, within --int8-tolerance (absolute)
+                    tol = INT8_TOLERANCE if report.int8_tolerance is None else report.int8_tolerance
+                    row = compare(label, g, r, None, Bounds(tol, 0.0, 0.0), "float32", None)
+                else:
+                    row = judge(report, label, g, r, None, "float32", None)
+                report.checks.append(row)
+    if whole.stateful:
+        for layer in _all_layers(keras3.keras(), model):
+            if getattr(layer, "stateful", False) and hasattr(layer, "reset_states"):
+                layer.reset_states()
+    return first
 
 
 #: The note when the Keras 2 reference could not run (:func:`keras2_end_to_end`).

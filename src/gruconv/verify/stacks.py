@@ -21,6 +21,8 @@ def verify_stack(stack, opaque, model, engine, report, rng, user_inputs):
     if bad:
         report.notes.append(f"{stack.name}: {bad} NaN/Inf weight value(s) in the original; NaN outputs "
                             "at the same places on both sides count as equal")
+    if not user_inputs and getattr(model, "steps", None):  # a target with a fixed number of steps
+        report.steps = int(model.steps)
     B, T = report.batch, report.steps
     if user_inputs:
         x = np.asarray(user_inputs[0])

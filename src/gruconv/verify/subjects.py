@@ -108,7 +108,8 @@ def graph_subjects(doc, converted, opts: Options):
 
     if converted is not None and not Path(converted).exists():
         raise InputError("converted model not found", path=converted)
-    runners = writers.stack_runners(Path(converted)) if converted is not None else None
+    whole = writers.model_runner(Path(converted)) if converted is not None else None
+    runners = writers.stack_runners(Path(converted)) if converted is not None and whole is None else None
     if runners is not None:  # torch / onnx: every cuDNN RNN checked as a bare stack, run by the target
         from .runners import matching_runner
 
@@ -126,12 +127,9 @@ def graph_subjects(doc, converted, opts: Options):
     from ..keras3 import runtime as keras3
 
     objects = keras3.custom_objects_from(opts.custom_objects, custom) if custom else None
-    if converted is None:  # verify builds what convert writes (writers.keras_route.built)
-        yield Subject(name=str(doc.path), model=None, graph=doc, in_memory=True, custom_objects=objects)
-        return
-    whole = writers.model_runner(Path(converted))
-    if whole is not None:  # a whole model run by its own runtime (OpenVINO): against the model convert built
-        yield Subject(name=str(doc.path), model=None, graph=doc, in_memory=True, custom_objects=objects, target=whole)
+    if converted is None or whole is not None:  # verify builds what convert writes (writers.keras_route.built)
+        # (a file run whole by its runtime, a .tflite or an OpenVINO IR: checked end to end beside that model)
+        yield Subject(name=str(doc.path), model=None, graph=doc, in_memory=True, custom_objects=objects, whole=whole)
         return
 
     def rebuild():  # the converted architecture (weights are loaded into it): the one translation
@@ -184,7 +182,6 @@ def stack_subjects(doc, converted, opts: Options):
     its converted model: built in memory with every optional input and output (:func:`stack_models`),
     or what ``convert`` wrote (a directory: the file :func:`stack_targets` names; loaded by the
     writer the name claims, :func:`gruconv.writers.load`)."""
-    from ..model.cudnn_layout import params_size
     from ..keras3 import runtime as keras3
 
     built = dict((id(e), m) for e, m in stack_models(doc, opts)) if converted is None else {}
@@ -196,6 +193,7 @@ def stack_subjects(doc, converted, opts: Options):
     for found in doc.stacks:
         # a torch/onnx output runs its stacks itself (writers.stack_runners); a Keras one is loaded
         runners = whole if whole is not None or not targets else writers.stack_runners(targets[id(found)])
+        extra: list = []
         if converted is None:
             model = built.pop(id(found))
         elif runners is not None:
@@ -203,6 +201,9 @@ def stack_subjects(doc, converted, opts: Options):
 
             model = matching_runner(runners, found.stack, only=len(doc.stacks) == 1 or bool(targets),
                                     path=converted)
+            # the same stack in another runtime (a micro .tflite: TFLM), checked after it
+            extra = [(k, matching_runner({k: runners[k]}, found.stack, only=True, path=converted))
+                     for k in runners if k.startswith(f"{model.name} (")]
         else:
             def rebuild(e=found):  # the architecture the weights are loaded into
                 from ..keras3.config import stack_model_config
@@ -212,11 +213,22 @@ def stack_subjects(doc, converted, opts: Options):
                     return_state=opts.return_state, mask_input=opts.mask_input))
 
             model = writers.load(targets.get(id(found), Path(converted)), rebuild)
-        opaque = None
-        buf = doc.opaque_buffer(found)
-        if buf is not None and buf.size == params_size(found.stack.shape):
-            opaque = buf.astype(found.stack.shape.dtype, copy=False)
-        yield Subject(name=found.scope, model=model, stack=found.stack, opaque=opaque)
+        yield Subject(name=found.scope, model=model, stack=found.stack, opaque=_opaque(doc, found))
+        for key, other in extra:
+            import dataclasses
+
+            yield Subject(name=key, model=other, stack=dataclasses.replace(found.stack, name=key),
+                          opaque=_opaque(doc, found))
+
+
+def _opaque(doc, found):
+    """The opaque buffer the original ran, when stored and of the stack's size."""
+    from ..model.cudnn_layout import params_size
+
+    buf = doc.opaque_buffer(found)
+    if buf is not None and buf.size == params_size(found.stack.shape):
+        return buf.astype(found.stack.shape.dtype, copy=False)
+    return None
 
 
 def _written_format(doc, directory: Path) -> str:

@@ -20,7 +20,10 @@ import numpy as np
 from ..options import Bounds
 from .floor import decide, floors
 
-FLOAT16_TOLERANCE_FLOOR = 4e-3  # float16 rounding of a tanh output in [-1, 1] is ~5e-4 per step
+FLOAT16_TOLERANCE_FLOOR = 4e-3
+#: An int8 ``.tflite``'s default bound (max abs against the float model it was quantized from): measured
+#: int8 errors of unrolled GRU/LSTM models were 0.003-0.14 (``docs/edge.md``); the user sets theirs.
+INT8_TOLERANCE = 0.05  # float16 rounding of a tanh output in [-1, 1] is ~5e-4 per step
 
 #: Most points a check's per-step curve keeps (a 1e6-step verify would otherwise put 1e6 floats in
 #: the JSON report; 4096 is more than an SVG plot's pixels across)
@@ -113,6 +116,8 @@ class VerifyReport:
 
     nothing_to_convert: bool = False
     devices: list = field(default_factory=list)      # [{device, math, ran, reason, kernels}]
+    #: an int8 file's bound against the float model (``--int8-tolerance``; None: :data:`INT8_TOLERANCE`)
+    int8_tolerance: Optional[float] = None
     floor_seconds: float = 0.0                        # time spent measuring floors (all devices)
 
     @property
@@ -127,6 +132,8 @@ class VerifyReport:
         for key, value in asdict(self).items():
             if key == "bounds":
                 out["tolerance"] = self.bounds.tolerance
+                continue
+            if key == "int8_tolerance" and value is None:  # only where asked for (an int8 .tflite)
                 continue
             out[key] = value
             if key == "devices":

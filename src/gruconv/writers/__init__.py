@@ -5,10 +5,11 @@ A new writer is one module and one line in :data:`~gruconv.writers.registry.WRIT
 re-exports the registry's names (``from gruconv import writers; writers.module("keras")``).
 """
 
-from .registry import (COMMON_OPTIONS, DIRECTORY_KINDS, KINDS, OPTIONAL, REST, WRITERS, WRITES, Writer, beside, by_kind, claimed_by,
-                       gpu_probe, hook, load, model_runner, module, optional, output_format, output_name, stack_runners,
-                       suffixes, targets)
+from .registry import (COMMON_OPTIONS, DIRECTORY_KINDS, KINDS, OPTIONAL, REST, WRITERS, WRITES, Writer, beside, by_kind,
+                       claimed_by, gpu_probe, hook, load, model_runner, module, optional, output_format, output_name,
+                       profiles, stack_runners, suffixes, targets)
 
-__all__ = ["COMMON_OPTIONS", "DIRECTORY_KINDS", "KINDS", "OPTIONAL", "REST", "WRITERS", "WRITES", "Writer", "beside", "by_kind", "claimed_by",
-           "gpu_probe", "hook", "load", "model_runner", "module", "optional", "output_format", "output_name", "stack_runners",
+__all__ = ["COMMON_OPTIONS", "DIRECTORY_KINDS", "KINDS", "OPTIONAL", "REST", "WRITERS", "WRITES", "Writer", "beside", "by_kind",
+           "claimed_by", "gpu_probe", "hook", "load", "model_runner", "module", "optional", "output_format", "output_name",
+           "profiles", "stack_runners",
            "suffixes", "targets"]

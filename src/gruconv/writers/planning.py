@@ -30,8 +30,14 @@ from ..errors import OutputError, UnsupportedError, UsageError
 from . import registry as writers, rest_npz
 
 #: Output name endings that cannot name a directory of per-stack models (a checkpoint's several
-#: stacks with no writer given one file): the user meant a file.
-_NOT_A_DIRECTORY = (".h5", ".hdf5", ".npz", ".json")
+#: stacks with no writer given one file): the user meant a file.  Beside gruconv's own, the endings of
+#: other frameworks' model files: a name no writer claims that ends so is a usage error (exit 2), never a
+#: directory made under a file's name (``convert ckpt out.tflite`` once made a directory
+#: ``out.tflite`` before ``.tflite`` was claimed).  Not ``.ckpt``: batch mode names a checkpoint's directory
+#: output after its prefix (``model.ckpt``).
+_NOT_A_DIRECTORY = (".h5", ".hdf5", ".npz", ".json", ".tflite", ".lite", ".xml", ".bin", ".pb", ".pbtxt", ".pt",
+                    ".pth", ".onnx", ".safetensors", ".keras", ".mlmodel", ".mlpackage", ".engine", ".plan",
+                    ".trt", ".pkl", ".npy", ".msgpack", ".gguf", ".ptl", ".torchscript", ".mnn", ".ncnn", ".param")
 
 
 @dataclass
@@ -370,10 +376,12 @@ def _plan_stacks(document, output: Path, options) -> Plan:
         raise OutputError(f"--format {fmt} writes one file: OUTPUT is a directory", path=output)
     whole = not as_dir and "document" in writers.module(fmt).KINDS
     _one_file_of_many(document, output, fmt)
-    if as_dir and output.suffix.lower() in _NOT_A_DIRECTORY:  # (.h5 here: --format keras)
+    if as_dir and not output.is_dir() and output.suffix.lower() in _NOT_A_DIRECTORY:  # (.h5 here: --format keras)
         raise UsageError(f"a TF1 checkpoint converts to Keras 3 .keras models (or weights: *.h5 legacy layout, "
-                         f"*.weights.h5 Keras 3): name OUTPUT *.keras, *.h5, or a directory "
-                         f"(got {output.name!r})", path=Path(document.source))
+                         f"*.weights.h5 Keras 3): name OUTPUT *.keras, *.h5, or a directory (or a name another "
+                         f"writer claims: {', '.join(writers.suffixes())}; got {output.name!r}, a name gruconv "
+                         f"writes no file under)",
+                         path=Path(document.source))
     names = [s or f"{c}_stack" for s, c in zip(document.names, document.cells)]
     if as_dir:
         _check_directory(output, options)

@@ -30,6 +30,7 @@ WRITERS = {
     "onnx": "gruconv.writers.onnx",
     "saved-model": "gruconv.writers.saved_model",
     "openvino": "gruconv.writers.openvino",
+    "tflite": "gruconv.writers.tflite",
 }
 
 
@@ -110,8 +111,15 @@ class Writer(Protocol):
 
     @optional
     def model_runner(self, path):
-        """A whole Keras model it wrote as something ``verify`` runs: ``run(inputs in the Keras model's order)
-        -> outputs`` with ``run.engine`` saying what ran it; None where ``path`` holds stacks (:meth:`runners`)."""
+        """The whole model of a file it wrote from a Keras graph, run by the target's own runtime(s): an object
+        with ``runtimes()`` -> ``[(name, rt)]``, ``run(rt, feed, calls)`` -> ``[outputs per call]``,
+        ``feed_size(batch, steps)`` -> the sizes the file takes, and ``int8``/``stateful`` (one protocol for
+        every such writer: :class:`gruconv.writers.tflite.run.FileRunner`, the OpenVINO writer's
+        :class:`gruconv.writers.openvino.IRRunner`); None for a file of bare stacks (``runners``)."""
+
+    @optional
+    def profiles(self, document) -> dict:
+        """``{profile: "yes: ..." | "no: why"}``: which of its profiles this document can take (inspect)."""
 
     @optional
     def describe(self, shape) -> dict:
@@ -226,11 +234,14 @@ def stack_runners(path) -> Optional[dict]:
 
 
 def model_runner(path):
-    """The whole-model runner of the writer claiming ``path``'s name (its optional ``model_runner``), or None
-    (a Keras model: :func:`load`; stacks: :func:`stack_runners`)."""
-    name = claimed_by(path) if not Path(path).is_dir() else None
-    hooked = hook(module(name), "model_runner") if name is not None else None
-    return hooked(Path(path)) if hooked else None
+    """The whole-model runner of the file at ``path`` when the writer claiming its name runs whole models
+    itself (``model_runner``: tflite, openvino), else None (a Keras model, or stacks: :func:`stack_runners`)."""
+    path = Path(path)
+    name = None if path.is_dir() else claimed_by(path)
+    writer = module(name) if name is not None else None
+    if writer is None or hook(writer, "model_runner") is None:
+        return None
+    return writer.model_runner(path)
 
 
 def gpu_probe(path):
@@ -256,6 +267,17 @@ def targets(shape) -> dict:
     """``{format: {"target", "note"}}``: what each writer with ``describe`` makes of a stack of
     ``shape`` (a :class:`gruconv.model.canonical.StackShape`), for ``inspect``."""
     return {name: module(name).describe(shape) for name in WRITERS if hook(module(name), "describe")}
+
+
+def profiles(document) -> dict:
+    """``{format: {profile: text}}`` from every writer with ``profiles`` (inspect: the edge profiles)."""
+    out = {}
+    for name in WRITERS:
+        verb = hook(module(name), "profiles")
+        found = verb(document) if verb is not None else None
+        if found:
+            out[name] = found
+    return out
 
 
 def suffixes() -> tuple:

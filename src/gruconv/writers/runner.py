@@ -39,8 +39,10 @@ class StackRunner:
     """
 
     def __init__(self, name: str, shape, run, *, state_inputs: bool = True, mask_input: bool = True,
-                 engine=None, math=None):
+                 engine=None, math=None, steps=None):
         self.name, self.shape, self._run, self.math = name, shape, run, math
+        #: the number of time steps the target fixes (an unrolled ``.tflite``), None: any
+        self.steps = steps
         self._engine = engine or (lambda math: "")
         self.engine = self._engine(None)
         self.state_inputs, self.mask_input = state_inputs, mask_input
@@ -76,4 +78,4 @@ class StackRunner:
     def on(self, math) -> "StackRunner":
         """This runner for a run with GPU math ``math`` (None: the CPU)."""
         return StackRunner(self.name, self.shape, self._run, state_inputs=self.state_inputs,
-                           mask_input=self.mask_input, engine=self._engine, math=math)
+                           mask_input=self.mask_input, engine=self._engine, math=math, steps=self.steps)

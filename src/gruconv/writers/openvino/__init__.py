@@ -273,9 +273,32 @@ def runners(path) -> dict:
                                        mask_input="sequence_lens" in inputs, engine=engine)}
 
 
+class IRRunner:
+    """A whole Keras model's IR as ``verify`` drives a file run whole by its runtime (the protocol of
+    :func:`gruconv.writers.model_runner`, shared with the ``.tflite`` writer's ``FileRunner``): one runtime,
+    OpenVINO's CPU plugin at :data:`PRECISION`, inputs in the Keras model's order; any batch and length."""
+
+    int8 = False
+    stateful = False
+
+    def __init__(self, compiled, order: list, engine: str):
+        self.compiled, self.order, self.engine = compiled, order, engine
+
+    def feed_size(self, batch: int, steps: int) -> tuple:
+        return batch, steps
+
+    def runtimes(self) -> list:
+        return [("OpenVINO", self.compiled)]
+
+    def run(self, rt, feed: list, calls: int = 1) -> list:
+        from . import ir
+
+        return [ir.run_model(rt, [feed[i] for i in self.order]) for _ in range(calls)]
+
+
 def model_runner(path):
-    """A whole Keras model's IR as ``verify`` drives it: ``run(list of inputs, in the Keras model's order) ->
-    list of outputs``, compiled on the CPU plugin at :data:`PRECISION`; None for a stack's IR."""
+    """A whole Keras model's IR, compiled on the CPU plugin at :data:`PRECISION` (:class:`IRRunner`); None for
+    a stack's IR (:func:`runners`)."""
     from . import ir
 
     path = Path(path)
@@ -286,12 +309,7 @@ def model_runner(path):
     compiled = ir.compiled(model, path, PRECISION)
     order = ir.input_order(model, facts.get("inputs") or [])
     del model
-
-    def run(feed: list) -> list:
-        return ir.run_model(compiled, [feed[i] for i in order])
-
-    run.engine = f"OpenVINO {ir.version()} (CPU plugin, INFERENCE_PRECISION_HINT={PRECISION})"
-    return run
+    return IRRunner(compiled, order, f"OpenVINO {ir.version()} (CPU plugin, INFERENCE_PRECISION_HINT={PRECISION})")
 
 
 def gpu_status() -> tuple:
