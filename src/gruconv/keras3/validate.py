@@ -360,7 +360,14 @@ def _check_container(obj: dict, path: str) -> Optional[int]:
     ranks: dict = {}
     features: dict = {}  # layer name -> the size of its output's last axis, where certain
     shapes: dict = {}    # layer name -> its output's shape, where certain (see shape_out)
-    counts = {(l.get("config") or {}).get("name"): _output_count(l) for l in layers if isinstance(l, dict)}
+    counts = {}
+    for l in layers:
+        if isinstance(l, dict):
+            conf = l.get("config")
+            name = conf.get("name") if isinstance(conf, dict) else None
+            if name is not None and not isinstance(name, str):  # a key of this table, and Keras 3 needs a str
+                raise InputError(f"{path or 'the model'}: a layer's name is not a string ({name!r:.40})")
+            counts[name] = _output_count(l)
     for layer in layers:  # Functional: a layer's input rank is known when it has one inbound tensor
         _refs_exist(layer, counts, path)
         rank, sizes, in_shapes = None, None, None
