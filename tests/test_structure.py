@@ -281,7 +281,7 @@ def test_the_writer_protocol_check_finds_planted_breaches():
     consts, verbs, optional = _writer_contract()
     w = types.ModuleType("planted_writer")
     exec("FORMAT = SUFFIX = 'x'\nCLAIMS = ('x',)\nKINDS = ('stack', 'table')\nWRITES = 'model'\n"
-         "MANY = NEEDS_ARCHITECTURE = False\n"
+         "MANY = NEEDS_ARCHITECTURE = EVERY_MODEL = False\n"
          "def options(graph): pass\ndef write(document, target): pass\n"
          "def describe(shape, more): pass\ndef sneaky(path): pass\n", vars(w))
     assert _writer_breaches(w, consts, verbs, optional) == [

@@ -182,6 +182,16 @@ def _kernel_summary(seen: list) -> dict:
     return out
 
 
+def _every_model(doc, converted) -> bool:
+    """Whether ``converted`` is a file whose writer converts models with no cuDNN layer too (``EVERY_MODEL``: the
+    edge files) and ``doc`` is such a model (``nothing_forced``): ``convert`` wrote it, so ``verify`` checks it."""
+    from .. import writers
+
+    d = doc.document()
+    name = None if Path(converted).is_dir() else writers.claimed_by(converted)
+    return bool(name and writers.module(name).EVERY_MODEL and d.nothing and d.nothing_forced)
+
+
 def _run_checks(doc, converted, opts, engine, report, rng, user_inputs) -> bool:
     """One run of every check on the current device; True when there was nothing to check.
 
@@ -191,6 +201,8 @@ def _run_checks(doc, converted, opts, engine, report, rng, user_inputs) -> bool:
     from ..keras3 import runtime as keras3
 
     note = nothing_to_verify(doc)
+    if note is not None and converted is not None and _every_model(doc, converted):
+        note = None  # an edge file of a model with no cuDNN layer (written without --force): checked all the same
     if note is not None:
         report.notes.append(note)
         report.nothing_to_convert = True

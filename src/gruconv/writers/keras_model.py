@@ -39,6 +39,7 @@ KINDS = ("stack", "graph")
 WRITES = "model"
 #: Needs the architecture (a weights-only Keras file needs ``--config``) to write anything.
 NEEDS_ARCHITECTURE = True
+EVERY_MODEL = False
 MANY = True          # a checkpoint with several stacks: one .keras per stack in a directory
 
 #: Options a bare stack's model reads (its inputs and outputs); see :func:`options`.

@@ -18,6 +18,7 @@ KINDS = ("stack", "graph")
 WRITES = "weights"
 #: Needs the architecture (a weights-only Keras file needs ``--config``) to write anything.
 NEEDS_ARCHITECTURE = True
+EVERY_MODEL = False
 MANY = False
 
 

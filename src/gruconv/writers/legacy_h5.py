@@ -24,6 +24,7 @@ KINDS = ("stack", "graph")
 WRITES = "weights"
 #: Writes the layers' weights under their own names: no architecture needed, none rebuilt.
 NEEDS_ARCHITECTURE = False
+EVERY_MODEL = False
 MANY = False
 
 

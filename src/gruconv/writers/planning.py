@@ -193,8 +193,15 @@ def plan(document, output, options) -> Plan:
     output = Path(output)
     if document.refusal is not None:
         raise document.refusal
-    if document.nothing and not (document.nothing_forced and options.force):
-        return Plan(output=output, route="nothing", reason=document.reason)
+    if document.nothing:
+        fmt = writers.output_format(output, options)
+        every = fmt is not None and writers.module(fmt).EVERY_MODEL
+        if not (document.nothing_forced and (options.force or every)):
+            if every:  # the file was asked for: never exit 0 without it
+                raise UnsupportedError(f"{document.reason or 'nothing to convert'}; gruconv writes {output.name} "
+                                       "only from a model it reads as a Keras 2 / tf.keras model or a cuDNN stack",
+                                       path=document.source)
+            return Plan(output=output, route="nothing", reason=document.reason)
     if document.tf_graph is not None:
         return _plan_tf_graph(document, output, options)
     if document.graph is not None or document.nothing_forced:

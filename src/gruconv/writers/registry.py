@@ -83,6 +83,10 @@ class Writer(Protocol):
     MANY: bool
     #: whether it needs the architecture at all (a weights-only Keras file then needs ``--config``)
     NEEDS_ARCHITECTURE: bool
+    #: whether a model with no cuDNN layer is converted too (no ``--force``): its file is the user's goal, not a
+    #: rescue from cuDNN (the edge files); what such a writer cannot write from a model that holds nothing to
+    #: convert is refused in one line (exit 3), never "nothing to convert" with exit 0 and no file
+    EVERY_MODEL: bool
 
     def options(self, kind: str) -> frozenset:
         """The :class:`gruconv.options.Options` fields its ``write`` reads for targets of ``kind`` (a key of

@@ -25,6 +25,7 @@ KINDS = ("stack", "graph", "graph-rnn", "tf-graph-file")
 WRITES = "stacks"
 #: Needs no architecture (a weights-only Keras file converts as it is).
 NEEDS_ARCHITECTURE = False
+EVERY_MODEL = False
 #: A checkpoint with several stacks: one ``.onnx`` per stack in a directory.
 MANY = True
 

@@ -39,6 +39,8 @@ KINDS = ("stack", "graph", "graph-rnn")
 #: (a full Keras model, kind ``graph`` with a model config: the whole model as one IR)
 WRITES = "stacks"
 NEEDS_ARCHITECTURE = False
+#: An edge file is the user's goal whatever the model holds: one with no cuDNN layer is converted too.
+EVERY_MODEL = True
 MANY = True
 
 #: The model-interface options a bare stack's IR reads (its ONNX model's: :mod:`gruconv.writers.onnx`).

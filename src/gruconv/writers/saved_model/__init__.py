@@ -37,6 +37,7 @@ KINDS = ("tf-graph",)
 WRITES = "graph"
 MANY = False
 NEEDS_ARCHITECTURE = False
+EVERY_MODEL = False
 
 
 def options(kind: str) -> frozenset:

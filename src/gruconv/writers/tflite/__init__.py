@@ -29,6 +29,8 @@ KINDS = ("stack", "graph")
 WRITES = "model"
 #: Needs the architecture (a weights-only Keras file needs ``--config``).
 NEEDS_ARCHITECTURE = True
+#: An edge file is the user's goal whatever the model holds: one with no cuDNN layer is converted too.
+EVERY_MODEL = True
 #: A checkpoint with several stacks: one ``.tflite`` per stack in a directory.
 MANY = True
 

@@ -32,6 +32,7 @@ KINDS = ("stack", "graph", "document")
 WRITES = "stacks"
 #: Needs no architecture: a weights-only Keras file converts as it is.
 NEEDS_ARCHITECTURE = False
+EVERY_MODEL = False
 #: One file for any number of stacks (:func:`write_document`: every stack and the other tensors, so
 #: the checkpoint reader writes no ``rest.npz``), never a directory.
 MANY = False
