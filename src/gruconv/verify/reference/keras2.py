@@ -198,7 +198,7 @@ def build(doc) -> Model:
     twin config (byte-identical JSON) is taken again with this file's weights loaded by the same tf_keras
     loader (:func:`_load_weights` overwrites every weight, as :meth:`Model.restore` does between floor runs),
     instead of building it again (7 small models' ``convert --verify`` in one process: 3.29 -> 3.07 CPU seconds;
-    no change measurable through the CLI's batch, where the eager forward passes dominate: bench/profiles.md)."""
+    no change measurable through the CLI's batch: bench/profiles.md)."""
     why = refusal(doc)
     if why is not None:
         raise Unavailable(why)
