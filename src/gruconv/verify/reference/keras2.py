@@ -201,8 +201,8 @@ def build(doc) -> Model:
     One warm reference per architecture and process: a model built before from the same
     twin config (byte-identical JSON) is taken again with this file's weights loaded by the same tf_keras
     loader (:func:`_load_weights` overwrites every weight, as :meth:`Model.restore` does between floor runs),
-    instead of building it again -- 1.4 of the 2.4 CPU seconds a small model's ``convert --verify`` took in a
-    batch of copies of ``fixtures/keras/sequential.h5`` (cProfile, 7 models after one warm-up)."""
+    instead of building it again (7 small models' ``convert --verify`` in one process: 3.29 -> 3.07 CPU seconds;
+    no change measurable through the CLI's batch: bench/profiles.md)."""
     why = refusal(doc)
     if why is not None:
         raise Unavailable(why)
