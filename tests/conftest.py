@@ -12,6 +12,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
 
+# Every run ends with its slowest test modules, wall and CPU seconds (issue 47: the quick tier's budget,
+# visible to whoever spends it); the hooks live in tests/module_budget.py, registered here by name.
+from module_budget import (pytest_addoption, pytest_configure, pytest_runtest_call,  # noqa: E402,F401
+                           pytest_runtest_logreport, pytest_runtest_makereport, pytest_runtest_setup,
+                           pytest_runtest_teardown, pytest_terminal_summary)
+
 
 # --------------------------------------------------------------------------- process-wide state
 

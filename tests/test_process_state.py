@@ -102,3 +102,51 @@ def test_xdist_groups_keep_a_module_on_one_worker(tmp_path):
 
     assert len(setups('pytestmark = pytest.mark.xdist_group("g")')) == 1
     assert len(setups("")) == 2
+
+
+def test_every_run_lists_its_slowest_modules(tmp_path):
+    """The quick tier's budget in every run's output (issue 47 item 1; ``tests/module_budget.py``, loaded
+    by ``tests/conftest.py``): a planted suite run with the suite's own conftest, on two xdist workers and
+    in one process.  The modules are ranked by their summed time (a module fixture's set-up included), a
+    module that burns CPU in a child shows it in the CPU column and one that sleeps does not, the option
+    bounds the list, and with workers each one's sum is printed."""
+    (tmp_path / "test_sleeps.py").write_text(
+        "import time, pytest\n@pytest.fixture(scope='module')\ndef built():\n    time.sleep(1.0)\n"
+        "@pytest.mark.parametrize('n', range(3))\ndef test_a(built, n):\n    pass\n")
+    (tmp_path / "test_child_burns.py").write_text(textwrap.dedent("""\
+        import subprocess, sys
+        def test_b():
+            subprocess.run([sys.executable, "-c",
+                            "import time\\nt = time.process_time()\\nwhile time.process_time() - t < 0.6: pass"],
+                           check=True)
+        """))
+    (tmp_path / "test_quick.py").write_text("def test_c():\n    pass\n\ndef test_d():\n    pass\n")
+
+    def run(*args) -> str:
+        p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "conftest",
+                            "--rootdir", str(tmp_path), *args, str(tmp_path)],
+                           capture_output=True, text=True, env=_env(), cwd=tmp_path, timeout=300)
+        assert p.returncode == 0, p.stdout + p.stderr
+        return p.stdout
+
+    def rows(out: str) -> dict:
+        head = out.index("test modules (setup + call + teardown summed")
+        table = {}
+        for line in out[head:].splitlines()[2:]:
+            parts = line.split()
+            if len(parts) != 4 or not parts[3].startswith("test_"):
+                break
+            table[parts[3]] = (float(parts[0]), float(parts[1]), int(parts[2]))
+        return table, out[head:]
+
+    table, text = rows(run("-n", "2", "--dist", "loadgroup"))
+    assert sorted(table) == ["test_child_burns.py", "test_quick.py", "test_sleeps.py"], text
+    assert list(table).index("test_sleeps.py") < list(table).index("test_quick.py"), text   # ranked by time
+    assert table["test_sleeps.py"][0] >= 1.0 and table["test_sleeps.py"][2] == 3, text
+    assert table["test_child_burns.py"][1] >= 0.5, text   # the child's CPU is charged to its test
+    assert table["test_sleeps.py"][1] < 0.5, text         # sleeping costs none
+    assert "all 3 modules" in text and "per worker (summed wall s of its tests): gw0 " in text and " gw1 " in text
+
+    table, text = rows(run("-n", "0", "--slowest-modules", "1", "-k", "not test_b"))
+    assert list(table) == ["test_sleeps.py"] and "all 2 modules" in text, text
+    assert "per worker" not in text

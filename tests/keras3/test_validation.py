@@ -27,8 +27,10 @@ from gruconv.cli import main
 from gruconv.keras3.validation_table import TABLE
 
 ROOT = Path(__file__).resolve().parents[2]
-#: The classes of issue 31's cases (default tier); the slow tier compares every class.
-QUICK = ["Dropout", "Bidirectional", "InputLayer", "Concatenate", "MaxPooling1D"]
+#: The classes of issue 31's cases (default tier); the slow tier compares every class.  Dropout (issue 31's
+#: ``rate`` case, still run through the CLI below) compares in the slow tier: 87 s of the quick tier's wall on
+#: the loaded box (issue 47), its rules the simplest of the five.
+QUICK = ["Bidirectional", "InputLayer", "Concatenate", "MaxPooling1D"]
 
 
 @pytest.fixture(scope="module")

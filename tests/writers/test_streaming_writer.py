@@ -37,8 +37,8 @@ from gruconv.readers import keras_h5, tf1
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "fixtures"
 
-# xdist_group (docs/testing.md): the module fixture `outputs` converts every fixture twice (~50 s); one worker
-# builds it once.
+# xdist_group (docs/testing.md): the module fixture `outputs` converts each fixture it is asked for twice (the
+# quick tier: QUICK_FIXTURES; the slow tier: all); one worker builds it once.
 pytestmark = pytest.mark.xdist_group("test_streaming_writer")
 
 #: Inputs ``gruconv convert IN OUT.keras`` refuses without options (weights-only files need
@@ -111,22 +111,33 @@ def _h5_tree(f: h5py.File) -> dict:
     return tree
 
 
-@pytest.fixture(scope="module")
-def outputs(tmp_path_factory):
-    """{fixture: (today's .keras, streamed .keras or the UnsupportedError)}: one conversion each."""
-    td = tmp_path_factory.mktemp("stream")
-    out = {}
-    for p in FIXTURES:
+class _Outputs(dict):
+    """{fixture: (today's .keras, streamed .keras or the UnsupportedError)}: one conversion each, made on first
+    use, so a run converts only the fixtures its selected tests ask for (the quick tier: :data:`QUICK_FIXTURES`)."""
+
+    def __init__(self, td: Path):
+        super().__init__()
+        self.td = td
+
+    def __missing__(self, p: Path):
         stem = f"{p.parent.name}__{p.stem}"
-        ref = td / f"{stem}.ref.keras"
+        ref = self.td / f"{stem}.ref.keras"
         keras_built(p, ref)
-        mine = td / f"{stem}.stream.keras"
+        mine = self.td / f"{stem}.stream.keras"
         try:
             stream(p, mine)
-            out[p] = (ref, mine)
+            self[p] = (ref, mine)
         except UnsupportedError as e:
-            out[p] = (ref, e)
-    return out
+            self[p] = (ref, e)
+        return self[p]
+
+    def every(self) -> dict:
+        return {p: self[p] for p in FIXTURES}
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory):
+    return _Outputs(tmp_path_factory.mktemp("stream"))
 
 
 def _json(cfg):
@@ -140,7 +151,25 @@ def _ids(ps):
     return [f"{p.parent.name}/{p.name}" for p in ps]
 
 
-@pytest.mark.parametrize("fixture", FIXTURES, ids=_ids(FIXTURES))
+#: The fixtures the quick tier compares (issue 47: the whole corpus was ~70 Keras-built conversions and
+#: loads, 73 CPU s, the quick tier's most expensive module): every folder, each Bidirectional merge kind's
+#: neighbour, float16 and mixed precision, nesting, states, masks, compiled models, multi-input, shared
+#: layers, TF1 stacks.  The others (same writer paths, more files) run in the slow tier.
+QUICK_FIXTURES = {"keras/sequential.h5", "keras/bidir_ave.h5", "keras/nested.h5", "keras/return_state.h5",
+                  "keras/float16.h5", "keras/time_distributed.h5", "keras_lstm/bidir_state.h5",
+                  "keras_lstm/mixed.h5", "keras_lstm/stateful.h5", "keras_user/compiled_adam_mse.h5",
+                  "keras_user/compiled_custom_loss.h5", "keras_user/masking_conv.h5", "keras_user/mixed_float16.h5",
+                  "keras_user/multi_io.h5", "keras_user/nested_sequential.h5", "keras_user/siamese_shared.h5",
+                  "keras_user/text_classifier_mask_zero.h5", "keras_user/seq2seq.h5", "tf1/layer_bidir",
+                  "tf1/float16", "tf1_lstm/layer_3l_bidir", "tf1_lstm/layer_uni"}
+
+
+def _params(ps):
+    return [pytest.param(p, id=i, marks=() if i in QUICK_FIXTURES else pytest.mark.slow)
+            for p, i in zip(ps, _ids(ps))]
+
+
+@pytest.mark.parametrize("fixture", _params(FIXTURES))
 def test_weights_file_is_bit_identical_to_keras_built(outputs, fixture):
     ref, mine = outputs[fixture]
     assert not isinstance(mine, Exception), mine
@@ -154,7 +183,7 @@ def test_weights_file_is_bit_identical_to_keras_built(outputs, fixture):
         assert ca == cb
 
 
-@pytest.mark.parametrize("fixture", FIXTURES, ids=_ids(FIXTURES))
+@pytest.mark.parametrize("fixture", _params(FIXTURES))
 def test_loads_to_the_same_model_config_and_weights(outputs, fixture):
     from gruconv.keras3 import runtime as keras3
 
@@ -313,7 +342,7 @@ print(json.dumps({"backend": keras.backend.backend(), "checked": len(json.load(o
 @pytest.mark.parametrize("backend", ["jax"])
 def test_streamed_outputs_load_the_same_on_another_backend(outputs, tmp_path, backend):
     """One fresh process per backend loads every streamed output and today's output and compares them."""
-    pairs = [[str(r), str(m)] for r, m in outputs.values() if not isinstance(m, Exception)]
+    pairs = [[str(r), str(m)] for r, m in outputs.every().values() if not isinstance(m, Exception)]
     listing = tmp_path / "pairs.json"
     listing.write_text(json.dumps(pairs))
     env = dict(os.environ, KERAS_BACKEND=backend, PYTHONPATH=str(ROOT / "src"))
