@@ -82,6 +82,15 @@ def test_the_reference_graph_computes_what_real_cudnn_computed(tf, name, tmp_pat
     assert max(worst.values()) < 5e-7, worst
 
 
+def _planted_errors_reach_the_graph_runs(monkeypatch) -> None:
+    """The graph runs (verify's reference, the writers' checks) happen in a bounded child process
+    (:mod:`gruconv.tf.bounded`), where this test's monkeypatches would not be: run them in place, as a run
+    inside such a child does, so the planted error is in the code that runs."""
+    from gruconv.tf import bounded
+
+    monkeypatch.setattr(bounded, "_in_child", True)
+
+
 def test_the_reference_comparison_can_fail(tf, tmp_path, monkeypatch):
     """The check above is not vacuous: the oracle's GRU with its reset and update gates swapped is far off."""
     from gruconv.verify.reference import oracle
@@ -111,6 +120,7 @@ def test_verify_compares_every_output_of_both_conversions_with_the_original(tmp_
 def test_a_planted_error_in_the_onnx_output_fails_its_end_to_end_rows(tmp_path, monkeypatch):
     """An ONNX output with gate blocks left in cuDNN's order: each node's check (the SavedModel replacement
     against the reference) and the SavedModel's end-to-end rows pass; the ONNX rows fail, exit 1."""
+    _planted_errors_reach_the_graph_runs(monkeypatch)
     src, bad = GOLDEN_GRAPHS / "gru_2l_uni_v2.pb", tmp_path / "bad.onnx"
     monkeypatch.setitem(target_gates.TARGET_GATE_NAMES["onnx"], "gru", target_gates.CELLS["gru"].gates)
     assert run("convert", src, bad).exit_code == 0
@@ -124,6 +134,7 @@ def test_a_planted_error_in_the_onnx_output_fails_its_end_to_end_rows(tmp_path, 
 def test_a_planted_error_in_the_saved_model_fails_its_rows(tmp_path, monkeypatch):
     """The SavedModel's GRU with reset and update gates swapped: its node rows and its end-to-end rows fail,
     the ONNX rows pass, exit 1."""
+    _planted_errors_reach_the_graph_runs(monkeypatch)
     from gruconv.writers.saved_model import equations
 
     gru = equations.STEPS["gru"]
@@ -139,6 +150,8 @@ def test_a_planted_error_in_the_saved_model_fails_its_rows(tmp_path, monkeypatch
 def test_without_tf2onnx_the_report_says_what_was_not_checked(tmp_path, monkeypatch):
     import sys
 
+    _planted_errors_reach_the_graph_runs(monkeypatch)
+
     monkeypatch.setitem(sys.modules, "tf2onnx", None)  # import tf2onnx: ModuleNotFoundError, as uninstalled
     res = run("verify", GOLDEN_GRAPHS / "gru_1l_uni_v1.pb", "--json", tmp_path / "r.json")
     assert res.exit_code == 0, res.output
@@ -153,6 +166,7 @@ def test_an_error_both_conversions_share_is_caught_by_the_original(tmp_path, mon
     agree with each other (so comparing them finds nothing) and each node's own check passes (it runs the
     replacement as read); only the original graph, whose reference reads the NodeDef with TensorFlow's op
     registry, fails every end-to-end row, exit 1."""
+    _planted_errors_reach_the_graph_runs(monkeypatch)
     from tensorflow.core.framework import graph_pb2
 
     from gruconv.model import cudnn_ops

@@ -245,6 +245,8 @@ def test_a_planted_error_in_the_replacement_fails_the_comparison(tf, tmp_path, m
         return gru(tf_, [xw[1], xw[0], xw[2]], [hr[1], hr[0], hr[2]], h, c)
 
     monkeypatch.setitem(equations.STEPS, "gru", swapped)
+    from gruconv.tf import bounded
+    monkeypatch.setattr(bounded, "_in_child", True)  # planted in this process: the graph runs here too
     m = GOLDEN["gru_2l_uni_v2"]
     golden = np.load(FIXTURES / m["golden"])
     out = tmp_path / "cpu_model"
@@ -260,6 +262,8 @@ def test_a_cudnn_op_left_in_the_output_is_caught_and_nothing_written(tf, tmp_pat
     from gruconv.writers.saved_model import rewrite
 
     monkeypatch.setattr(rewrite, "_replace", lambda node, name: None)
+    from gruconv.tf import bounded
+    monkeypatch.setattr(bounded, "_in_child", True)  # planted in this process: the graph runs here too
     out = tmp_path / "cpu_model"
     r = _run(["convert", GRAPHS / "keras3_export", out])
     _one_line_error(r, 3, "the rewritten graph still names cuDNN ops (function __inference___call___1546: "
@@ -391,6 +395,8 @@ def test_verify_fails_a_planted_error_in_a_converted_node(tmp_path, monkeypatch)
     from gruconv.writers.saved_model import equations
 
     gru = equations.STEPS["gru"]
+    from gruconv.tf import bounded
+    monkeypatch.setattr(bounded, "_in_child", True)  # planted in this process: the graph runs here too
     monkeypatch.setitem(equations.STEPS, "gru", lambda tf_, xw, hr, h, c: gru(tf_, [xw[1], xw[0], xw[2]],
                                                                               [hr[1], hr[0], hr[2]], h, c))
     src = GOLDEN_GRAPHS / GOLDEN["gru_2l_uni_v2"]["file"]
