@@ -271,8 +271,9 @@ def _plan_graph(document, output: Path, options) -> Plan:
             "class, so --custom-objects cannot stand in for it); write the converted weights alone, no code: "
             "gruconv convert IN.h5 OUT.h5 (--format h5-weights)", path=graph.path)
     if writer.NEEDS_ARCHITECTURE and graph.model_config is None and document.stacks:
-        raise UsageError("a weights-only file needs --config ARCH.json (the model's to_json()) to become "
-                         "a .keras model; or write a .h5 weights file", path=graph.path)
+        what = "a .keras model" if writer.FORMAT in ("keras", "keras-weights") else f"a {writer.SUFFIX} file"
+        raise UsageError(f"a weights-only file needs --config ARCH.json (the model's to_json()) to become "
+                         f"{what}; or write a .h5 weights file", path=graph.path)
     one_file = writers.hook(writer, "refuse_one_file")
     if one_file is not None:
         one_file(graph)
