@@ -43,6 +43,9 @@ def _inputs() -> list:
             continue
         if p.name == "checkpoint" or ".data-" in p.name:
             continue  # a checkpoint's other files: the checkpoint is its prefix
+        if p.relative_to(FIXTURES).parts[0] == "graphs_hostile":
+            continue  # graphs that fail only when run (an endless loop, a huge Fill, an assert): inspect never runs a
+            # graph, so it cannot agree with the bounded run's refusal; tests/tf/test_bounded.py and test_hostile cover them
         if p.name.endswith(".index"):
             p = p.with_suffix("")
         out.append(p)

@@ -187,9 +187,12 @@ def test_inspect_lists_gru_and_lstm_of_a_mixed_model():
 
     r = CliRunner().invoke(main, ["inspect", str(DIRS["lstm"] / "mixed.h5")])
     assert r.exit_code == 0, r.output
-    targets = [l for l in r.output.splitlines() if l.startswith(("    -> torch: ", "    -> onnx: "))]
-    assert len(targets) == 6  # per RNN what the torch and onnx targets get (issue 21)
-    lines = [l for l in r.output.splitlines() if l not in targets]
+    targets = [l for l in r.output.splitlines()
+               if l.startswith(("    -> torch: ", "    -> onnx: ", "    -> openvino: ", "    -> tflite: "))]
+    assert len(targets) == 12  # per RNN what the torch, onnx, OpenVINO and .tflite targets get (issues 21, 46)
+    profiles = [l for l in r.output.splitlines() if l.startswith("  tflite ")]
+    assert [p.split(":")[0] for p in profiles] == ["  tflite mobile", "  tflite micro", "  tflite int8"], profiles
+    lines = [l for l in r.output.splitlines() if l not in targets and l not in profiles]
     eligibility = next(i for i, l in enumerate(lines) if l.startswith("cuDNN eligibility"))
     lines, eligibility = lines[:eligibility], lines[eligibility:]  # what the converted layers run on (issue 22)
     assert eligibility[-1].startswith("  summary: tensorflow 4 cudnn;"), eligibility
