@@ -53,6 +53,8 @@ def _add_profiles(info: dict, doc) -> None:
     from . import writers
     from .errors import GruconvError
 
+    if info.get("refused"):  # convert refuses it: no profile to offer
+        return
     try:
         document = doc.document() if hasattr(doc, "document") else doc
         if document.nothing or document.refusal is not None:

@@ -171,6 +171,9 @@ def _name_attr(gid, name: str) -> None:
         dt = h5py.string_dtype()
         _NAME_TYPES.extend([dt, h5py.h5t.py_create(dt, logical=True), h5py.h5t.py_create(dt)])
     dt, ftype, mtype = _NAME_TYPES
+    if not isinstance(name, str):  # h5py's low-level vlen write of a non-str object crashes the process (found by
+        # tests/readers/test_fuzz.py: a layer name that is a number or a list in a damaged config)
+        raise InputError(f"a layer or weight name is not a string: {name!r:.60}")
     aid = h5py.h5a.create(gid, b"name", ftype, h5py.h5s.create(h5py.h5s.SCALAR))
     aid.write(np.array(name, dtype=dt), mtype=mtype)
 

@@ -734,7 +734,8 @@ def plan_facts(doc: KerasH5Model, d: Document) -> Document:
     d.nothing_forced = True  # --force writes a model with no cuDNN layer anyway
     d.row = lambda i, nonfinite=None: _rnn_entry(doc.rnns[i], nonfinite)
     for rnn in doc.rnns:
-        if (rnn.config.get("config") or {}).get("bias_constraint"):
+        conf = rnn.config.get("config") if isinstance(rnn.config, dict) else None
+        if isinstance(conf, dict) and conf.get("bias_constraint"):
             G = rnn.shape.gates
             new = "(" + ", ".join(map(str, keras3_bias_shape(rnn.shape.cell, "units"))) + ("," if KERAS3_BIAS_ROWS[rnn.shape.cell] == 1 else "") + ")"
             d.notes.append(

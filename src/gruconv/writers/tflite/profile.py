@@ -87,8 +87,9 @@ def declared_batch(config: dict) -> Optional[int]:
 
     def visit(node):
         if node.get("class_name") == "InputLayer":
-            shape = (node.get("config") or {}).get("batch_shape") or []
-            if shape and shape[0] is not None:
+            conf = node.get("config")
+            shape = conf.get("batch_shape") if isinstance(conf, dict) else None
+            if isinstance(shape, (list, tuple)) and shape and isinstance(shape[0], int) and not isinstance(shape[0], bool):
                 found.append(int(shape[0]))
     _walk(config, visit)
     return found[0] if found else None
@@ -96,7 +97,8 @@ def declared_batch(config: dict) -> Optional[int]:
 
 def is_stateful(config: dict) -> bool:
     found = []
-    _walk(config, lambda n: found.append(True) if (n.get("config") or {}).get("stateful") is True else None)
+    _walk(config, lambda n: found.append(True)
+          if isinstance(n.get("config"), dict) and n["config"].get("stateful") is True else None)
     return bool(found)
 
 
@@ -128,7 +130,8 @@ def input_shapes(config: dict) -> list:
     """The ``batch_shape`` of every input layer of a model config, in config order."""
     shapes = []
     _walk(config, lambda n: shapes.append(list(n["config"]["batch_shape"]))
-          if n.get("class_name") == "InputLayer" and isinstance((n.get("config") or {}).get("batch_shape"), (list, tuple))
+          if n.get("class_name") == "InputLayer" and isinstance(n.get("config"), dict)
+          and isinstance(n["config"].get("batch_shape"), (list, tuple))
           else None)
     return shapes
 
