@@ -176,6 +176,9 @@ _MASKS = [(re.compile(r"\(\d+\.\d+s\)"), "(T s)"), (re.compile(r"measured in [\d
 def _normal(line: str) -> tuple[str, list[float]]:
     for pat, rep in _MASKS:
         line = pat.sub(rep, line)
+    # a table's columns are padded to its widest value (batch's summary: "throughput 34.04" is one character wider
+    # than "0.82" and shifts every row): runs of spaces inside a line compare as one
+    line = re.sub(r"(?<=\S)  +", " ", line)
     return _SCI.sub("N", line), [float(x) for x in _SCI.findall(line)]
 
 
