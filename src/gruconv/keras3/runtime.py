@@ -34,6 +34,7 @@ import warnings
 from pathlib import Path
 from typing import Optional
 
+from ..tf.runtime import quiet_fd2
 from ..errors import InputError, UnsupportedError, first_line
 
 FORMAT = "keras"
@@ -55,27 +56,6 @@ def pick_backend() -> None:
             return
 
 
-@contextlib.contextmanager
-def _quiet_fd2():
-    """Silence file descriptor 2 for a moment: TensorFlow's C++ runtime (absl, cudart stubs)
-    writes start-up lines there that no Python setting suppresses, and the CLI promises a
-    single line on stderr for an error."""
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-        devnull = os.open(os.devnull, os.O_WRONLY)
-    except OSError:
-        yield
-        return
-    try:
-        os.dup2(devnull, 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
-
-
 def import_quietly(name: str):
     """Import module ``name`` (one that loads TensorFlow: ``tf_keras``, the reference of
     :mod:`gruconv.verify.reference.keras2`) with TensorFlow's C++ start-up lines silenced as :func:`keras`
@@ -84,7 +64,7 @@ def import_quietly(name: str):
     import importlib
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    with warnings.catch_warnings(), _quiet_fd2():
+    with warnings.catch_warnings(), quiet_fd2():
         warnings.simplefilter("ignore")
         module = importlib.import_module(name)
         import tensorflow as tf  # noqa: PLC0415
@@ -104,7 +84,7 @@ def keras():
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
     pick_backend()
-    with warnings.catch_warnings(), _quiet_fd2():
+    with warnings.catch_warnings(), quiet_fd2():
         warnings.simplefilter("ignore")
         try:
             import keras as _k  # noqa: PLC0415

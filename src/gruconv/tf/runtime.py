@@ -24,8 +24,10 @@ PROBE_WORDS = ("zeros (integers: ones) of each signature's inputs, every unknown
 
 
 @contextlib.contextmanager
-def _quiet_fd2():
-    """File descriptor 2 to /dev/null for a moment (TensorFlow's C++ start-up lines)."""
+def quiet_fd2():
+    """File descriptor 2 to /dev/null for a moment: TensorFlow's C++ runtime (absl, cudart stubs) writes start-up
+    lines there that no Python setting suppresses, and the CLI promises a single line on stderr for an error.  The
+    one copy: :mod:`gruconv.keras3.runtime` (Keras's TensorFlow backend, tf_keras) uses it too."""
     try:
         sys.stderr.flush()
         saved = os.dup(2)
@@ -48,7 +50,7 @@ def import_quietly(name: str = "tensorflow"):
     import importlib
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    with warnings.catch_warnings(), _quiet_fd2():
+    with warnings.catch_warnings(), quiet_fd2():
         warnings.simplefilter("ignore")
         module = importlib.import_module(name)
         import tensorflow as tf  # noqa: PLC0415
