@@ -115,7 +115,7 @@ def test_attention_converts_through_keras_and_verify_checks_the_same_model(tmp_p
 
 @pytest.mark.parametrize("attention,match", [
     (dict(ATTENTION, config=dict(ATTENTION["config"], bogus_argument=1)), "Keras 3 cannot build"),
-    (dict(ATTENTION, config="oops"), "no config object"),
+    (dict(ATTENTION, config="oops"), "config is not an object"),
     (dict(ATTENTION, config=dict(ATTENTION["config"], dropout="high")), "Keras 3 cannot build"),
 ], ids=["unknown-argument", "config-not-an-object", "dropout-a-string"])
 def test_a_malformed_carried_layer_is_exit_3(tmp_path, attention, match):
@@ -147,3 +147,71 @@ def test_compile_config_is_the_one_training_translation(tmp_path):
     configs = [json.loads(zipfile.ZipFile(p).read("config.json")) for p in (streamed, built)]
     assert configs[0]["compile_config"] == configs[1]["compile_config"]
     assert configs[0] == configs[1]
+
+
+# --------------------------------------------------------------------------- damaged configs (make fuzz)
+
+def _functional() -> dict:
+    with h5py.File(FIX / "keras" / "bidir_concat.h5", "r") as f:
+        return json.loads(f.attrs["model_config"])
+
+
+def _damage(where: str):
+    """Damaged shapes the config fuzz found, each an exit 4 (TypeError/KeyError/AttributeError) before
+    ``model/keras_config.malformed``: name -> function that damages a Functional config in place."""
+    def layer(cfg, i=1):
+        return cfg["config"]["layers"][i]
+    return {
+        "class_name list": lambda c: layer(c).__setitem__("class_name", ["Bidirectional"]),
+        "name list": lambda c: layer(c)["config"].__setitem__("name", [None]),
+        "config list": lambda c: layer(c, 0).__setitem__("config", []),
+        "wrapped layer a string": lambda c: layer(c)["config"].__setitem__("layer", "CuDNNGRU"),
+        "output_layers dict": lambda c: c["config"].__setitem__("output_layers", {"x": 1}),
+        "output ref short": lambda c: c["config"].__setitem__("output_layers", [["bidirectional", 0]]),
+        "input ref not a name": lambda c: c["config"].__setitem__("input_layers", [[{}, 0, 0]]),
+        "inbound node a number": lambda c: layer(c).__setitem__("inbound_nodes", [7]),
+        "inbound ref index a string": lambda c: layer(c).__setitem__("inbound_nodes", [[["input_1", "0", 0, {}]]]),
+    }[where]
+
+
+DAMAGES = ["class_name list", "name list", "config list", "wrapped layer a string", "output_layers dict",
+           "output ref short", "input ref not a name", "inbound node a number", "inbound ref index a string"]
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_a_damaged_config_is_named_not_crashed_on(damage):
+    from gruconv.model.keras_config import malformed
+
+    cfg = _functional()
+    assert malformed(cfg) is None  # the real file is well formed
+    _damage(damage)(cfg)
+    assert malformed(cfg)
+    for outside in (None, keras3_config.CARRY):
+        with pytest.raises(InputError, match="model_config not understood"):
+            keras3_config.translate(cfg, outside=outside)
+
+
+@pytest.mark.parametrize("damage", ["class_name list", "inbound ref index a string"])
+def test_convert_of_a_damaged_config_is_exit_3_one_line(tmp_path, damage):
+    cfg = _functional()
+    _damage(damage)(cfg)
+    path = tmp_path / "damaged.h5"
+    shutil.copyfile(FIX / "keras" / "bidir_concat.h5", path)
+    with h5py.File(path, "r+") as f:
+        f.attrs["model_config"] = json.dumps(cfg).encode()
+    before = path.read_bytes()
+    r = CliRunner().invoke(main, ["convert", str(path), str(tmp_path / "out.keras")])
+    assert r.exit_code == 3, r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit)
+    assert len(r.output.strip().splitlines()) == 1 and "not understood" in r.output
+    assert not (tmp_path / "out.keras").exists() and path.read_bytes() == before
+
+
+def test_code_copied_into_an_any_valued_argument_is_refused():
+    """``return_sequences`` takes any value in Keras (truthiness), so the translation copies it; the config
+    fuzz found a ``Pkg>Lambda`` object written there. The written config is searched for code last."""
+    cfg = _functional()
+    inner = cfg["config"]["layers"][1]["config"]["layer"]["config"]
+    inner["return_sequences"] = {"x": [{"class_name": "Pkg>Lambda", "config": {"name": "l"}}]}
+    with pytest.raises(UnsupportedError, match="Lambda"):
+        keras3_config.translate(cfg)

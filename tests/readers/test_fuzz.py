@@ -453,6 +453,10 @@ def test_random_model_configs_only_succeed_or_raise_gruconv_errors(config_corpus
         return
     with h5py.File(target, "r+") as f:
         f.attrs["model_config"] = text.encode("utf-8")
+    from gruconv.keras3.archive import check_rnn_inputs
+    from gruconv.keras3.config import CARRY, translate
+    from gruconv.model.keras_config import code_in
+
     try:
         api.inspect(target)
         doc = keras_h5.read(target)
@@ -460,6 +464,20 @@ def test_random_model_configs_only_succeed_or_raise_gruconv_errors(config_corpus
         legacy_graph.write(doc, work / "out.h5")
     except GruconvError:
         return
+    # the streaming .keras writer's checks and translations (convert's exit 4 on damaged configs came from
+    # these: check_rnn_inputs -> _features, translate -> _refs) refuse a damaged config as a GruconvError ...
+    try:
+        check_rnn_inputs(doc, [])
+    except GruconvError:
+        pass
+    # ... and whatever the config, a Keras 3 config gruconv writes from a file it read never holds code (issue
+    # 45 item 6): the streaming writer's translation and the Keras-built route's both refuse it or leave it out
+    for outside in (None, CARRY):
+        try:
+            written = translate(doc.model_config, outside=outside)
+        except GruconvError:
+            continue
+        assert code_in(written) == [], (outside, code_in(written))
 
 
 # --------------------------------------------------------------------------- command line

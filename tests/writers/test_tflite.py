@@ -47,6 +47,8 @@ CASES = {
     "lstm_mobile": (FIX / "keras_lstm/sequential.h5", []),
     "bidir_micro": (FIX / "keras/bidir_concat.h5", ["--micro", "--timesteps", "6"]),
     "tf1_mobile": (FIX / "tf1/layer_uni", []),
+    # a trained char model: Embedding -> 2 CuDNNGRU -> Dense (its Embedding made TFLM fail to allocate: SELECT)
+    "embedding_micro": (FIX / "trained/gru2.h5", ["--micro", "--timesteps", "4"]),
 }
 #: Cases run in the slow tier only (the quick tier keeps one of each kind: graph/stack, mobile/micro, stateful).
 SLOW = {"lstm_mobile", "bidir_micro", "tf1_mobile", "two_inputs_micro"}
@@ -237,3 +239,27 @@ def test_a_file_that_does_not_compute_the_model_is_not_placed(tmp_path):
     r = run("convert", FIX / "keras/time_distributed.h5", out)
     assert r.exit_code == 3 and "pass --timesteps T to fix the time axis" in r.output, r.output
     assert not any(tmp_path.iterdir())
+
+
+def test_micro_embedding_is_one_gather_tflm_runs(made):
+    """Keras 3's Embedding wraps negative ids with a ``where`` (LESS + SELECT); TFLM has no SELECT kernel, so the
+    micro profile looks rows up with one GATHER (``litert._plain_gather``) and TFLM runs the file."""
+    src, dst, res = made("embedding_micro")
+    assert res.exit_code == 0, res.output
+    ops = meta_of(dst)["ops"]
+    assert "GATHER" in ops and "SELECT" not in ops and "LESS" not in ops
+
+
+def test_tflm_load_failure_names_its_reason(tmp_path, monkeypatch):
+    """Without the plain gather the file holds SELECT: TFLM's own reason (printed by its C++ side, not raised)
+    is in the one line, not only "failed to allocate tensors"."""
+    from gruconv.writers.tflite import litert
+
+    monkeypatch.setattr(litert, "_plain_gather", lambda model: None)
+    dst = tmp_path / "select.tflite"
+    res = run("convert", FIX / "trained/gru2.h5", dst, "--micro", "--timesteps", "4")
+    assert res.exit_code == 3, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit)
+    errors = [ln for ln in res.output.splitlines() if ln.startswith("gruconv: error:")]
+    assert len(errors) == 1 and "SELECT" in errors[0], res.output
+    assert not dst.exists()

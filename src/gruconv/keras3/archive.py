@@ -42,7 +42,7 @@ from . import config as keras3_config
 from . import dialects
 from ..files.outputs import scratch_dir, scratch_file
 from ..files.window import Window as _Window
-from ..model.keras_config import IDENTITY_AT_INFERENCE, makes_mask
+from ..model.keras_config import CONTAINER_CLASSES, IDENTITY_AT_INFERENCE, class_name_of, makes_mask, malformed
 from ..model.keras_layout import CELL_OF_CUDNN_CLASS, KERAS3_CLASS, WEIGHT_ROLES
 
 CONFIG_NAME, METADATA_NAME, WEIGHTS_NAME = "config.json", "metadata.json", "model.weights.h5"
@@ -917,8 +917,9 @@ _RNN_CLASSES = {*CELL_OF_CUDNN_CLASS, *KERAS3_CLASS.values(), "SimpleRNN"}
 
 
 def _features(layer: dict, f_in: Optional[int]) -> Optional[int]:
-    """Features (last axis) of a legacy layer's output given its input's, or None when not known here."""
-    cls, cfg = layer.get("class_name"), layer.get("config") or {}
+    """Features (last axis) of a legacy layer's output given its input's, or None when not known here (a
+    damaged entry too: a class name that is no string is no class this knows, ``make fuzz``)."""
+    cls, cfg = class_name_of(layer), layer.get("config") or {}
     if not isinstance(cfg, dict):
         return None
     if cls == "InputLayer":
@@ -944,7 +945,7 @@ def _features(layer: dict, f_in: Optional[int]) -> Optional[int]:
 
 def _inner_rnn(layer: dict, path: str) -> Optional[str]:
     """The config path of the CuDNN layer ``layer`` is or wraps, else None."""
-    cls, cfg = layer.get("class_name"), layer.get("config") or {}
+    cls, cfg = class_name_of(layer), layer.get("config") or {}
     if cls in CELL_OF_CUDNN_CLASS:
         return path
     if cls in ("Bidirectional", "TimeDistributed") and isinstance(cfg, dict) and isinstance(cfg.get("layer"), dict):
@@ -961,6 +962,9 @@ def check_rnn_inputs(doc, notes: Optional[list] = None) -> None:
     the streaming writer has no Keras to load with, and would otherwise write a model that does not load."""
     from ..model.canonical import CELLS
 
+    damaged = malformed(doc.model_config) if doc.model_config is not None else None
+    if damaged:
+        raise InputError(f"model_config not understood: {damaged}", path=doc.path)
     by_path = {r.path: r for r in doc.rnns}
 
     def visit(container: dict, prefix: str, f_in: Optional[int]) -> None:
@@ -976,6 +980,10 @@ def check_rnn_inputs(doc, notes: Optional[list] = None) -> None:
                 return
             lcfg = layer.get("config") if isinstance(layer.get("config"), dict) else {}
             name = lcfg.get("name") or layer.get("name")
+            if not isinstance(name, str):
+                # a damaged entry (a list or number as name, ``make fuzz``): nothing can refer to it, and the
+                # translation refuses it (keras3/validate.py: "a layer's name is not a string")
+                name = None
             if sequential:
                 # only the first layer's input shape counts (Keras 2's Sequential.add: keras3/legacy.py
                 # _drop_later_input_shape); a later one is ignored, said so where it disagrees
@@ -1000,7 +1008,7 @@ def check_rnn_inputs(doc, notes: Optional[list] = None) -> None:
                 raise InputError(f"{rnn.cls} {rnn.path}: the layer before it gives {given} features, so its kernel "
                                  f"should be {(given, cols)}; the file has {(rnn.shape.input_size, cols)}",
                                  path=doc.path)
-            if layer.get("class_name") in ("Sequential", "Functional", "Model"):
+            if class_name_of(layer) in CONTAINER_CLASSES:
                 visit(layer, f"{path}/", given)
                 feats = None
             else:

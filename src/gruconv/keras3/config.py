@@ -42,7 +42,7 @@ from typing import Optional
 from ..errors import InputError, UnsupportedError
 from .builtins import bare_name, is_custom, is_keras_function
 from .defaults import DEFAULTS
-from ..model.keras_config import CODE_CLASSES, CUDNN_CLASSES, code_in, code_label, code_phrase
+from ..model.keras_config import CODE_CLASSES, CUDNN_CLASSES, code_in, code_label, code_phrase, malformed
 from .legacy import converted_config
 from .portable import portable_config
 from . import dialects, validate
@@ -91,7 +91,8 @@ def _where(path: str, cls: str) -> str:
 
 def _policy(dtype) -> dict:
     if isinstance(dtype, dict):
-        dtype = (dtype.get("config") or {}).get("name")
+        conf = dtype.get("config")
+        dtype = conf.get("name") if isinstance(conf, dict) else None
     if not isinstance(dtype, str):
         dtype = "float32"
     return {"module": "keras", "class_name": "DTypePolicy", "config": {"name": dtype}, "registered_name": None}
@@ -115,8 +116,10 @@ def _object(value, kind: str, where: str):
         raise UnsupportedError(f"{where}: {kind} class {cls!r} is outside the streaming writer's vocabulary")
     cfg = copy.deepcopy(table[cls]["config"])
     given = value.get("config") or {}
-    if isinstance(given, dict):  # keys Keras 2 ignored (tf.keras 1.13-1.14's initializer dtype): dialects
-        given = {k: v for k, v in given.items() if k not in dialects.DROPPED_OBJECT_KEYS}
+    if not isinstance(given, dict):  # a damaged file (make fuzz: a list there was a TypeError, exit 4)
+        raise InputError(f"{where}: {kind} {cls}'s config is not an object ({given!r:.40})")
+    # keys Keras 2 ignored (tf.keras 1.13-1.14's initializer dtype): dialects
+    given = {k: v for k, v in given.items() if k not in dialects.DROPPED_OBJECT_KEYS}
     unknown = sorted(str(k) for k in set(given) - set(cfg))
     if unknown:
         raise UnsupportedError(f"{where}: {kind} {cls} has argument(s) {', '.join(unknown)} Keras 3 does not take")
@@ -201,7 +204,18 @@ def translate(model_config, *, outside: Optional[str] = None) -> dict:
         raise InputError(f"model_config is not a JSON object ({type(model_config).__name__})")
     if outside not in (None, CARRY):
         raise ValueError(f"outside={outside!r}")
-    return model_config_of(converted_config(model_config), outside=outside)
+    damaged = malformed(model_config)
+    if damaged:
+        raise InputError(f"model_config not understood: {damaged}")
+    doc = model_config_of(converted_config(model_config), outside=outside)
+    # the last word on code: whatever a value of the legacy config held and wherever the
+    # translation copied it (an argument Keras takes as any value, ``return_sequences`` included, is copied
+    # as it is: make fuzz found a ``Pkg>Lambda`` object written there), a written config holds no code
+    found = code_in(doc)
+    if found:
+        raise UnsupportedError(f"model_config holds {code_phrase([code_label(p, w) for p, w in found])}; gruconv "
+                               "never writes it, and Keras 3 refuses it in safe_mode")
+    return doc
 
 
 def layer_config(legacy: dict, path: str = "", *, in_functional: bool = False, outside: Optional[str] = None) -> dict:

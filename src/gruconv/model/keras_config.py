@@ -59,6 +59,83 @@ def makes_mask(class_name: Optional[str], config: dict) -> bool:
     return class_name == "Masking" or (class_name == "Embedding" and bool(config.get("mask_zero")))
 
 
+# --------------------------------------------------------------------------- the shape of a config
+
+#: Wrapper classes whose ``config["layer"]`` (and Bidirectional's ``backward_layer``) is one layer entry
+#: (Keras 2 ``layers/wrappers.py`` ``Wrapper.get_config``).
+WRAPPER_CLASSES = frozenset({"Bidirectional", "TimeDistributed"})
+
+
+def _ref_ok(ref, kwargs_ok: bool) -> bool:
+    """One tensor reference as Keras 2 wrote it: ``[layer name, node index, tensor index(, call kwargs)]``
+    (``engine/node.py`` ``serialize``; the kwargs dict from tf.keras 2.x on)."""
+    if not isinstance(ref, list) or len(ref) not in ((3, 4) if kwargs_ok else (3,)):
+        return False
+    ok = isinstance(ref[0], str) and all(isinstance(i, int) and not isinstance(i, bool) for i in ref[1:3])
+    return ok and (len(ref) == 3 or isinstance(ref[3], dict))
+
+
+def malformed(cfg) -> Optional[str]:
+    """Where and how a legacy (Keras 2 / tf.keras) model config breaks the shape every Keras 2 writer gave
+    it, or None: each layer entry an object with a string ``class_name``, an object ``config`` (a list for a
+    Keras 2.0-2.2.2 ``Sequential``), a string name; a wrapper's ``layer`` one such entry; a Functional's
+    ``input_layers``/``output_layers`` lists of ``[name, node, tensor]`` (or one such triple) and each
+    layer's ``inbound_nodes`` a list of nodes, each a list of references (or a Keras 3 call object).
+
+    Why one check before any walk: the translation, the input-features check and the writers index into
+    these values; a damaged file (``make fuzz`` splices random JSON anywhere) gave each of them its own
+    ``TypeError``/``KeyError`` and convert an exit 4.  The file is what is wrong: the caller refuses it
+    (exit 3) naming the place.  Only shape, never values (those are :mod:`gruconv.keras3.validate`'s).
+    Iterative: a deeply nested config cannot exhaust the stack."""
+    if not isinstance(cfg, dict) or class_name_of(cfg) is None:
+        return "the model config is not a layer object with a class_name"
+    todo = [(cfg, "", False)]
+    while todo:
+        entry, path, functional = todo.pop()
+        if not isinstance(entry, dict):
+            return f"{path or 'the model'}: a layer entry is not an object ({type(entry).__name__})"
+        cls = class_name_of(entry)
+        if cls is None:
+            return f"{path or 'the model'}: a layer's class_name is not a string"
+        conf = entry.get("config")
+        name = conf.get("name") if isinstance(conf, dict) else None
+        name = entry.get("name") if name is None else name
+        if name is not None and not isinstance(name, str):
+            return f"{path or 'the model'}: the {cls} layer's name is not a string"
+        here = f"{path}/{name}" if path and name else (name or path or cls)
+        if cls in CONTAINER_CLASSES:
+            if isinstance(conf, list) and cls == "Sequential":
+                todo.extend((l, here, False) for l in reversed(conf))
+            elif isinstance(conf, dict) and isinstance(conf.get("layers"), list):
+                inner_functional = cls != "Sequential"
+                todo.extend((l, here, inner_functional) for l in reversed(conf["layers"]))
+                if inner_functional:
+                    for key in ("input_layers", "output_layers"):
+                        refs = conf.get(key)
+                        if refs is None:
+                            continue
+                        if not (_ref_ok(refs, False) or (isinstance(refs, list)
+                                                        and all(_ref_ok(r, False) for r in refs))):
+                            return f"{here}: {key} is not a list of [layer, node, tensor] references"
+            else:
+                return f"{here}: a {cls} without a layer list"
+        elif not isinstance(conf, dict):
+            return f"{here}: the {cls} layer's config is not an object"
+        elif cls in WRAPPER_CLASSES:
+            if not isinstance(conf.get("layer"), dict):
+                return f"{here}: a {cls} without a wrapped layer object"
+            todo.append((conf["layer"], here, False))
+            if conf.get("backward_layer") is not None:
+                todo.append((conf["backward_layer"], here, False))
+        if functional and "inbound_nodes" in entry:
+            nodes = entry["inbound_nodes"]
+            if not isinstance(nodes, list) or not all(
+                    isinstance(n, dict) or (isinstance(n, list) and all(_ref_ok(r, True) for r in n))
+                    for n in nodes):
+                return f"{here}: inbound_nodes is not a list of nodes of [layer, node, tensor] references"
+    return None
+
+
 # --------------------------------------------------------------------------- code in a config
 
 #: Layer classes whose config makes building the model run a computation gruconv cannot see, and what it

@@ -117,7 +117,7 @@ def _finish(model, target, s, meta: dict) -> None:
     config = model.get_config()
     batch = s.batch or declared_batch(config) or 1
     stateful = is_stateful(config)
-    fixed = litert.fixed_model(model, batch, s.timesteps, s.unroll)
+    fixed = litert.fixed_model(model, batch, s.timesteps, s.unroll, micro=s.micro)
     del model
     batches = calibration(s.int8, len(fixed.inputs), batch, s.timesteps) if s.int8 is not None else None
     data = litert.convert(fixed, int8_batches=batches)

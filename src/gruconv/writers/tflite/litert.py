@@ -21,6 +21,7 @@ from typing import Optional
 import numpy as np
 
 from ...errors import GruconvError, OutputError, UnsupportedError
+from ...tf.runtime import quiet_fd2
 from .profile import EXTRA, METADATA_NAME, fixed_config
 
 #: Bytes of TFLM's tensor arena for the output-contract invoke and verify (the models gruconv writes for
@@ -56,13 +57,42 @@ def available() -> Optional[str]:
     return None
 
 
-def fixed_model(model, batch: int, timesteps: Optional[int], unroll: bool):
+def fixed_model(model, batch: int, timesteps: Optional[int], unroll: bool, micro: bool = False):
     """The same Keras 3 model with its inputs' batch (and time) fixed and its recurrent layers unrolled
-    (:func:`gruconv.writers.tflite.profile.fixed_config`), its weights copied (same architecture, same order)."""
+    (:func:`gruconv.writers.tflite.profile.fixed_config`), its weights copied (same architecture, same order).
+    ``micro``: every ``Embedding`` looks its rows up with a plain gather (:func:`_plain_gather`)."""
     config = fixed_config(model.get_config(), batch, timesteps, unroll)
     fixed = model.__class__.from_config(config)
     fixed.set_weights(model.get_weights())
+    if micro:
+        _plain_gather(fixed)
     return fixed
+
+
+def _plain_gather(model) -> None:
+    """Each ``Embedding`` of ``model`` (nested ones too) computes ``tf.gather(embeddings, ids)``: one ``GATHER``.
+
+    Why: Keras 3's ``Embedding.call`` is ``ops.take``, which on the TensorFlow backend first wraps negative ids
+    (``keras/src/backend/tensorflow/numpy.py`` ``take``: ``tf.where(i < 0, i + n, i)``), and that ``where``
+    converts to ``LESS`` + ``SELECT``; TFLM registers ``SELECT_V2`` only (``Register_SELECT_V2`` is the one in
+    ``tflite-micro``'s runtime), so every model with an Embedding failed to load there ("Didn't find op for
+    builtin opcode 'SELECT'", ``fixtures/trained/gru2.h5``).  The same for every id a model is fed (``0 <= id <
+    n``); a negative id, which Keras 3 wraps, is out of range for TFLite's ``GATHER`` as it was for the Keras 2
+    / tf.keras ``Embedding`` the CuDNN model was trained with (``embedding_lookup``).  The converted file is
+    checked against this model and the model's outputs against the original's, as for every file."""
+    tf = _need("tensorflow")
+
+    def walk(layer):
+        yield layer
+        for inner in getattr(layer, "layers", None) or ():
+            yield from walk(inner)
+
+    for layer in walk(model):
+        if type(layer).__name__ == "Embedding":
+            def call(inputs, _layer=layer):
+                ids = inputs if inputs.dtype in (tf.int32, tf.int64) else tf.cast(inputs, tf.int32)
+                return tf.cast(tf.gather(_layer.embeddings, ids), _layer.compute_dtype)
+            layer.call = call
 
 
 def convert(model, *, int8_batches: Optional[list] = None) -> bytes:
@@ -85,7 +115,7 @@ def convert(model, *, int8_batches: Optional[list] = None) -> bytes:
     import warnings
 
     try:
-        with warnings.catch_warnings(), _quiet_stderr():  # the calibrator's C++ lines, "Statistics ... expected"
+        with warnings.catch_warnings(), quiet_fd2():  # the calibrator's C++ lines, "Statistics ... expected"
             warnings.simplefilter("ignore")
             return bytes(conv.convert())
     except Exception as e:  # the converter's own error: one line, its first meaningful one
@@ -147,7 +177,7 @@ class LiteRT:
         interp = _need("ai_edge_litert.interpreter")
         self.names = names
         self.data = data
-        with _quiet_stderr():  # "INFO: Created TensorFlow Lite XNNPACK delegate for CPU." (C++ stderr)
+        with quiet_fd2():  # "INFO: Created TensorFlow Lite XNNPACK delegate for CPU." (C++ stderr)
             self.it = interp.Interpreter(model_content=data)
             self.it.allocate_tensors()
         self.inputs = sorted(self.it.get_input_details(), key=lambda d: d["index"])
@@ -206,10 +236,14 @@ class TFLM:
 
     def __init__(self, data: bytes, order: Optional[list] = None, inputs: Optional[list] = None):
         runtime = _need("tflite_micro.python.tflite_micro.runtime")
+        said: list = []
         try:
-            self.it = runtime.Interpreter.from_bytes(data, arena_size=TFLM_ARENA)
+            with _captured_output(said):
+                self.it = runtime.Interpreter.from_bytes(data, arena_size=TFLM_ARENA)
         except Exception as e:
-            raise UnsupportedError(f"TensorFlow Lite Micro cannot load the file: {_first_line(e)}") from None
+            why = "; ".join(said[:2])
+            raise UnsupportedError(f"TensorFlow Lite Micro cannot load the file: {_first_line(e)}"
+                                   + (f" ({why})" if why else "")) from None
         self.order, self.input_positions = order, inputs
         self.n_outputs = len(_schema().ModelT.InitFromPackedBuf(bytearray(data), 0).subgraphs[0].outputs)
 
@@ -217,7 +251,10 @@ class TFLM:
         try:
             for i, a in enumerate(feed):
                 at = self.input_positions[i] if self.input_positions is not None else i
-                self.it.set_input(np.ascontiguousarray(a, dtype=np.float32), at)
+                # the file's own input type, as LiteRT's run does (an Embedding's ids are int32 there: a float
+                # array was refused, "Got value of type FLOAT32 but expected type INT32")
+                dtype = self.it.get_input_details(at)["dtype"]
+                self.it.set_input(np.ascontiguousarray(a, dtype=dtype), at)
             self.it.invoke()
             outs = [np.array(self.it.get_output(i)) for i in range(self.n_outputs)]
         except Exception as e:
@@ -229,20 +266,29 @@ class TFLM:
 
 
 @contextlib.contextmanager
-def _quiet_stderr():
-    """File descriptor 2 to /dev/null for the duration: LiteRT's C++ start-up lines bypass Python's logging."""
+def _captured_output(lines: list):
+    """File descriptors 1 and 2 into a temporary file for the duration, its lines appended to ``lines``: TFLM's
+    C++ ``MicroPrintf`` says why a file cannot load ("Didn't find op for builtin opcode 'SELECT'") on the
+    process's own output, and its Python error only "TFLM failed to allocate tensors"."""
     import os
     import sys
+    import tempfile
 
+    sys.stdout.flush()
     sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 2)
+    with tempfile.TemporaryFile() as sink:
+        saved = [os.dup(1), os.dup(2)]
+        try:
+            os.dup2(sink.fileno(), 1)
+            os.dup2(sink.fileno(), 2)
             yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+            sink.seek(0)
+            lines.extend(ln.strip() for ln in sink.read().decode("utf-8", "replace").splitlines() if ln.strip())
 
 
 def _first_line(e: BaseException) -> str:
