@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from pathlib import Path
 from typing import Optional
 
 import numpy as np
@@ -272,11 +273,12 @@ def _captured_output(lines: list):
     process's own output, and its Python error only "TFLM failed to allocate tensors"."""
     import os
     import sys
-    import tempfile
+
+    from ...files.outputs import scratch_dir
 
     sys.stdout.flush()
     sys.stderr.flush()
-    with tempfile.TemporaryFile() as sink:
+    with scratch_dir(prefix="gruconv-tflm-") as where, open(Path(where) / "said", "w+b") as sink:
         saved = [os.dup(1), os.dup(2)]
         try:
             os.dup2(sink.fileno(), 1)
