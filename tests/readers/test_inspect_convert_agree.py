@@ -100,7 +100,29 @@ def test_every_fixture_is_covered():
             "trained", "graphs"} <= names
 
 
-@pytest.mark.parametrize("path", INPUTS, ids=[str(p.relative_to(FIXTURES)) for p in INPUTS])
+#: Graph inputs (``.pb``/``.pbtxt``/SavedModel) kept in the quick tier: a frozen GRU, a Keras 3 export, a
+#: golden LSTM (bidirectional, variable length, batch-major).  Each graph conversion evaluates the node params in
+#: a bounded child that imports TensorFlow (~5 s of CPU each: 19 graphs were 110 of this module's 113 CPU s), so
+#: the other graphs run in the slow tier (``make test-slow``, CI).
+QUICK_GRAPHS = {"graphs/frozen_gru.pb", "graphs/keras3_export/saved_model.pb",
+                "graphs_golden/lstm_2l_bidir_varlen_v3_bt.pb"}
+
+
+def _is_graph(path: Path) -> bool:
+    return path.suffix in (".pb", ".pbtxt") and path.relative_to(FIXTURES).parts[0] in ("graphs", "graphs_golden")
+
+
+def _case(path: Path):
+    name = str(path.relative_to(FIXTURES))
+    slow = _is_graph(path) and name not in QUICK_GRAPHS
+    return pytest.param(path, id=name, marks=pytest.mark.slow) if slow else pytest.param(path, id=name)
+
+
+def test_quick_graphs_exist():
+    assert QUICK_GRAPHS <= {str(p.relative_to(FIXTURES)) for p in INPUTS if _is_graph(p)}
+
+
+@pytest.mark.parametrize("path", [_case(p) for p in INPUTS])
 def test_inspect_and_convert_agree(path, tmp_path):
     try:
         fmt = readers.detect(path)
