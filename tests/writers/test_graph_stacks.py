@@ -49,23 +49,49 @@ def _worst(path, name) -> float:
     return max(float(np.max(np.abs(got[k].astype(np.float64) - golden[k]))) for k in got)
 
 
-@pytest.mark.parametrize("name", CONVERTIBLE)
-def test_every_golden_graph_stack_computes_what_cudnn_computed(tmp_path, name):
+#: Golden graphs converted in the quick tier: Const params (v1), variables (a SavedModel), in-graph-packed
+#: params (canonical), a skip-input batch-major bidirectional GRU and a variable-length LSTM.  Each conversion
+#: evaluates params in a bounded TensorFlow child (~6 CPU s): the other ten run in the slow tier (CI).
+QUICK_GOLDEN = {"gru_1l_uni_v1", "gru_2l_bidir_savedmodel", "gru_2l_bidir_canonical_savedmodel",
+                "gru_1l_bidir_skip_v3_bt", "lstm_2l_bidir_varlen_v3_bt"}
+GOLDEN_CASES = [n if n in QUICK_GOLDEN else pytest.param(n, marks=pytest.mark.slow) for n in CONVERTIBLE]
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    """Each golden graph converted to a ``.safetensors`` stack once per module, on first use: ``name -> (path,
+    result)`` (both tests below read the same conversion)."""
+    d = tmp_path_factory.mktemp("stacks")
+    done: dict = {}
+
+    def get(name):
+        if name not in done:
+            out = d / f"{name}.safetensors"
+            done[name] = (out, run("convert", GOLDEN_GRAPHS / GOLDEN[name]["file"], out))
+        return done[name]
+    return get
+
+
+def test_quick_golden_graphs_exist():
+    assert QUICK_GOLDEN <= set(CONVERTIBLE)
+
+
+@pytest.mark.parametrize("name", GOLDEN_CASES)
+def test_every_golden_graph_stack_computes_what_cudnn_computed(converted, name):
     """Const, variable and in-graph-packed params alike: the stack written alone runs cuDNN's numbers (torch on
     the CPU, within 5e-7 of strict fp32), and the output says the graph's other ops are not in it."""
-    out = tmp_path / "stack.safetensors"
-    res = run("convert", GOLDEN_GRAPHS / GOLDEN[name]["file"], out)
+    out, res = converted(name)
     assert res.exit_code == 0, res.output
     assert "cuDNN node stack(s) written alone" in res.output
     assert _worst(out, name) < 5e-7
 
 
-@pytest.mark.parametrize("name", CONVERTIBLE)
-def test_the_committed_stacks_are_what_convert_writes(tmp_path, name):
+@pytest.mark.parametrize("name", GOLDEN_CASES)
+def test_the_committed_stacks_are_what_convert_writes(converted, name):
     """``fixtures/graphs_golden/stacks`` (run on the GPU, where no TensorFlow evaluates params) is, byte for
     byte, what ``convert`` writes today (``fixtures/make_golden_graph_stacks.py`` writes it again)."""
-    out = tmp_path / "stack.safetensors"
-    assert run("convert", GOLDEN_GRAPHS / GOLDEN[name]["file"], out).exit_code == 0
+    out, res = converted(name)
+    assert res.exit_code == 0, res.output
     assert out.read_bytes() == (STACKS / f"{name}.safetensors").read_bytes()
 
 
