@@ -72,7 +72,15 @@ def _reference_outputs(tf, name, tmp_path) -> tuple:
     return got, want
 
 
-@pytest.mark.parametrize("name", sorted(set(GOLDEN) - REFUSED))
+#: Golden graphs whose reference is built in the quick tier (Const, variables, in-graph-packed params, skip input
+#: batch-major, a variable-length LSTM: the same five as ``tests/writers/test_graph_stacks.py``); the other nine
+#: in the slow tier (CI).
+QUICK_GOLDEN = {"gru_1l_uni_v1", "gru_2l_bidir_savedmodel", "gru_2l_bidir_canonical_savedmodel",
+                "gru_1l_bidir_skip_v3_bt", "lstm_2l_bidir_varlen_v3_bt"}
+
+
+@pytest.mark.parametrize("name", [n if n in QUICK_GOLDEN else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in sorted(set(GOLDEN) - REFUSED)])
 def test_the_reference_graph_computes_what_real_cudnn_computed(tf, name, tmp_path):
     """The original graph with its cuDNN nodes computed by the oracle: every fetch within 5e-7 of real cuDNN's
     strict-fp32 output (the nodes' params as the graph holds them: Const, variable, packed in the graph)."""
