@@ -271,7 +271,8 @@ class KerasGraph(Protocol):
         """The model config with every cuDNN layer replaced by its GRU / LSTM config (Keras 2 form)."""
 
     def other_weights(self):
-        """``("<layer>/<weight name>", array)`` for every stored weight of no cuDNN layer, in file order."""
+        """A context manager yielding ``[("<layer>/<weight name>", WeightRef)]``: every stored weight of no cuDNN
+        layer, in file order, each read on demand (whole or in blocks) inside the block."""
 
 
 @dataclass

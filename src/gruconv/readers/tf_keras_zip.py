@@ -86,14 +86,19 @@ class TfKerasZipModel(keras_h5.KerasH5Model):
             "write a Keras 3 .keras, .weights.h5, or a .safetensors file", path=self.path) for fmt in LEGACY_ONLY}
         return d
 
+    @contextlib.contextmanager
     def other_weights(self):
-        """Every stored weight that belongs to no cuDNN layer, as ``("<object path>/vars/<i>", array)``
-        (the names of this layout; the HDF5 twin names them ``<layer>/<weight name>``)."""
+        """Every stored weight that belongs to no cuDNN layer, as ``[("<object path>/vars/<i>", WeightRef)]``
+        (the names of this layout; the HDF5 twin names them ``<layer>/<weight name>``), valid inside the block."""
         ours = {ds.lstrip("/") for rnn in self.rnns for roles in rnn.datasets for ds in roles.values()}
         with _open_member(self) as f:
+            refs = []
             for name in stored_layer_weights(f, self.path):
                 if name not in ours:
-                    yield name, h5safe.read_dataset(h5safe.resolve(f, name, self.path, "dataset"), self.path)
+                    ref = H5Weight(h5safe.resolve(f, name, self.path, "dataset"), self.path)
+                    ref.check(numeric=False)
+                    refs.append((name, ref))
+            yield refs
 
 
 # --------------------------------------------------------------------------- weights

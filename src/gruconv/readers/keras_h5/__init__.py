@@ -41,6 +41,7 @@ mends live in :mod:`gruconv.keras3.legacy`.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
@@ -178,10 +179,11 @@ class KerasH5Model:
         (:func:`plan_facts`)."""
         return plan_facts(self, Document(source=str(self.path), reader=FORMAT, stacks=list(self.rnns), graph=self))
 
+    @contextlib.contextmanager
     def other_weights(self):
-        """Every stored weight that belongs to no cuDNN layer, as ``("<layer>/<weight name>", array)``
-        in file order (a writer that carries them beside the converted RNNs: the ``torch`` one); every
-        stored weight is checked from its header first."""
+        """Every stored weight that belongs to no cuDNN layer, as ``[("<layer>/<weight name>", WeightRef)]`` in
+        file order, valid inside the block (a writer that carries them beside the converted RNNs, the
+        ``torch`` one, streams each in blocks); every stored weight is checked from its header first."""
         ours = {ds for rnn in self.rnns for roles in rnn.datasets for ds in roles.values()}
         with self.store.open() as store:
             refs = []
@@ -190,9 +192,7 @@ class KerasH5Model:
                     ref = store.weight(lname, wname)
                     ref.check(numeric=False)
                     refs.append((f"{lname}/{wname}", ref))
-            for name, ref in refs:
-                if ref.name not in ours:
-                    yield name, ref.read()
+            yield [(name, ref) for name, ref in refs if ref.name not in ours]
 
 
 def sniff(path: Path) -> bool:

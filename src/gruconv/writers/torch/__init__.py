@@ -95,11 +95,8 @@ def _write_graph(document, target, options, warnings: list) -> dict:
                             "before calling the module")
         nonfinite[rnn.path] = rnn.stack.nonfinite_count()
         stacks.append((rnn.path, rnn.stack, f"keras:{rnn.cls} {rnn.path}"))
-    others = {}
-    with about(graph.path):
-        for name, arr in graph.other_weights():
-            others[name] = arr
-    _write(target, stacks, others, warnings)
+    with about(graph.path), graph.other_weights() as refs:  # streamed: a wide Dense is never whole in memory
+        _write(target, stacks, dict(refs), warnings)
     for rnn in graph.rnns:
         rnn.release()
     return nonfinite

@@ -160,14 +160,16 @@ def safe_names(rnn_names: list, tensor_names: list) -> tuple:
 
 def write_safetensors(path, stacks: list, other_tensors: Optional[dict] = None, *, force: bool = False) -> dict:
     """Write ``stacks`` (``[(name, RNNStack, source), ...]``) and ``other_tensors`` ``{original name:
-    array}`` to ``path``, atomically (a temporary file beside it, then renamed).
+    array or weight reference}`` to ``path``, atomically (a temporary file beside it, then renamed).
+
+    A weight reference (:class:`gruconv.model.weights.WeightRef`: ``shape``, ``dtype``, ``blocks``) is
+    streamed block by block (:func:`serialize`), so a large other tensor (a wide Dense kernel) is never
+    whole in memory.
 
     Returns ``{"document": the metadata document, "warnings": [...]}``.  Tensors safetensors
     cannot hold (strings, objects) are left out with a warning naming them; nothing is written on
     any error.
     """
-    from safetensors.numpy import save_file
-
     from ...files.outputs import atomic_path
 
     other_tensors = dict(other_tensors or {})
@@ -177,9 +179,10 @@ def write_safetensors(path, stacks: list, other_tensors: Optional[dict] = None, 
         raise UnsupportedError(f"two RNNs share one name: {sorted(n for n in names if names.count(n) > 1)[0]!r}")
     storable = {}
     for orig, arr in other_tensors.items():
-        a = np.asarray(arr)
+        a = arr if _is_ref(arr) else np.asarray(arr)
         if _dtype_code(a.dtype) is None:
-            warnings.append(f"tensor {orig!r} ({a.dtype}) has no safetensors dtype; left out")
+            warnings.append(f"tensor {orig!r} ({np.dtype(a.dtype) if not _is_ref(a) else a.dtype}) has no "
+                            "safetensors dtype; left out")
             continue
         storable[orig] = a
     prefixes, keys = safe_names(names, list(storable))
@@ -195,16 +198,76 @@ def write_safetensors(path, stacks: list, other_tensors: Optional[dict] = None, 
                      "batch_first": True, "source": str(source)})
     tensor_map = {}
     for (orig, arr), key in zip(storable.items(), keys):
-        tensors[key] = np.asarray(arr, order="C")  # not ascontiguousarray: it makes 0-d arrays 1-d
+        tensors[key] = arr if _is_ref(arr) else np.asarray(arr, order="C")  # not ascontiguousarray: 0-d stays 0-d
         tensor_map[key] = str(orig)
     document = {"rnns": rnns, "tensors": tensor_map}
     text = json.dumps(document, ensure_ascii=True, sort_keys=False)
     with atomic_path(Path(path), force=force, suffix=".safetensors") as tmp:
         try:
-            save_file(tensors, str(tmp), metadata={METADATA_KEY: text})
+            with open(tmp, "wb") as f:
+                serialize(tensors, f, metadata={METADATA_KEY: text})
         except OSError as e:
             raise OutputError(f"cannot write output ({e.strerror or e})", path=path) from None
     return {"document": document, "warnings": warnings}
+
+
+def _is_ref(value) -> bool:
+    """A stored weight read on demand (:class:`gruconv.model.weights.WeightRef`), not an array."""
+    return hasattr(value, "blocks") and not isinstance(value, np.ndarray)
+
+
+#: The safetensors dtype codes in the order of the format's ``Dtype`` enum (safetensors 0.8
+#: ``safetensors/src/tensor.rs``; its derived ``Ord`` sorts the data section: larger codes first).  The
+#: order is checked against the library's own writer, byte for byte (``tests/writers/test_torch_target.py``).
+_DTYPE_ORDER = ("BOOL", "F4", "F6_E2M3", "F6_E3M2", "U8", "I8", "F8_E5M2", "F8_E4M3", "F8_E8M0", "I16", "U16",
+                "F16", "BF16", "I32", "U32", "F32", "C64", "F64", "I64", "U64")
+#: Bytes per block when a weight reference is streamed into the file.
+_BLOCK_BYTES = 8 << 20
+
+
+def serialize(tensors: dict, f, *, metadata: Optional[dict] = None) -> None:
+    """``tensors`` (``{key: array or weight reference}``) and ``metadata`` (``{str: str}``) in the safetensors
+    format, written to the binary file ``f`` as ``safetensors.numpy.save_file`` lays them out, byte for byte:
+    8 bytes little-endian header length; the header, compact JSON (``__metadata__`` first, then each tensor's
+    ``dtype``, ``shape``, ``data_offsets`` in data order), padded with spaces to a multiple of 8; then the data,
+    little-endian, ordered by dtype (the enum's order, descending) then key (format: safetensors README; layout:
+    ``safetensors/src/tensor.rs`` ``prepare``/``serialize``).
+
+    Why our own writer: the library takes every tensor whole (a pointer and a length), so a 1.2 GB Dense
+    kernel read from a gzip-compressed input was 1.0x its bytes in memory; here a weight reference is copied
+    in blocks of :data:`_BLOCK_BYTES` (``WeightRef.blocks``, C order)."""
+    entries = []
+    for key, value in tensors.items():
+        dtype = np.dtype(value.dtype)
+        code = _dtype_code(dtype)
+        if code is None:
+            raise UnsupportedError(f"tensor {key!r} ({dtype}) has no safetensors dtype")
+        shape = tuple(int(n) for n in value.shape)
+        entries.append((key, value, dtype, code, shape, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize))
+    entries.sort(key=lambda e: (-_DTYPE_ORDER.index(e[3]), e[0]))
+    header: dict = {}
+    if metadata is not None:
+        header["__metadata__"] = dict(metadata)
+    at = 0
+    for key, _, _, code, shape, nbytes in entries:
+        header[key] = {"dtype": code, "shape": list(shape), "data_offsets": [at, at + nbytes]}
+        at += nbytes
+    text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    text += b" " * ((8 - len(text) % 8) % 8)
+    f.write(struct.pack("<Q", len(text)))
+    f.write(text)
+    for key, value, dtype, _, _, nbytes in entries:
+        little = dtype.newbyteorder("<")
+        if _is_ref(value):
+            written = 0
+            for _, block in value.blocks(_BLOCK_BYTES):
+                data = np.ascontiguousarray(block, dtype=little).tobytes()
+                f.write(data)
+                written += len(data)
+            if written != nbytes:  # a store that yields less than its header declares: never a short file
+                raise InputError(f"tensor {key!r}: read {written} bytes, its header declares {nbytes}")
+        else:
+            f.write(np.ascontiguousarray(value, dtype=little).tobytes())
 
 
 def _dtype_code(dtype) -> Optional[str]:
