@@ -181,6 +181,22 @@ def test_int8_error_reported_and_judged(tmp_path):
     assert_parity_failure(tight)
 
 
+@pytest.mark.slow  # a trained char model calibrated and converted (~15 s)
+def test_int8_of_a_model_taking_token_ids(tmp_path):
+    """An Embedding's input is int32 in the converted model: the calibration batches are fed in the model's own
+    input dtypes (a float32 batch made the converter refuse the model, ``fixtures/trained/gru2.h5``)."""
+    calib = tmp_path / "ids.npz"
+    np.savez(calib, np.random.default_rng(0).integers(0, 95, (8, 6)).astype(np.float32))
+    dst = tmp_path / "ids8.tflite"
+    res = run("convert", FIX / "trained/gru2.h5", dst, "--int8", calib, "--timesteps", "6")
+    assert res.exit_code == 0, res.output
+    assert "int8: output 0 max abs error " in res.output and meta_of(dst)["meta"]["int8"] is True
+    # its logits are ~0.3 off (measured: 6.7% of max |float|): over the default --int8-tolerance 0.05, judged so
+    assert_parity_failure(run("verify", FIX / "trained/gru2.h5", dst))
+    v = run("verify", FIX / "trained/gru2.h5", dst, "--int8-tolerance", "1.0")
+    assert v.exit_code == 0 and "LiteRT int8: model output" in v.output, v.output
+
+
 def test_usage_and_refusals(tmp_path):
     out = tmp_path / "x.tflite"
     r = run("convert", FIX / "keras/sequential.h5", out, "--micro")
