@@ -100,7 +100,7 @@ def _add_targets(info: dict) -> None:
 
 
 def convert(input, output, options=None, *, verify: bool = False, bounds: Optional[Bounds] = None, batch: int = 2,
-            steps: int = 8, seed: int = 0, **kw) -> ConvertResult:
+            steps: int = 8, seed: int = 0, int8_tolerance: Optional[float] = None, **kw) -> ConvertResult:
     """Convert one input into a Keras 3 model (``.keras``) or a weights file (``.h5``).
 
     read -> plan (:func:`gruconv.writers.planning.plan`: format, file or directory, targets,
@@ -141,7 +141,8 @@ def convert(input, output, options=None, *, verify: bool = False, bounds: Option
         result = write(document, plan(document, staged, staged_opts), Outputs(force=True), staged_opts)
         if result.nothing_to_convert and not result.outputs:
             return result
-        report = _verify(input, staged, bounds=bounds, batch=batch, steps=steps, seed=seed, options=opts)
+        report = _verify(input, staged, bounds=bounds, batch=batch, steps=steps, seed=seed, options=opts,
+                         int8_tolerance=int8_tolerance)
         result.verification = report.to_json()
         if not report.passed:
             result.outputs = []

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Optional
 
 import click
 
@@ -284,11 +285,11 @@ def inspect(path, as_json, config, rnn, prefer, **kw):
     click.echo(json.dumps(info, indent=2) if as_json else report.inspect_text(info))
 
 
-def _verify_inputs(batch: int, steps: int, seed: int) -> dict:
-    """convert --verify's random inputs (``--batch``/``--steps``/``--seed``, verify's), given only where they
-    differ from verify's defaults (so a batch job's options stay as they were)."""
-    given = {"batch": batch, "steps": steps, "seed": seed}
-    return {k: v for k, v in given.items() if v != {"batch": 2, "steps": 8, "seed": 0}[k]}
+def _verify_inputs(batch: int, steps: int, seed: int, int8_tolerance: Optional[float] = None) -> dict:
+    """convert --verify's random inputs (``--batch``/``--steps``/``--seed``, verify's) and int8 bound, given only
+    where they differ from verify's defaults (so a batch job's options stay as they were)."""
+    given = {"batch": batch, "steps": steps, "seed": seed, "int8_tolerance": int8_tolerance}
+    return {k: v for k, v in given.items() if v != {"batch": 2, "steps": 8, "seed": 0, "int8_tolerance": None}[k]}
 
 
 @main.command()
@@ -334,12 +335,15 @@ def _verify_inputs(batch: int, steps: int, seed: int) -> dict:
 @click.option("--steps", "verify_steps", type=click.IntRange(1), default=8, show_default=True,
               help="--verify: random input time steps.")
 @click.option("--seed", "verify_seed", type=int, default=0, show_default=True, help="--verify: seed of the random inputs.")
+@click.option("--int8-tolerance", type=click.FloatRange(0), default=None,
+              help="--verify of an --int8 .tflite: max abs error allowed against the float model [default: 0.05, "
+                   "docs/edge.md].")
 @hint_options
 @graph_options
 @edge_options
 def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path, junit, html_dir, force, fmt, config,
             initial_state, return_state, mask_input, check_load, custom_objects, verify, tolerance, rtol, floor_k,
-            verify_batch, verify_steps, verify_seed, rnn, prefer, graph_timeout, graph_memory, **kw):
+            verify_batch, verify_steps, verify_seed, int8_tolerance, rnn, prefer, graph_timeout, graph_memory, **kw):
     """Convert INPUT (Keras HDF5, tf_keras .keras or SavedModel, TF1/TF2 checkpoint, graph with cuDNN ops) into OUTPUT (.keras, .weights.h5, .h5, .safetensors, .onnx, SavedModel dir).
 
     Usage: gruconv convert INPUT OUTPUT, or gruconv convert INPUT... --out-dir DIR.
@@ -376,6 +380,8 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
     from .options import Options
 
     edge = _edge(kw)
+    if int8_tolerance is not None and not (verify and edge.get("int8") is not None):
+        raise UsageError("--int8-tolerance applies to convert --verify of an --int8 .tflite only")
     options = Options(force=force, format=fmt, config=config, hints=_hints(kw), rnn=rnn, prefer=prefer, **edge,
                       initial_state=initial_state, return_state=return_state, mask_input=mask_input,
                       check_load=check_load, custom_objects=custom_objects, graph_timeout=graph_timeout,
@@ -387,7 +393,7 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
         summary = batch.convert_many(list(paths), out_dir, jobs=jobs, keep_going=keep_going,
                                      skip_existing=skip_existing, shard=shard, report=report_path, junit=junit, html=html_dir,
                                      verify=verify, bounds=bounds,
-                                     **_verify_inputs(verify_batch, verify_steps, verify_seed),
+                                     **_verify_inputs(verify_batch, verify_steps, verify_seed, int8_tolerance),
                                      print_fn=click.echo, **options.to_json())
         sys.exit(summary.exit_code)
     batch_only = [n for n, v in (("--jobs", jobs), ("--keep-going", keep_going), ("--skip-existing", skip_existing),
@@ -402,7 +408,7 @@ def convert(paths, out_dir, jobs, keep_going, skip_existing, shard, report_path,
 
     with on_terminal():   # "convert: layer 3/6 ..." on a terminal's stderr, nothing otherwise
         result = api.convert(input, output, options, verify=verify, bounds=bounds,
-                             **_verify_inputs(verify_batch, verify_steps, verify_seed))
+                             **_verify_inputs(verify_batch, verify_steps, verify_seed, int8_tolerance))
     _warn(result.warnings)
     click.echo(report.convert_text(result))
     if result.verification is not None and not result.verification["passed"]:

@@ -195,10 +195,19 @@ def test_int8_of_a_model_taking_token_ids(tmp_path):
     assert_parity_failure(run("verify", FIX / "trained/gru2.h5", dst))
     v = run("verify", FIX / "trained/gru2.h5", dst, "--int8-tolerance", "1.0")
     assert v.exit_code == 0 and "LiteRT int8: model output" in v.output, v.output
+    # convert --verify takes the same bound (without it this model cannot be converted with --verify at all)
+    again = tmp_path / "again.tflite"
+    args = ("convert", FIX / "trained/gru2.h5", again, "--int8", calib, "--timesteps", "6", "--verify")
+    assert_parity_failure(run(*args))
+    assert not again.exists()
+    ok = run(*args, "--int8-tolerance", "1.0")
+    assert ok.exit_code == 0 and again.is_file() and "parity: PASS" in ok.output, ok.output
 
 
 def test_usage_and_refusals(tmp_path):
     out = tmp_path / "x.tflite"
+    r = run("convert", FIX / "keras/sequential.h5", out, "--int8-tolerance", "0.1")
+    assert r.exit_code == 2 and "--int8-tolerance applies to convert --verify of an --int8" in r.output, r.output
     r = run("convert", FIX / "keras/sequential.h5", out, "--micro")
     assert r.exit_code == 2 and "--micro needs --timesteps" in r.output
     r = run("convert", FIX / "keras/sequential.h5", out, "--int8", tmp_path / "c.npz")
