@@ -153,7 +153,8 @@ class Model:
 
     def __call__(self, feed: list) -> list:
         with self.tf.device("/CPU:0"):
-            out = self.model([np.asarray(a) for a in feed] if len(feed) > 1 else np.asarray(feed[0]), training=False)
+            out = _graph_call(self.tf, self.model)([np.asarray(a) for a in feed] if len(feed) > 1
+                                                   else np.asarray(feed[0]))
         out = out if isinstance(out, (list, tuple)) else [out]
         return [np.asarray(o.numpy() if hasattr(o, "numpy") else o) for o in out]
 
@@ -177,6 +178,20 @@ class Model:
             return
         with self.tf.device("/CPU:0"):
             _load_weights(self.model, self.doc)
+
+
+def _graph_call(tf, model):
+    """``model(x, training=False)`` as one ``tf.function``, traced once per model and input shape and kept on the
+    model (a warm reference of :func:`build` keeps it too).  Why: called eagerly, tf_keras runs a GRU's time loop
+    op by op (``backend.rnn``'s ``while_loop``); a verify calls the reference four times (the run and three floor
+    runs), which was 0.28 of the 0.52 s each small model took in a batch ``convert --verify`` (cProfile, 12 copies
+    of ``fixtures/keras/sequential.h5``).  The weights are read at call time, so the floor's perturbed weights
+    and :meth:`Model.restore` apply."""
+    fn = getattr(model, "_gruconv_graph_call", None)
+    if fn is None:
+        fn = tf.function(lambda x: model(x, training=False), reduce_retracing=True)
+        model._gruconv_graph_call = fn
+    return fn
 
 
 #: tf_keras models this process built, by their twin config's JSON text (:func:`build`), most recent last.
