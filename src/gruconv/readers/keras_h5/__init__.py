@@ -54,7 +54,7 @@ from ...errors import GruconvError, InputError, UnsupportedError, about, first_l
 from ...model.keras_layout import CUDNN_KERAS_CLASS, KERAS3_BIAS_ROWS, WEIGHT_ROLES, describe_keras_layer, from_cudnn, keras3_bias_shape
 from ...keras3.legacy import converted_config, keras2_names
 from ...model.keras_config import (CONTAINER_CLASSES as _CONTAINER_CLASSES, CUDNN_CLASSES, TARGET_CLASS as _TARGET_CLASS,
-                                   class_name_of, code_in, code_label, config_of, layers_of as _layers_of, name_of)
+                                   class_name_of, code_in, code_label, config_of, layers_of as _layers_of, malformed, name_of)
 from ...options import Options
 from .store import LegacyStore, first_duplicate, weight_groups, weight_names_of
 
@@ -444,10 +444,15 @@ def read_with_config(path: Path, config: Optional[dict]) -> KerasH5Model:
 
 
 def check_model_config(model_config: Optional[dict], path) -> None:
-    """A model config (when there is one) names a class and is not too large to build."""
+    """A model config (when there is one) names a class, has the shape every later walker relies on
+    (:func:`gruconv.model.keras_config.malformed`, checked here before any weight is looked up: a class name
+    that is a list otherwise reads as "weights not found", a wrong reason) and is not too large to build."""
     if model_config is not None and not (isinstance(model_config, dict) and _class_name(model_config)):
         raise InputError("model_config is not a Keras model (no class_name)", path=path)
     if model_config is not None:
+        damaged = malformed(model_config)
+        if damaged:
+            raise InputError(f"model_config not understood: {damaged}", path=path)
         check_layer_counts(model_config, path)
 
 
