@@ -719,15 +719,18 @@ def test_the_bench_page_check_finds_a_planted_section(tmp_path):
 
 #: The frameworks only the TensorFlow side (``gruconv/tf/``) imports (issue 45 item 1).
 TF_FRAMEWORKS = ("tensorflow", "tf2onnx")
-#: Modules outside ``tf/`` that still import TensorFlow or tf2onnx (an ``import`` statement, or a call of
-#: ``import_quietly``/``import_module`` with its name).  Each entry goes when its import moves into ``tf/``
-#: (``../shared/STRUCTURE-REVIEW.md`` section 6: the rewrite, equations, node runner, params evaluation and the
-#: tf2onnx loader), and no new one comes.  ``keras3.runtime`` imports TensorFlow as Keras's backend.
-TF_IMPORTERS_LEFT = {
-    "gruconv.keras3.runtime", "gruconv.verify.reference.keras2", "gruconv.verify.reference.saved_model",
-    "gruconv.verify.reference.tf_graph", "gruconv.verify.subjects", "gruconv.verify.tfgraph",
-    "gruconv.writers.onnx.tfgraph", "gruconv.writers.saved_model.build", "gruconv.writers.saved_model.node_runner",
-}
+#: Modules outside ``tf/`` that import TensorFlow or tf2onnx (an ``import`` statement, or a call of
+#: ``import_quietly``/``import_module`` with its name): the two that stay, each for a reason that is not the
+#: graph family's, and no new one comes.  (Moved into ``tf/`` in issue 45: the rewrite, equations, node
+#: runner, params evaluation, the tf2onnx loader, the served SavedModel, the probe loop.)
+#:
+#: * ``keras3.runtime``: TensorFlow *as Keras 3's backend* (its GPU probe, TF32 math, a ``tf.function`` of a
+#:   stateless call): the Keras side's runtime, which must work with whichever backend Keras runs; moving it
+#:   under ``tf/`` would make the Keras side depend on the graph family's package for its own backend.
+#: * ``verify.reference.keras2``: tf_keras (Keras 2), which is TensorFlow's own Keras, is verify's independent
+#:   reference of a legacy model; it needs ``tensorflow`` for its device scope and constants beside
+#:   ``tf_keras`` (the one importer of tf_keras, ``../shared/STRUCTURE-REVIEW.md`` section 6).
+TF_IMPORTERS_LEFT = {"gruconv.keras3.runtime", "gruconv.verify.reference.keras2"}
 
 
 def _framework_imports(source: str, frameworks=TF_FRAMEWORKS) -> list:

@@ -5,8 +5,7 @@ Why a driver module and not the reader: a node's ``params`` is a tensor of the g
 variable read, a buffer Keras 3's TensorFlow backend or ``CudnnRNNCanonicalToParams`` computes from the
 variables), so its values are what TensorFlow computes when the graph runs; the reader reads the graph
 without TensorFlow.  They are taken from one run of the original graph on the CPU with each cuDNN node
-computed by the oracle (:func:`gruconv.verify.reference.tf_graph.node_params`: the params the node is given,
-recorded), and each stack is that buffer unpacked in cuDNN's layout for the node's shape (the reader's).
+recording the params it is given (:func:`gruconv.tf.params.node_params`), and each stack is that buffer unpacked in cuDNN's layout for the node's shape (the reader's).
 
 Only the stacks are written: the graph's other ops (embeddings, dense layers, the signatures) are not, and
 a note says so; the whole graph converts to a SavedModel or to one ONNX file instead.
@@ -82,32 +81,16 @@ class GraphStacksDoc:
         return d
 
 
-def _node_params(graph, source: Path) -> dict:
-    """The child process's work (:func:`gruconv.tf.bounded.run`): each node's params as the graph computes them."""
-    from .tf.runtime import tensorflow
-    from .verify.reference.tf_graph import node_params
-
-    tensorflow("evaluating a graph's cuDNN params")
-    params = node_params(graph)
-    reached = {r.name for r in graph.rnns if r.shape is not None and (r.graph, r.function, r.name) in params}
-    if not reached:  # said here, in the child: a run that failed for memory is said so (gruconv.tf.bounded)
-        unreached = list(dict.fromkeys(r.name for r in graph.rnns if r.shape is not None))
-        raise UnsupportedError(f"no cuDNN node of the graph is reached when its signatures run on probe inputs "
-                               f"({', '.join(repr(n) for n in unreached[:3])}), so no params can be evaluated; convert "
-                               "the whole graph instead (a SavedModel directory, or OUTPUT.onnx)",
-                               path=source)
-    return params
-
-
 def stacks_of(document: Document) -> GraphStacksDoc:
     """The stacks of ``document``'s cuDNN nodes (a ``tf-graph`` document), their params as the graph
     computes them, one per node name (a SavedModel's functions may hold copies of one layer's node); a node
     no signature reaches is left out with a note (no node reached: a one-line refusal).  Needs TensorFlow."""
     from .model.cudnn_layout import unpack
     from .tf.bounded import run
+    from .tf.params import evaluated
 
     graph = document.tf_graph
-    params = run(_node_params, graph, Path(document.source), budget=graph.budget,
+    params = run(evaluated, graph, Path(document.source), budget=graph.budget,
                  path=Path(document.source))
     by_name: dict = {}  # one stack per node name: a SavedModel's functions hold copies of one layer's node
     for i, r in enumerate(x for x in graph.rnns if x.shape is not None):  # packing nodes: recorded at their node

@@ -290,15 +290,14 @@ def _converted_stacks(converted) -> bool:
 
 def tf_graph_subjects(doc, converted, opts: Options):
     """Every cuDNN RNN node of a graph, as a bare stack: its replacement (the function the converted
-    SavedModel's node calls, :mod:`gruconv.writers.saved_model.node_runner`; without ``converted``, traced the
+    SavedModel's node calls, :mod:`gruconv.tf.node_runner`; without ``converted``, traced the
     way ``convert`` traces it) run by TensorFlow on the CPU, against the reference, on seeded weights of
     the node's shape (uniform in [-0.5, 0.5]: the graph's own ``params`` tensor reaches the replacement
     unchanged, so what is checked is the replacement's function of any buffer of that layout)."""
-    from ..tf.runtime import import_quietly
     from ..model.canonical import RNNStack
     from ..model.cudnn_layout import params_size, unpack
     from ..model.cudnn_ops import WITH_LENGTHS
-    from ..writers.saved_model.node_runner import runner
+    from ..tf.node_runner import runner
     from ..writers.runner import StackRunner
 
     if _converted_stacks(converted):  # each stack on the graph's own params (:mod:`gruconv.graph_stacks`)
@@ -306,13 +305,12 @@ def tf_graph_subjects(doc, converted, opts: Options):
 
         yield from stack_subjects(stacks_of(doc.document()), converted, opts)
         return
-    tf = import_quietly("tensorflow")
     rng = np.random.default_rng(TF_GRAPH_SEED)
     for r in doc.document().tf_graph.rnns:
         if r.shape is None:  # a packing node: it feeds one of the nodes checked here
             continue
         buf = rng.uniform(-0.5, 0.5, params_size(r.shape)).astype(r.shape.dtype)
-        run = runner(tf, r, converted if converted is not None and Path(converted).is_dir() else None)
+        run = runner(r, converted if converted is not None and Path(converted).is_dir() else None)
         run.params = buf
         model = StackRunner(r.name, r.shape, run, mask_input=r.op in WITH_LENGTHS,
                             engine=lambda math: "TensorFlow on the CPU (the node's replacement function)")

@@ -37,28 +37,23 @@ SAVED_MODEL_ROWS, ONNX_ROWS = "end to end (converted SavedModel)", "end to end (
 LABELS = (SAVED_MODEL_ROWS, ONNX_ROWS)
 
 
-def _feeds(tf, fn, rng) -> tuple:
-    """``(inputs, outputs)`` of ``fn`` on random inputs at the first probe size it runs at, or None."""
-    specs = fn.structured_input_signature[1]
-    for k in PROBE_SIZES:
+def _random_feed(rng):
+    """``make`` for :meth:`gruconv.tf.served.Loaded.first_run`: float inputs uniform in [-1, 1], integer
+    inputs uniform in [1, k], every unknown dimension ``k``."""
+    def make(specs, k):
         feed = {}
-        for name, spec in specs.items():
-            shape = [k if d is None else d for d in spec.shape.as_list()]
-            dt = spec.dtype.as_numpy_dtype
-            if spec.dtype.is_integer:
+        for name, (shape, dt) in specs.items():
+            shape = [k if d is None else d for d in shape or []]
+            if np.issubdtype(dt, np.integer):
                 feed[name] = rng.integers(1, k + 1, size=shape).astype(dt)
             else:
                 feed[name] = rng.uniform(-1, 1, size=shape).astype(dt)
-        try:
-            with tf.device("/CPU:0"):
-                out = fn(**{n: tf.constant(a) for n, a in feed.items()})
-            return feed, {n: np.asarray(t.numpy()) for n, t in out.items()}
-        except tf.errors.InvalidArgumentError:
-            continue
-    return None
+        return feed
+
+    return make
 
 
-def _saved_model(tf, doc, converted, tmp: Path) -> Path:
+def _saved_model(doc, converted, tmp: Path) -> Path:
     """The converted SavedModel: ``converted`` when it is one, else written here as ``convert`` writes it."""
     if converted is not None and Path(converted).is_dir():
         return Path(converted)
@@ -84,13 +79,15 @@ def _onnx(doc, converted):
 def _onnx_outputs(doc, converted, feed: dict, ref: dict):
     """``(outputs, None)`` of the whole-graph ONNX on ``feed`` run by onnxruntime, or ``(None, why not)``."""
     from ..errors import GruconvError
-    from ..tf.runtime import import_quietly
+    from ..tf.runtime import missing
 
     try:
         import onnxruntime as ort
-        import_quietly("tf2onnx")
     except ImportError as e:
         return None, f"{e.name or e} is not installed (pip install 'gruconv[graphs]')"
+    absent = missing("tf2onnx")
+    if absent is not None:
+        return None, f"{absent} is not installed (pip install 'gruconv[graphs]')"
     try:
         model = _onnx(doc, converted)
     except GruconvError as e:
@@ -106,21 +103,15 @@ def _onnx_outputs(doc, converted, feed: dict, ref: dict):
     return dict(zip(names_out, session.run(None, {n: feed[n] for n in names_in}))), None
 
 
-def _run(tf, fn, feed: dict) -> dict:
-    with tf.device("/CPU:0"):
-        out = fn(**{n: tf.constant(a) for n, a in feed.items()})
-    return {n: np.asarray(t.numpy()) for n, t in out.items()}
-
-
-def _floor(tf, fn, feed: dict, got: dict) -> dict:
-    """Per output, the most ``fn``'s outputs move under one-ulp perturbations of its float inputs."""
+def _floor(loaded, key: str, feed: dict, got: dict) -> dict:
+    """Per output, the most signature ``key``'s outputs move under one-ulp perturbations of its float inputs."""
     from .floor import DEFAULT_SEEDS, perturb
 
     worst = {k: 0.0 for k in got}
     for seed in range(DEFAULT_SEEDS):
         prng = np.random.default_rng(seed)
-        moved = _run(tf, fn, {n: perturb(a, prng, dtype=a.dtype) if a.dtype.kind == "f" else a
-                              for n, a in feed.items()})
+        moved = loaded(key, {n: perturb(a, prng, dtype=a.dtype) if a.dtype.kind == "f" else a
+                             for n, a in feed.items()})
         for k in got:
             worst[k] = max(worst[k], float(np.max(np.abs(moved[k].astype(np.float64) - got[k].astype(np.float64)),
                                                   initial=0.0)))
@@ -140,39 +131,38 @@ def _rows(doc, converted, rng) -> tuple:
     ``(label, outputs, reference, floor)`` to judge, ``skips`` the ``(label, why)`` not checked, ``ran``
     whether the reference ran."""
     from ..errors import GruconvError, InputError
-    from ..tf.runtime import import_quietly
+    from ..files.outputs import scratch_dir
+    from ..tf.served import Loaded
     from .reference.tf_graph import original
 
-    try:
-        tf = import_quietly("tensorflow")
-    except ImportError as e:
-        return [], [(label, f"{e.name or e} is not installed (pip install 'gruconv[tensorflow]')") for label in LABELS], False
-    from ..files.outputs import scratch_dir
+    from ..tf.runtime import missing
+
+    absent = missing("tensorflow")
+    if absent is not None:
+        return [], [(label, f"{absent} is not installed (pip install 'gruconv[tensorflow]')") for label in LABELS], False
 
     rows, skips = [], []  # rows: (label, outputs, reference, floor)
     with scratch_dir(prefix="gruconv-verify-graph-") as tmp:
         try:
-            sm_path = _saved_model(tf, doc, converted, Path(tmp))
+            sm_path = _saved_model(doc, converted, Path(tmp))
             ref_path = original(doc.document().tf_graph, Path(tmp) / "original")
         except InputError:
             raise  # the graph itself is broken (TensorFlow cannot import it): verify fails as convert does
         except GruconvError as e:
             return [], [(label, e.message) for label in LABELS], False
-        with tf.device("/CPU:0"):
-            loaded, reference = tf.saved_model.load(str(sm_path)), tf.saved_model.load(str(ref_path))
-        keys = sorted(loaded.signatures.keys(), key=lambda k: (k != SIGNATURE, k))
+        loaded, reference = Loaded(sm_path), Loaded(ref_path)
+        keys = sorted(loaded.keys(), key=lambda k: (k != SIGNATURE, k))
         if SIGNATURE not in keys:
             skips.append((ONNX_ROWS, f"the SavedModel has no {SIGNATURE!r} signature"))
         for key in keys:
-            fn = loaded.signatures[key]
-            run = _feeds(tf, fn, rng)
+            run = loaded.first_run(key, _random_feed(rng), PROBE_SIZES)
             label = SAVED_MODEL_ROWS if key == SIGNATURE else f"{SAVED_MODEL_ROWS}: {key}"
             if run is None:
                 skips.append((label, f"no input size in {PROBE_SIZES} runs signature {key!r}"))
                 continue
             feed, got = run
-            ref = _run(tf, reference.signatures[key], feed)
-            worst = _floor(tf, fn, feed, got)
+            ref = reference(key, feed)
+            worst = _floor(loaded, key, feed, got)
             rows.append((label, got, ref, worst))
             if key == SIGNATURE:
                 onnx_out, why = _onnx_outputs(doc, converted, feed, ref)

@@ -136,6 +136,9 @@ class TF2CheckpointDoc(keras_h5.KerasH5Model):
     owners: dict = field(default_factory=dict)  # bundle key -> its layer's object path (objects.structural_variables)
     served_by: Optional[Path] = None
     served_why: Optional[str] = None
+    #: what one run of the served SavedModel may take (:class:`gruconv.options.Budget`: verify's reference of it
+    #: runs in a bounded child, :mod:`gruconv.verify.reference.saved_model`)
+    budget: object = None
     #: its weights are in the legacy layout as gruconv mapped the object graph to it, not as a file stores them
     laid_out = True
 
@@ -285,6 +288,10 @@ def read(path, options: Optional[Options] = None, **kw) -> TF2CheckpointDoc:
         raise InputError("the architecture (--config) is nested too deeply", path=path) from None
     doc.other_tensors = n_keys - len({key for _, ws in groups for _, key in ws})
     doc.served_by, doc.served_why = _served(path) if meta is not None else (None, None)
+    if doc.served_by is not None:
+        from ...options import Budget
+
+        doc.budget = Budget.of(opts.graph_timeout, opts.graph_memory)
     return doc
 
 

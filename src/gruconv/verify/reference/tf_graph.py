@@ -51,21 +51,13 @@ SETTINGS = ("rnn_mode", "direction", "input_mode", "time_major")  # cudnn_ops.SE
 
 
 def settings(tf, node) -> dict:
-    """``{attr: value}`` of :data:`SETTINGS` for ``node`` (a ``NodeDef``), by TensorFlow's op registry:
-    the value the node holds, else the op's default; an attr the op lacks (``time_major`` before V3) is
-    left out.  Not the reader's reading: the reference must not share it with the conversions."""
-    from tensorflow.python.framework import op_def_registry
+    """``{attr: value}`` of :data:`SETTINGS` for ``node`` (a ``NodeDef``), by TensorFlow's op registry
+    (:func:`gruconv.tf.runtime.op_attrs`): the value the node holds, else the op's default; an attr the op
+    lacks (``time_major`` before V3) is left out.  Not the reader's reading: the reference must not share it
+    with the conversions."""
+    from ...tf.runtime import op_attrs
 
-    op_def = op_def_registry.get(node.op)
-    out = {}
-    for a in op_def.attr:
-        if a.name not in SETTINGS and a.name != "T":
-            continue
-        value = node.attr[a.name] if a.name in node.attr else a.default_value
-        field = value.WhichOneof("value")
-        v = getattr(value, field)
-        out[a.name] = tf.as_dtype(v).name if a.name == "T" else (v.decode() if isinstance(v, bytes) else v)
-    return out
+    return op_attrs(tf, node, SETTINGS)
 
 
 def _shape(s: dict, x, h, params):
@@ -138,7 +130,7 @@ def trace(tf, rnn, node, record=None):
     stays registered while this process runs (TensorFlow's ``script_ops`` keeps a reference to it on the
     outermost graph).  ``record``: :func:`_node`'s."""
     from ...model.cudnn_ops import PACKING_OPS
-    from ...writers.saved_model.equations import input_specs, op_outputs, packing_specs
+    from ...tf.equations import input_specs, op_outputs, packing_specs
 
     s = settings(tf, node)
     dtype = tf.as_dtype(s["T"])
@@ -159,68 +151,12 @@ def trace(tf, rnn, node, record=None):
     return tf.function(run, input_signature=specs, autograph=False).get_concrete_function()
 
 
-def _probe(tf, fn) -> bool:
-    """Run signature ``fn`` once on the CPU on the writer's probe inputs
-    (:func:`gruconv.tf.runtime.probe_input`), every unknown dimension at each of its ``PROBE_SIZES`` until one
-    runs; whether one did.  Running out of memory is not a size that does not fit: it goes up (the bounded
-    run says so, :mod:`gruconv.tf.bounded`)."""
-    from ...tf.runtime import PROBE_SIZES, probe_input
-
-    specs = fn.structured_input_signature[1]
-    for k in PROBE_SIZES:
-        try:
-            with tf.device("/CPU:0"):
-                fn(**{name: probe_input(tf, spec, k) for name, spec in specs.items()})
-            return True
-        except tf.errors.ResourceExhaustedError:
-            raise
-        except tf.errors.OpError:  # shapes that do not fit, or a graph that fails here: the next size
-            continue
-    return False
-
-
-def node_params(graph) -> dict:
-    """``{(graph index, function, node name): params}``: the opaque buffer each cuDNN RNN node of ``graph``
-    computes with, as the graph computes it (a ``Const``, a variable, a buffer packed in the graph from its
-    variables): the graph run once by TensorFlow on the CPU, each signature on probe inputs
-    (:func:`_probe`), its cuDNN nodes computed by the oracle and their ``params`` inputs recorded.  Nodes
-    no signature reaches are missing from the answer."""
-    from ...errors import InputError
-    from ...files.outputs import scratch_dir
-    from ...tf.runtime import import_quietly, why
-    from ...writers.saved_model.build import rewritten
-
-    tf = import_quietly("tensorflow")
-    found: dict = {}
-
-    def traced(tf_, rnn, node):
-        where = (rnn.graph, rnn.function, rnn.name)
-        return trace(tf_, rnn, node, record=lambda params: found.setdefault(where, np.array(params)))
-
-    def per_node(rnn, node):  # a node's own function: its callback records for it alone
-        return (rnn.graph, rnn.function, rnn.name) + key(rnn, node)
-
-    with scratch_dir(prefix="gruconv-graph-params-") as tmp:
-        out = Path(tmp) / "original"
-        out.mkdir()
-        rewritten(graph, out, (traced, per_node))
-        try:
-            with tf.device("/CPU:0"):
-                loaded = tf.saved_model.load(str(out))
-        except (tf.errors.OpError, ValueError) as e:
-            raise InputError(f"is a {graph.kind} TensorFlow cannot load ({type(e).__name__}: {why(e)})",
-                             path=graph.path) from None
-        for name in sorted(loaded.signatures.keys()):
-            _probe(tf, loaded.signatures[name])
-        del loaded
-    return found
-
-
 def original(graph, out: Path) -> Path:
     """The original graph ``graph`` (:class:`gruconv.model.canonical.TfGraph`) with each cuDNN node computed by
     the oracle, as a SavedModel in the empty directory ``out`` (for :func:`tf.saved_model.load` in this
-    process only)."""
-    from ...writers.saved_model.build import rewritten
+    process only): :func:`gruconv.tf.rewrite.rewritten` with this module's nodes, the rewrite the SavedModel
+    output shares."""
+    from ...tf.rewrite import rewritten
 
     Path(out).mkdir(exist_ok=True)
     rewritten(graph, out, (trace, key))
