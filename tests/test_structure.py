@@ -131,6 +131,39 @@ def test_the_upward_import_finder_finds_planted_ones():
         "gruconv.verify.verdicts imports gruconv"]
 
 
+def _with_package_inits(graph: dict) -> dict:
+    """``graph`` with the edges an import also makes at run time: importing ``a.b.c`` runs ``a/b/__init__``
+    (and ``a/__init__``), so a module that imports a submodule of another package also depends on that
+    package's ``__init__`` (child -> parent-package edges; a module's own ancestors are running already and
+    add no edge).  The count of ``../shared/STRUCTURE-REVIEW.md`` section 1, which found two cycles the plain
+    count did not (``readers.tf2`` <-> ``readers.tfgraph``, ``verify`` -> ``graph_stacks`` -> ``verify``)."""
+    out = {}
+    for m, targets in graph.items():
+        edges = set(targets)
+        for t in targets:
+            parts = t.split(".")
+            for i in range(1, len(parts)):
+                anc = ".".join(parts[:i])
+                if anc in graph and anc != m and not m.startswith(anc + "."):
+                    edges.add(anc)
+        out[m] = edges
+    return out
+
+
+def test_no_import_cycle_counting_package_inits():
+    assert _cycles(_with_package_inits(_graph(_modules()))) == []
+
+
+def test_the_package_init_count_finds_a_planted_cycle():
+    """The shape of the readers' old tie: each package imports a submodule of the other, no module cycle."""
+    graph = {"r": set(), "r.tf2": {"r.tfgraph.scan"}, "r.tf2.metadata": set(),
+             "r.tfgraph": {"r.tf2.metadata"}, "r.tfgraph.scan": set()}
+    assert _cycles(graph) == []
+    assert _cycles(_with_package_inits(graph)) == [["r.tf2", "r.tfgraph"]]
+    # a module importing its own package's submodules adds no edge to its own package
+    assert _with_package_inits({"p": {"p.a"}, "p.a": {"p.b"}, "p.b": set()})["p.a"] == {"p.b"}
+
+
 def test_the_cycle_finder_sees_a_package_importing_back_from_its_child():
     """The shape of the cycle that the old package-edge filter hid."""
     graph = {"p": {"p.a"}, "p.a": {"p.b"}, "p.b": {"p"}}
@@ -473,6 +506,36 @@ def test_readers_never_import_writers():
     """A reader imports no writer: option refusal and the input suffixes batch strips read both registries,
     so they live with the drivers (:mod:`gruconv.run_options`), not in ``readers/__init__.py``."""
     assert _package_imports(_modules(), ("readers",), ("writers", "verify", "batch", "api", "run_options")) == []
+
+
+#: What verify may import of ``writers/`` beyond the registry (``from .. import writers``): the planning rule of
+#: where ``convert`` put each file (``stack_targets``, ``natural_format``), which is no writer.
+VERIFY_MAY_IMPORT = {"gruconv.verify.subjects -> gruconv.writers.planning"}
+
+
+def _verify_reaches_into(mods: dict) -> list:
+    """``verify`` imports of a writer or reader *module* (the packages' registries are how it asks them)."""
+    return [f for f in _package_imports(mods, ("verify",), ("writers", "readers"))
+            if f.split(" -> ")[1] not in ("gruconv.writers", "gruconv.readers")]
+
+
+def test_verify_names_no_writer_or_reader_module():
+    """Issue 45: verify asks a writer through the registry (``writers.module(fmt)``, its ``load``/``runners``/
+    ``node_runner``/``built`` hooks) and walks configs with :mod:`gruconv.model.keras_config`, so it names no
+    writer's or reader's module: what it checks is what the registry hands ``convert`` too."""
+    assert set(_verify_reaches_into(_modules())) == VERIFY_MAY_IMPORT
+
+
+def test_the_verify_import_finder_finds_planted_ones(tmp_path):
+    mods = _modules()
+    planted = tmp_path / "planted.py"
+    planted.write_text("from .. import writers, readers\n"
+                       "def f():\n    from ..writers.saved_model.node_runner import runner\n"
+                       "    from ..readers.keras_h5 import walk_layers\n")
+    mods["gruconv.verify.planted"] = planted
+    got = set(_verify_reaches_into(mods)) - VERIFY_MAY_IMPORT
+    assert got == {"gruconv.verify.planted -> gruconv.writers.saved_model.node_runner",
+                   "gruconv.verify.planted -> gruconv.readers.keras_h5"}
 
 
 #: Readers that still import the Keras 3 side for config vocabulary (issue 38 point 3 moves the pure config

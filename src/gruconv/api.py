@@ -126,9 +126,7 @@ def convert(input, output, options=None, *, verify: bool = False, bounds: Option
     outputs = Outputs(force=opts.force)
     planned = plan(document, output, opts)
     if planned.route == "tf-graph-stacks":  # a graph's cuDNN nodes as bare stacks: their params evaluated
-        from .graph_stacks import stacks_of
-
-        document = stacks_of(document).document()
+        document = document.as_stacks().document()
         planned = plan(document, output, opts)
     if not verify:
         return write(document, planned, outputs, opts)

@@ -28,7 +28,7 @@ from conftest import FIXTURES, assert_parity_failure
 from gruconv import api
 from gruconv.cli import main as cli
 from gruconv.readers import tfgraph
-from gruconv.readers.tfgraph import protos
+from gruconv.readers import protos
 
 GRAPHS = FIXTURES / "graphs"
 MANIFEST = json.loads((GRAPHS / "manifest.json").read_text())["fixtures"]

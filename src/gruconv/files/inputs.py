@@ -65,7 +65,7 @@ MAX_SEQUENTIAL_LAYERS = 256
 #: Most layers a Keras model config may hold in all (nested models and wrapped layers counted).
 MAX_LAYERS = 4096
 #: Most protobuf fields a walk of a TensorFlow graph looks at (nodes, functions, the attrs of the nodes it
-#: reads: :mod:`gruconv.readers.tfgraph.protos`).  Why: a field can take 2 bytes, so a 2 GiB file could
+#: reads: :mod:`gruconv.readers.protos`).  Why: a field can take 2 bytes, so a 2 GiB file could
 #: hold a billion, and looking at one costs 2-12 microseconds here; a real graph needs far fewer (tf.keras's
 #: 1.1 MB SavedModel of a two-layer GRU/LSTM model: 22,000).  At the limit a walk takes 10-60 s.
 MAX_GRAPH_FIELDS = 5_000_000

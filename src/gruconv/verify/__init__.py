@@ -211,10 +211,10 @@ def _run_checks(doc, converted, opts, engine, report, rng, user_inputs) -> bool:
         if subject.graph is None:  # a bare stack (the graph checks report their layers themselves)
             step("verify", n, None, subject.name)
         if subject.in_memory:  # no converted file: the model convert would write, built here
-            from ..writers.keras_route import built
+            from .. import writers
 
             with keras3.custom_scope(subject.custom_objects):
-                subject.model, _ = built(subject.graph)
+                subject.model, _ = writers.offering("graph", "built").built(subject.graph)
         if subject.graph is not None and subject.model is None:  # weights-only: each layer alone
             # (a model with an architecture Keras cannot rebuild here, custom layers: each layer alone too)
             alone = verify_partial if getattr(subject.graph, "model_config", None) is not None else verify_alone

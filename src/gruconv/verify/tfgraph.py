@@ -27,6 +27,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from .. import writers
+
 #: Sizes tried for every unknown dimension: the writer's serve check's (``build.PROBE_SIZES``), the smallest
 #: batch of several sequences first (a size of 1 checks little of the batch's wiring).
 PROBE_SIZES = (4, 3, 2, 6, 8, 1)
@@ -54,29 +56,30 @@ def _random_feed(rng):
 
 
 def _saved_model(doc, converted, tmp: Path) -> Path:
-    """The converted SavedModel: ``converted`` when it is one, else written here as ``convert`` writes it."""
+    """The converted SavedModel: ``converted`` when it is one, else written here as ``convert`` writes it (the
+    ``saved-model`` writer, through the registry)."""
     if converted is not None and Path(converted).is_dir():
         return Path(converted)
-    from ..writers.saved_model import write
-
     out = tmp / "saved_model"
     out.mkdir()  # the writer fills an empty directory (:meth:`gruconv.files.outputs.Outputs.tree` makes it)
-    write(doc.document(), SimpleNamespace(tmp=out, path=out, warnings=[]), None)
+    writers.offering(doc.content).write(doc.document(), SimpleNamespace(tmp=out, path=out, warnings=[]), None)
     return out
 
 
-def _onnx(doc, converted):
-    """The whole graph as ONNX: ``converted`` when it is a ``.onnx`` file, else built here."""
+def _onnx(doc, converted, tmp: Path):
+    """The whole graph as ONNX: ``converted`` when it is a ``.onnx`` file, else written here as ``convert``
+    writes it (the ``onnx`` writer's ``tf-graph-file`` kind, through the registry)."""
     import onnx
 
     if converted is not None and Path(converted).is_file() and Path(converted).suffix == ".onnx":
         return onnx.load(str(converted))
-    from ..writers.onnx.tfgraph import build
+    out = tmp / "model.onnx"
+    writers.offering("tf-graph-file").write(doc.document(), SimpleNamespace(kind="tf-graph-file", tmp=out, path=out,
+                                                                 warnings=[]), None)
+    return onnx.load(str(out))
 
-    return build(Path(doc.document().source))[0]
 
-
-def _onnx_outputs(doc, converted, feed: dict, ref: dict):
+def _onnx_outputs(doc, converted, feed: dict, ref: dict, tmp: Path):
     """``(outputs, None)`` of the whole-graph ONNX on ``feed`` run by onnxruntime, or ``(None, why not)``."""
     from ..errors import GruconvError
     from ..tf.runtime import missing
@@ -89,7 +92,7 @@ def _onnx_outputs(doc, converted, feed: dict, ref: dict):
     if absent is not None:
         return None, f"{absent} is not installed (pip install 'gruconv[graphs]')"
     try:
-        model = _onnx(doc, converted)
+        model = _onnx(doc, converted, tmp)
     except GruconvError as e:
         return None, e.message
     opts = ort.SessionOptions()
@@ -165,7 +168,7 @@ def _rows(doc, converted, rng) -> tuple:
             worst = _floor(loaded, key, feed, got)
             rows.append((label, got, ref, worst))
             if key == SIGNATURE:
-                onnx_out, why = _onnx_outputs(doc, converted, feed, ref)
+                onnx_out, why = _onnx_outputs(doc, converted, feed, ref, Path(tmp))
                 if why is not None:
                     skips.append((ONNX_ROWS, why))
                 else:

@@ -62,7 +62,7 @@ def reference(ref: str, in_function: bool) -> tuple:
 
 def producers(nodes, wanted: set) -> dict:
     """``{name: Producer}`` of the nodes named in ``wanted`` among ``nodes`` (NodeDef messages)."""
-    from .protos import tensor_shape
+    from ..protos import tensor_shape
 
     out = {}
     for node in nodes:
@@ -93,7 +93,7 @@ def producers(nodes, wanted: set) -> dict:
 def function_arguments(fdef) -> dict:
     """``{argument name: Producer("argument", (its shape,))}`` of a FunctionDef (``arg_attr``'s
     ``_output_shapes``, recorded by ``tf.function`` tracing)."""
-    from .protos import tensor_shape
+    from ..protos import tensor_shape
 
     names = [a.get("name", "") for a in fdef.get("signature").each("input_arg")] if fdef.get("signature") else []
     shapes: dict = {}

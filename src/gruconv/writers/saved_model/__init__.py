@@ -58,6 +58,20 @@ def write(document, target, options) -> dict:
     return {}
 
 
+def node_runner(rnn, converted, params):
+    """One cuDNN node's replacement run alone (:func:`gruconv.tf.node_runner.runner`: the function ``converted``
+    calls for it, or traced as :func:`write` traces it), on ``params``: verify's per-node subject.  Runs gruconv's
+    generated function, not the user's graph."""
+    from ...model.cudnn_ops import WITH_LENGTHS
+    from ...tf.node_runner import runner
+    from ..runner import StackRunner
+
+    run = runner(rnn, converted)
+    run.params = params
+    return StackRunner(rnn.name, rnn.shape, run, mask_input=rnn.op in WITH_LENGTHS,
+                       engine=lambda math: "TensorFlow on the CPU (the node's replacement function)")
+
+
 def load(path, rebuild):
     """Not a Keras model: ``verify`` of a converted SavedModel is not implemented (one line)."""
     from ...errors import UnsupportedError
