@@ -831,3 +831,29 @@ def test_the_tensorflow_import_finder_finds_planted_ones():
                "def h():\n    import importlib\n    return importlib.import_module('tensorflow.python')\n"
                "def k():\n    from . import tensorflow_names\n    return import_quietly('tf_keras')\n")
     assert _framework_imports(planted) == [2, 4, 6, 9]
+
+
+# --------------------------------------------------------------------------- SavedModel names, once
+
+#: A SavedModel's member names and signature key (issue 45 item 5): spelled only in ``model/saved_model.py``.
+SAVED_MODEL_NAMES = {"saved_model.pb", "saved_model.pbtxt", "serving_default", "keras_metadata.pb", "variables",
+                     "variables/variables", "assets.extra"}
+
+
+def _saved_model_names(source: str) -> list:
+    """Line numbers of string constants in ``source`` that are exactly one of :data:`SAVED_MODEL_NAMES`."""
+    return sorted(n.lineno for n in ast.walk(ast.parse(source))
+                  if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in SAVED_MODEL_NAMES)
+
+
+def test_saved_model_names_are_spelled_once():
+    found = [f"{m}:{line}" for m, p in _modules().items() if m != "gruconv.model.saved_model"
+             for line in _saved_model_names(p.read_text())]
+    assert found == [], "use gruconv.model.saved_model's names"
+
+
+def test_the_saved_model_name_finder_finds_planted_ones():
+    planted = ('"""Reads saved_model.pb (a docstring may say so)."""\n'
+               'SIG = "serving_default"\n'
+               'def f(d):\n    return d / "variables" / "variables", f"{d}/saved_model.pb"\n')
+    assert _saved_model_names(planted) == [2, 4, 4]

@@ -728,10 +728,12 @@ def checkpoint_files(path) -> list[Path]:
 def saved_model_variables(directory) -> Path | None:
     """``DIR/variables/variables`` when ``directory`` is a SavedModel (``saved_model.pb`` or
     ``saved_model.pbtxt`` and the variables bundle's index), else None."""
+    from ..model.saved_model import SAVED_MODEL_FILES, VARIABLES_PREFIX
+
     d = Path(os.fspath(directory))
-    if not (_is_file(d / "saved_model.pb") or _is_file(d / "saved_model.pbtxt")):
+    if not any(_is_file(d / name) for name in SAVED_MODEL_FILES):
         return None
-    prefix = d / "variables" / "variables"
+    prefix = d / VARIABLES_PREFIX
     return prefix if _index_exists(prefix) else None
 
 

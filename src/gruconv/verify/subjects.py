@@ -280,7 +280,7 @@ TF_GRAPH_SEED = 3939
 def _converted_stacks(converted) -> bool:
     """Whether ``converted`` is a graph's cuDNN node stacks alone (a ``.keras``/``.safetensors``/weights file,
     or a directory of them), not the whole graph (a SavedModel directory, a ``.onnx`` file)."""
-    from ..files.outputs import REPLACEABLE_TREES as SAVED_MODEL_FILES
+    from ..model.saved_model import SAVED_MODEL_FILES
 
     if converted is None:
         return False

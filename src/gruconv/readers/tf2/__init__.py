@@ -55,7 +55,7 @@ CONTENTS = ("graph", "weights")
 #: A checkpoint is named by its prefix: no name ending to strip.
 SUFFIXES = ()
 
-_SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")  # tensorflow/python/saved_model/constants.py
+from ...model.saved_model import SAVED_MODEL_FILES as _SAVED_MODEL_FILES  # noqa: E402
 
 
 # --------------------------------------------------------------------------- where the bundle is

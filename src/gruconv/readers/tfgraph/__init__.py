@@ -41,7 +41,7 @@ from ...errors import InputError, UnsupportedError
 from ...model.canonical import Document, InputFacts
 from ...options import Options
 from ...model.cudnn_ops import CUDNN_OPS as CUDNN_OPS_WORDS, PACKING_OPS
-from ...model.saved_model import GRAPH_FILES, KERAS_METADATA
+from ...model.saved_model import ASSETS, GRAPH_FILES, KERAS_METADATA, VARIABLES
 
 FORMAT = "tf-graph"
 #: What this reader reads, for messages.
@@ -226,7 +226,7 @@ def _carried_files(directory: Path) -> list:
     from ...files.inputs import is_regular
 
     out = []
-    for sub in ("variables", "assets", "assets.extra"):
+    for sub in (VARIABLES,) + ASSETS:
         root = directory / sub
         if not root.is_dir() or root.is_symlink():
             continue
