@@ -439,6 +439,28 @@ def contains(path, marker: bytes, what: str = "a file", *, kind: str = "graph") 
             raise _os_error(e, what, path) from None
 
 
+#: The latest answer of :func:`once` per question: ``{what: (file identity, value)}``.
+_ONCE: dict = {}
+
+
+def once(path, what: str, compute):
+    """``compute()`` about the file at ``path``, computed once while the file stays the same (device, inode, size,
+    modification and change times): what a sniff learnt, handed to the reader that reads the file next, so one
+    conversion reads a graph file once (issue 45: ``saved_model.pb`` was scanned in full twice, by the graph
+    reader's sniff and by its read).  Only the latest answer per ``what`` is kept; an exception is not kept."""
+    try:
+        st = os.stat(path)
+        key = (os.path.realpath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    except (OSError, ValueError):
+        return compute()
+    hit = _ONCE.get(what)
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    value = compute()
+    _ONCE[what] = (key, value)
+    return value
+
+
 def is_regular(path) -> bool:
     """Whether ``path`` (symlinks followed) is a regular file; never raises, never opens."""
     try:

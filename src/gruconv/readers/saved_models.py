@@ -43,17 +43,26 @@ def object_graph_file(path) -> Optional[Path]:
     cannot be read past its Keras identifier counts (:func:`gruconv.readers.tf2.metadata.model_config` then says what is wrong, in one
     line); a graph that cannot be read up to it does not."""
     from ..errors import GruconvError
-    from ..files.inputs import contains, is_regular
+    from ..files.inputs import contains, is_regular, once
 
     try:
         p = Path(path)
         gf = next((p / name for name, _ in GRAPH_FILES if p.is_dir() and is_regular(p / name)), None)
         # every model identifier holds the marker: a graph without it is not read into memory (a sniff of a
         # large TF1 SavedModel stays a look into a read-only map of it)
-        if gf is None or not contains(gf, _MODEL_MARKER, "a SavedModel graph",
-                                      kind="graph-text" if dict(GRAPH_FILES)[gf.name] else "graph"):
+        if gf is None:
             return None
-        identifier, meta, error = object_graph_root(gf)
+
+        def root():
+            if not contains(gf, _MODEL_MARKER, "a SavedModel graph",
+                            kind="graph-text" if dict(GRAPH_FILES)[gf.name] else "graph"):
+                return None
+            return object_graph_root(gf)
+
+        found = once(gf, "saved_models.object_graph_root", root)  # the sniff's look is the reader's
+        if found is None:
+            return None
+        identifier, meta, error = found
     except (GruconvError, OSError, ValueError, RecursionError):
         return None
     return gf if identifier in MODEL_IDENTIFIERS and (meta or error is not None) else None

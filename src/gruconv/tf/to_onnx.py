@@ -39,21 +39,26 @@ def _quiet_tensorflow():
     return tf
 
 
-def _graph_def_file(path: Path):
-    """A frozen ``GraphDef`` (``.pbtxt`` text, else binary) parsed by TensorFlow's protobuf classes."""
+def _graph_def_file(path: Path, graph=None):
+    """A frozen ``GraphDef`` (``.pbtxt`` text, else binary) parsed by TensorFlow's protobuf classes: the bytes the
+    reader read (``graph``, a :class:`gruconv.model.canonical.TfGraph`: ``data()``, ``text``), else the file."""
     from google.protobuf import message, text_format
     from tensorflow.core.framework import graph_pb2
 
     from ..files.inputs import open_regular
 
-    with open_regular(path, "a frozen GraphDef (.pb, .pbtxt)") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size > MAX_MODEL_BYTES:
-            raise InputError(f"is {size} bytes, over protobuf's 2 GiB", path=path)
-        data = f.read()
+    if graph is not None:
+        data, text = graph.data(), graph.text
+    else:
+        with open_regular(path, "a frozen GraphDef (.pb, .pbtxt)") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_MODEL_BYTES:
+                raise InputError(f"is {size} bytes, over protobuf's 2 GiB", path=path)
+            data = f.read()
+        text = path.suffix == ".pbtxt"
     gd = graph_pb2.GraphDef()
     try:
-        if path.suffix == ".pbtxt":
+        if text:
             text_format.Parse(data.decode("utf-8"), gd)
         else:
             gd.ParseFromString(data)
@@ -76,18 +81,23 @@ def frozen_interface(tf, gd) -> tuple:
     return inputs, outputs
 
 
-def load(path, *, signature: Optional[str] = None) -> tuple:
+def load(path, *, signature: Optional[str] = None, graph=None) -> tuple:
     """``(frozen GraphDef, inputs, outputs, tensors_to_rename, signature or None)`` of a SavedModel
     directory (``signature``, default ``serving_default``) or a frozen ``.pb``/``.pbtxt``, through
-    tf2onnx's loader (it freezes the variables and runs Grappler's constant folding)."""
+    tf2onnx's loader (it freezes the variables and runs Grappler's constant folding).  ``graph``: the
+    reader's :class:`~gruconv.model.canonical.TfGraph` of the input at ``path`` (the writer's case: a SavedModel
+    loaded from its graph file's directory, a frozen graph from the bytes the reader read); ``path`` names it
+    in messages."""
     tf = _quiet_tensorflow()
     from tf2onnx import tf_loader
 
     path = Path(path)
-    if path.is_dir():
+    saved_model = graph.kind == "SavedModel" if graph is not None else path.is_dir()
+    if saved_model:
         sig = signature or DEFAULT_SIGNATURE
+        directory = Path(graph.path).parent if graph is not None else path
         try:
-            gd, inputs, outputs, rename = tf_loader.from_saved_model(str(path), None, None, tag=["serve"],
+            gd, inputs, outputs, rename = tf_loader.from_saved_model(str(directory), None, None, tag=["serve"],
                                                                      signatures=[sig],
                                                                      return_tensors_to_rename=True)
         except Exception as e:  # noqa: BLE001 - TensorFlow's loader raises many unrelated types
@@ -96,7 +106,7 @@ def load(path, *, signature: Optional[str] = None) -> tuple:
         return gd, inputs, outputs, rename, sig
     if signature:
         raise UnsupportedError("a frozen GraphDef has no signatures (its placeholders are the inputs)", path=path)
-    gd = _graph_def_file(path)
+    gd = _graph_def_file(path, graph)
     try:
         inputs, outputs = frozen_interface(tf, gd)
         with tf.Graph().as_default():  # Grappler's meta-graph export needs a graph, not eager mode
@@ -107,7 +117,7 @@ def load(path, *, signature: Optional[str] = None) -> tuple:
     return gd, inputs, outputs, rename, None
 
 
-def convert(path, *, signature: Optional[str], opset: int, handlers: dict) -> tuple:
+def convert(path, *, signature: Optional[str], opset: int, handlers: dict, graph=None) -> tuple:
     """``(onnx.ModelProto, signature or None)``: the graph at ``path`` (a SavedModel directory: its ``signature``,
     default ``serving_default``; or a frozen ``.pb``/``.pbtxt``) loaded by :func:`load` and converted by tf2onnx
     at ``opset`` with ``handlers`` (``custom_op_handlers``) and its optimizer; a handler's
@@ -116,7 +126,7 @@ def convert(path, *, signature: Optional[str], opset: int, handlers: dict) -> tu
     from tf2onnx import optimizer
     from tf2onnx.tfonnx import process_tf_graph
 
-    gd, inputs, outputs, rename, sig = load(path, signature=signature)
+    gd, inputs, outputs, rename, sig = load(path, signature=signature, graph=graph)
     try:
         with tf.Graph().as_default() as tf_graph:
             tf.import_graph_def(gd, name="")

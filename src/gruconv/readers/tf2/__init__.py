@@ -219,14 +219,14 @@ def _served(path: Path) -> tuple:
     tf.keras GPU variant with a standard twin: :func:`gruconv.readers.tfgraph.cudnn.serves_on_cpu`), else
     ``(directory, why not)``: verify runs it as one more original (:mod:`gruconv.verify.reference.saved_model`).
     A graph this scan cannot read is not served (the conversion itself reads the variables, not the graph)."""
-    from ..tfgraph import graph_file, scan
+    from ..tfgraph import graph_file, scanned
     from ..tfgraph.cudnn import serves_on_cpu
 
     gf = graph_file(path)
     if gf is None:
         return path, "no saved_model.pb"
     try:
-        nodes = scan(gf).nodes
+        nodes = scanned(gf).nodes
     except GruconvError as e:
         return path, f"its graph cannot be read ({e.message})"
     if nodes and not serves_on_cpu(nodes):

@@ -162,6 +162,14 @@ def scan(gf: GraphFile) -> Scan:
     return Scan(gf, nodes, len(graphs), python)
 
 
+def scanned(gf: GraphFile) -> Scan:
+    """:func:`scan` of ``gf``, once while the file stays the same (:func:`gruconv.files.inputs.once`): the sniff's
+    scan is the reader's, so a conversion walks the graph once."""
+    from ...files.inputs import once
+
+    return once(gf.path, "tfgraph.scan", lambda: scan(gf))
+
+
 def _claims(p: Path, gf: GraphFile) -> bool:
     """The sniff's decision (see the module docstring for what is left to the other readers)."""
     from ...errors import GruconvError
@@ -181,7 +189,7 @@ def _claims(p: Path, gf: GraphFile) -> bool:
     except GruconvError:
         return True  # a graph file too large (or unreadable) to look into: read() says why, in one line
     try:
-        return bool(scan(gf).nodes)
+        return bool(scanned(gf).nodes)
     except GruconvError:
         return True  # a damaged graph that names cuDNN ops: read() says what is wrong with it
 
@@ -372,7 +380,7 @@ def read(path, options: Optional[Options] = None, **kw) -> GraphDoc:
                                            "is missing): its weights are not in it"), budget=budget)
     if gf is None:
         raise InputError("is not a SavedModel directory nor a .pb/.pbtxt graph", path=path)
-    s = scan(gf)
+    s = scanned(gf)
     return GraphDoc(path, gf, s.nodes, python_ops=s.python_ops, budget=budget)
 
 

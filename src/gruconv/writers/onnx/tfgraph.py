@@ -249,11 +249,13 @@ def handlers() -> dict:
     return {**{op: (convert_node, []) for op in RNN_OPS}, **{op: (convert_canonical, []) for op in sorted(PACKING_OPS)}}
 
 
-def build(path, *, signature: Optional[str] = None, opset: Optional[int] = None) -> tuple:
+def build(path, *, signature: Optional[str] = None, opset: Optional[int] = None, graph=None) -> tuple:
     """``(onnx.ModelProto, facts)``: the whole graph at ``path`` as ONNX (module docstring), checked.
     ``opset``: default :data:`gruconv.writers.onnx.graph.OPSET` (17); 14 at least (``GRU``/``LSTM`` with
     ``layout``, ``Squeeze`` with its axes as an input).  TensorFlow and tf2onnx are run by the TensorFlow side
-    (:func:`gruconv.tf.to_onnx.convert`), with this module's handlers."""
+    (:func:`gruconv.tf.to_onnx.convert`), with this module's handlers.  ``graph``: the document's
+    :class:`~gruconv.model.canonical.TfGraph` (the writer's case: what the reader found, loaded from there;
+    ``path``, the input, names it); without it, the graph at ``path`` (tests, scripts)."""
     from ...tf.to_onnx import convert
 
     opset = opset or OPSET
@@ -266,7 +268,7 @@ def build(path, *, signature: Optional[str] = None, opset: Optional[int] = None)
         converted.append(node.name)
 
     model, sig = convert(path, signature=signature, opset=opset,
-                         handlers={**handlers(), **{op: (handler, []) for op in RNN_OPS}})
+                         handlers={**handlers(), **{op: (handler, []) for op in RNN_OPS}}, graph=graph)
     _fill_output_shapes(model)
     check(model, path=path)
     facts = {"signature": sig, "opset": opset,
@@ -334,9 +336,9 @@ def check(model, *, path=None) -> None:
         raise UnsupportedError(f"the converted ONNX model is not valid ({first_line(e, 200)})", path=path) from None
 
 
-def serialized(path, out, *, signature: Optional[str] = None, opset: Optional[int] = None) -> tuple:
+def serialized(path, out, *, signature: Optional[str] = None, opset: Optional[int] = None, graph=None) -> tuple:
     """``(bytes, facts)``: :func:`build`'s model serialized, refused over protobuf's 2 GiB (said of ``out``)."""
-    model, facts = build(path, signature=signature, opset=opset)
+    model, facts = build(path, signature=signature, opset=opset, graph=graph)
     data = model.SerializeToString()
     if len(data) > MAX_MODEL_BYTES:
         raise OutputError(f"the ONNX model would be {len(data)} bytes, over protobuf's 2 GiB", path=out)
