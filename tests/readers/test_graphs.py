@@ -135,7 +135,7 @@ def test_inspect_lists_each_cudnn_node_with_its_settings():
 @pytest.mark.parametrize("name", sorted(GPU_ONLY))
 def test_convert_of_a_graph_running_cudnn_ops_to_a_keras_name_is_never_nothing_to_convert(name, tmp_path):
     """Never "nothing to convert" (exit 0): a ``.keras`` name gets the one cuDNN node's stack
-    (:mod:`gruconv.graph_stacks`), or, for several nodes, a usage line (exit 2) with nothing written.
+    (:mod:`gruconv.readers.tfgraph.stacks`), or, for several nodes, a usage line (exit 2) with nothing written.
     (verify of these graphs: tests/verify/test_graph_end_to_end.py, tests/writers/test_graph_stacks.py.)"""
     r = _run(["convert", GRAPHS / name, tmp_path / "out.keras"])
     if name == "keras3_export":

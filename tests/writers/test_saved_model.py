@@ -156,7 +156,7 @@ def test_an_existing_output_is_refused_before_any_work(tmp_path):
 
 
 def test_a_graph_to_a_model_file_name_writes_its_stack(tmp_path):
-    """A model file name of a stack writer gets the graph's cuDNN node stack (:mod:`gruconv.graph_stacks`); .onnx
+    """A model file name of a stack writer gets the graph's cuDNN node stack (:mod:`gruconv.readers.tfgraph.stacks`); .onnx
     is the whole graph; a SavedModel directory is the natural output."""
     src = GOLDEN_GRAPHS / GOLDEN["gru_1l_uni_v1"]["file"]
     for name in ("o.keras", "o.weights.h5", "o.safetensors", "o.h5"):

@@ -10,6 +10,12 @@ inputs, every ``serving_default`` output of
 * the whole graph as ONNX (tf2onnx with gruconv's handlers, run by onnxruntime's own GRU/LSTM kernels:
   :mod:`gruconv.writers.onnx.tfgraph`).
 
+What the reference shares with the outputs: exactly the rewrite, :mod:`gruconv.tf.rewrite` (its oracle nodes
+replace the cuDNN nodes where the SavedModel output's equations do), with the SavedModel output; nothing with the
+ONNX output (tf2onnx and gruconv's handlers, :mod:`gruconv.tf.to_onnx`).  Both conversions are made (when no
+converted file is given) by the writers the registry hands ``convert`` (``writers.offering``), inside the same
+bounded child as the reference.
+
 What that checks beyond each node's own check (:func:`.subjects.tf_graph_subjects`, a bare stack on seeded
 weights): the wiring around the nodes (which output a consumer reads, time- or batch-major tensors, the
 states' layout, the signatures), the graph's own ``params`` and how the conversions read the nodes' attrs.
@@ -29,7 +35,7 @@ import numpy as np
 
 from .. import writers
 
-#: Sizes tried for every unknown dimension: the writer's serve check's (``build.PROBE_SIZES``), the smallest
+#: Sizes tried for every unknown dimension: the writer's serve check's (``gruconv.tf.runtime.PROBE_SIZES``), the smallest
 #: batch of several sequences first (a size of 1 checks little of the batch's wiring).
 PROBE_SIZES = (4, 3, 2, 6, 8, 1)
 #: The signature compared (the ONNX writer converts this one).

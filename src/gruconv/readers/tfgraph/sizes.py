@@ -4,7 +4,7 @@ the node can be converted.
 Where each size comes from (``tensorflow/core/ops/cudnn_rnn_ops.cc``, TensorFlow 2.21: ``input`` is
 ``[T, B, I]`` and the states ``[L*D, B, H]``; ``CudnnRNNV3`` with ``time_major=false`` takes ``[B, T, I]``
 and states shaped ``[B, L*D, H]``, whose memory cuDNN reads as ``[L*D, B, H]``:
-:mod:`gruconv.writers.saved_model.equations`):
+:mod:`gruconv.tf.equations`):
 
 * the input size ``I``: the input's static shape, dim 2;
 * the units ``H`` and ``L*D``: ``input_h``'s static shape, or the node's own ``_output_shapes``
