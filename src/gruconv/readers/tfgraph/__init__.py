@@ -381,7 +381,7 @@ def read(path, options: Optional[Options] = None, **kw) -> GraphDoc:
     if gf is None:
         raise InputError("is not a SavedModel directory nor a .pb/.pbtxt graph", path=path)
     s = scanned(gf)
-    return GraphDoc(path, gf, s.nodes, python_ops=s.python_ops, budget=budget)
+    return GraphDoc(path, gf, list(s.nodes), python_ops=list(s.python_ops), budget=budget)
 
 
 # --------------------------------------------------------------------------- registry verbs
