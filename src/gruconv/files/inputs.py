@@ -446,7 +446,7 @@ _ONCE: dict = {}
 def once(path, what: str, compute):
     """``compute()`` about the file at ``path``, computed once while the file stays the same (device, inode, size,
     modification and change times): what a sniff learnt, handed to the reader that reads the file next, so one
-    conversion reads a graph file once (issue 45: ``saved_model.pb`` was scanned in full twice, by the graph
+    conversion reads a graph file once (``saved_model.pb`` was scanned in full twice before, by the graph
     reader's sniff and by its read).  Only the latest answer per ``what`` is kept; an exception is not kept."""
     try:
         st = os.stat(path)
