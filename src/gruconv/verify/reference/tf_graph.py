@@ -76,10 +76,9 @@ def _shape(s: dict, x, h, params):
     return shape
 
 
-def _node(s: dict, record=None):
+def _node(s: dict):
     """``compute(input, input_h, input_c, params[, sequence_lengths]) -> (output, output_h, output_c)`` of a
-    cuDNN node of settings ``s``, in NumPy (the op's layouts; module docstring); ``record(params)``, where
-    given, is called with each ``params`` it computes with."""
+    cuDNN node of settings ``s``, in NumPy (the op's layouts; module docstring)."""
     from ...model.canonical import RNNStack
     from ...model.cudnn_layout import unpack
     from .oracle import run_stack
@@ -90,8 +89,6 @@ def _node(s: dict, record=None):
     def compute(x, h, c, params, lengths=None):
         x, h, c, params = (np.asarray(t.numpy()) for t in (x, h, c, params))
         lengths = None if lengths is None else np.asarray(lengths.numpy())
-        if record is not None:
-            record(params)
         shape = _shape(s, x, h, params)
         LD, H = shape.num_pseudo_layers, shape.units
         lstm = "c" in shape.cell_spec.states
@@ -123,12 +120,12 @@ def key(rnn, node) -> tuple:
     return node.op, attrs, len([i for i in node.input if not i.startswith("^")])
 
 
-def trace(tf, rnn, node, record=None):
+def trace(tf, rnn, node):
     """The concrete function standing for ``node`` in the reference graph: the op's inputs and outputs
     (:data:`gruconv.model.cudnn_ops.OUTPUTS`), its values from a ``tf.py_function`` callback
     configured by the NodeDef alone (:func:`settings`; sizes from the tensors at run time).  The callback
     stays registered while this process runs (TensorFlow's ``script_ops`` keeps a reference to it on the
-    outermost graph).  ``record``: :func:`_node`'s."""
+    outermost graph)."""
     from ...model.cudnn_ops import PACKING_OPS
     from ...tf.equations import input_specs, op_outputs, packing_specs
 
@@ -141,7 +138,7 @@ def trace(tf, rnn, node, record=None):
 
         specs = packing_specs(tf, dtype, n_in - 3, 0)  # weights then biases: one run of tensors
         return tf.function(packed, input_signature=specs, autograph=False).get_concrete_function()
-    compute = _node(s, record)
+    compute = _node(s)
 
     def run(*args):
         y, h, c = tf.py_function(compute, list(args), Tout=[dtype, dtype, dtype])
