@@ -255,6 +255,33 @@ HOSTILE = {
 }
 
 
+def _full_reads(monkeypatch, name: str) -> list:
+    """The graph files read whole (``files.inputs.read_bytes``) while inspecting ``name``'s graph."""
+    from gruconv.files import inputs
+
+    real, reads = inputs.read_bytes, []
+    monkeypatch.setattr(inputs, "read_bytes",
+                        lambda p, *a, **k: reads.append(Path(p).name) or real(p, *a, **k))
+    api.inspect(name)
+    return [r for r in reads if r.endswith((".pb", ".pbtxt"))]
+
+
+@pytest.mark.parametrize("name", ["keras3_export", "frozen_gru.pb"])
+def test_the_graph_is_read_once_by_the_sniff_and_the_reader_together(name, tmp_path, monkeypatch):
+    """The sniff's scan is the reader's (:func:`gruconv.files.inputs.once`): the graph file is read whole once
+    (before, twice: the sniff's scan, then the reader's).
+    Without the hand-over (``once`` planted to compute every time) the count is 2 again."""
+    from gruconv.files import inputs
+
+    def copy(to):  # a file of its own: no earlier answer (the scan's, the detection's) is at hand for it
+        (shutil.copytree if (GRAPHS / name).is_dir() else shutil.copyfile)(GRAPHS / name, tmp_path / to)
+        return tmp_path / to
+
+    assert len(_full_reads(monkeypatch, copy(f"a_{name}"))) == 1
+    monkeypatch.setattr(inputs, "once", lambda path, what, compute: compute())
+    assert len(_full_reads(monkeypatch, copy(f"b_{name}"))) == 2
+
+
 @pytest.mark.parametrize("name", sorted(HOSTILE))
 @pytest.mark.parametrize("command", ["inspect", "convert"])
 def test_a_damaged_graph_naming_cudnn_ops_is_one_line_exit_3(name, command, tmp_path):
