@@ -48,6 +48,7 @@ import numpy as np
 
 from .. import readers
 from ..errors import ReferenceUnavailable, UsageError
+from ..files.inputs import reading_once
 from ..options import Bounds, Options
 from ..progress import step
 from .engines import Engine, choose_reference
@@ -102,6 +103,7 @@ def _device_runs(device: str, report, probe=None) -> list:
     return runs
 
 
+@reading_once
 def verify(input, converted=None, options: Optional[Options] = None, *, bounds: Optional[Bounds] = None,
            reference: str = "auto", allow_tf32: bool = False, batch: int = 2, steps: int = 8, seed: int = 0,
            inputs=None, device: str = "cpu", int8_tolerance: Optional[float] = None, **kw) -> VerifyReport:
