@@ -56,8 +56,11 @@ FORMATS = (None, "keras", "h5-weights", "keras-weights", "torch", "onnx")
 
 
 def inputs() -> list:
+    """Every case's input; ``COMPARE_DIRS`` (comma-separated ``fixtures/`` folder names, ``--dirs``) keeps only those."""
+    only = {d for d in os.environ.get("COMPARE_DIRS", "").split(",") if d}
     out = []
-    for d in sorted(p for p in FIXTURES.iterdir() if p.is_dir() and p.name not in SKIP_DIRS):
+    for d in sorted(p for p in FIXTURES.iterdir() if p.is_dir() and p.name not in SKIP_DIRS
+                    and (not only or p.name in only)):
         for p in sorted(d.iterdir()):
             if p.name in SKIP_NAMES or p.suffix in (".py", ".md", ".npz") or p.name.startswith("."):
                 continue
@@ -208,12 +211,15 @@ def main(argv=None) -> int:
     r = sub.add_parser("run")
     r.add_argument("out", type=Path)
     r.add_argument("--src", type=Path, help="gruconv source tree (a child process runs with it on PYTHONPATH)")
+    r.add_argument("--dirs", help="only these fixtures/ folders, comma-separated (graphs,graphs_golden)")
     d = sub.add_parser("diff")
     d.add_argument("a", type=Path)
     d.add_argument("b", type=Path)
     args = ap.parse_args(argv)
     if args.cmd == "diff":
         return diff(args.a, args.b)
+    if args.dirs:
+        os.environ["COMPARE_DIRS"] = args.dirs
     if args.src:
         env = dict(os.environ, PYTHONPATH=str(args.src.resolve()))
         return subprocess.call([sys.executable, __file__, "run", str(args.out)], env=env)

@@ -131,6 +131,39 @@ def test_the_upward_import_finder_finds_planted_ones():
         "gruconv.verify.verdicts imports gruconv"]
 
 
+def _with_package_inits(graph: dict) -> dict:
+    """``graph`` with the edges an import also makes at run time: importing ``a.b.c`` runs ``a/b/__init__``
+    (and ``a/__init__``), so a module that imports a submodule of another package also depends on that
+    package's ``__init__`` (child -> parent-package edges; a module's own ancestors are running already and
+    add no edge).  The count of ``../shared/STRUCTURE-REVIEW.md`` section 1, which found two cycles the plain
+    count did not (``readers.tf2`` <-> ``readers.tfgraph``, ``verify`` -> ``graph_stacks`` -> ``verify``)."""
+    out = {}
+    for m, targets in graph.items():
+        edges = set(targets)
+        for t in targets:
+            parts = t.split(".")
+            for i in range(1, len(parts)):
+                anc = ".".join(parts[:i])
+                if anc in graph and anc != m and not m.startswith(anc + "."):
+                    edges.add(anc)
+        out[m] = edges
+    return out
+
+
+def test_no_import_cycle_counting_package_inits():
+    assert _cycles(_with_package_inits(_graph(_modules()))) == []
+
+
+def test_the_package_init_count_finds_a_planted_cycle():
+    """The shape of the readers' old tie: each package imports a submodule of the other, no module cycle."""
+    graph = {"r": set(), "r.tf2": {"r.tfgraph.scan"}, "r.tf2.metadata": set(),
+             "r.tfgraph": {"r.tf2.metadata"}, "r.tfgraph.scan": set()}
+    assert _cycles(graph) == []
+    assert _cycles(_with_package_inits(graph)) == [["r.tf2", "r.tfgraph"]]
+    # a module importing its own package's submodules adds no edge to its own package
+    assert _with_package_inits({"p": {"p.a"}, "p.a": {"p.b"}, "p.b": set()})["p.a"] == {"p.b"}
+
+
 def test_the_cycle_finder_sees_a_package_importing_back_from_its_child():
     """The shape of the cycle that the old package-edge filter hid."""
     graph = {"p": {"p.a"}, "p.a": {"p.b"}, "p.b": {"p"}}
@@ -475,6 +508,36 @@ def test_readers_never_import_writers():
     assert _package_imports(_modules(), ("readers",), ("writers", "verify", "batch", "api", "run_options")) == []
 
 
+#: What verify may import of ``writers/`` beyond the registry (``from .. import writers``): the planning rule of
+#: where ``convert`` put each file (``stack_targets``, ``natural_format``), which is no writer.
+VERIFY_MAY_IMPORT = {"gruconv.verify.subjects -> gruconv.writers.planning"}
+
+
+def _verify_reaches_into(mods: dict) -> list:
+    """``verify`` imports of a writer or reader *module* (the packages' registries are how it asks them)."""
+    return [f for f in _package_imports(mods, ("verify",), ("writers", "readers"))
+            if f.split(" -> ")[1] not in ("gruconv.writers", "gruconv.readers")]
+
+
+def test_verify_names_no_writer_or_reader_module():
+    """Issue 45: verify asks a writer through the registry (``writers.module(fmt)``, its ``load``/``runners``/
+    ``node_runner``/``built`` hooks) and walks configs with :mod:`gruconv.model.keras_config`, so it names no
+    writer's or reader's module: what it checks is what the registry hands ``convert`` too."""
+    assert set(_verify_reaches_into(_modules())) == VERIFY_MAY_IMPORT
+
+
+def test_the_verify_import_finder_finds_planted_ones(tmp_path):
+    mods = _modules()
+    planted = tmp_path / "planted.py"
+    planted.write_text("from .. import writers, readers\n"
+                       "def f():\n    from ..writers.saved_model.node_runner import runner\n"
+                       "    from ..readers.keras_h5 import walk_layers\n")
+    mods["gruconv.verify.planted"] = planted
+    got = set(_verify_reaches_into(mods)) - VERIFY_MAY_IMPORT
+    assert got == {"gruconv.verify.planted -> gruconv.writers.saved_model.node_runner",
+                   "gruconv.verify.planted -> gruconv.readers.keras_h5"}
+
+
 #: Readers that still import the Keras 3 side for config vocabulary (issue 38 point 3 moves the pure config
 #: walking into one module under ``model/``; each entry goes when its import does, and no new one comes).
 READERS_IMPORTING_KERAS3 = {
@@ -719,15 +782,18 @@ def test_the_bench_page_check_finds_a_planted_section(tmp_path):
 
 #: The frameworks only the TensorFlow side (``gruconv/tf/``) imports (issue 45 item 1).
 TF_FRAMEWORKS = ("tensorflow", "tf2onnx")
-#: Modules outside ``tf/`` that still import TensorFlow or tf2onnx (an ``import`` statement, or a call of
-#: ``import_quietly``/``import_module`` with its name).  Each entry goes when its import moves into ``tf/``
-#: (``../shared/STRUCTURE-REVIEW.md`` section 6: the rewrite, equations, node runner, params evaluation and the
-#: tf2onnx loader), and no new one comes.  ``keras3.runtime`` imports TensorFlow as Keras's backend.
-TF_IMPORTERS_LEFT = {
-    "gruconv.keras3.runtime", "gruconv.verify.reference.keras2", "gruconv.verify.reference.saved_model",
-    "gruconv.verify.reference.tf_graph", "gruconv.verify.subjects", "gruconv.verify.tfgraph",
-    "gruconv.writers.onnx.tfgraph", "gruconv.writers.saved_model.build", "gruconv.writers.saved_model.node_runner",
-}
+#: Modules outside ``tf/`` that import TensorFlow or tf2onnx (an ``import`` statement, or a call of
+#: ``import_quietly``/``import_module`` with its name): the two that stay, each for a reason that is not the
+#: graph family's, and no new one comes.  (Moved into ``tf/`` in issue 45: the rewrite, equations, node
+#: runner, params evaluation, the tf2onnx loader, the served SavedModel, the probe loop.)
+#:
+#: * ``keras3.runtime``: TensorFlow *as Keras 3's backend* (its GPU probe, TF32 math, a ``tf.function`` of a
+#:   stateless call): the Keras side's runtime, which must work with whichever backend Keras runs; moving it
+#:   under ``tf/`` would make the Keras side depend on the graph family's package for its own backend.
+#: * ``verify.reference.keras2``: tf_keras (Keras 2), which is TensorFlow's own Keras, is verify's independent
+#:   reference of a legacy model; it needs ``tensorflow`` for its device scope and constants beside
+#:   ``tf_keras`` (the one importer of tf_keras, ``../shared/STRUCTURE-REVIEW.md`` section 6).
+TF_IMPORTERS_LEFT = {"gruconv.keras3.runtime", "gruconv.verify.reference.keras2"}
 
 
 def _framework_imports(source: str, frameworks=TF_FRAMEWORKS) -> list:
@@ -765,3 +831,29 @@ def test_the_tensorflow_import_finder_finds_planted_ones():
                "def h():\n    import importlib\n    return importlib.import_module('tensorflow.python')\n"
                "def k():\n    from . import tensorflow_names\n    return import_quietly('tf_keras')\n")
     assert _framework_imports(planted) == [2, 4, 6, 9]
+
+
+# --------------------------------------------------------------------------- SavedModel names, once
+
+#: A SavedModel's member names and signature key (issue 45 item 5): spelled only in ``model/saved_model.py``.
+SAVED_MODEL_NAMES = {"saved_model.pb", "saved_model.pbtxt", "serving_default", "keras_metadata.pb", "variables",
+                     "variables/variables", "assets.extra"}
+
+
+def _saved_model_names(source: str) -> list:
+    """Line numbers of string constants in ``source`` that are exactly one of :data:`SAVED_MODEL_NAMES`."""
+    return sorted(n.lineno for n in ast.walk(ast.parse(source))
+                  if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in SAVED_MODEL_NAMES)
+
+
+def test_saved_model_names_are_spelled_once():
+    found = [f"{m}:{line}" for m, p in _modules().items() if m != "gruconv.model.saved_model"
+             for line in _saved_model_names(p.read_text())]
+    assert found == [], "use gruconv.model.saved_model's names"
+
+
+def test_the_saved_model_name_finder_finds_planted_ones():
+    planted = ('"""Reads saved_model.pb (a docstring may say so)."""\n'
+               'SIG = "serving_default"\n'
+               'def f(d):\n    return d / "variables" / "variables", f"{d}/saved_model.pb"\n')
+    assert _saved_model_names(planted) == [2, 4, 4]

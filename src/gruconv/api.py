@@ -18,11 +18,13 @@ from pathlib import Path
 from typing import Optional
 
 from . import readers, run_options
+from .files.inputs import reading_once
 from .options import Bounds, ConvertResult, Options
 
 __all__ = ["inspect", "convert", "write", "verify", "check_not_inputs", "ConvertResult", "Options"]
 
 
+@reading_once
 def inspect(path, options=None, **kw) -> dict:
     """Describe every cuDNN RNN in a file, and what ``convert`` would produce; for a file with a Keras
     architecture, also whether each recurrent layer runs on cuDNN (``cudnn_eligibility``,
@@ -99,6 +101,7 @@ def _add_targets(info: dict) -> None:
                             for fmt, d in writers.targets(StackShape(**r["shape"])).items()}
 
 
+@reading_once
 def convert(input, output, options=None, *, verify: bool = False, bounds: Optional[Bounds] = None, batch: int = 2,
             steps: int = 8, seed: int = 0, int8_tolerance: Optional[float] = None, **kw) -> ConvertResult:
     """Convert one input into a Keras 3 model (``.keras``) or a weights file (``.h5``).
@@ -126,9 +129,7 @@ def convert(input, output, options=None, *, verify: bool = False, bounds: Option
     outputs = Outputs(force=opts.force)
     planned = plan(document, output, opts)
     if planned.route == "tf-graph-stacks":  # a graph's cuDNN nodes as bare stacks: their params evaluated
-        from .graph_stacks import stacks_of
-
-        document = stacks_of(document).document()
+        document = document.as_stacks().document()
         planned = plan(document, output, opts)
     if not verify:
         return write(document, planned, outputs, opts)

@@ -99,7 +99,7 @@ def _graph_target(target, options) -> bool:
     file (a name such a writer claims: ``model.onnx``)."""
     from pathlib import Path
 
-    from .files.outputs import REPLACEABLE_TREES as SAVED_MODEL_FILES
+    from .model.saved_model import SAVED_MODEL_FILES
 
     if target is None:
         return False

@@ -28,7 +28,7 @@ from conftest import FIXTURES, assert_parity_failure
 from gruconv import api
 from gruconv.cli import main as cli
 from gruconv.readers import tfgraph
-from gruconv.readers.tfgraph import protos
+from gruconv.readers import protos
 
 GRAPHS = FIXTURES / "graphs"
 MANIFEST = json.loads((GRAPHS / "manifest.json").read_text())["fixtures"]
@@ -135,7 +135,7 @@ def test_inspect_lists_each_cudnn_node_with_its_settings():
 @pytest.mark.parametrize("name", sorted(GPU_ONLY))
 def test_convert_of_a_graph_running_cudnn_ops_to_a_keras_name_is_never_nothing_to_convert(name, tmp_path):
     """Never "nothing to convert" (exit 0): a ``.keras`` name gets the one cuDNN node's stack
-    (:mod:`gruconv.graph_stacks`), or, for several nodes, a usage line (exit 2) with nothing written.
+    (:mod:`gruconv.readers.tfgraph.stacks`), or, for several nodes, a usage line (exit 2) with nothing written.
     (verify of these graphs: tests/verify/test_graph_end_to_end.py, tests/writers/test_graph_stacks.py.)"""
     r = _run(["convert", GRAPHS / name, tmp_path / "out.keras"])
     if name == "keras3_export":
@@ -253,6 +253,33 @@ HOSTILE = {
     "bad_escape.pbtxt": lambda: b'node { name: "\\q" op: "CudnnRNN" }',
     "not_utf8.pbtxt": lambda: b'node { op: "CudnnRNN" name: "\xff\xfe" }',
 }
+
+
+def _full_reads(monkeypatch, name: str) -> list:
+    """The graph files read whole (``files.inputs.read_bytes``) while inspecting ``name``'s graph."""
+    from gruconv.files import inputs
+
+    real, reads = inputs.read_bytes, []
+    monkeypatch.setattr(inputs, "read_bytes",
+                        lambda p, *a, **k: reads.append(Path(p).name) or real(p, *a, **k))
+    api.inspect(name)
+    return [r for r in reads if r.endswith((".pb", ".pbtxt"))]
+
+
+@pytest.mark.parametrize("name", ["keras3_export", "frozen_gru.pb"])
+def test_the_graph_is_read_once_by_the_sniff_and_the_reader_together(name, tmp_path, monkeypatch):
+    """The sniff's scan is the reader's (:func:`gruconv.files.inputs.once`): the graph file is read whole once
+    (before, twice: the sniff's scan, then the reader's).
+    Without the hand-over (``once`` planted to compute every time) the count is 2 again."""
+    from gruconv.files import inputs
+
+    def copy(to):  # a file of its own: no earlier answer (the scan's, the detection's) is at hand for it
+        (shutil.copytree if (GRAPHS / name).is_dir() else shutil.copyfile)(GRAPHS / name, tmp_path / to)
+        return tmp_path / to
+
+    assert len(_full_reads(monkeypatch, copy(f"a_{name}"))) == 1
+    monkeypatch.setattr(inputs, "once", lambda path, what, compute: compute())
+    assert len(_full_reads(monkeypatch, copy(f"b_{name}"))) == 2
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))

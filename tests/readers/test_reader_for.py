@@ -46,7 +46,7 @@ def test_a_tf_keras_saved_model_of_cudnn_layers_converts_to_a_cpu_saved_model_an
     import keras
     import tensorflow as tf
 
-    from gruconv.writers.saved_model.rewrite import cudnn_ops_left
+    from gruconv.tf.rewrite import cudnn_ops_left
     from tensorflow.core.protobuf import saved_model_pb2
 
     out, model = tmp_path / "cpu_model", tmp_path / "m.keras"

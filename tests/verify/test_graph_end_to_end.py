@@ -143,7 +143,7 @@ def test_a_planted_error_in_the_saved_model_fails_its_rows(tmp_path, monkeypatch
     """The SavedModel's GRU with reset and update gates swapped: its node rows and its end-to-end rows fail,
     the ONNX rows pass, exit 1."""
     _planted_errors_reach_the_graph_runs(monkeypatch)
-    from gruconv.writers.saved_model import equations
+    from gruconv.tf import equations
 
     gru = equations.STEPS["gru"]
     monkeypatch.setitem(equations.STEPS, "gru",

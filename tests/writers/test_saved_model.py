@@ -156,7 +156,7 @@ def test_an_existing_output_is_refused_before_any_work(tmp_path):
 
 
 def test_a_graph_to_a_model_file_name_writes_its_stack(tmp_path):
-    """A model file name of a stack writer gets the graph's cuDNN node stack (:mod:`gruconv.graph_stacks`); .onnx
+    """A model file name of a stack writer gets the graph's cuDNN node stack (:mod:`gruconv.readers.tfgraph.stacks`); .onnx
     is the whole graph; a SavedModel directory is the natural output."""
     src = GOLDEN_GRAPHS / GOLDEN["gru_1l_uni_v1"]["file"]
     for name in ("o.keras", "o.weights.h5", "o.safetensors", "o.h5"):
@@ -196,7 +196,7 @@ def _expected(m: dict, golden) -> dict:
 def _cudnn_ops_in(path: Path) -> list:
     from tensorflow.core.protobuf import saved_model_pb2
 
-    from gruconv.writers.saved_model.rewrite import cudnn_ops_left
+    from gruconv.tf.rewrite import cudnn_ops_left
 
     sm = saved_model_pb2.SavedModel()
     sm.ParseFromString((path / "saved_model.pb").read_bytes())
@@ -237,7 +237,7 @@ def test_every_golden_graph_converts_and_serves_on_a_cpu_what_cudnn_computed(tf,
 @pytest.mark.slow
 def test_a_planted_error_in_the_replacement_fails_the_comparison(tf, tmp_path, monkeypatch):
     """The comparison above can fail: the GRU's reset and update gates swapped in the replacement."""
-    from gruconv.writers.saved_model import equations
+    from gruconv.tf import equations
 
     gru = equations.STEPS["gru"]
 
@@ -259,7 +259,7 @@ def test_a_planted_error_in_the_replacement_fails_the_comparison(tf, tmp_path, m
 def test_a_cudnn_op_left_in_the_output_is_caught_and_nothing_written(tf, tmp_path, monkeypatch):
     """A rewrite that misses a node (planted: the replacement skipped) is refused after writing, before
     placing: exit 3, one line, no output directory and no temporary left."""
-    from gruconv.writers.saved_model import rewrite
+    from gruconv.tf import rewrite
 
     monkeypatch.setattr(rewrite, "_replace", lambda node, name: None)
     from gruconv.tf import bounded
@@ -351,7 +351,7 @@ def test_the_replacement_has_one_step_per_cell_of_the_cell_table():
     """``equations.STEPS`` is keyed by cell like ``CELLS``: a cell added to the table without its equations
     fails here, not in a user's conversion."""
     from gruconv.model.canonical import CELLS
-    from gruconv.writers.saved_model import equations
+    from gruconv.tf import equations
 
     assert set(equations.STEPS) == set(CELLS)
 
@@ -392,7 +392,7 @@ def test_verify_checks_each_cudnn_node_of_a_graph_and_its_conversion(tmp_path):
 def test_verify_fails_a_planted_error_in_a_converted_node(tmp_path, monkeypatch):
     """A converted SavedModel whose GRU replacement has its reset and update gates swapped: verify of it is a
     parity failure (exit 1, no exception escaped)."""
-    from gruconv.writers.saved_model import equations
+    from gruconv.tf import equations
 
     gru = equations.STEPS["gru"]
     from gruconv.tf import bounded

@@ -283,7 +283,9 @@ class _Discovery:
         """A directory that is a TensorFlow model in a form no reader takes (a SavedModel without the
         variables bundle gruconv reads): passed over with that reason."""
         try:
-            marker = next((n for n in ("saved_model.pb", "saved_model.pbtxt") if (path / n).is_file()), None)
+            from ..model.saved_model import SAVED_MODEL_FILES
+
+            marker = next((n for n in SAVED_MODEL_FILES if (path / n).is_file()), None)
         except OSError:
             marker = None
         if marker is not None:

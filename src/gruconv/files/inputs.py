@@ -65,7 +65,7 @@ MAX_SEQUENTIAL_LAYERS = 256
 #: Most layers a Keras model config may hold in all (nested models and wrapped layers counted).
 MAX_LAYERS = 4096
 #: Most protobuf fields a walk of a TensorFlow graph looks at (nodes, functions, the attrs of the nodes it
-#: reads: :mod:`gruconv.readers.tfgraph.protos`).  Why: a field can take 2 bytes, so a 2 GiB file could
+#: reads: :mod:`gruconv.readers.protos`).  Why: a field can take 2 bytes, so a 2 GiB file could
 #: hold a billion, and looking at one costs 2-12 microseconds here; a real graph needs far fewer (tf.keras's
 #: 1.1 MB SavedModel of a two-layer GRU/LSTM model: 22,000).  At the limit a walk takes 10-60 s.
 MAX_GRAPH_FIELDS = 5_000_000
@@ -437,6 +437,51 @@ def contains(path, marker: bytes, what: str = "a file", *, kind: str = "graph") 
                 return m.find(marker) >= 0
         except OSError as e:
             raise _os_error(e, what, path) from None
+
+
+#: The answers of :func:`once` in the reading under way (:func:`reading_once`): ``{what: (file identity,
+#: value)}``; None outside one (every question is computed).
+_ONCE = None
+
+
+def reading_once(fn):
+    """``fn`` (``api.convert``, ``api.inspect``, ``verify``) as one reading of its input: within it, :func:`once`
+    hands each answer on; after it, nothing is kept (a later call reads the files again)."""
+    import functools
+
+    @functools.wraps(fn)
+    def one_reading(*args, **kw):
+        global _ONCE
+        if _ONCE is not None:  # inside another (convert --verify): its answers are this one's
+            return fn(*args, **kw)
+        _ONCE = {}
+        try:
+            return fn(*args, **kw)
+        finally:
+            _ONCE = None
+
+    return one_reading
+
+
+def once(path, what: str, compute):
+    """``compute()`` about the file at ``path``, computed once in one reading (:func:`reading_once`) while the
+    file stays the same (device, inode, size, modification and change times): what a sniff learnt, handed to
+    the reader that reads the file next, so one conversion reads a graph file once (``saved_model.pb`` was
+    scanned in full twice before, by the graph reader's sniff and by its read).  Only the latest answer per
+    ``what`` is kept; an exception is not kept; outside a reading, ``compute()`` every time."""
+    if _ONCE is None:
+        return compute()
+    try:
+        st = os.stat(path)
+        key = (os.path.realpath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    except (OSError, ValueError):
+        return compute()
+    hit = _ONCE.get(what)
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    value = compute()
+    _ONCE[what] = (key, value)
+    return value
 
 
 def is_regular(path) -> bool:

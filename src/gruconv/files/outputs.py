@@ -483,7 +483,7 @@ def hdf5_file(path):
 
 #: Files whose presence makes an existing directory one ``--force`` may replace (a SavedModel's graph
 #: file, ``tensorflow/python/saved_model/constants.py``); any other non-empty directory is refused.
-REPLACEABLE_TREES = ("saved_model.pb", "saved_model.pbtxt")
+from ..model.saved_model import SAVED_MODEL_FILES as REPLACEABLE_TREES  # noqa: E402
 
 
 def check_tree_target(out: Path, *, force: bool) -> None:

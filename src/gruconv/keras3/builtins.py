@@ -93,3 +93,17 @@ def is_custom(class_name) -> bool:
     if ">" in class_name:  # registered with register_keras_serializable: a user's class by definition
         return True
     return name not in KERAS3_LAYERS and name not in LEGACY_LAYERS and not is_keras_function(name)
+
+
+def custom_classes(model_config) -> dict:
+    """``{class name: [layer path, ...]}`` of a model config's custom layers: classes that are neither Keras 3's
+    nor tf_keras's own (:func:`is_custom`)."""
+    from ..model.keras_config import class_name_of, walk_layers
+
+    found: dict = {}
+    if isinstance(model_config, dict):
+        for layer, rpath, _top, _wrapper in walk_layers(model_config):
+            cls = class_name_of(layer)
+            if is_custom(cls):
+                found.setdefault(bare_name(cls), []).append(rpath)
+    return found

@@ -736,7 +736,7 @@ def _obj_name(layer: dict) -> str:
 def _pair(src: dict, dst: Optional[dict], spath: str, dpath: str, lpath: str, out: dict, where: dict) -> None:
     """Walk ``src`` (a tf_keras layer config) beside ``dst`` (its Keras 3 config, or None): ``out``
     {Keras 3 vars group: stored vars group}, ``where`` {layer config path: stored object path}; layer
-    config paths as :func:`gruconv.readers.keras_h5.walk_layers` names them (a Bidirectional's backward
+    config paths as :func:`gruconv.model.keras_config.walk_layers` names them (a Bidirectional's backward
     half as ``<wrapper>/~backward_layer``)."""
     cls = _cls(src)
     conf = src.get("config") if isinstance(src.get("config"), dict) else {}

@@ -326,6 +326,9 @@ class Document:
     needs_config: Optional[str] = None
     #: ``row(index, nonfinite) -> dict``: stack ``index`` in the convert report's schema
     row: object = None
+    #: ``as_stacks()``: a graph's cuDNN nodes as a reader document of bare stacks (content ``stacks``), their
+    #: params evaluated by running the graph: the graph reader's, for the ``tf-graph-stacks`` route
+    as_stacks: object = None
 
     @property
     def cells(self) -> list:
@@ -417,8 +420,9 @@ class TfGraph:
     its guards); ``files``: ``(relative path, source)`` of the SavedModel's other files the output
     carries byte for byte (``variables/``, ``assets/``); ``budget``: what one run of the graph may take
     (:class:`gruconv.options.Budget`, from ``--graph-timeout``/``--graph-memory``; None: the defaults), for
-    every consumer that runs it (:func:`gruconv.tf.bounded.run`).  Picklable (``data`` a module-level
-    function's partial): a run of the graph happens in a child process."""
+    every consumer that runs it (:func:`gruconv.tf.bounded.run`); ``evaluate(graph)``: the reader's evaluation
+    of :meth:`params`.  Picklable (``data`` and ``evaluate`` module-level functions' partials): a run of the graph
+    happens in a child process."""
 
     kind: str
     path: object
@@ -430,3 +434,10 @@ class TfGraph:
     #: library functions whose cuDNN nodes are tf.keras GPU-only variants with a CPU twin: left as they are (on a
     #: CPU TensorFlow runs the twin), so a graph of only those is written as it is
     twinned: tuple = ()
+    evaluate: object = None
+
+    def params(self) -> dict:
+        """``{(graph index, function, node name): params}``: the opaque buffer each cuDNN node computes with, as
+        the graph computes it (lazy: each call runs the graph once, bounded, with TensorFlow:
+        :mod:`gruconv.tf.params`); nodes no signature reaches are missing."""
+        return self.evaluate(self)

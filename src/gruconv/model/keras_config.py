@@ -41,6 +41,33 @@ def layers_of(cfg: dict) -> list:
     return []
 
 
+#: Layers that wrap one inner layer (``config["layer"]``, a ``Bidirectional``'s ``backward_layer`` too).
+WRAPPER_CLASSES = {"Bidirectional", "TimeDistributed"}
+
+
+def walk_layers(cfg: dict, top: Optional[str] = None, prefix: str = ""):
+    """Yield (layer_cfg, path, top_level_layer, wrapper_cfg) for every layer in a model config (the one walk
+    the readers, the Keras 3 side and verify share)."""
+    from ..errors import InputError
+
+    for layer in layers_of(cfg):
+        if not isinstance(layer, dict):
+            raise InputError(f"model_config has a layer entry that is not an object: {layer!r:.80}")
+        name = name_of(layer)
+        path = f"{prefix}{name}"
+        this_top = top or name
+        yield layer, path, this_top, None
+        cls = class_name_of(layer)
+        if cls in CONTAINER_CLASSES or layers_of(layer):
+            yield from walk_layers(layer, this_top, path + "/")
+        elif isinstance(layer.get("config"), dict) and (cls in WRAPPER_CLASSES or "layer" in layer["config"]):
+            inner_cfg = layer["config"]
+            for key in ("layer", "backward_layer"):
+                inner = inner_cfg.get(key)
+                if isinstance(inner, dict):
+                    yield inner, f"{path}/{name_of(inner)}", this_top, layer
+
+
 def name_of(cfg: dict) -> str:
     c = cfg.get("config")
     name = (c.get("name") if isinstance(c, dict) else None) or cfg.get("name")

@@ -190,7 +190,7 @@ def _crc32c_dropping(raw: np.ndarray, mm, offset: int) -> int:
 
 class Malformed(Exception):
     """A low-level decoding failure, re-raised as InputError with context (by this module, and by
-    :mod:`gruconv.readers.tfgraph.protos`, which walks GraphDefs with :func:`proto_fields`)."""
+    :mod:`gruconv.readers.protos`, which walks GraphDefs with :func:`proto_fields`)."""
 
 
 class TensorNotFound(InputError, KeyError):
@@ -233,7 +233,7 @@ def proto_fields(buf: bytes, what: str) -> Iterator[tuple[int, int, object]]:
     Wire types 0 (varint), 1 (fixed64), 2 (length-delimited) and 5 (fixed32)
     are supported; groups (3/4) never occur in TF's proto3 messages.  ``buf`` may be a
     ``memoryview``: length-delimited values are then views, not copies (a GraphDef walk of a large
-    file copies nothing; :mod:`gruconv.readers.tfgraph.protos`).  Every length is checked against the
+    file copies nothing; :mod:`gruconv.readers.protos`).  Every length is checked against the
     bytes present before it is used, so a declared length past the end is :class:`Malformed`.
     """
     pos, end = 0, len(buf)
@@ -576,7 +576,7 @@ def _unescape_text_proto(raw: str) -> str:
 
 def unescape_text_bytes(raw: str) -> bytes:
     """The bytes of a text-format protobuf string literal's body (C-style escapes undone); ``ValueError``
-    for a broken escape.  Also :mod:`gruconv.readers.tfgraph.protos`' (``.pbtxt`` graphs)."""
+    for a broken escape.  Also :mod:`gruconv.readers.protos`' (``.pbtxt`` graphs)."""
     out = bytearray()
     src = raw.encode("utf-8")
     simple = {ord("n"): 10, ord("t"): 9, ord("r"): 13, ord("a"): 7, ord("b"): 8,
@@ -728,10 +728,12 @@ def checkpoint_files(path) -> list[Path]:
 def saved_model_variables(directory) -> Path | None:
     """``DIR/variables/variables`` when ``directory`` is a SavedModel (``saved_model.pb`` or
     ``saved_model.pbtxt`` and the variables bundle's index), else None."""
+    from ..model.saved_model import SAVED_MODEL_FILES, VARIABLES_PREFIX
+
     d = Path(os.fspath(directory))
-    if not (_is_file(d / "saved_model.pb") or _is_file(d / "saved_model.pbtxt")):
+    if not any(_is_file(d / name) for name in SAVED_MODEL_FILES):
         return None
-    prefix = d / "variables" / "variables"
+    prefix = d / VARIABLES_PREFIX
     return prefix if _index_exists(prefix) else None
 
 

@@ -1,4 +1,4 @@
-"""TensorFlow, imported quietly, and the one probe-input rule for running a graph's signatures.
+"""TensorFlow, imported quietly, and the one probe-input rule and loop for running a graph's signatures.
 
 Why its own import helper: TensorFlow is not Keras; :func:`gruconv.keras3.runtime.import_quietly` is the Keras
 side's, and a TensorFlow graph is converted without Keras (a Keras 3 of another backend, or none, is fine).
@@ -60,6 +60,16 @@ def import_quietly(name: str = "tensorflow"):
     return module
 
 
+def missing(name: str = "tensorflow"):
+    """None when ``name`` (``tensorflow``, ``tf2onnx``) imports (quietly, :func:`import_quietly`), else the name
+    of the module that is missing: how a caller outside this package asks without importing TensorFlow itself."""
+    try:
+        import_quietly(name)
+    except ImportError as e:
+        return e.name or str(e)
+    return None
+
+
 def tensorflow(what: str = "running a TensorFlow graph"):
     """The ``tensorflow`` module, or the one line saying how to install it."""
     from ..errors import UnsupportedError
@@ -79,6 +89,51 @@ def probe_input(tf, spec, k: int = 1):
     if spec.dtype == tf.string:
         return tf.fill(shape, "")
     return tf.ones(shape, spec.dtype) if spec.dtype.is_integer else tf.zeros(shape, spec.dtype)
+
+
+def first_run(tf, fn, make, sizes=PROBE_SIZES, retry=None, never=None):
+    """The one probe loop: ``(feed, outputs)`` of signature ``fn`` run on the CPU on ``make(specs, k)`` (``specs``:
+    its ``{input name: TensorSpec}``; a dict of tensors or arrays) for the first ``k`` of ``sizes`` it runs at.
+    An error of ``retry`` (default: ``InvalidArgumentError``, shapes that do not fit) tries the next size, one of
+    ``never`` (a subclass of ``retry``: running out of memory is not a size that does not fit) goes up; when no
+    size runs, the first error is raised.  Every user of a signature's probe (the writer's serve check, the
+    params evaluation, verify's end to end) runs through here."""
+    retry = retry or tf.errors.InvalidArgumentError
+    specs = fn.structured_input_signature[1]
+    first = None
+    for k in sizes:
+        feed = make(specs, k)
+        try:
+            with tf.device("/CPU:0"):
+                return feed, fn(**{name: tf.constant(a) if not tf.is_tensor(a) else a for name, a in feed.items()})
+        except retry as e:
+            if never is not None and isinstance(e, never):
+                raise
+            first = first or e
+    raise first
+
+
+def probe_feed(tf):
+    """``make`` for :func:`first_run`: :func:`probe_input` of every input."""
+    return lambda specs, k: {name: probe_input(tf, spec, k) for name, spec in specs.items()}
+
+
+def op_attrs(tf, node, names) -> dict:
+    """``{attr: value}`` of ``names`` (and ``T``) for ``node`` (a ``NodeDef``), by TensorFlow's op registry: the
+    value the node holds, else the op's default; an attr the op lacks is left out (dtypes by name, strings
+    decoded).  Not the reader's reading of the attrs: verify's reference must not share it with the conversions."""
+    from tensorflow.python.framework import op_def_registry
+
+    op_def = op_def_registry.get(node.op)
+    out = {}
+    for a in op_def.attr:
+        if a.name not in names and a.name != "T":
+            continue
+        value = node.attr[a.name] if a.name in node.attr else a.default_value
+        field = value.WhichOneof("value")
+        v = getattr(value, field)
+        out[a.name] = tf.as_dtype(v).name if a.name == "T" else (v.decode() if isinstance(v, bytes) else v)
+    return out
 
 
 def why(e: Exception) -> str:

@@ -48,6 +48,7 @@ import numpy as np
 
 from .. import readers
 from ..errors import ReferenceUnavailable, UsageError
+from ..files.inputs import reading_once
 from ..options import Bounds, Options
 from ..progress import step
 from .engines import Engine, choose_reference
@@ -102,6 +103,7 @@ def _device_runs(device: str, report, probe=None) -> list:
     return runs
 
 
+@reading_once
 def verify(input, converted=None, options: Optional[Options] = None, *, bounds: Optional[Bounds] = None,
            reference: str = "auto", allow_tf32: bool = False, batch: int = 2, steps: int = 8, seed: int = 0,
            inputs=None, device: str = "cpu", int8_tolerance: Optional[float] = None, **kw) -> VerifyReport:
@@ -211,10 +213,10 @@ def _run_checks(doc, converted, opts, engine, report, rng, user_inputs) -> bool:
         if subject.graph is None:  # a bare stack (the graph checks report their layers themselves)
             step("verify", n, None, subject.name)
         if subject.in_memory:  # no converted file: the model convert would write, built here
-            from ..writers.keras_route import built
+            from .. import writers
 
             with keras3.custom_scope(subject.custom_objects):
-                subject.model, _ = built(subject.graph)
+                subject.model, _ = writers.offering("graph", "built").built(subject.graph)
         if subject.graph is not None and subject.model is None:  # weights-only: each layer alone
             # (a model with an architecture Keras cannot rebuild here, custom layers: each layer alone too)
             alone = verify_partial if getattr(subject.graph, "model_config", None) is not None else verify_alone

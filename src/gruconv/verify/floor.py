@@ -86,6 +86,21 @@ def perturb(a, rng: np.random.Generator, ulps: int = DEFAULT_ULPS, dtype=np.floa
     return out
 
 
+def runs(model, feed: list, seeds: int = DEFAULT_SEEDS) -> list:
+    """An end-to-end reference's outputs under one-ulp perturbations, per seed: every float array of ``feed``
+    and every weight of ``model`` (its ``perturbed(rng, perturb)``, one generator per seed, the feed's draws
+    first) moved by :func:`perturb`, then ``model.restore()``.  The one floor loop of the original-model
+    references (:mod:`gruconv.verify.graph`); a reference run in a child process runs it there
+    (:func:`gruconv.tf.served.served_outputs`)."""
+    out = []
+    for seed in range(seeds):
+        rng = np.random.default_rng(seed)
+        moved = [perturb(a, rng, dtype=np.asarray(a).dtype) if np.asarray(a).dtype.kind == "f" else a for a in feed]
+        out.append(model.perturbed(rng, perturb)(moved))
+    model.restore()
+    return out
+
+
 def _spacing_of_abs(src: np.ndarray, dst: np.ndarray) -> None:
     """``dst = np.spacing(np.abs(src))``, for float32 from the exponent bits: the ulp above ``|v|`` is
     ``2**(e - 150)`` for biased exponent ``e >= 1`` (a float with exponent ``e - 23`` and no mantissa when

@@ -386,7 +386,7 @@ def _original_end_to_end(original: Original, doc, engine, report, feed, got) -> 
     import hashlib
     import importlib
 
-    from .floor import DEFAULT_SEEDS, perturb
+    from .floor import runs
 
     ref_mod = importlib.import_module(f".reference.{original.module}", __package__)
     cache = engine.__dict__.setdefault(f"{original.module}_cache", {})
@@ -426,14 +426,10 @@ def _original_end_to_end(original: Original, doc, engine, report, feed, got) -> 
 
             t0 = time.perf_counter()
             worst = [0.0] * len(ref)
-            for seed in range(DEFAULT_SEEDS):
-                rng = np.random.default_rng(seed)
-                moved = [perturb(a, rng, dtype=np.asarray(a).dtype) if np.asarray(a).dtype.kind == "f" else a
-                         for a in feed]
-                outs = ref_model.perturbed(rng, perturb)(moved)
+            moved_runs = ref_model.floor_runs(feed) if hasattr(ref_model, "floor_runs") else runs(ref_model, feed)
+            for outs in moved_runs:
                 worst = [max(w, float(np.max(np.abs(np.asarray(o, np.float64) - np.asarray(r, np.float64)))))
                          for w, o, r in zip(worst, outs, ref)]
-            ref_model.restore()
             floors_of.extend(worst)
             report.floor_seconds += time.perf_counter() - t0
         return floors_of

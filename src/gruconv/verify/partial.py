@@ -38,10 +38,10 @@ _MERGE = {"concat": lambda f, b: np.concatenate([f, b], -1), "sum": lambda f, b:
 def verify_partial(doc, converted, engine, report, rng, user_inputs) -> None:
     """Every cuDNN layer of ``doc`` checked alone, fed as the module docstring says; a note names the
     custom layers and says the end-to-end check needs ``--custom-objects``."""
-    from ..readers.keras_h5 import custom_classes
+    from ..keras3.builtins import custom_classes
 
     keras = keras3.keras()
-    custom = custom_classes(doc)
+    custom = custom_classes(doc.model_config)
     if user_inputs:
         raise UsageError("--inputs feeds the whole model, which cannot be rebuilt without the custom layer "
                          f"class(es) {', '.join(custom)}: pass --custom-objects FILE.py", path=report.input)
@@ -100,7 +100,7 @@ def _top_layers(model_config: dict) -> list:
     """``[(name, class, config, source name or None)]`` per top-level layer of a legacy model config: the
     source is the one layer feeding it (a Functional layer's only inbound tensor, a Sequential's previous
     layer); None for a model input or a layer with several inputs (``"*"``)."""
-    from ..readers.keras_h5 import walk_layers
+    from ..model.keras_config import walk_layers
 
     out, prev = [], None
     sequential = model_config.get("class_name") == "Sequential"

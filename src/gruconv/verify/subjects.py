@@ -104,7 +104,7 @@ def graph_subjects(doc, converted, opts: Options):
     re-loaded (a float16 ``.keras`` does not load on the torch backend: Keras's Orthogonal initializer
     has no QR for Half); else what the writer its name claims loads (:func:`gruconv.writers.load`),
     weights into the rebuilt architecture."""
-    from ..readers.keras_h5 import custom_classes
+    from ..keras3.builtins import custom_classes
 
     if converted is not None and not Path(converted).exists():
         raise InputError("converted model not found", path=converted)
@@ -120,7 +120,7 @@ def graph_subjects(doc, converted, opts: Options):
     if doc.model_config is None:  # weights-only, no --config: verify checks each layer alone
         yield Subject(name=str(doc.path), model=None, graph=doc)
         return
-    custom = custom_classes(doc)
+    custom = custom_classes(doc.model_config)
     if custom and opts.custom_objects is None:  # Keras cannot rebuild it: each layer alone
         yield Subject(name=str(doc.path), model=None, graph=doc)
         return
@@ -280,7 +280,7 @@ TF_GRAPH_SEED = 3939
 def _converted_stacks(converted) -> bool:
     """Whether ``converted`` is a graph's cuDNN node stacks alone (a ``.keras``/``.safetensors``/weights file,
     or a directory of them), not the whole graph (a SavedModel directory, a ``.onnx`` file)."""
-    from ..files.outputs import REPLACEABLE_TREES as SAVED_MODEL_FILES
+    from ..model.saved_model import SAVED_MODEL_FILES
 
     if converted is None:
         return False
@@ -290,32 +290,23 @@ def _converted_stacks(converted) -> bool:
 
 def tf_graph_subjects(doc, converted, opts: Options):
     """Every cuDNN RNN node of a graph, as a bare stack: its replacement (the function the converted
-    SavedModel's node calls, :mod:`gruconv.writers.saved_model.node_runner`; without ``converted``, traced the
+    SavedModel's node calls, the ``saved-model`` writer's ``node_runner`` hook, :mod:`gruconv.tf.node_runner`; without ``converted``, traced the
     way ``convert`` traces it) run by TensorFlow on the CPU, against the reference, on seeded weights of
     the node's shape (uniform in [-0.5, 0.5]: the graph's own ``params`` tensor reaches the replacement
     unchanged, so what is checked is the replacement's function of any buffer of that layout)."""
-    from ..tf.runtime import import_quietly
     from ..model.canonical import RNNStack
     from ..model.cudnn_layout import params_size, unpack
-    from ..model.cudnn_ops import WITH_LENGTHS
-    from ..writers.saved_model.node_runner import runner
-    from ..writers.runner import StackRunner
 
-    if _converted_stacks(converted):  # each stack on the graph's own params (:mod:`gruconv.graph_stacks`)
-        from ..graph_stacks import stacks_of
-
-        yield from stack_subjects(stacks_of(doc.document()), converted, opts)
+    if _converted_stacks(converted):  # each stack on the graph's own params (the reader's ``as_stacks``)
+        yield from stack_subjects(doc.document().as_stacks(), converted, opts)
         return
-    tf = import_quietly("tensorflow")
+    writer = writers.offering(doc.content, "node_runner")  # the writer of the graph whole, its ``node_runner``
     rng = np.random.default_rng(TF_GRAPH_SEED)
     for r in doc.document().tf_graph.rnns:
         if r.shape is None:  # a packing node: it feeds one of the nodes checked here
             continue
         buf = rng.uniform(-0.5, 0.5, params_size(r.shape)).astype(r.shape.dtype)
-        run = runner(tf, r, converted if converted is not None and Path(converted).is_dir() else None)
-        run.params = buf
-        model = StackRunner(r.name, r.shape, run, mask_input=r.op in WITH_LENGTHS,
-                            engine=lambda math: "TensorFlow on the CPU (the node's replacement function)")
+        model = writer.node_runner(r, converted if converted is not None and Path(converted).is_dir() else None, buf)
         yield Subject(name=r.name, model=model, stack=RNNStack(r.name, r.shape, unpack(buf, r.shape)), opaque=buf)
 
 

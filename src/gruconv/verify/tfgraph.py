@@ -10,6 +10,12 @@ inputs, every ``serving_default`` output of
 * the whole graph as ONNX (tf2onnx with gruconv's handlers, run by onnxruntime's own GRU/LSTM kernels:
   :mod:`gruconv.writers.onnx.tfgraph`).
 
+What the reference shares with the outputs: exactly the rewrite, :mod:`gruconv.tf.rewrite` (its oracle nodes
+replace the cuDNN nodes where the SavedModel output's equations do), with the SavedModel output; nothing with the
+ONNX output (tf2onnx and gruconv's handlers, :mod:`gruconv.tf.to_onnx`).  Both conversions are made (when no
+converted file is given) by the writers the registry hands ``convert`` (``writers.offering``), inside the same
+bounded child as the reference.
+
 What that checks beyond each node's own check (:func:`.subjects.tf_graph_subjects`, a bare stack on seeded
 weights): the wiring around the nodes (which output a consumer reads, time- or batch-major tensors, the
 states' layout, the signatures), the graph's own ``params`` and how the conversions read the nodes' attrs.
@@ -27,7 +33,9 @@ from types import SimpleNamespace
 
 import numpy as np
 
-#: Sizes tried for every unknown dimension: the writer's serve check's (``build.PROBE_SIZES``), the smallest
+from .. import writers
+
+#: Sizes tried for every unknown dimension: the writer's serve check's (``gruconv.tf.runtime.PROBE_SIZES``), the smallest
 #: batch of several sequences first (a size of 1 checks little of the batch's wiring).
 PROBE_SIZES = (4, 3, 2, 6, 8, 1)
 #: The signature compared (the ONNX writer converts this one).
@@ -37,62 +45,60 @@ SAVED_MODEL_ROWS, ONNX_ROWS = "end to end (converted SavedModel)", "end to end (
 LABELS = (SAVED_MODEL_ROWS, ONNX_ROWS)
 
 
-def _feeds(tf, fn, rng) -> tuple:
-    """``(inputs, outputs)`` of ``fn`` on random inputs at the first probe size it runs at, or None."""
-    specs = fn.structured_input_signature[1]
-    for k in PROBE_SIZES:
+def _random_feed(rng):
+    """``make`` for :meth:`gruconv.tf.served.Loaded.first_run`: float inputs uniform in [-1, 1], integer
+    inputs uniform in [1, k], every unknown dimension ``k``."""
+    def make(specs, k):
         feed = {}
-        for name, spec in specs.items():
-            shape = [k if d is None else d for d in spec.shape.as_list()]
-            dt = spec.dtype.as_numpy_dtype
-            if spec.dtype.is_integer:
+        for name, (shape, dt) in specs.items():
+            shape = [k if d is None else d for d in shape or []]
+            if np.issubdtype(dt, np.integer):
                 feed[name] = rng.integers(1, k + 1, size=shape).astype(dt)
             else:
                 feed[name] = rng.uniform(-1, 1, size=shape).astype(dt)
-        try:
-            with tf.device("/CPU:0"):
-                out = fn(**{n: tf.constant(a) for n, a in feed.items()})
-            return feed, {n: np.asarray(t.numpy()) for n, t in out.items()}
-        except tf.errors.InvalidArgumentError:
-            continue
-    return None
+        return feed
+
+    return make
 
 
-def _saved_model(tf, doc, converted, tmp: Path) -> Path:
-    """The converted SavedModel: ``converted`` when it is one, else written here as ``convert`` writes it."""
+def _saved_model(doc, converted, tmp: Path) -> Path:
+    """The converted SavedModel: ``converted`` when it is one, else written here as ``convert`` writes it (the
+    ``saved-model`` writer, through the registry)."""
     if converted is not None and Path(converted).is_dir():
         return Path(converted)
-    from ..writers.saved_model import write
-
     out = tmp / "saved_model"
     out.mkdir()  # the writer fills an empty directory (:meth:`gruconv.files.outputs.Outputs.tree` makes it)
-    write(doc.document(), SimpleNamespace(tmp=out, path=out, warnings=[]), None)
+    writers.offering(doc.content).write(doc.document(), SimpleNamespace(tmp=out, path=out, warnings=[]), None)
     return out
 
 
-def _onnx(doc, converted):
-    """The whole graph as ONNX: ``converted`` when it is a ``.onnx`` file, else built here."""
+def _onnx(doc, converted, tmp: Path):
+    """The whole graph as ONNX: ``converted`` when it is a ``.onnx`` file, else written here as ``convert``
+    writes it (the ``onnx`` writer's ``tf-graph-file`` kind, through the registry)."""
     import onnx
 
     if converted is not None and Path(converted).is_file() and Path(converted).suffix == ".onnx":
         return onnx.load(str(converted))
-    from ..writers.onnx.tfgraph import build
+    out = tmp / "model.onnx"
+    writers.offering("tf-graph-file").write(doc.document(), SimpleNamespace(kind="tf-graph-file", tmp=out, path=out,
+                                                                 warnings=[]), None)
+    return onnx.load(str(out))
 
-    return build(Path(doc.document().source))[0]
 
-
-def _onnx_outputs(doc, converted, feed: dict, ref: dict):
+def _onnx_outputs(doc, converted, feed: dict, ref: dict, tmp: Path):
     """``(outputs, None)`` of the whole-graph ONNX on ``feed`` run by onnxruntime, or ``(None, why not)``."""
     from ..errors import GruconvError
-    from ..tf.runtime import import_quietly
+    from ..tf.runtime import missing
 
     try:
         import onnxruntime as ort
-        import_quietly("tf2onnx")
     except ImportError as e:
         return None, f"{e.name or e} is not installed (pip install 'gruconv[graphs]')"
+    absent = missing("tf2onnx")
+    if absent is not None:
+        return None, f"{absent} is not installed (pip install 'gruconv[graphs]')"
     try:
-        model = _onnx(doc, converted)
+        model = _onnx(doc, converted, tmp)
     except GruconvError as e:
         return None, e.message
     opts = ort.SessionOptions()
@@ -106,21 +112,15 @@ def _onnx_outputs(doc, converted, feed: dict, ref: dict):
     return dict(zip(names_out, session.run(None, {n: feed[n] for n in names_in}))), None
 
 
-def _run(tf, fn, feed: dict) -> dict:
-    with tf.device("/CPU:0"):
-        out = fn(**{n: tf.constant(a) for n, a in feed.items()})
-    return {n: np.asarray(t.numpy()) for n, t in out.items()}
-
-
-def _floor(tf, fn, feed: dict, got: dict) -> dict:
-    """Per output, the most ``fn``'s outputs move under one-ulp perturbations of its float inputs."""
+def _floor(loaded, key: str, feed: dict, got: dict) -> dict:
+    """Per output, the most signature ``key``'s outputs move under one-ulp perturbations of its float inputs."""
     from .floor import DEFAULT_SEEDS, perturb
 
     worst = {k: 0.0 for k in got}
     for seed in range(DEFAULT_SEEDS):
         prng = np.random.default_rng(seed)
-        moved = _run(tf, fn, {n: perturb(a, prng, dtype=a.dtype) if a.dtype.kind == "f" else a
-                              for n, a in feed.items()})
+        moved = loaded(key, {n: perturb(a, prng, dtype=a.dtype) if a.dtype.kind == "f" else a
+                             for n, a in feed.items()})
         for k in got:
             worst[k] = max(worst[k], float(np.max(np.abs(moved[k].astype(np.float64) - got[k].astype(np.float64)),
                                                   initial=0.0)))
@@ -140,42 +140,41 @@ def _rows(doc, converted, rng) -> tuple:
     ``(label, outputs, reference, floor)`` to judge, ``skips`` the ``(label, why)`` not checked, ``ran``
     whether the reference ran."""
     from ..errors import GruconvError, InputError
-    from ..tf.runtime import import_quietly
+    from ..files.outputs import scratch_dir
+    from ..tf.served import Loaded
     from .reference.tf_graph import original
 
-    try:
-        tf = import_quietly("tensorflow")
-    except ImportError as e:
-        return [], [(label, f"{e.name or e} is not installed (pip install 'gruconv[tensorflow]')") for label in LABELS], False
-    from ..files.outputs import scratch_dir
+    from ..tf.runtime import missing
+
+    absent = missing("tensorflow")
+    if absent is not None:
+        return [], [(label, f"{absent} is not installed (pip install 'gruconv[tensorflow]')") for label in LABELS], False
 
     rows, skips = [], []  # rows: (label, outputs, reference, floor)
     with scratch_dir(prefix="gruconv-verify-graph-") as tmp:
         try:
-            sm_path = _saved_model(tf, doc, converted, Path(tmp))
+            sm_path = _saved_model(doc, converted, Path(tmp))
             ref_path = original(doc.document().tf_graph, Path(tmp) / "original")
         except InputError:
             raise  # the graph itself is broken (TensorFlow cannot import it): verify fails as convert does
         except GruconvError as e:
             return [], [(label, e.message) for label in LABELS], False
-        with tf.device("/CPU:0"):
-            loaded, reference = tf.saved_model.load(str(sm_path)), tf.saved_model.load(str(ref_path))
-        keys = sorted(loaded.signatures.keys(), key=lambda k: (k != SIGNATURE, k))
+        loaded, reference = Loaded(sm_path), Loaded(ref_path)
+        keys = sorted(loaded.keys(), key=lambda k: (k != SIGNATURE, k))
         if SIGNATURE not in keys:
             skips.append((ONNX_ROWS, f"the SavedModel has no {SIGNATURE!r} signature"))
         for key in keys:
-            fn = loaded.signatures[key]
-            run = _feeds(tf, fn, rng)
+            run = loaded.first_run(key, _random_feed(rng), PROBE_SIZES)
             label = SAVED_MODEL_ROWS if key == SIGNATURE else f"{SAVED_MODEL_ROWS}: {key}"
             if run is None:
                 skips.append((label, f"no input size in {PROBE_SIZES} runs signature {key!r}"))
                 continue
             feed, got = run
-            ref = _run(tf, reference.signatures[key], feed)
-            worst = _floor(tf, fn, feed, got)
+            ref = reference(key, feed)
+            worst = _floor(loaded, key, feed, got)
             rows.append((label, got, ref, worst))
             if key == SIGNATURE:
-                onnx_out, why = _onnx_outputs(doc, converted, feed, ref)
+                onnx_out, why = _onnx_outputs(doc, converted, feed, ref, Path(tmp))
                 if why is not None:
                     skips.append((ONNX_ROWS, why))
                 else:

@@ -6,10 +6,10 @@ re-exports the registry's names (``from gruconv import writers; writers.module("
 """
 
 from .registry import (COMMON_OPTIONS, DIRECTORY_KINDS, KINDS, OPTIONAL, REST, WRITERS, WRITES, Writer, beside, by_kind,
-                       claimed_by, gpu_probe, hook, load, model_runner, module, optional, output_format, output_name,
-                       profiles, stack_runners, suffixes, targets)
+                       claimed_by, gpu_probe, hook, load, model_runner, module, offering, optional, output_format,
+                       output_name, profiles, stack_runners, suffixes, targets)
 
 __all__ = ["COMMON_OPTIONS", "DIRECTORY_KINDS", "KINDS", "OPTIONAL", "REST", "WRITERS", "WRITES", "Writer", "beside", "by_kind",
-           "claimed_by", "gpu_probe", "hook", "load", "model_runner", "module", "optional", "output_format", "output_name",
+           "claimed_by", "gpu_probe", "hook", "load", "model_runner", "module", "offering", "optional", "output_format", "output_name",
            "profiles", "stack_runners",
            "suffixes", "targets"]

@@ -190,6 +190,14 @@ def write_with_keras(document, target, options) -> dict:
     return {}
 
 
+def built(graph):
+    """The model :func:`write` writes for a Keras graph, built in memory (:func:`gruconv.writers.keras_route.built`):
+    ``verify`` without a converted file checks it."""
+    from .keras_route import built as build
+
+    return build(graph)
+
+
 def load(path, rebuild):
     """What this writer wrote, as a Keras 3 model (for ``verify``): ``keras.saving.load_model``."""
     from ..keras3 import runtime as keras3

@@ -114,6 +114,17 @@ class Writer(Protocol):
         target's own engine (:class:`gruconv.writers.runner.StackRunner`)."""
 
     @optional
+    def node_runner(self, rnn, converted, params):
+        """A :class:`gruconv.writers.runner.StackRunner` of one cuDNN node of a TensorFlow graph
+        (:class:`gruconv.model.canonical.GraphRNN`) as it replaces the node: what ``converted`` (a directory it
+        wrote; None: made as it writes it) calls for the node, run on the opaque buffer ``params``."""
+
+    @optional
+    def built(self, graph):
+        """``(model, {layer: NaN/Inf count})``: the Keras 3 model it writes for a Keras graph, built in memory
+        (``verify`` without a converted file checks the same model)."""
+
+    @optional
     def model_runner(self, path):
         """The whole model of a file it wrote from a Keras graph, run by the target's own runtime(s): an object
         with ``runtimes()`` -> ``[(name, rt)]``, ``run(rt, feed, calls)`` -> ``[outputs per call]``,
@@ -174,6 +185,15 @@ def by_kind(kind: str) -> list:
     if kind not in KINDS:
         raise KeyError(f"{kind!r} is not a target kind (gruconv.writers.registry.KINDS)")
     return [name for name in WRITERS if kind in module(name).KINDS]
+
+
+def offering(kind: str, verb: Optional[str] = None):
+    """The first writer (registry order) whose ``write`` takes targets of ``kind`` and, given ``verb``, that
+    offers that optional verb: how ``verify`` asks for what ``convert`` writes without naming a format."""
+    for name in by_kind(kind):
+        if verb is None or hook(module(name), verb) is not None:
+            return module(name)
+    raise KeyError(f"no writer of kind {kind!r} offers {verb!r}")
 
 
 #: The writer of a document's other tensors, beside whichever writer wrote its stacks.

@@ -53,7 +53,7 @@ from ...model.cudnn_layout import params_size
 from ...errors import GruconvError, InputError, UnsupportedError, about, first_line
 from ...model.keras_layout import CUDNN_KERAS_CLASS, KERAS3_BIAS_ROWS, WEIGHT_ROLES, describe_keras_layer, from_cudnn, keras3_bias_shape
 from ...keras3.legacy import converted_config, keras2_names
-from ...model.keras_config import (CONTAINER_CLASSES as _CONTAINER_CLASSES, CUDNN_CLASSES, TARGET_CLASS as _TARGET_CLASS,
+from ...model.keras_config import (walk_layers, CONTAINER_CLASSES as _CONTAINER_CLASSES, CUDNN_CLASSES, TARGET_CLASS as _TARGET_CLASS,
                                    class_name_of, code_in, code_label, config_of, layers_of as _layers_of, malformed, name_of)
 from ...options import Options
 from .store import LegacyStore, first_duplicate, weight_groups, weight_names_of
@@ -72,7 +72,6 @@ SUFFIXES = (".h5", ".hdf5")
 
 #: The cuDNN class table and the config accessors live with the legacy mends (one copy each).
 _class_name, _conf, _name = class_name_of, config_of, name_of
-_WRAPPERS = {"Bidirectional", "TimeDistributed"}
 
 
 @dataclass
@@ -205,26 +204,6 @@ def open_model_file(path: Path):
     """Every read of the file goes through :func:`gruconv.files.hdf5.open_hdf5` (regular file, global-heap
     guard, same inode, a budget on the bytes datasets may declare)."""
     return h5safe.open_hdf5(path, "a Keras HDF5 file")
-
-
-def walk_layers(cfg: dict, top: Optional[str] = None, prefix: str = ""):
-    """Yield (layer_cfg, path, top_level_layer, wrapper_cfg) for every layer in a model config."""
-    for layer in _layers_of(cfg):
-        if not isinstance(layer, dict):
-            raise InputError(f"model_config has a layer entry that is not an object: {layer!r:.80}")
-        name = _name(layer)
-        path = f"{prefix}{name}"
-        this_top = top or name
-        yield layer, path, this_top, None
-        cls = _class_name(layer)
-        if cls in _CONTAINER_CLASSES or _layers_of(layer):
-            yield from walk_layers(layer, this_top, path + "/")
-        elif isinstance(layer.get("config"), dict) and (cls in _WRAPPERS or "layer" in layer["config"]):
-            inner_cfg = layer["config"]
-            for key in ("layer", "backward_layer"):
-                inner = inner_cfg.get(key)
-                if isinstance(inner, dict):
-                    yield inner, f"{path}/{_name(inner)}", this_top, layer
 
 
 def check_layer_counts(cfg: dict, path) -> None:
@@ -684,17 +663,11 @@ def input_files(path: Path) -> list:
 
 
 def custom_classes(doc: KerasH5Model) -> dict:
-    """``{class name: [layer path, ...]}`` of the model's custom layers: classes that are neither Keras 3's
-    nor tf_keras's own (:func:`gruconv.keras3.builtins.is_custom`), read from the config."""
-    from ...keras3.builtins import bare_name, is_custom
+    """``{class name: [layer path, ...]}`` of the model's custom layers (:func:`gruconv.keras3.builtins.custom_classes`
+    over its config)."""
+    from ...keras3.builtins import custom_classes as of_config
 
-    found: dict = {}
-    if isinstance(doc.model_config, dict):
-        for layer, rpath, _top, _wrapper in walk_layers(doc.model_config):
-            cls = _class_name(layer)
-            if is_custom(cls):
-                found.setdefault(bare_name(cls), []).append(rpath)
-    return found
+    return of_config(doc.model_config)
 
 
 def _custom_layer_entries(doc: KerasH5Model) -> list:

@@ -55,7 +55,7 @@ CONTENTS = ("graph", "weights")
 #: A checkpoint is named by its prefix: no name ending to strip.
 SUFFIXES = ()
 
-_SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")  # tensorflow/python/saved_model/constants.py
+from ...model.saved_model import SAVED_MODEL_FILES as _SAVED_MODEL_FILES  # noqa: E402
 
 
 # --------------------------------------------------------------------------- where the bundle is
@@ -136,6 +136,9 @@ class TF2CheckpointDoc(keras_h5.KerasH5Model):
     owners: dict = field(default_factory=dict)  # bundle key -> its layer's object path (objects.structural_variables)
     served_by: Optional[Path] = None
     served_why: Optional[str] = None
+    #: what one run of the served SavedModel may take (:class:`gruconv.options.Budget`: verify's reference of it
+    #: runs in a bounded child, :mod:`gruconv.verify.reference.saved_model`)
+    budget: object = None
     #: its weights are in the legacy layout as gruconv mapped the object graph to it, not as a file stores them
     laid_out = True
 
@@ -216,14 +219,14 @@ def _served(path: Path) -> tuple:
     tf.keras GPU variant with a standard twin: :func:`gruconv.readers.tfgraph.cudnn.serves_on_cpu`), else
     ``(directory, why not)``: verify runs it as one more original (:mod:`gruconv.verify.reference.saved_model`).
     A graph this scan cannot read is not served (the conversion itself reads the variables, not the graph)."""
-    from ..tfgraph import graph_file, scan
+    from ..tfgraph import graph_file, scanned
     from ..tfgraph.cudnn import serves_on_cpu
 
     gf = graph_file(path)
     if gf is None:
         return path, "no saved_model.pb"
     try:
-        nodes = scan(gf).nodes
+        nodes = scanned(gf).nodes
     except GruconvError as e:
         return path, f"its graph cannot be read ({e.message})"
     if nodes and not serves_on_cpu(nodes):
@@ -285,6 +288,10 @@ def read(path, options: Optional[Options] = None, **kw) -> TF2CheckpointDoc:
         raise InputError("the architecture (--config) is nested too deeply", path=path) from None
     doc.other_tensors = n_keys - len({key for _, ws in groups for _, key in ws})
     doc.served_by, doc.served_why = _served(path) if meta is not None else (None, None)
+    if doc.served_by is not None:
+        from ...options import Budget
+
+        doc.budget = Budget.of(opts.graph_timeout, opts.graph_memory)
     return doc
 
 

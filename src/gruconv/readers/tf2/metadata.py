@@ -34,7 +34,7 @@ TensorFlow's sources of that era:
 * field numbers (``tensorflow/core/protobuf/meta_graph.proto``, ``saved_object_graph.proto``):
   ``MetaGraphDef.object_graph_def = 7``, ``SavedObjectGraph.nodes = 1``, ``SavedObject.user_object = 4``
   (a ``oneof kind``), ``SavedUserObject.identifier = 1``, ``version = 2``, ``metadata = 3`` (marked
-  ``deprecated`` in TF 2.21's proto; :data:`gruconv.readers.tfgraph.protos.SCHEMA`, checked against the
+  ``deprecated`` in TF 2.21's proto; :data:`gruconv.readers.protos.SCHEMA`, checked against the
   generated descriptors).
 
 Both places, for a while: TF 2.5's Keras (``tensorflow/python/keras/saving/saved_model/save.py``
@@ -55,31 +55,18 @@ empty metadata is what ``tf.saved_model.save`` of a Keras model writes on TF 2.5
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Optional
 
 from ...errors import InputError
 from ...model.saved_model import GRAPH_FILES, KERAS_METADATA  # noqa: F401 (the metadata file, the graph files)
+# "is this a tf.keras SavedModel" is one module both SavedModel readers ask (this one and the graph reader)
+from ..saved_models import (MODEL_IDENTIFIERS, metadata_file, object_graph_file,  # noqa: F401
+                            object_graph_root as _object_graph_root)
 #: Where TF 2.0-2.4 kept it, in words (``inspect``), for the graph file's name.
 OBJECT_GRAPH = "{}'s object graph (TF 2.0-2.4)"
-#: Identifiers of a whole model (tf_keras ``saving/legacy/saved_model/constants.py``).
-MODEL_IDENTIFIERS = frozenset({"_tf_keras_model", "_tf_keras_sequential", "_tf_keras_network"})
-#: Bytes every one of :data:`MODEL_IDENTIFIERS` starts with (``_tf_keras_``).
-_MODEL_MARKER = os.path.commonprefix(sorted(MODEL_IDENTIFIERS)).encode()
 #: ``json_utils.Encoder``'s wrappers whose ``items`` stand for a list.
 _SEQUENCES = frozenset({"__tuple__", "TensorShape"})
-
-
-def metadata_file(path) -> Optional[Path]:
-    """``DIR/keras_metadata.pb`` when ``path`` is a directory holding it, else None."""
-    from ...files.inputs import is_regular
-
-    p = Path(path)
-    try:
-        return p / KERAS_METADATA if p.is_dir() and is_regular(p / KERAS_METADATA) else None
-    except (OSError, ValueError):
-        return None
 
 
 def decoded(obj):
@@ -95,28 +82,6 @@ def decoded(obj):
     if cls == "__bytes__" and set(obj) == {"class_name", "value"}:
         return obj["value"]
     return {k: decoded(v) for k, v in obj.items()}
-
-
-def object_graph_file(path) -> Optional[Path]:
-    """The ``saved_model.pb[txt]`` of SavedModel directory ``path`` when the root of its object graph is a
-    tf.keras model with metadata (TF 2.0-2.4's place for it), else None; never raises.  A root whose fields
-    cannot be read past its Keras identifier counts (:func:`model_config` then says what is wrong, in one
-    line); a graph that cannot be read up to it does not."""
-    from ...errors import GruconvError
-    from ...files.inputs import contains, is_regular
-
-    try:
-        p = Path(path)
-        gf = next((p / name for name, _ in GRAPH_FILES if p.is_dir() and is_regular(p / name)), None)
-        # every model identifier holds the marker: a graph without it is not read into memory (a sniff of a
-        # large TF1 SavedModel stays a look into a read-only map of it)
-        if gf is None or not contains(gf, _MODEL_MARKER, "a SavedModel graph",
-                                      kind="graph-text" if dict(GRAPH_FILES)[gf.name] else "graph"):
-            return None
-        identifier, meta, error = _object_graph_root(gf)
-    except (GruconvError, OSError, ValueError, RecursionError):
-        return None
-    return gf if identifier in MODEL_IDENTIFIERS and (meta or error is not None) else None
 
 
 def model_source(path) -> Optional[Path]:
@@ -135,34 +100,6 @@ def described(source: Path) -> str:
     return KERAS_METADATA if name == KERAS_METADATA else OBJECT_GRAPH.format(name)
 
 
-def _object_graph_root(gf: Path) -> tuple:
-    """``(identifier, metadata, error)`` of the root object (``meta_graphs[0].object_graph_def.nodes[0]
-    .user_object``) of SavedModel graph file ``gf``: ``""``/``None`` for what is not there; ``error`` the
-    :class:`~gruconv.readers.tfbundle.Malformed` that stopped the walk (or None)."""
-    from ...files.inputs import read_bytes
-    from ..tfbundle import Malformed
-    from ..tfgraph import protos
-
-    text = dict(GRAPH_FILES).get(gf.name)
-    data = read_bytes(gf, "a SavedModel graph", kind="graph-text" if text else "graph")
-    identifier, meta = "", None
-    try:
-        top = protos.parse(data, "SavedModel", f"SavedModel {gf.name}", text=text, path=gf)
-        meta_graph = next(top.each("meta_graphs"), None)
-        graph = None if meta_graph is None else meta_graph.get("object_graph_def")
-        root = None if graph is None else next(graph.each("nodes"), None)
-        user = None if root is None else root.get("user_object")
-        if user is not None:
-            for name, value in user.fields("identifier", "metadata"):
-                if name == "identifier":
-                    identifier = value
-                else:
-                    meta = value
-    except Malformed as e:
-        return identifier, meta, e
-    return identifier, meta, None
-
-
 def model_config(path: Path) -> dict:
     """The ``model_config`` (``{"class_name", "config"}``) of the root model, read from ``path``: a
     ``keras_metadata.pb``, or a SavedModel's graph file whose object graph holds it (:func:`model_source`);
@@ -170,7 +107,7 @@ def model_config(path: Path) -> dict:
     path = Path(path)
     if path.name == KERAS_METADATA:
         return _from_keras_metadata(path)
-    from ..tfgraph import protos
+    from .. import protos
 
     what = "SavedModel graph"
     if path.name not in dict(GRAPH_FILES):
@@ -191,7 +128,7 @@ def model_config(path: Path) -> dict:
 def _from_keras_metadata(path: Path) -> dict:
     from ...files.inputs import read_bytes
     from ..tfbundle import Malformed
-    from ..tfgraph import protos
+    from .. import protos
 
     what = "tf.keras metadata file (keras_metadata.pb)"
     data = read_bytes(path, "a " + what, kind="graph")

@@ -100,10 +100,10 @@ def structural_variables(bundle) -> dict:
     a ``save_weights`` checkpoint's: tf_keras ``model.save(dir)`` stores the variables of a
     ``Bidirectional`` layer as ``variables/3/...`` (the model's ``variables`` list reaches them in two steps,
     ``layer_with_weights-1/forward_layer/kernel`` in three; seen with tf_keras 2.21).  The object graph
-    (``_CHECKPOINTABLE_OBJECT_GRAPH``, :mod:`gruconv.readers.tfgraph.protos`) has every edge: a walk that
+    (``_CHECKPOINTABLE_OBJECT_GRAPH``, :mod:`gruconv.readers.protos`) has every edge: a walk that
     skips :data:`_ALIAS_EDGE` finds the layer path of each such variable."""
     from ..tfbundle import Malformed
-    from ..tfgraph import protos
+    from .. import protos
 
     owners = variables(bundle.keys())
     aliased = {key for path, attrs in owners.items() if any(_ALIAS_EDGE.match(p) for p in path)

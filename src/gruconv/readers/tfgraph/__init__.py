@@ -9,7 +9,8 @@ machine is one (Keras 3's TensorFlow backend traces ``CudnnRNNV3`` whenever a GP
 reader states what it found, each cuDNN node's settings and sizes read once, in a
 :class:`gruconv.model.canonical.TfGraph` (content ``tf-graph``): the ``saved-model`` writer replaces each node by
 standard ops, the ``onnx`` writer writes the whole graph, and the writers of stacks take each node's stack
-alone, its params as the graph computes them (:mod:`gruconv.graph_stacks`).  A node no writer can replace (a
+alone, its params as the graph computes them (``Document.as_stacks``, :mod:`gruconv.readers.tfgraph.stacks`:
+the graph run once, bounded, by the TensorFlow side).  A node no writer can replace (a
 projection, a gradient op, Python ops in the graph) is refused in one line (exit 3; content ``refused``).
 ``gruconv inspect`` lists every cuDNN node (:mod:`gruconv.readers.tfgraph.cudnn`).
 
@@ -25,7 +26,7 @@ whatever its graph holds), a SavedModel of TF1 name-based variables (no object g
 A tf.keras SavedModel whose variables are missing is this reader's too, to be refused in one line.
 
 Graph files are read through :mod:`gruconv.files.inputs` (regular files only, ``LIMITS["graph"]``) and
-walked by :mod:`gruconv.readers.tfgraph.protos` (no TensorFlow, bounded).
+walked by :mod:`gruconv.readers.protos` (no TensorFlow, bounded).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from ...errors import InputError, UnsupportedError
 from ...model.canonical import Document, InputFacts
 from ...options import Options
 from ...model.cudnn_ops import CUDNN_OPS as CUDNN_OPS_WORDS, PACKING_OPS
-from ...model.saved_model import GRAPH_FILES, KERAS_METADATA
+from ...model.saved_model import ASSETS, GRAPH_FILES, KERAS_METADATA, VARIABLES
 
 FORMAT = "tf-graph"
 #: What this reader reads, for messages.
@@ -95,14 +96,6 @@ def graph_file(path) -> Optional[GraphFile]:
     return None
 
 
-def _variables(directory: Path) -> Optional[Path]:
-    """The variables bundle prefix of a SavedModel directory, when its index is there."""
-    from ...files.inputs import is_regular
-
-    prefix = directory / "variables" / "variables"
-    return prefix if is_regular(str(prefix) + ".index") else None
-
-
 # --------------------------------------------------------------------------- scanning
 
 #: Ops no conversion runs: Python code stored in the graph (``tensorflow/python/ops/script_ops.py``
@@ -145,7 +138,8 @@ def scan(gf: GraphFile) -> Scan:
     """Every cuDNN node of the graph file; a damaged file is an :class:`InputError` (one line)."""
     from ...files.inputs import read_bytes
     from ..tfbundle import Malformed
-    from . import calls, cudnn, protos
+    from .. import protos
+    from . import calls, cudnn
 
     what = "SavedModel graph" if gf.type == "SavedModel" else "TensorFlow GraphDef"
     data = read_bytes(gf.path, "a " + what, kind="graph-text" if gf.text else "graph")
@@ -168,31 +162,34 @@ def scan(gf: GraphFile) -> Scan:
     return Scan(gf, nodes, len(graphs), python)
 
 
-def _keras_saved_model(directory: Path) -> bool:
-    """Whether a SavedModel directory is tf.keras 2.x's ``model.save(dir)``: its ``keras_metadata.pb`` (TF 2.5+),
-    or the model's metadata in its object graph (TF 2.0-2.4, :func:`gruconv.readers.tf2.metadata.object_graph_file`)."""
-    from ..tf2.metadata import object_graph_file
+def scanned(gf: GraphFile) -> Scan:
+    """:func:`scan` of ``gf``, once while the file stays the same (:func:`gruconv.files.inputs.once`): the sniff's
+    scan is the reader's, so a conversion walks the graph once."""
+    from ...files.inputs import once
 
-    return (directory / KERAS_METADATA).exists() or object_graph_file(directory) is not None
+    return once(gf.path, "tfgraph.scan", lambda: scan(gf))
 
 
 def _claims(p: Path, gf: GraphFile) -> bool:
     """The sniff's decision (see the module docstring for what is left to the other readers)."""
     from ...errors import GruconvError
     from ...files.inputs import contains
+    from ..saved_models import keras_claims
     from . import cudnn
 
     # a SavedModel's graph file named by itself is judged as its directory
     directory = p if p.is_dir() else p.parent if gf.type == "SavedModel" else None
-    if directory is not None and _keras_saved_model(directory):
-        return _variables(directory) is None  # with its variables it is the tf2 reader's
+    if directory is not None:
+        claim = keras_claims(directory)  # a tf.keras SavedModel: with its variables it is the tf2 reader's
+        if claim is not None:
+            return claim == FORMAT
     try:
         if not contains(gf.path, cudnn.MARKER, "a TensorFlow graph"):
             return False
     except GruconvError:
         return True  # a graph file too large (or unreadable) to look into: read() says why, in one line
     try:
-        return bool(scan(gf).nodes)
+        return bool(scanned(gf).nodes)
     except GruconvError:
         return True  # a damaged graph that names cuDNN ops: read() says what is wrong with it
 
@@ -237,7 +234,7 @@ def _carried_files(directory: Path) -> list:
     from ...files.inputs import is_regular
 
     out = []
-    for sub in ("variables", "assets", "assets.extra"):
+    for sub in (VARIABLES,) + ASSETS:
         root = directory / sub
         if not root.is_dir() or root.is_symlink():
             continue
@@ -347,6 +344,7 @@ class GraphDoc:
             import functools
 
             from ...files.inputs import read_bytes
+            from . import stacks
 
             what = "SavedModel graph" if gf.type == "SavedModel" else "TensorFlow GraphDef"
             d.tf_graph = TfGraph(gf.type, gf.path, gf.text, rnns,
@@ -354,7 +352,9 @@ class GraphDoc:
                                                         kind="graph-text" if gf.text else "graph"),
                                  files=_carried_files(gf.path.parent) if gf.type == "SavedModel" else [],
                                  budget=self.budget,
-                                 twinned=tuple(dict.fromkeys(n.function for n in self.nodes if n.cpu_twin)))
+                                 twinned=tuple(dict.fromkeys(n.function for n in self.nodes if n.cpu_twin)),
+                                 evaluate=functools.partial(stacks.evaluate, source=self.path))
+            d.as_stacks = functools.partial(stacks.stacks_of, d)
             d.names = [n.name for n in self._rnn_nodes()]
             if self.serves_on_cpu:  # written as it is to a graph output; no stack to write alone
                 d.reason = (f"the {self.what()} already serves on a CPU: its {self.found()} sit in tf.keras GPU-only "
@@ -369,19 +369,19 @@ class GraphDoc:
 def read(path, options: Optional[Options] = None, **kw) -> GraphDoc:
     """The graph's cuDNN nodes (a tf.keras SavedModel missing its variables: that refusal)."""
     from ...options import Budget
+    from ..saved_models import keras_claims
 
     opts = Options.of(options, **kw)
     budget = Budget.of(opts.graph_timeout, opts.graph_memory)
     path = Path(path)
     gf = graph_file(path)
-    if gf is not None and gf.type == "SavedModel" and _keras_saved_model(gf.path.parent) \
-            and _variables(gf.path.parent) is None:
+    if gf is not None and gf.type == "SavedModel" and keras_claims(gf.path.parent) == FORMAT:
         return GraphDoc(path, gf, missing=("is a tf.keras SavedModel without its variables (variables/variables.index "
                                            "is missing): its weights are not in it"), budget=budget)
     if gf is None:
         raise InputError("is not a SavedModel directory nor a .pb/.pbtxt graph", path=path)
-    s = scan(gf)
-    return GraphDoc(path, gf, s.nodes, python_ops=s.python_ops, budget=budget)
+    s = scanned(gf)
+    return GraphDoc(path, gf, list(s.nodes), python_ops=list(s.python_ops), budget=budget)
 
 
 # --------------------------------------------------------------------------- registry verbs

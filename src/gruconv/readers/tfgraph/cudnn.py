@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Iterator, Optional
 
 from ...model.cudnn_ops import ATTR_DEFAULTS, CUDNN_OPS, PACKING_OPS, PREFIX, RNN_OPS, SETTINGS, TIME_MAJOR_OPS
-from .protos import Message, tensor_shape
+from ..protos import Message, tensor_shape
 
 #: Bytes every cuDNN op name starts with: the sniff's cheap look for them in a file.
 MARKER = PREFIX.encode()
@@ -180,8 +180,8 @@ def _twins(functions: list) -> dict:
 
 
 def keep_text(message: Message) -> bool:
-    """For :func:`gruconv.readers.tfgraph.protos.parse_text`: every message is kept (a node's producers
-    are looked up by name; only the :data:`~gruconv.readers.tfgraph.protos.SCHEMA` fields are)."""
+    """For :func:`gruconv.readers.protos.parse_text`: every message is kept (a node's producers
+    are looked up by name; only the :data:`~gruconv.readers.protos.SCHEMA` fields are)."""
     return True
 
 

@@ -4,7 +4,7 @@ the node can be converted.
 Where each size comes from (``tensorflow/core/ops/cudnn_rnn_ops.cc``, TensorFlow 2.21: ``input`` is
 ``[T, B, I]`` and the states ``[L*D, B, H]``; ``CudnnRNNV3`` with ``time_major=false`` takes ``[B, T, I]``
 and states shaped ``[B, L*D, H]``, whose memory cuDNN reads as ``[L*D, B, H]``:
-:mod:`gruconv.writers.saved_model.equations`):
+:mod:`gruconv.tf.equations`):
 
 * the input size ``I``: the input's static shape, dim 2;
 * the units ``H`` and ``L*D``: ``input_h``'s static shape, or the node's own ``_output_shapes``
@@ -62,7 +62,7 @@ def reference(ref: str, in_function: bool) -> tuple:
 
 def producers(nodes, wanted: set) -> dict:
     """``{name: Producer}`` of the nodes named in ``wanted`` among ``nodes`` (NodeDef messages)."""
-    from .protos import tensor_shape
+    from ..protos import tensor_shape
 
     out = {}
     for node in nodes:
@@ -93,7 +93,7 @@ def producers(nodes, wanted: set) -> dict:
 def function_arguments(fdef) -> dict:
     """``{argument name: Producer("argument", (its shape,))}`` of a FunctionDef (``arg_attr``'s
     ``_output_shapes``, recorded by ``tf.function`` tracing)."""
-    from .protos import tensor_shape
+    from ..protos import tensor_shape
 
     names = [a.get("name", "") for a in fdef.get("signature").each("input_arg")] if fdef.get("signature") else []
     shapes: dict = {}

@@ -28,8 +28,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
-
 #: The signature served (tf_keras ``saving/legacy/saved_model/save.py``; TensorFlow's
 #: ``signature_constants.DEFAULT_SERVING_SIGNATURE_DEF_KEY``).
 from ...model.saved_model import SIGNATURE  # noqa: E402
@@ -62,64 +60,40 @@ def refusal(doc) -> Optional[str]:
 
 
 class Served:
-    """The SavedModel's serving signature, run on the CPU (:func:`build`)."""
+    """The SavedModel's serving signature, run on the CPU in a child process within the document's budget
+    (:func:`gruconv.tf.served.served_outputs` under :func:`gruconv.tf.bounded.run`: the signature is the user's
+    program, which may loop or allocate without end).  One child per feed: the outputs and, while the
+    SavedModel is loaded there, the floor's perturbed runs (:func:`gruconv.verify.floor.runs`, handed in)."""
 
-    def __init__(self, tf, loaded, inputs: list, outputs: list):
-        self.tf, self.loaded, self.inputs, self.outputs = tf, loaded, inputs, outputs
-        self.fn = loaded.signatures[SIGNATURE]
-        self._saved = None
+    def __init__(self, doc, path: Path):
+        self.doc, self.path = doc, path
+        self._floor_runs = None
 
     def __call__(self, feed: list) -> list:
-        specs = self.fn.structured_input_signature[1]
-        kw = {k: self.tf.constant(np.asarray(a).astype(specs[k].dtype.as_numpy_dtype)) for k, a in zip(self.inputs, feed)}
-        with self.tf.device("/CPU:0"):
-            out = self.fn(**kw)
-        return [np.asarray(out[k].numpy()) for k in self.outputs]
+        from ...tf.bounded import run
+        from ...tf.served import served_outputs
+        from ..floor import runs
 
-    def perturbed(self, rng, perturb) -> "Served":
-        """Every float variable moved by ``perturb`` (the floor's one-ulp rounding) from the file's values.
-        The file's values are kept while the floor is measured (loading the SavedModel again costs seconds
-        per run, where tf_keras's ``load_weights`` costs milliseconds: :mod:`.keras2` reloads instead)."""
-        if self._saved is None:
-            self._saved = [v.numpy() for v in self.loaded.variables]
-        self.restore()
-        for v in self.loaded.variables:
-            a = v.numpy()
-            if a.dtype.kind == "f":
-                v.assign(perturb(a, rng, dtype=a.dtype))
-        return self
+        why, reference, floors = run(served_outputs, self.path, SIGNATURE,
+                                     _names(self.doc.model_config, "input_layers"),
+                                     _names(self.doc.model_config, "output_layers"), list(feed), runs,
+                                     budget=getattr(self.doc, "budget", None), path=Path(self.doc.path),
+                                     doing="on verify's inputs")
+        if why is not None:
+            raise Unavailable(why)
+        self._floor_runs = floors
+        return reference
 
-    def restore(self) -> None:
-        """The file's values again."""
-        if self._saved is not None:
-            for v, a in zip(self.loaded.variables, self._saved):
-                v.assign(a)
+    def floor_runs(self, feed: list) -> list:
+        """The outputs under the floor's perturbations (:func:`gruconv.verify.floor.runs`), computed with the
+        reference by :meth:`__call__` on this ``feed``."""
+        return self._floor_runs
 
 
 def build(doc) -> Served:
-    """The served SavedModel of ``doc``; :class:`Unavailable` with the reason when it cannot run here."""
+    """The served SavedModel of ``doc``; :class:`Unavailable` with the reason when it cannot run here (said when
+    it is first called: the SavedModel is loaded only in the child that runs it)."""
     why = refusal(doc)
     if why is not None:
         raise Unavailable(why)
-    from ...tf.runtime import import_quietly
-
-    try:
-        tf = import_quietly("tensorflow")
-    except ImportError:
-        raise Unavailable("TensorFlow is not installed") from None
-    path = Path(doc.served_by)
-    try:
-        with tf.device("/CPU:0"):
-            loaded = tf.saved_model.load(str(path))
-        fn = loaded.signatures[SIGNATURE]
-        got_in = sorted(fn.structured_input_signature[1])
-        got_out = sorted(fn.structured_outputs)
-    except Exception as e:  # noqa: BLE001  third-party: TensorFlow refusing the SavedModel is a reason
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise Unavailable(f"TensorFlow cannot serve it ({type(e).__name__}: {first[:200]})") from None
-    inputs = _names(doc.model_config, "input_layers") or got_in
-    outputs = _names(doc.model_config, "output_layers") or got_out
-    if sorted(inputs) != got_in or sorted(outputs) != got_out:
-        raise Unavailable(f"its {SIGNATURE!r} signature takes {got_in} and returns {got_out}, where the config's "
-                          f"model has inputs {sorted(inputs)} and outputs {sorted(outputs)}")
-    return Served(tf, loaded, inputs, outputs)
+    return Served(doc, Path(doc.served_by))

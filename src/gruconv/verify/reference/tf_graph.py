@@ -51,21 +51,13 @@ SETTINGS = ("rnn_mode", "direction", "input_mode", "time_major")  # cudnn_ops.SE
 
 
 def settings(tf, node) -> dict:
-    """``{attr: value}`` of :data:`SETTINGS` for ``node`` (a ``NodeDef``), by TensorFlow's op registry:
-    the value the node holds, else the op's default; an attr the op lacks (``time_major`` before V3) is
-    left out.  Not the reader's reading: the reference must not share it with the conversions."""
-    from tensorflow.python.framework import op_def_registry
+    """``{attr: value}`` of :data:`SETTINGS` for ``node`` (a ``NodeDef``), by TensorFlow's op registry
+    (:func:`gruconv.tf.runtime.op_attrs`): the value the node holds, else the op's default; an attr the op
+    lacks (``time_major`` before V3) is left out.  Not the reader's reading: the reference must not share it
+    with the conversions."""
+    from ...tf.runtime import op_attrs
 
-    op_def = op_def_registry.get(node.op)
-    out = {}
-    for a in op_def.attr:
-        if a.name not in SETTINGS and a.name != "T":
-            continue
-        value = node.attr[a.name] if a.name in node.attr else a.default_value
-        field = value.WhichOneof("value")
-        v = getattr(value, field)
-        out[a.name] = tf.as_dtype(v).name if a.name == "T" else (v.decode() if isinstance(v, bytes) else v)
-    return out
+    return op_attrs(tf, node, SETTINGS)
 
 
 def _shape(s: dict, x, h, params):
@@ -84,10 +76,9 @@ def _shape(s: dict, x, h, params):
     return shape
 
 
-def _node(s: dict, record=None):
+def _node(s: dict):
     """``compute(input, input_h, input_c, params[, sequence_lengths]) -> (output, output_h, output_c)`` of a
-    cuDNN node of settings ``s``, in NumPy (the op's layouts; module docstring); ``record(params)``, where
-    given, is called with each ``params`` it computes with."""
+    cuDNN node of settings ``s``, in NumPy (the op's layouts; module docstring)."""
     from ...model.canonical import RNNStack
     from ...model.cudnn_layout import unpack
     from .oracle import run_stack
@@ -98,8 +89,6 @@ def _node(s: dict, record=None):
     def compute(x, h, c, params, lengths=None):
         x, h, c, params = (np.asarray(t.numpy()) for t in (x, h, c, params))
         lengths = None if lengths is None else np.asarray(lengths.numpy())
-        if record is not None:
-            record(params)
         shape = _shape(s, x, h, params)
         LD, H = shape.num_pseudo_layers, shape.units
         lstm = "c" in shape.cell_spec.states
@@ -131,14 +120,14 @@ def key(rnn, node) -> tuple:
     return node.op, attrs, len([i for i in node.input if not i.startswith("^")])
 
 
-def trace(tf, rnn, node, record=None):
+def trace(tf, rnn, node):
     """The concrete function standing for ``node`` in the reference graph: the op's inputs and outputs
     (:data:`gruconv.model.cudnn_ops.OUTPUTS`), its values from a ``tf.py_function`` callback
     configured by the NodeDef alone (:func:`settings`; sizes from the tensors at run time).  The callback
     stays registered while this process runs (TensorFlow's ``script_ops`` keeps a reference to it on the
-    outermost graph).  ``record``: :func:`_node`'s."""
+    outermost graph)."""
     from ...model.cudnn_ops import PACKING_OPS
-    from ...writers.saved_model.equations import input_specs, op_outputs, packing_specs
+    from ...tf.equations import input_specs, op_outputs, packing_specs
 
     s = settings(tf, node)
     dtype = tf.as_dtype(s["T"])
@@ -149,7 +138,7 @@ def trace(tf, rnn, node, record=None):
 
         specs = packing_specs(tf, dtype, n_in - 3, 0)  # weights then biases: one run of tensors
         return tf.function(packed, input_signature=specs, autograph=False).get_concrete_function()
-    compute = _node(s, record)
+    compute = _node(s)
 
     def run(*args):
         y, h, c = tf.py_function(compute, list(args), Tout=[dtype, dtype, dtype])
@@ -159,68 +148,12 @@ def trace(tf, rnn, node, record=None):
     return tf.function(run, input_signature=specs, autograph=False).get_concrete_function()
 
 
-def _probe(tf, fn) -> bool:
-    """Run signature ``fn`` once on the CPU on the writer's probe inputs
-    (:func:`gruconv.tf.runtime.probe_input`), every unknown dimension at each of its ``PROBE_SIZES`` until one
-    runs; whether one did.  Running out of memory is not a size that does not fit: it goes up (the bounded
-    run says so, :mod:`gruconv.tf.bounded`)."""
-    from ...tf.runtime import PROBE_SIZES, probe_input
-
-    specs = fn.structured_input_signature[1]
-    for k in PROBE_SIZES:
-        try:
-            with tf.device("/CPU:0"):
-                fn(**{name: probe_input(tf, spec, k) for name, spec in specs.items()})
-            return True
-        except tf.errors.ResourceExhaustedError:
-            raise
-        except tf.errors.OpError:  # shapes that do not fit, or a graph that fails here: the next size
-            continue
-    return False
-
-
-def node_params(graph) -> dict:
-    """``{(graph index, function, node name): params}``: the opaque buffer each cuDNN RNN node of ``graph``
-    computes with, as the graph computes it (a ``Const``, a variable, a buffer packed in the graph from its
-    variables): the graph run once by TensorFlow on the CPU, each signature on probe inputs
-    (:func:`_probe`), its cuDNN nodes computed by the oracle and their ``params`` inputs recorded.  Nodes
-    no signature reaches are missing from the answer."""
-    from ...errors import InputError
-    from ...files.outputs import scratch_dir
-    from ...tf.runtime import import_quietly, why
-    from ...writers.saved_model.build import rewritten
-
-    tf = import_quietly("tensorflow")
-    found: dict = {}
-
-    def traced(tf_, rnn, node):
-        where = (rnn.graph, rnn.function, rnn.name)
-        return trace(tf_, rnn, node, record=lambda params: found.setdefault(where, np.array(params)))
-
-    def per_node(rnn, node):  # a node's own function: its callback records for it alone
-        return (rnn.graph, rnn.function, rnn.name) + key(rnn, node)
-
-    with scratch_dir(prefix="gruconv-graph-params-") as tmp:
-        out = Path(tmp) / "original"
-        out.mkdir()
-        rewritten(graph, out, (traced, per_node))
-        try:
-            with tf.device("/CPU:0"):
-                loaded = tf.saved_model.load(str(out))
-        except (tf.errors.OpError, ValueError) as e:
-            raise InputError(f"is a {graph.kind} TensorFlow cannot load ({type(e).__name__}: {why(e)})",
-                             path=graph.path) from None
-        for name in sorted(loaded.signatures.keys()):
-            _probe(tf, loaded.signatures[name])
-        del loaded
-    return found
-
-
 def original(graph, out: Path) -> Path:
     """The original graph ``graph`` (:class:`gruconv.model.canonical.TfGraph`) with each cuDNN node computed by
     the oracle, as a SavedModel in the empty directory ``out`` (for :func:`tf.saved_model.load` in this
-    process only)."""
-    from ...writers.saved_model.build import rewritten
+    process only): :func:`gruconv.tf.rewrite.rewritten` with this module's nodes, the rewrite the SavedModel
+    output shares."""
+    from ...tf.rewrite import rewritten
 
     Path(out).mkdir(exist_ok=True)
     rewritten(graph, out, (trace, key))

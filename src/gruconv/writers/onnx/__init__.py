@@ -123,27 +123,28 @@ def _write_graph(document, target, options, warnings: list) -> dict:
     return nonfinite
 
 
-def _tf_graph_onnx(source: Path, shown: Path, tmp: Path) -> list:
+def _tf_graph_onnx(graph, source: Path, shown: Path, tmp: Path) -> list:
     """The child process's work (:func:`gruconv.tf.bounded.run`): the whole graph's ONNX model written to
     ``tmp``; its warnings."""
     from .tfgraph import serialized
 
-    data, facts = serialized(source, shown)
+    data, facts = serialized(source, shown, graph=graph)
     with open(tmp, "wb") as f:
         f.write(data)
     return list(facts.get("warnings") or [])
 
 
 def _write_tf_graph(document, target) -> None:
-    """A TensorFlow graph holding cuDNN ops, whole, through tf2onnx with gruconv's handlers.  tf2onnx loads
-    the graph with TensorFlow from where the reader found it (``document.source``: the SavedModel directory
-    or the frozen graph), after the reader's bounded checks passed; the ``serving_default`` signature.  In a
+    """A TensorFlow graph holding cuDNN ops, whole, through tf2onnx with gruconv's handlers: the document's
+    ``TfGraph`` (a SavedModel loaded by TensorFlow from its graph file's directory, with its variables; a frozen
+    graph from the bytes the reader read, ``TfGraph.data()``), after the reader's bounded checks passed; the
+    ``serving_default`` signature; ``document.source`` only names the input in messages.  In a
     child process within the graph's budget (:mod:`gruconv.tf.bounded`): tf2onnx folds constant subgraphs by
     running them with TensorFlow, so a hostile graph runs here too."""
     from ...tf.bounded import run
 
     graph = document.tf_graph
-    target.warnings.extend(run(_tf_graph_onnx, Path(document.source), Path(target.path), Path(target.tmp),
+    target.warnings.extend(run(_tf_graph_onnx, graph, Path(document.source), Path(target.path), Path(target.tmp),
                                budget=graph.budget, path=Path(document.source)))
 
 

@@ -45,15 +45,12 @@ has no handler for as it is), ``onnx.checker`` (full), and an onnxruntime CPU se
 
 from __future__ import annotations
 
-import logging
-import os
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
-from ...errors import (GruconvError, InputError, OutputError, ReferenceUnavailable, UnsupportedError, UsageError,
-                       first_line)
+from ...errors import InputError, OutputError, UnsupportedError, UsageError, first_line
 from ...model.canonical import CELLS, DTYPES, RNNStack, StackShape
 from ...model.cudnn_layout import iter_matrix_regions, params_size, solve_shapes, unpack
 from ...model.cudnn_ops import (ATTR_DEFAULTS, CELL_OF_MODE, DIRECTIONS, INPUT_MODES, INPUTS, PACKING_OPS, PREFIX,
@@ -64,8 +61,6 @@ from .graph import MAX_MODEL_BYTES, OPSET, emit_layers
 FLOAT = 1
 #: The oldest opset written (:func:`build`).
 MIN_OPSET = 14
-#: The signature a SavedModel is converted through by default (ONNX has one graph).
-from ...model.saved_model import SIGNATURE as DEFAULT_SIGNATURE  # noqa: E402
 
 
 def _input_mode(where: str, mode: str, input_size: Optional[int], units: Optional[int]) -> list:
@@ -195,10 +190,10 @@ def convert_node(ctx, node, name, args) -> list:
                       shapes=[shapes[outputs[i]]], dtypes=[out_dtype])
     for i in range(1 + len(states), len(outputs)):  # a GRU's output_c, reserve_space, host_reserved
         if consumed[i]:
-            from tf2onnx.utils import map_onnx_to_numpy_type
+            from onnx.helper import tensor_dtype_to_np_dtype
 
             kind = ctx.get_dtype(outputs[i])  # T, and host_reserved's int8
-            ctx.make_const(outputs[i], np.zeros((0,), map_onnx_to_numpy_type(kind) if kind else np.float32))
+            ctx.make_const(outputs[i], np.zeros((0,), tensor_dtype_to_np_dtype(kind) if kind else np.float32))
     return warnings
 
 
@@ -254,122 +249,26 @@ def handlers() -> dict:
     return {**{op: (convert_node, []) for op in RNN_OPS}, **{op: (convert_canonical, []) for op in sorted(PACKING_OPS)}}
 
 
-def _quiet_tensorflow():
-    """TensorFlow, with tf2onnx imported quietly (:func:`gruconv.tf.runtime.import_quietly`) and its
-    loggers held to CRITICAL: a handler's refusal is raised as one line, not logged with a traceback too."""
-    from ...tf.runtime import import_quietly
-
-    try:
-        import_quietly("tf2onnx")
-    except ImportError as e:
-        raise ReferenceUnavailable(f"a graph input needs TensorFlow and tf2onnx ({e}); "
-                                   "pip install 'gruconv[graphs]'") from None
-    import tensorflow as tf
-
-    tf.get_logger().setLevel("ERROR")
-    for name in ("tf2onnx", "tensorflow"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)
-    return tf
-
-
-def _graph_def_file(path: Path):
-    """A frozen ``GraphDef`` (``.pbtxt`` text, else binary) parsed by TensorFlow's protobuf classes."""
-    from google.protobuf import message, text_format
-    from tensorflow.core.framework import graph_pb2
-
-    from ...files.inputs import open_regular
-
-    with open_regular(path, "a frozen GraphDef (.pb, .pbtxt)") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size > MAX_MODEL_BYTES:
-            raise InputError(f"is {size} bytes, over protobuf's 2 GiB", path=path)
-        data = f.read()
-    gd = graph_pb2.GraphDef()
-    try:
-        if path.suffix == ".pbtxt":
-            text_format.Parse(data.decode("utf-8"), gd)
-        else:
-            gd.ParseFromString(data)
-    except (message.DecodeError, text_format.ParseError, UnicodeDecodeError) as e:
-        raise InputError(f"not a GraphDef ({first_line(e, 200)})", path=path) from None
-    return gd
-
-
-def frozen_interface(tf, gd) -> tuple:
-    """``(inputs, outputs)`` tensor names of a frozen graph, which has no signature: its placeholders,
-    and every output of each node that nothing consumes (the rule the CPU SavedModel writer's
-    ``serving_default`` keeps; ops with no outputs, and unconsumed constants, are not outputs)."""
-    with tf.Graph().as_default() as g:
-        tf.import_graph_def(gd, name="")
-    ops = g.get_operations()
-    consumed = {t.op.name for op in ops for t in op.inputs} | {c.name for op in ops for c in op.control_inputs}
-    inputs = [op.outputs[0].name for op in ops if op.type == "Placeholder"]
-    outputs = [t.name for op in ops if op.type not in ("Placeholder", "Const", "NoOp") and op.name not in consumed
-               for t in op.outputs]
-    return inputs, outputs
-
-
-def load(path, *, signature: Optional[str] = None) -> tuple:
-    """``(frozen GraphDef, inputs, outputs, tensors_to_rename, signature or None)`` of a SavedModel
-    directory (``signature``, default ``serving_default``) or a frozen ``.pb``/``.pbtxt``, through
-    tf2onnx's loader (it freezes the variables and runs Grappler's constant folding)."""
-    tf = _quiet_tensorflow()
-    from tf2onnx import tf_loader
-
-    path = Path(path)
-    if path.is_dir():
-        sig = signature or DEFAULT_SIGNATURE
-        try:
-            gd, inputs, outputs, rename = tf_loader.from_saved_model(str(path), None, None, tag=["serve"],
-                                                                     signatures=[sig],
-                                                                     return_tensors_to_rename=True)
-        except Exception as e:  # noqa: BLE001 - TensorFlow's loader raises many unrelated types
-            raise InputError(f"cannot load the SavedModel's {sig!r} signature ({first_line(e, 200)})",
-                             path=path) from None
-        return gd, inputs, outputs, rename, sig
-    if signature:
-        raise UnsupportedError("a frozen GraphDef has no signatures (its placeholders are the inputs)", path=path)
-    gd = _graph_def_file(path)
-    try:
-        inputs, outputs = frozen_interface(tf, gd)
-        with tf.Graph().as_default():  # Grappler's meta-graph export needs a graph, not eager mode
-            gd = tf_loader.tf_optimize(inputs, outputs, gd)
-    except Exception as e:  # noqa: BLE001 - TensorFlow's import/Grappler
-        raise InputError(f"TensorFlow cannot import the graph ({first_line(e, 200)})", path=path) from None
-    rename = {t: t[:-2] if t.endswith(":0") else t.replace(":", "_") for t in inputs + outputs}
-    return gd, inputs, outputs, rename, None
-
-
-def build(path, *, signature: Optional[str] = None, opset: Optional[int] = None) -> tuple:
+def build(path, *, signature: Optional[str] = None, opset: Optional[int] = None, graph=None) -> tuple:
     """``(onnx.ModelProto, facts)``: the whole graph at ``path`` as ONNX (module docstring), checked.
     ``opset``: default :data:`gruconv.writers.onnx.graph.OPSET` (17); 14 at least (``GRU``/``LSTM`` with
-    ``layout``, ``Squeeze`` with its axes as an input)."""
+    ``layout``, ``Squeeze`` with its axes as an input).  TensorFlow and tf2onnx are run by the TensorFlow side
+    (:func:`gruconv.tf.to_onnx.convert`), with this module's handlers.  ``graph``: the document's
+    :class:`~gruconv.model.canonical.TfGraph` (the writer's case: what the reader found, loaded from there;
+    ``path``, the input, names it); without it, the graph at ``path`` (tests, scripts)."""
+    from ...tf.to_onnx import convert
+
     opset = opset or OPSET
     if opset < MIN_OPSET:
         raise UsageError(f"opset {opset}: the whole-graph ONNX writer needs {MIN_OPSET} or newer")
-    tf = _quiet_tensorflow()  # first: TensorFlow's C++ start-up lines are silenced only before it loads
-    from tf2onnx import optimizer
-    from tf2onnx.tfonnx import process_tf_graph
-
-    gd, inputs, outputs, rename, sig = load(path, signature=signature)
     converted, warnings = [], []
 
     def handler(ctx, node, name, args):
         warnings.extend(convert_node(ctx, node, name, args))
         converted.append(node.name)
 
-    try:
-        with tf.Graph().as_default() as tf_graph:
-            tf.import_graph_def(gd, name="")
-            g = process_tf_graph(tf_graph, continue_on_error=False, opset=opset,
-                                 custom_op_handlers={**handlers(), **{op: (handler, []) for op in RNN_OPS}},
-                                 input_names=inputs, output_names=outputs, tensors_to_rename=rename)
-        g = optimizer.optimize_graph(g, catch_errors=False)
-        model = g.make_model(f"gruconv: {Path(path).name} through tf2onnx")
-    except GruconvError as e:
-        raise type(e)(e.message, path=path) from None
-    except Exception as e:  # noqa: BLE001 - tf2onnx's conversion, any of its errors
-        raise UnsupportedError(f"tf2onnx cannot convert the graph ({first_line(e, 200)})", path=path) from None
+    model, sig = convert(path, signature=signature, opset=opset,
+                         handlers={**handlers(), **{op: (handler, []) for op in RNN_OPS}}, graph=graph)
     _fill_output_shapes(model)
     check(model, path=path)
     facts = {"signature": sig, "opset": opset,
@@ -437,9 +336,9 @@ def check(model, *, path=None) -> None:
         raise UnsupportedError(f"the converted ONNX model is not valid ({first_line(e, 200)})", path=path) from None
 
 
-def serialized(path, out, *, signature: Optional[str] = None, opset: Optional[int] = None) -> tuple:
+def serialized(path, out, *, signature: Optional[str] = None, opset: Optional[int] = None, graph=None) -> tuple:
     """``(bytes, facts)``: :func:`build`'s model serialized, refused over protobuf's 2 GiB (said of ``out``)."""
-    model, facts = build(path, signature=signature, opset=opset)
+    model, facts = build(path, signature=signature, opset=opset, graph=graph)
     data = model.SerializeToString()
     if len(data) > MAX_MODEL_BYTES:
         raise OutputError(f"the ONNX model would be {len(data)} bytes, over protobuf's 2 GiB", path=out)

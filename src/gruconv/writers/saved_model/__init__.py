@@ -4,10 +4,10 @@
 Input: a document of content ``tf-graph`` (:class:`gruconv.model.canonical.TfGraph`: a SavedModel or a
 frozen ``GraphDef`` and its cuDNN nodes, each with its :class:`~gruconv.model.canonical.StackShape`).
 
-How it is built (:mod:`.build`):
+How it is built (:mod:`gruconv.tf.rewrite`, the TensorFlow side's; this module runs no TensorFlow itself):
 
-* A SavedModel: its MetaGraphDefs are rewritten (:mod:`gruconv.writers.saved_model.rewrite`: each cuDNN
-  node calls a generated function of standard ops, :mod:`gruconv.writers.saved_model.equations`), written
+* A SavedModel: its MetaGraphDefs are rewritten (:mod:`gruconv.tf.rewrite`: each cuDNN
+  node calls a generated function of standard ops, :mod:`gruconv.tf.equations`), written
   as ``saved_model.pb``; its ``variables/`` and ``assets/`` are copied byte for byte and its fingerprint is
   made again for the new graph (``tensorflow/python/saved_model/fingerprinting_utils.py``).
 * A frozen GraphDef has no signatures: the output has one, ``serving_default`` (tag ``serve``), whose
@@ -17,8 +17,8 @@ How it is built (:mod:`.build`):
 
 Checked before it is placed (the output contract: exit 0 only for an output proven loadable): no
 ``CudnnRNN*`` op anywhere in it (graph, every library function, ``stripped_op_list``), and
-``tf.saved_model.load`` opens it and every signature runs on the CPU (on :func:`gruconv.tf.runtime.probe_input`
-of its input specs, every unknown dimension at each of ``PROBE_SIZES`` in turn).  The rewrite and the serve check
+``tf.saved_model.load`` opens it and every signature runs on the CPU (:func:`gruconv.tf.served.serves_on_cpu`:
+:func:`gruconv.tf.runtime.probe_input` of its input specs, every unknown dimension at each of ``PROBE_SIZES`` in turn).  The rewrite and the serve check
 run in a child process within the graph's budget (:mod:`gruconv.tf.bounded`).  The output is a directory written
 as one piece (:meth:`gruconv.files.outputs.Outputs.tree`).  TensorFlow is needed (the ``tensorflow`` extra).
 """
@@ -45,52 +45,31 @@ def options(kind: str) -> frozenset:
     return frozenset()
 
 
-def _serves_on_cpu(tf, path: Path, shown=None) -> list:
-    """Load ``path`` with ``tf.saved_model.load`` and run every signature on the CPU; returns the keys
-    run.  A failure is an :class:`~gruconv.errors.UnsupportedError` said of ``shown`` (the output's final path)."""
-    from ...errors import UnsupportedError
-    from ...tf.runtime import PROBE_SIZES, PROBE_WORDS, probe_input, why
-
-    try:
-        with tf.device("/CPU:0"):
-            loaded = tf.saved_model.load(str(path))
-            keys = sorted(loaded.signatures.keys())
-            for key in keys:
-                fn = loaded.signatures[key]
-                _, kwargs = fn.structured_input_signature
-                first = None
-                for k in PROBE_SIZES:
-                    try:
-                        fn(**{name: probe_input(tf, spec, k) for name, spec in kwargs.items()})
-                        break
-                    except tf.errors.InvalidArgumentError as e:  # shapes that do not fit: the next size
-                        first = first or e
-                else:
-                    raise first
-    except Exception as e:  # noqa: BLE001 - TensorFlow's errors, at its call: the output is not proven
-        raise UnsupportedError(f"the converted SavedModel does not serve on a CPU ({type(e).__name__}: {why(e)}; "
-                               f"run on {PROBE_WORDS}); nothing written", path=shown or path) from None
-    return keys
-
-
-def _rewritten_and_served(graph, out: Path, shown: Path) -> None:
-    """The child process's work (:func:`gruconv.tf.bounded.run`): the rewrite, then the serve check."""
-    from .build import rewritten, tensorflow
-
-    rewritten(graph, out)
-    _serves_on_cpu(tensorflow(), out, shown=shown)
-
-
 def write(document, target, options) -> dict:
     """Write ``document.tf_graph`` as a SavedModel into the empty directory ``target.tmp``: rewritten and
     served in a child process within the graph's budget (a graph that loops or allocates without end is one
     line, exit 3; :mod:`gruconv.tf.bounded`)."""
     from ...tf.bounded import run
+    from ...tf.rewrite import written
 
     graph = document.tf_graph
-    run(_rewritten_and_served, graph, Path(target.tmp), Path(target.path), budget=graph.budget,
+    run(written, graph, Path(target.tmp), Path(target.path), budget=graph.budget,
         path=Path(document.source))
     return {}
+
+
+def node_runner(rnn, converted, params):
+    """One cuDNN node's replacement run alone (:func:`gruconv.tf.node_runner.runner`: the function ``converted``
+    calls for it, or traced as :func:`write` traces it), on ``params``: verify's per-node subject.  Runs gruconv's
+    generated function, not the user's graph."""
+    from ...model.cudnn_ops import WITH_LENGTHS
+    from ...tf.node_runner import runner
+    from ..runner import StackRunner
+
+    run = runner(rnn, converted)
+    run.params = params
+    return StackRunner(rnn.name, rnn.shape, run, mask_input=rnn.op in WITH_LENGTHS,
+                       engine=lambda math: "TensorFlow on the CPU (the node's replacement function)")
 
 
 def load(path, rebuild):

@@ -1,4 +1,5 @@
-"""A graph's ``CudnnRNN*`` nodes replaced by calls of generated library functions (TensorFlow's protos).
+"""A graph's ``CudnnRNN*`` nodes replaced by calls of generated library functions (TensorFlow's protos), and the
+rewritten SavedModel directory written (:func:`rewritten`), before it is run.
 
 Why a proto rewrite and not a re-trace: the graph is the user's (its signatures, names, dtypes, shapes,
 variables, every other op), and re-tracing it would need the Python code that made it.  So each cuDNN
@@ -6,7 +7,7 @@ node keeps its name and its inputs and only changes its ``op`` to the name of a 
 graph's library (a node whose op names a library function calls it: ``tensorflow/core/framework/
 function.h``, ``FunctionLibraryDefinition::Find``), so ``params`` stays whatever it was (a ``Const``, a
 variable read, a buffer computed in the graph) and ``variables/`` is copied byte for byte.  The
-function is :func:`gruconv.writers.saved_model.equations.function` traced for that node; its output
+function is :func:`gruconv.tf.equations.function` traced for that node; its output
 args are renamed to the op's output arg names (``output``, ``output_h``, ...) so that ``node:output_h:0``
 inside a function body and ``node:1`` in a graph still name the same tensors; the ``While`` bodies it
 calls are added with it, every generated name prefixed ``gruconv_`` and made unique in the library.
@@ -16,14 +17,26 @@ only the function's own attrs; ``_``-prefixed internal ones such as ``_output_sh
 device pinning it to a GPU is cleared: the replacement runs anywhere.  The MetaGraphDef's
 ``stripped_op_list`` is recomputed (``tensorflow/python/framework/meta_graph.py``), so no ``CudnnRNN*``
 op is named anywhere in the output (:func:`cudnn_ops_left`).
+
+The directory (:func:`rewritten`): the input's proto parsed by TensorFlow, each cuDNN node replaced, the
+MetaGraphs or the frozen graph's one ``serving_default`` written, the input's ``variables/`` and ``assets/``
+copied byte for byte (the writer's docstring, :mod:`gruconv.writers.saved_model`).  What it shares: the
+``saved-model`` writer writes it with the standard-op equations (:mod:`gruconv.tf.equations`); ``verify``
+builds its reference graph with its own replacement functions (:func:`rewritten`'s ``maker``,
+:mod:`gruconv.verify.reference.tf_graph`); the stacks route records each node's params through it
+(:mod:`gruconv.tf.params`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
+from pathlib import Path
 
-from ...errors import InputError
-from ...model.cudnn_ops import OUTPUTS, PREFIX as CUDNN_PREFIX
+from ..errors import InputError
+from ..model.cudnn_ops import OUTPUTS, PREFIX as CUDNN_PREFIX
+from ..model.saved_model import SAVED_MODEL_PB, SIGNATURE
 from .equations import function, packing_function
 
 #: Every generated function's name starts with this.
@@ -66,7 +79,8 @@ class Replacements:
     :class:`~gruconv.model.canonical.GraphRNN`; ``node``: its ``NodeDef`` as TensorFlow parsed it), with the
     op's inputs and outputs, and ``key(rnn, node)`` says which nodes share one: :func:`equations` and
     :func:`signature` for what ``convert`` writes; ``verify`` passes its own (the original graph with each
-    node computed by the reference, :mod:`gruconv.verify.reference.tf_graph`)."""
+    node computed by the reference, :mod:`gruconv.verify.reference.tf_graph`), the params evaluation its
+    recording nodes (:mod:`gruconv.tf.params`)."""
 
     def __init__(self, tf, taken: set, trace=equations, key=signature):
         self.tf, self.taken, self.trace, self.key = tf, set(taken), trace, key
@@ -171,3 +185,142 @@ def cudnn_ops_left(graph_defs, op_lists=(), keep=()) -> list:
     for ops in op_lists:
         left += [f"stripped_op_list: {o.name}" for o in ops.op if o.name.startswith(CUDNN_PREFIX) and o.name not in kept]
     return left
+
+
+def tensorflow():
+    from .runtime import tensorflow
+
+    return tensorflow("writing a SavedModel")
+
+
+def _parse(tf, graph, data: bytes):
+    """The input's proto (TensorFlow's classes); a file TensorFlow cannot parse is one line."""
+    from google.protobuf import message, text_format
+    from tensorflow.core.framework import graph_pb2
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    from ..errors import InputError
+
+    proto = saved_model_pb2.SavedModel() if graph.kind == "SavedModel" else graph_pb2.GraphDef()
+    try:
+        if graph.text:
+            text_format.Parse(data.decode("utf-8"), proto)
+        else:
+            proto.ParseFromString(data)
+    except (message.DecodeError, text_format.ParseError, UnicodeDecodeError, RecursionError) as e:
+        raise InputError(f"is not a readable {graph.kind} ({str(e).splitlines()[0][:160] if str(e) else type(e).__name__})",
+                         path=graph.path) from None
+    return proto
+
+
+def _check_clean(graph_defs, op_lists, graph) -> None:
+    from ..errors import OutputError
+
+    path = graph.path
+    left = cudnn_ops_left(graph_defs, op_lists, keep=graph.twinned)
+    if left:
+        raise OutputError(f"the rewritten graph still names cuDNN ops ({'; '.join(left[:3])}); nothing written",
+                          path=path)
+
+
+def _saved_model(tf, graph, proto, out: Path, maker) -> None:
+    from tensorflow.python.framework import meta_graph
+
+    for i, mg in enumerate(proto.meta_graphs):
+        rewrite_graph_def(tf, mg.graph_def, [r for r in graph.rnns if r.graph == i], *maker)
+        if mg.HasField("meta_info_def"):
+            mg.meta_info_def.stripped_op_list.CopyFrom(meta_graph.stripped_op_list_for_graph(mg.graph_def))
+    _check_clean([m.graph_def for m in proto.meta_graphs],
+                 [m.meta_info_def.stripped_op_list for m in proto.meta_graphs], graph)
+    (out / SAVED_MODEL_PB).write_bytes(proto.SerializeToString())
+    for rel, src in graph.files:  # variables/, assets/: byte for byte
+        dst = out / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dst)
+    from tensorflow.python.saved_model import fingerprinting_utils
+
+    fingerprinting_utils.write_fingerprint(str(out))
+
+
+def _sinks_and_placeholders(graph_def) -> tuple:
+    """``(placeholders, sinks)``: node names of the ``Placeholder``s and of the nodes no node consumes."""
+    consumed = set()
+    for n in graph_def.node:
+        for i in n.input:
+            consumed.add(i.lstrip("^").split(":")[0])
+    placeholders = [n.name for n in graph_def.node if n.op == "Placeholder"]
+    sinks = [n.name for n in graph_def.node if n.name not in consumed and n.op not in ("Placeholder", "NoOp")]
+    return placeholders, sinks
+
+
+def _signature_key(name: str) -> str:
+    """A node name as a signature key: characters outside ``[A-Za-z0-9_]`` become ``_`` (a signature's
+    input keys become argument names of the loaded function)."""
+    import re
+
+    return re.sub(r"[^A-Za-z0-9_]", "_", name) or "_"
+
+
+def _frozen(tf, graph, graph_def, out: Path, maker) -> None:
+    rewrite_graph_def(tf, graph_def, graph.rnns, *maker)
+    _check_clean([graph_def], (), graph)
+    placeholders, sinks = _sinks_and_placeholders(graph_def)
+    g = tf.Graph()
+    with g.as_default():
+        tf.graph_util.import_graph_def(graph_def, name="")
+        inputs = {_signature_key(p): g.get_operation_by_name(p).outputs[0] for p in placeholders}
+        outputs = {}
+        for s in sinks:
+            op = g.get_operation_by_name(s)
+            for k, t in enumerate(op.outputs):
+                outputs[s if k == 0 else f"{s}_{k}"] = t
+        sig = tf.compat.v1.saved_model.signature_def_utils.predict_signature_def(inputs=inputs, outputs=outputs)
+        target = out / "saved_model"
+        builder = tf.compat.v1.saved_model.Builder(str(target))
+        with tf.compat.v1.Session(graph=g) as sess:
+            builder.add_meta_graph_and_variables(sess, [tf.saved_model.SERVING],
+                                                 signature_def_map={SIGNATURE: sig},
+                                                 strip_default_attrs=True)
+        builder.save()
+    for p in target.iterdir():  # the builder wants a directory that does not exist: move its files up
+        os.replace(p, out / p.name)
+    target.rmdir()
+    from google.protobuf import message  # noqa: F401 (parsed below with TensorFlow's classes)
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    written = saved_model_pb2.SavedModel()
+    written.ParseFromString((out / SAVED_MODEL_PB).read_bytes())
+    _check_clean([m.graph_def for m in written.meta_graphs],
+                 [m.meta_info_def.stripped_op_list for m in written.meta_graphs], graph)
+
+
+def rewritten(graph, out: Path, maker=None) -> None:
+    """``graph`` (:class:`gruconv.model.canonical.TfGraph`) as a SavedModel in the empty directory ``out``,
+    each cuDNN node a call of the function ``maker = (trace, key)`` makes for it
+    (:class:`.rewrite.Replacements`; None: the standard-op equations ``convert`` writes), checked to name no
+    ``CudnnRNN*`` op; not yet run."""
+    import logging
+
+    from .runtime import why
+
+    tf = tensorflow()
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)  # the TF1 builder's deprecation notices
+    data = graph.data()  # the reader's bytes, read through its guards
+    proto = _parse(tf, graph, data)
+    write = _saved_model if graph.kind == "SavedModel" else _frozen
+    try:
+        write(tf, graph, proto, Path(out), maker or (equations, signature))
+    except (tf.errors.OpError, ValueError) as e:  # TensorFlow refusing the graph it imports (an op it does not
+        # know, an input naming no node, an attr of the wrong type): the input's fault, said in one line
+        raise InputError(f"is a {graph.kind} TensorFlow cannot import ({type(e).__name__}: {why(e)})",
+                         path=graph.path) from None
+
+
+def written(graph, out: Path, shown: Path) -> None:
+    """The ``saved-model`` writer's work in its child process (:func:`gruconv.tf.bounded.run`): ``graph``
+    rewritten into ``out`` with the standard-op equations, then served on the CPU
+    (:func:`gruconv.tf.served.serves_on_cpu`; a failure is said of ``shown``, the output's final path)."""
+    from .served import serves_on_cpu
+
+    rewritten(graph, out)
+    serves_on_cpu(out, shown=shown)

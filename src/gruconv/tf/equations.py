@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ...model.cudnn_ops import DTYPES, INPUTS, OUTPUTS, WITH_LENGTHS
+from ..model.cudnn_ops import DTYPES, INPUTS, OUTPUTS, WITH_LENGTHS
 
 
 def _gru_step(tf, xw, hr, h, c):
@@ -64,7 +64,7 @@ STEPS = {"gru": _gru_step, "lstm": _lstm_step}
 def _slices(tf, params, shape, compute):
     """Per pseudo-layer ``{"W": [G] [H, in] | None, "R": [G] [H, H], "bW": [G] [H], "bR": [G] [H]}``,
     sliced out of ``params`` at :func:`gruconv.model.cudnn_layout.iter_matrix_regions`'s offsets."""
-    from ...model.cudnn_layout import iter_matrix_regions
+    from ..model.cudnn_layout import iter_matrix_regions
 
     G = shape.gates
     out = [{"W": None, "R": [None] * G, "bW": [None] * G, "bR": [None] * G}

@@ -37,9 +37,9 @@ import re
 import struct
 from typing import Iterator, Optional
 
-from ...errors import InputError
-from ...files.inputs import MAX_GRAPH_FIELDS
-from ..tfbundle import Malformed, proto_fields, unescape_text_bytes
+from ..errors import InputError
+from ..files.inputs import MAX_GRAPH_FIELDS
+from .tfbundle import Malformed, proto_fields, unescape_text_bytes
 
 #: message -> {field name: (field number, type)}; a type is ``string`` (UTF-8 text), ``bytes``, ``int``
 #: (varint), ``bool`` (varint) or the name of another message here.

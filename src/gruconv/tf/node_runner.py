@@ -1,10 +1,10 @@
 """The replacement of one cuDNN node run on its own, for ``verify`` (:class:`gruconv.verify.runners.StackRunner`).
 
 What runs is what was written: the node's op in the converted SavedModel names the generated library
-function (:mod:`gruconv.writers.saved_model.rewrite`); that function and the ones it calls are copied out of
+function (:mod:`gruconv.tf.rewrite`); that function and the ones it calls are copied out of
 the converted graph into a small GraphDef of placeholders and one call node, imported and run by
 TensorFlow on the CPU.  Without a converted SavedModel the function is traced here the way the writer
-traces it (:func:`gruconv.writers.saved_model.equations.function`).  Inputs arrive time-major (the
+traces it (:func:`gruconv.tf.equations.function`).  Inputs arrive time-major (the
 runner's contract) and are laid out as the op takes them (``time_major=false``: batch-major, states
 ``[B, L*D, H]``); a ``CudnnRNNV3`` gets the lengths (all full when verify passes none).
 """
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ...model.cudnn_ops import INPUTS, WITH_LENGTHS
-from ...model.saved_model import SAVED_MODEL_PB
+from ..model.cudnn_ops import INPUTS, WITH_LENGTHS
+from ..model.saved_model import SAVED_MODEL_PB
 
 
 def _library(path: Path, rnn) -> tuple:
@@ -24,7 +24,7 @@ def _library(path: Path, rnn) -> tuple:
     functions of its MetaGraphDef."""
     from tensorflow.core.protobuf import saved_model_pb2
 
-    from ...errors import InputError
+    from ..errors import InputError
     from .rewrite import PREFIX
 
     sm = saved_model_pb2.SavedModel()
@@ -55,10 +55,14 @@ def _call_graph(tf, fname: str, library: list, dtype, with_lengths: bool):
     return g, names
 
 
-def runner(tf, rnn, converted=None):
-    """``run(x_tm, h0, c0, lengths, math) -> (y_tm, hy, cy or None)`` of node ``rnn``'s replacement."""
+def runner(rnn, converted=None):
+    """``run(x_tm, h0, c0, lengths, math) -> (y_tm, hy, cy or None)`` of node ``rnn``'s replacement (what
+    ``converted``, a converted SavedModel directory, calls for it; None: traced as ``convert`` traces it).
+    What runs is gruconv's generated function, not the user's graph: in this process."""
     from .rewrite import Replacements
+    from .runtime import tensorflow
 
+    tf = tensorflow("running a cuDNN node's replacement")
     shape = rnn.shape
     dtype = tf.as_dtype(shape.dtype)
     if converted is not None:

@@ -1,12 +1,14 @@
 """A TensorFlow graph's cuDNN nodes as bare stacks, for the writers of stacks (``.keras``, ``.safetensors``,
 ``.h5`` weights, a directory of them, ONNX stacks in a directory): what a TF1 checkpoint's stacks become.
 
-Why a driver module and not the reader: a node's ``params`` is a tensor of the graph (a ``Const``, a
+The reader's document, read once: each node's settings and sizes are the graph reader's
+(:class:`gruconv.model.canonical.GraphRNN`), and its ``params`` -- a tensor of the graph (a ``Const``, a
 variable read, a buffer Keras 3's TensorFlow backend or ``CudnnRNNCanonicalToParams`` computes from the
-variables), so its values are what TensorFlow computes when the graph runs; the reader reads the graph
-without TensorFlow.  They are taken from one run of the original graph on the CPU with each cuDNN node
-computed by the oracle (:func:`gruconv.verify.reference.tf_graph.node_params`: the params the node is given,
-recorded), and each stack is that buffer unpacked in cuDNN's layout for the node's shape (the reader's).
+variables), so what TensorFlow computes when the graph runs -- come from the ``TfGraph``'s lazy
+:meth:`~gruconv.model.canonical.TfGraph.params`: one bounded run of the original graph on the CPU with each cuDNN
+node recording the params it is given (:func:`gruconv.tf.params.node_params`, in a child process of
+:func:`gruconv.tf.bounded.run`).  The reader itself runs no TensorFlow; this document is asked for only when
+the target is stacks (``Document.as_stacks``, the ``tf-graph-stacks`` route), and each stack is that buffer unpacked in cuDNN's layout for the node's shape (the reader's).
 
 Only the stacks are written: the graph's other ops (embeddings, dense layers, the signatures) are not, and
 a note says so; the whole graph converts to a SavedModel or to one ONNX file instead.
@@ -19,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import UnsupportedError
-from .model.canonical import Document, RNNStack
+from ...errors import UnsupportedError
+from ...model.canonical import Document, RNNStack
 
 
 @dataclass
@@ -64,7 +66,7 @@ class GraphStacksDoc:
         return entry.buffer
 
     def document(self) -> Document:
-        from .model.keras_layout import describe_keras_stack
+        from ...model.keras_layout import describe_keras_stack
 
         b = self.base
         d = Document(source=b.source, reader=b.reader, stacks=list(self.stacks), inputs=list(b.inputs),
@@ -82,33 +84,15 @@ class GraphStacksDoc:
         return d
 
 
-def _node_params(graph, source: Path) -> dict:
-    """The child process's work (:func:`gruconv.tf.bounded.run`): each node's params as the graph computes them."""
-    from .tf.runtime import tensorflow
-    from .verify.reference.tf_graph import node_params
-
-    tensorflow("evaluating a graph's cuDNN params")
-    params = node_params(graph)
-    reached = {r.name for r in graph.rnns if r.shape is not None and (r.graph, r.function, r.name) in params}
-    if not reached:  # said here, in the child: a run that failed for memory is said so (gruconv.tf.bounded)
-        unreached = list(dict.fromkeys(r.name for r in graph.rnns if r.shape is not None))
-        raise UnsupportedError(f"no cuDNN node of the graph is reached when its signatures run on probe inputs "
-                               f"({', '.join(repr(n) for n in unreached[:3])}), so no params can be evaluated; convert "
-                               "the whole graph instead (a SavedModel directory, or OUTPUT.onnx)",
-                               path=source)
-    return params
-
-
 def stacks_of(document: Document) -> GraphStacksDoc:
     """The stacks of ``document``'s cuDNN nodes (a ``tf-graph`` document), their params as the graph
-    computes them, one per node name (a SavedModel's functions may hold copies of one layer's node); a node
-    no signature reaches is left out with a note (no node reached: a one-line refusal).  Needs TensorFlow."""
-    from .model.cudnn_layout import unpack
-    from .tf.bounded import run
+    computes them (``document.tf_graph.params()``), one per node name (a SavedModel's functions may hold
+    copies of one layer's node); a node no signature reaches is left out with a note (no node reached: a
+    one-line refusal).  Needs TensorFlow."""
+    from ...model.cudnn_layout import unpack
 
     graph = document.tf_graph
-    params = run(_node_params, graph, Path(document.source), budget=graph.budget,
-                 path=Path(document.source))
+    params = graph.params()
     by_name: dict = {}  # one stack per node name: a SavedModel's functions hold copies of one layer's node
     for i, r in enumerate(x for x in graph.rnns if x.shape is not None):  # packing nodes: recorded at their node
         by_name.setdefault(r.name, []).append((i, r))
@@ -127,3 +111,12 @@ def stacks_of(document: Document) -> GraphStacksDoc:
         buf = buf.astype(r.shape.dtype, copy=False)
         stacks.append(NodeStack(name, RNNStack(name, r.shape, unpack(buf, r.shape)), buf, row=i))
     return GraphStacksDoc(document, stacks, unreached)
+
+
+def evaluate(graph, source: Path) -> dict:
+    """``TfGraph.params`` of a graph this reader read (``source``: the input, what a refusal names): one bounded
+    run (:func:`gruconv.tf.bounded.run` of :func:`gruconv.tf.params.evaluated`, within the graph's budget)."""
+    from ...tf.bounded import run
+    from ...tf.params import evaluated
+
+    return run(evaluated, graph, Path(source), budget=graph.budget, path=Path(source))
