@@ -43,6 +43,13 @@ def _wait_for_handlers(pid: int, limit: float = 60.0) -> None:
     raise AssertionError(f"gruconv did not install its signal handlers within {limit} s")
 
 
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT's default action, as at a terminal.  A test run started in the
+    background (``make test &``, ``nohup``) hands its children SIGINT ignored, which gruconv rightly keeps
+    ignored (:func:`gruconv.signals.install`): the SIGINT case then waited out its 60 s (seen 2026-12-07)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signal_mid_conversion_cleans_up_and_exits_with_the_signal_code(sig, code, tmp_path):
     """Sent at several moments (during imports, while building/saving): either the conversion had
@@ -56,7 +63,7 @@ def test_a_signal_mid_conversion_cleans_up_and_exits_with_the_signal_code(sig, c
         env = {**os.environ, "TMPDIR": str(tmpdir), "CUDA_VISIBLE_DEVICES": ""}
         p = subprocess.Popen([str(GRUCONV), "convert", str(SEQ), str(out_dir / "o.keras")], env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             stdin=subprocess.DEVNULL)
+                             stdin=subprocess.DEVNULL, preexec_fn=_default_sigint)
         _wait_for_handlers(p.pid)
         time.sleep(delay)
         p.send_signal(sig)
@@ -106,7 +113,7 @@ def test_a_signal_stops_a_graph_running_forever_and_its_child_within_seconds(sig
     env = {**os.environ, "TMPDIR": str(tmpdir), "CUDA_VISIBLE_DEVICES": ""}
     p = subprocess.Popen([str(GRUCONV), "convert", str(FIXTURES / "graphs_hostile" / "endless_loop"), str(out),
                           "--graph-timeout", "600"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         stdin=subprocess.DEVNULL)
+                         stdin=subprocess.DEVNULL, preexec_fn=_default_sigint)
     try:
         deadline = time.monotonic() + 180
         while not [c for c in _children(p.pid) if "gruconv-graph-run-" in " ".join(

@@ -83,6 +83,25 @@ def test_a_hostile_graph_to_other_outputs_is_one_line_exit_3(name, output, text,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tmp"] and list(private_tmp.iterdir()) == []
 
 
+@pytest.mark.slow  # a TensorFlow child (~10 s)
+def test_a_graph_tensorflow_cannot_load_is_exit_3_on_the_params_route(tmp_path, private_tmp):
+    """make fuzz (seed 1729, tf-graph case 2540): one byte of ``asserts/saved_model.pb`` set to 87 renames a
+    node input in the function library (``While_prefix`` -> ``Wile_prefix``); gruconv's reader reads only the
+    fields it needs and accepts it, TensorFlow's loader raises a bare ``KeyError`` in the params' child, which
+    was exit 4 (a RuntimeError carried back)."""
+    src = tmp_path / "damaged"
+    (src / "variables").mkdir(parents=True)
+    for p in (HOSTILE / "asserts").rglob("*"):
+        if p.is_file():
+            (src / p.relative_to(HOSTILE / "asserts")).write_bytes(p.read_bytes())
+    pb = bytearray((src / "saved_model.pb").read_bytes())
+    pb[13177] = 87
+    (src / "saved_model.pb").write_bytes(bytes(pb))
+    r = CliRunner().invoke(cli, ["convert", str(src), str(tmp_path / "m.keras"), *SMALL])
+    _one_line_exit_3(r, "is a SavedModel TensorFlow cannot load (KeyError:")
+    assert not (tmp_path / "m.keras").exists() and list(private_tmp.iterdir()) == []
+
+
 @pytest.mark.slow
 def test_verify_of_a_hostile_graph_is_bounded_too(tmp_path, private_tmp):
     r = CliRunner().invoke(cli, ["verify", str(HOSTILE / "endless_loop"), *SMALL])

@@ -1,4 +1,4 @@
-"""A graph's cuDNN nodes as bare stacks (:mod:`gruconv.graph_stacks`): ``convert GRAPH out.keras`` /
+"""A graph's cuDNN nodes as bare stacks (:mod:`gruconv.readers.tfgraph.stacks`): ``convert GRAPH out.keras`` /
 ``out.safetensors`` / ``--format keras|onnx DIR``, their params evaluated as the graph computes them.
 
 Numerical truth: ``fixtures/graphs_golden`` (real cuDNN 9.19 buffers inside graphs, cuDNN's own outputs): each

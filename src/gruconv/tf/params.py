@@ -84,7 +84,10 @@ def node_params(graph) -> dict:
         try:
             with tf.device("/CPU:0"):
                 loaded = tf.saved_model.load(str(out))
-        except (tf.errors.OpError, ValueError) as e:
+        except Exception as e:  # noqa: BLE001 - TensorFlow's loader on the user's functions: make fuzz found
+            # KeyError and TypeError from its function-def import of a damaged graph, not only OpError/ValueError
+            if isinstance(e, MemoryError):
+                raise
             raise InputError(f"is a {graph.kind} TensorFlow cannot load ({type(e).__name__}: {why(e)})",
                              path=graph.path) from None
         for name in sorted(loaded.signatures.keys()):

@@ -429,10 +429,10 @@ def check_model_config(model_config: Optional[dict], path) -> None:
     if model_config is not None and not (isinstance(model_config, dict) and _class_name(model_config)):
         raise InputError("model_config is not a Keras model (no class_name)", path=path)
     if model_config is not None:
+        check_layer_counts(model_config, path)  # first: it names the entry itself ("... not an object: 42")
         damaged = malformed(model_config)
         if damaged:
             raise InputError(f"model_config not understood: {damaged}", path=path)
-        check_layer_counts(model_config, path)
 
 
 def check_layer_names(layer_names: list, path) -> None:
