@@ -68,6 +68,8 @@ def test_a_tf_keras_saved_model_of_cudnn_layers_converts_to_a_cpu_saved_model_an
     assert res.exit_code == 0 and "end to end (converted SavedModel)" in res.output, res.output
 
 
+@pytest.mark.slow  # ~15 s of bounded TensorFlow children; the reader's choice for .onnx is quick above, and a
+# whole SavedModel graph to ONNX verified end to end is quick in tests/verify/test_graph_end_to_end.py (keras3_export)
 def test_the_whole_graph_as_onnx_of_a_tf_keras_saved_model(tmp_path):
     out = tmp_path / "m.onnx"
     assert run("convert", CUDNN_SM, out).exit_code == 0

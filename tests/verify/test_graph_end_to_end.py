@@ -72,11 +72,10 @@ def _reference_outputs(tf, name, tmp_path) -> tuple:
     return got, want
 
 
-#: Golden graphs whose reference is built in the quick tier (Const, variables, in-graph-packed params, skip input
-#: batch-major, a variable-length LSTM: the same five as ``tests/writers/test_graph_stacks.py``); the other nine
+#: Golden graphs whose reference is built in the quick tier (Const, in-graph-packed params from variables, a
+#: batch-major variable-length LSTM: the same three as ``tests/writers/test_graph_stacks.py``); the other eleven
 #: in the slow tier (CI).
-QUICK_GOLDEN = {"gru_1l_uni_v1", "gru_2l_bidir_savedmodel", "gru_2l_bidir_canonical_savedmodel",
-                "gru_1l_bidir_skip_v3_bt", "lstm_2l_bidir_varlen_v3_bt"}
+QUICK_GOLDEN = {"gru_1l_uni_v1", "gru_2l_bidir_canonical_savedmodel", "lstm_2l_bidir_varlen_v3_bt"}
 
 
 @pytest.mark.parametrize("name", [n if n in QUICK_GOLDEN else pytest.param(n, marks=pytest.mark.slow)

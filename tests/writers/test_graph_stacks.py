@@ -49,11 +49,11 @@ def _worst(path, name) -> float:
     return max(float(np.max(np.abs(got[k].astype(np.float64) - golden[k]))) for k in got)
 
 
-#: Golden graphs converted in the quick tier: Const params (v1), variables (a SavedModel), in-graph-packed
-#: params (canonical), a skip-input batch-major bidirectional GRU and a variable-length LSTM.  Each conversion
-#: evaluates params in a bounded TensorFlow child (~6 CPU s): the other ten run in the slow tier (CI).
-QUICK_GOLDEN = {"gru_1l_uni_v1", "gru_2l_bidir_savedmodel", "gru_2l_bidir_canonical_savedmodel",
-                "gru_1l_bidir_skip_v3_bt", "lstm_2l_bidir_varlen_v3_bt"}
+#: Golden graphs converted in the quick tier: Const params (v1), in-graph-packed params from a SavedModel's
+#: variables (canonical), a batch-major variable-length bidirectional LSTM.  Each conversion evaluates params in a
+#: bounded TensorFlow child (~6 CPU s): the other twelve run in the slow tier (CI); skip input is quick in
+#: ``test_graph_onnx.py`` and ``test_torch_target.py``.
+QUICK_GOLDEN = {"gru_1l_uni_v1", "gru_2l_bidir_canonical_savedmodel", "lstm_2l_bidir_varlen_v3_bt"}
 GOLDEN_CASES = [n if n in QUICK_GOLDEN else pytest.param(n, marks=pytest.mark.slow) for n in CONVERTIBLE]
 
 
