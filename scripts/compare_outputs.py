@@ -194,8 +194,12 @@ def diff(a: Path, b: Path) -> int:
                       f"  B: {json.dumps(rb[section].get(k))[:600]}")
     fa, fb = _files(a), _files(b)
     by_run = 0
+    never_run = []
     for k in sorted(set(fa) | set(fb)):
         if fa.get(k) != fb.get(k):
+            if k.startswith("graphs_hostile__endless_loop__") and k in fa and k in fb:
+                never_run.append(k)  # its whole-graph ONNX loops forever in onnxruntime, as the graph does
+                continue             # (a diff of 2026-12-07 ran 22 min on it): not compared, said below
             if k in fa and k in fb and _tf2onnx_same(a / k, b / k):
                 by_run += 1
                 continue
@@ -203,7 +207,8 @@ def diff(a: Path, b: Path) -> int:
             print(f"DIFF file {k}: {fa.get(k, 'missing')[:20]} vs {fb.get(k, 'missing')[:20]}")
     n_ok = sum(1 for c in ra["cases"].values() if "result" in c)
     print(f"{len(ra['cases'])} cases ({n_ok} converted), {len(ra['inspect'])} inspects, {len(fa)} output files "
-          f"({by_run} tf2onnx models whose bytes differ compared by their outputs); {bad} differences")
+          f"({by_run} tf2onnx models whose bytes differ compared by their outputs); {bad} differences"
+          + (f"; not compared (a graph that never finishes): {', '.join(never_run)}" if never_run else ""))
     return 1 if bad else 0
 
 
