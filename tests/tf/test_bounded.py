@@ -161,3 +161,96 @@ def test_the_budget_refuses_what_is_no_bound():
         with pytest.raises(UsageError, match="--graph-timeout must be a number > 0"):
             Budget.of(seconds=bad)
     assert Budget.of() == Budget(300.0, 8.0)
+
+
+# --------------------------------------------------------------------------- a kept child (reuse=True)
+
+@pytest.fixture
+def no_kept_child():
+    """No child kept before or after the test (another test's would serve this one's first run)."""
+    bounded.release()
+    yield
+    bounded.release()
+
+
+def _pid(**kw):
+    return bounded.run(os.getpid, imports=(), **kw)
+
+
+def test_a_kept_child_serves_the_next_run_and_a_plain_run_never_keeps_one(private_tmp, no_kept_child):
+    """``reuse=True``: the second run is the same child (no interpreter started again); without it, every run its
+    own child, and none is left running afterwards."""
+    first = _pid(reuse=True)
+    assert _pid(reuse=True) == first and Path(f"/proc/{first}").exists()
+    plain = [_pid(), _pid()]
+    assert len({first, *plain}) == 3
+    assert not any(Path(f"/proc/{p}").exists() for p in plain)
+    assert list(private_tmp.iterdir()) == []
+
+
+def test_a_kept_child_is_retired_after_a_failed_run(private_tmp, no_kept_child):
+    """A run that ended in a bug, a crash or past its budget leaves the child in an unknown state: the next run
+    gets a new one.  A gruconv error (the user's graph refused in words) keeps it."""
+    from gruconv.readers import tfgraph
+
+    first = _pid(reuse=True)
+    with pytest.raises(InputError):
+        bounded.run(tfgraph.read, Path("/nonexistent/g.txt"), imports=(), reuse=True)
+    assert _pid(reuse=True) == first
+    with pytest.raises(RuntimeError):
+        bounded.run(int, "x", imports=(), reuse=True)
+    second = _pid(reuse=True)
+    assert second != first and not Path(f"/proc/{first}").exists()
+    with pytest.raises(UnsupportedError, match="did not finish on probe inputs within 1 s"):
+        bounded.run(time.sleep, 600, budget=Budget(seconds=1.0), imports=(), reuse=True)
+    assert _pid(reuse=True, budget=Budget(seconds=1.0)) != second
+
+
+def test_a_kept_child_keeps_its_bounds(private_tmp, no_kept_child):
+    """The memory watchdog and the time budget hold on a child's second run as on its first; the second run's
+    temporary files go too."""
+    bounded.run(os.getpid, budget=Budget(seconds=120, memory=1.0), imports=(), reuse=True)
+    with pytest.raises(UnsupportedError, match=r"the graph needed more than 1 GiB"):
+        bounded.run(np.ones, 3 * 2**30, np.uint8, budget=Budget(seconds=120, memory=1.0), imports=(), reuse=True)
+    made = Path(bounded.run(tempfile.mkdtemp, imports=(), reuse=True))
+    assert made.parent.parent == private_tmp and not made.exists()
+    assert list(private_tmp.iterdir()) == []
+
+
+def test_a_kept_child_that_died_meanwhile_is_replaced_unseen(private_tmp, no_kept_child):
+    """Killed while idle (the OOM killer, a user's ``kill``): the next run starts a new child and succeeds."""
+    import signal
+
+    first = _pid(reuse=True)
+    os.kill(first, signal.SIGKILL)
+    time.sleep(0.2)
+    assert _pid(reuse=True) not in (first, None)
+
+
+def test_a_changed_environment_or_bound_gets_a_new_child(private_tmp, no_kept_child, monkeypatch):
+    """``KERAS_BACKEND`` and the like are read once at import: a run under another environment, or another memory
+    bound (the child's ``RLIMIT_AS``), is not served by a child started under the old one."""
+    first = _pid(reuse=True)
+    monkeypatch.setenv("KERAS_BACKEND", "jax")
+    second = _pid(reuse=True)
+    assert second != first
+    assert _pid(reuse=True, budget=Budget(memory=2.0)) != second
+
+
+def test_a_forked_process_does_not_use_its_parent_s_kept_child(private_tmp, no_kept_child):
+    """A fork (``multiprocessing``'s default on Linux) inherits the kept child's pipes: it starts its own child,
+    and the parent's still serves the parent."""
+    first = _pid(reuse=True)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the forked copy
+        try:
+            os.write(w, str(_pid(reuse=True)).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    got = int(os.read(r, 64) or b"0")
+    os.close(r)
+    assert got not in (0, first)
+    assert _pid(reuse=True) == first

@@ -12,9 +12,11 @@ What runs here (:func:`run`): the ``saved-model`` writer's rewrite and serve che
 for the stacks route, and verify's end-to-end reference.  The child is a fresh interpreter
 (``python -c``, the parent's ``sys.path``; not a fork: the parent may hold a TensorFlow runtime already, whose
 threads a fork would not carry; not multiprocessing's ``spawn``: it imports the caller's ``__main__`` again, and
-a script without a main guard would start itself over).  It reads its work pickled on stdin, imports TensorFlow
-quietly, says it is ready, then runs the function; its stdout and stderr go to a log in its scratch directory
-(TensorFlow's C++ lines; the outcome comes back through a pipe).
+a script without a main guard would start itself over).  It reads its work pickled from a pipe, imports TensorFlow
+quietly, says it is ready, then runs the function; its stdout and stderr go to a log in the run's scratch directory
+(TensorFlow's C++ lines; the outcome comes back through another pipe).  Where the caller says the result cannot
+depend on what the child ran before (``reuse``: numbers, not a writer's bytes), the child is kept for the next run
+of the same process instead of a new interpreter importing TensorFlow again.
 
 The bounds (:class:`gruconv.options.Budget`, ``--graph-timeout``/``--graph-memory``; defaults 300 s, 8 GiB):
 
@@ -106,22 +108,40 @@ def _out_of_memory(e: BaseException) -> bool:
 #: reference) runs in place, under the child's bounds.
 _in_child = False
 
+#: Runs one child may serve before it is retired (:func:`run`'s ``reuse``), and the resident set past which it
+#: is retired after a run, as a fraction of the memory bound: what a run leaves behind (loaded functions,
+#: allocator arenas) must not add up to the next run's bound.
+MAX_RUNS = 64
+RETIRE_FRACTION = 0.5
+
 
 def _main() -> None:
-    """The child interpreter's entry (``python -c``): its work, pickled, on stdin; its messages on the pipe whose
-    file descriptor is ``argv[1]``."""
-    import pickle
+    """The child interpreter's entry (``python -c``): its messages on the pipe whose file descriptor is
+    ``argv[1]``, its work on the pipe ``argv[2]``: first ``(memory, parent, imports)``, then one
+    ``(fn, args, scratch)`` per run until the parent closes the pipe."""
     import sys
     from multiprocessing.connection import Connection
 
     conn = Connection(int(sys.argv[1]), readable=False)
-    job = pickle.loads(sys.stdin.buffer.read())
-    _child(conn, *job)
+    jobs = Connection(int(sys.argv[2]), writable=False)
+    _child(conn, jobs, *jobs.recv())
 
 
-def _child(conn, fn, args, memory: int, parent: int, scratch: str, imports: tuple) -> None:
-    """The child process: bounds, TensorFlow, ``fn(*args)``, the outcome sent to the parent."""
+def _to_scratch(scratch: str) -> None:
+    """This run's temporary files and log in the parent's scratch directory for it (removed by the parent)."""
     import tempfile
+
+    os.environ["TMPDIR"] = scratch
+    tempfile.tempdir = scratch
+    log = os.open(os.path.join(scratch, LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+
+
+def _child(conn, jobs, memory: int, parent: int, imports: tuple) -> None:
+    """The child process: bounds, TensorFlow, then ``fn(*args)`` for each job, each outcome sent to the parent."""
+    import gc
     import traceback
 
     from ..signals import die_with_parent
@@ -129,16 +149,11 @@ def _child(conn, fn, args, memory: int, parent: int, scratch: str, imports: tupl
     global _in_child
     _in_child = True
     die_with_parent(parent)
-    os.environ["TMPDIR"] = scratch
-    tempfile.tempdir = scratch
     # TensorFlow's warnings (an allocation it could not make) go to a log the parent reads; oneDNN's allocator
     # is off: under a memory bound it hung after a failed allocation (measured: past 60 s), TensorFlow's own
     # fails the op at once
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "1"
     os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
-    log = os.open(os.path.join(scratch, LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
     try:
         import resource
 
@@ -148,40 +163,147 @@ def _child(conn, fn, args, memory: int, parent: int, scratch: str, imports: tupl
         resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
     except (ImportError, ValueError, OSError):
         pass  # no RLIMIT_AS here: the resident-set watchdog alone bounds it
-    for name in imports:
-        try:
-            from .runtime import import_quietly
-
-            import_quietly(name)
-        except ImportError:
-            pass  # ``fn`` says so in its own words
-    conn.send(("ready",))
     from ..errors import GruconvError
 
-    try:
-        result = fn(*args)
-    except BaseException as e:  # noqa: BLE001 - everything goes back to the parent, which decides
-        if _out_of_memory(e):
-            conn.send(("memory",))
-        elif isinstance(e, GruconvError):
-            conn.send(("error", type(e), e.message, e.path))
+    first = True
+    while True:
+        try:
+            fn, args, scratch = jobs.recv()
+        except (EOFError, OSError):
+            return  # the parent is done with this child
+        _to_scratch(scratch)
+        if first:
+            for name in imports:
+                try:
+                    from .runtime import import_quietly
+
+                    import_quietly(name)
+                except ImportError:
+                    pass  # ``fn`` says so in its own words
+            first = False
+        conn.send(("ready",))
+        try:
+            result = fn(*args)
+        except BaseException as e:  # noqa: BLE001 - everything goes back to the parent, which decides
+            if _out_of_memory(e):
+                conn.send(("memory",))
+            elif isinstance(e, GruconvError):
+                conn.send(("error", type(e), e.message, e.path))
+            else:
+                line = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+                conn.send(("bug", f"{type(e).__name__}: {line}" if line else type(e).__name__,
+                           traceback.format_exc()))
         else:
-            line = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
-            conn.send(("bug", f"{type(e).__name__}: {line}" if line else type(e).__name__, traceback.format_exc()))
-        return
-    conn.send(("ok", result))
+            conn.send(("ok", result))
+        del fn, args
+        result = None
+        gc.collect()
 
 
-def run(fn, *args, budget=None, path=None, doing: str = "on probe inputs", imports: tuple = ("tensorflow",)):
+class _Child:
+    """A child interpreter :func:`run` started: its process, the pipe its work goes down, the pipe its messages
+    come up, and how many runs it served."""
+
+    def __init__(self, memory: int, imports: tuple, key):
+        import subprocess
+        import sys
+        from multiprocessing.connection import Connection
+
+        # a fresh interpreter, not multiprocessing's spawn: that one imports the caller's __main__ again (a
+        # script without a main guard would start itself over); the child gets this process's sys.path
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        up_read, up_write = os.pipe()
+        down_read, down_write = os.pipe()
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", "from gruconv.tf.bounded import _main; _main()", str(up_write),
+                 str(down_read)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                pass_fds=(up_write, down_read), env=env, close_fds=True)
+        except BaseException:
+            for fd in (up_read, up_write, down_read, down_write):
+                os.close(fd)
+            raise
+        os.close(up_write)
+        os.close(down_read)
+        self.receive = Connection(up_read, writable=False)
+        self.jobs = Connection(down_write, readable=False)
+        self.key, self.runs, self.owner = key, 0, os.getpid()
+        try:
+            self.jobs.send((memory, os.getpid(), tuple(imports)))
+        except OSError:  # the child died at once: the run's wait finds it gone
+            pass
+
+    def alive(self) -> bool:
+        return self.owner == os.getpid() and self.process.poll() is None
+
+    def close(self) -> None:
+        """Kill the child (if still running), reap it, close the pipes."""
+        if self.owner != os.getpid():  # a forked copy of the owner: the child is the owner's to end
+            return
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        for c in (self.receive, self.jobs):
+            try:
+                c.close()
+            except OSError:
+                pass
+
+
+#: The child kept for the next run (:func:`run`'s ``reuse``): at most one, in the process that started it.
+_warm: dict = {}
+
+
+def _key(memory: int, imports: tuple):
+    """What a kept child must share with the next run to serve it: the memory bound (its ``RLIMIT_AS``), the
+    modules it imported, and the environment and ``sys.path`` it started with (``KERAS_BACKEND``,
+    ``CUDA_VISIBLE_DEVICES``, thread counts are read at import).  ``PYTEST_CURRENT_TEST`` changes with every
+    test and decides nothing."""
+    import sys
+
+    env = tuple(sorted((k, v) for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"))
+    return memory, tuple(imports), env, tuple(sys.path)
+
+
+def release() -> None:
+    """End the kept child, if any (at exit, and for a long-lived process that is done with graphs)."""
+    while _warm:
+        _, child = _warm.popitem()
+        child.close()
+
+
+def _forget_after_fork() -> None:
+    _warm.clear()  # the kept child's pipes are the parent's; this process starts its own
+
+
+def _setup_process_hooks() -> None:
+    import atexit
+
+    atexit.register(release)
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+_setup_process_hooks()
+
+
+def run(fn, *args, budget=None, path=None, doing: str = "on probe inputs", imports: tuple = ("tensorflow",),
+        reuse: bool = False):
     """``fn(*args)`` run in a child process within ``budget`` (:class:`gruconv.options.Budget`; None: the
     defaults); its result, or its :class:`~gruconv.errors.GruconvError` raised again here.  Past the budget:
     :class:`~gruconv.errors.UnsupportedError` (exit 3), said of ``path`` (the input).  ``fn`` and ``args`` are
     pickled (``fn`` a module-level function).  ``imports``: modules the child imports before the budget starts.
-    Inside such a child already: ``fn(*args)`` in place."""
-    import pickle
-    import subprocess
-    import sys
-    from multiprocessing.connection import Connection
+    Inside such a child already: ``fn(*args)`` in place.
+
+    ``reuse``: the child may have served an earlier run and may serve the next.  A fresh interpreter importing
+    TensorFlow is 3-5 CPU s (measured: 55 runs of the quick test tier spent 221 of their 307 s starting), and
+    ``convert --verify`` of a graph or a batch of graphs runs several.  Only for work whose result cannot depend
+    on what the process ran before: numbers (a graph's params, served outputs, verify's rows), never a writer's
+    bytes (a SavedModel's function names and tf2onnx's node names count up per process).  A kept child is
+    retired after a run that did not end with a result or a gruconv error (its state is unknown then), after
+    :data:`MAX_RUNS` runs, past :data:`RETIRE_FRACTION` of the memory bound, when the environment changed, and
+    in a thread other than the main one (``PR_SET_PDEATHSIG`` ends it with the thread that started it)."""
+    import threading
 
     if _in_child:
         return fn(*args)
@@ -192,34 +314,37 @@ def run(fn, *args, budget=None, path=None, doing: str = "on probe inputs", impor
 
     budget = budget or Budget()
     memory = int(budget.memory * 2**30)
+    reuse = reuse and threading.current_thread() is threading.main_thread()
+    key = _key(memory, imports)
+    child = _warm.pop(key, None) if reuse else None
+    release()  # at most one kept child: another key's is of no use now
+    keep = False
     with scratch_dir(prefix="gruconv-graph-run-") as scratch:
-        job = pickle.dumps((fn, args, memory, os.getpid(), str(scratch), tuple(imports)))
-        # a fresh interpreter, not multiprocessing's spawn: that one imports the caller's __main__ again (a
-        # script without a main guard would start itself over); the child gets this process's sys.path
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        read_fd, write_fd = os.pipe()
-        receive = Connection(read_fd, writable=False)
-        child = None
         try:
-            child = subprocess.Popen([sys.executable, "-c", "from gruconv.tf.bounded import _main; _main()",
-                                      str(write_fd)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, pass_fds=(write_fd,), env=env, close_fds=True)
-            os.close(write_fd)
-            write_fd = None
-            try:
-                child.stdin.write(job)
-                child.stdin.close()
-            except BrokenPipeError:  # the child died at once: _wait finds it gone
-                pass
-            message = _wait(child, receive, budget, memory)
+            while True:
+                fresh = child is None or not child.alive()
+                if fresh:
+                    if child is not None:
+                        child.close()
+                    child = _Child(memory, imports, key)
+                try:
+                    child.jobs.send((fn, args, str(scratch)))
+                except OSError:  # the child died: _wait finds it gone
+                    pass
+                message, ready = _wait(child, budget)
+                if message is None and not ready and not fresh:
+                    continue  # a kept child that died before this run began: start a fresh one
+                break
+            keep = reuse and message is not None and message[0] in ("ok", "error")
+            if keep:
+                child.runs += 1
+                rss = _rss(child.process.pid)
+                keep = child.runs < MAX_RUNS and rss is not None and rss < RETIRE_FRACTION * memory
         finally:
-            if write_fd is not None:
-                os.close(write_fd)
-            if child is not None:
-                if child.poll() is None:
-                    child.kill()
-                child.wait()
-            receive.close()
+            if keep:
+                _warm[key] = child
+            elif child is not None:
+                child.close()
         if (not message or message[0] != "ok") and _log_says_oom(scratch, crashed=not message):
             message = ("memory",)
     kind = message[0] if message else None
@@ -240,36 +365,38 @@ def run(fn, *args, budget=None, path=None, doing: str = "on probe inputs", impor
         raise err
     import signal
 
-    code = child.returncode
+    code = child.process.returncode
     how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit status {code}"
     raise UnsupportedError(f"TensorFlow crashed running the graph {doing} ({how}); nothing written", path=path)
 
 
-def _wait(child, receive, budget, memory: int):
-    """The child's last message, ``("timeout",)``/``("memory",)`` when the parent killed it, or None when it
-    died without a word."""
-    started = time.monotonic()
-    deadline = started + START_SECONDS
+def _wait(child: _Child, budget):
+    """``(message, ready)``: the child's last message, ``("timeout",)``/``("memory",)`` when the parent killed
+    it, or None when it died without a word; ``ready``: whether it said it had begun this run."""
+    memory = int(budget.memory * 2**30)
+    receive, process = child.receive, child.process
+    deadline = time.monotonic() + START_SECONDS
+    ready = False
     while True:
         if receive.poll(POLL_SECONDS):
             try:
                 message = receive.recv()
             except (EOFError, OSError):
-                return None
+                return None, ready
             if message[0] == "ready":
+                ready = True
                 deadline = time.monotonic() + budget.seconds
                 continue
-            return message
-        if child.poll() is not None:
+            return message, ready
+        if process.poll() is not None:
             try:
-                return receive.recv() if receive.poll(0) else None
+                return (receive.recv() if receive.poll(0) else None), ready
             except (EOFError, OSError):
-                return None
+                return None, ready
         if time.monotonic() > deadline:
-            child.kill()
-            return ("timeout",)
-        rss = _rss(child.pid)
+            process.kill()
+            return ("timeout",), ready
+        rss = _rss(process.pid)
         if rss is not None and rss > memory:
-            child.kill()
-            return ("memory",)
-
+            process.kill()
+            return ("memory",), ready

@@ -193,7 +193,7 @@ def end_to_end(doc, converted, engine, report, rng) -> None:
 
     graph = doc.document().tf_graph
     rows, skips, ran = run(_rows, doc, converted, rng, budget=graph.budget, path=Path(doc.path),
-                           doing="on verify's inputs")
+                           doing="on verify's inputs", reuse=True)
     if not ran and not graph.rnns and skips:  # no node of its own to check (a graph that already serves on a
         # CPU): without the end-to-end rows nothing would be checked, which is no parity failure
         from ..errors import UnsupportedError

@@ -119,4 +119,4 @@ def evaluate(graph, source: Path) -> dict:
     from ...tf.bounded import run
     from ...tf.params import evaluated
 
-    return run(evaluated, graph, Path(source), budget=graph.budget, path=Path(source))
+    return run(evaluated, graph, Path(source), budget=graph.budget, path=Path(source), reuse=True)

@@ -78,7 +78,7 @@ class Served:
                                      _names(self.doc.model_config, "input_layers"),
                                      _names(self.doc.model_config, "output_layers"), list(feed), runs,
                                      budget=getattr(self.doc, "budget", None), path=Path(self.doc.path),
-                                     doing="on verify's inputs")
+                                     doing="on verify's inputs", reuse=True)
         if why is not None:
             raise Unavailable(why)
         self._floor_runs = floors
