@@ -62,12 +62,10 @@ import numpy as np
 from ..files import inputs as _inputs
 from ..errors import InputError, UnsupportedError
 
-try:  # bfloat16 has no NumPy dtype; ml_dtypes (a TF/JAX dependency) provides one.
-    import ml_dtypes as _ml_dtypes
-
-    _BFLOAT16: np.dtype = np.dtype(_ml_dtypes.bfloat16)
-except ImportError:  # pragma: no cover - depends on the environment
-    _BFLOAT16 = np.dtype("<u2")
+#: bfloat16's two bytes until a bfloat16 tensor is read (:func:`_numpy`): ml_dtypes, a TF/JAX dependency that gives
+#: it a NumPy dtype, takes 0.5-0.7 s to import here (``python -X importtime``: its C++ extension), which was 40% of
+#: ``inspect big_ckpt``'s first call (1.4 s; the bench's inspect section) for a checkpoint that holds no bfloat16.
+_BFLOAT16 = np.dtype("<u2")
 
 __all__ = [
     "Bundle",
@@ -132,6 +130,19 @@ _DTYPES: dict[int, tuple[str, np.dtype | None]] = {
     23: ("uint64", np.dtype("<u8")),
 }
 _NP_BY_NAME = {name: dt for name, dt in _DTYPES.values()}
+
+
+def _numpy(name: str) -> np.dtype | None:
+    """The NumPy dtype a tensor of dtype ``name`` is read as: ``ml_dtypes.bfloat16`` for bfloat16 where ml_dtypes
+    is installed (imported now, not with this module), its raw ``uint16`` bit patterns where not."""
+    if name == "bfloat16":
+        try:
+            import ml_dtypes
+
+            return np.dtype(ml_dtypes.bfloat16)
+        except ImportError:  # pragma: no cover - depends on the environment
+            return _BFLOAT16
+    return _NP_BY_NAME.get(name)
 #: Names of the enum values we refuse, for messages only.
 _TF_DTYPE_NAMES = {
     0: "DT_INVALID", 11: "DT_QINT8", 12: "DT_QUINT8", 13: "DT_QINT32",
@@ -1010,7 +1021,7 @@ class Bundle:
             raise UnsupportedError(
                 f"tensor {key!r} has dtype {_TF_DTYPE_NAMES.get(enum, 'enum')} ({enum}), "
                 f"which gruconv does not read", path=self.index_path)
-        np_dtype = _NP_BY_NAME[info.dtype]
+        np_dtype = _numpy(info.dtype)
         if self.max_tensor_bytes is not None and info.size > self.max_tensor_bytes:
             raise InputError(
                 f"tensor {key!r} is {info.size} bytes, over the limit of "
@@ -1035,7 +1046,7 @@ class Bundle:
         process's RSS until :meth:`release`.
         """
         info = self.info(key)
-        np_dtype = _NP_BY_NAME.get(info.dtype)
+        np_dtype = _numpy(info.dtype)
         if (info.slices or np_dtype is None or info.dtype == "bool" or info.size == 0
                 or (self.max_tensor_bytes is not None and info.size > self.max_tensor_bytes)
                 or info.size > _inputs.limit("tensor")):
@@ -1186,7 +1197,7 @@ def numpy_dtype(info: TensorInfo) -> np.dtype | None:
         return np.dtype(bool)
     if info.dtype == "string":
         return np.dtype(object)
-    return _NP_BY_NAME.get(info.dtype)
+    return _numpy(info.dtype)
 
 
 def open_bundle(path, *, max_tensor_bytes: int | None = None) -> Bundle:
