@@ -54,6 +54,8 @@ def test_a_tf_keras_saved_model_of_cudnn_layers_converts_to_a_cpu_saved_model_an
     assert res.exit_code == 0, res.output
     sm = saved_model_pb2.SavedModel()
     sm.ParseFromString((out / "saved_model.pb").read_bytes())
+    # written deterministically (map fields in key order), as tf.saved_model.save writes: two runs, same bytes
+    assert (out / "saved_model.pb").read_bytes() == sm.SerializeToString(deterministic=True)
     assert cudnn_ops_left([m.graph_def for m in sm.meta_graphs], [m.meta_info_def.stripped_op_list
                                                                    for m in sm.meta_graphs]) == []
     assert run("convert", CUDNN_SM, model).exit_code == 0

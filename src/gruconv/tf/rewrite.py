@@ -232,7 +232,10 @@ def _saved_model(tf, graph, proto, out: Path, maker) -> None:
             mg.meta_info_def.stripped_op_list.CopyFrom(meta_graph.stripped_op_list_for_graph(mg.graph_def))
     _check_clean([m.graph_def for m in proto.meta_graphs],
                  [m.meta_info_def.stripped_op_list for m in proto.meta_graphs], graph)
-    (out / SAVED_MODEL_PB).write_bytes(proto.SerializeToString())
+    # deterministic: protobuf writes map fields (attrs, signatures, function return maps) in hash order otherwise,
+    # and two runs of one conversion wrote different bytes (measured on keras3_export; tf.saved_model.save
+    # serializes deterministically too, tensorflow/python/saved_model/save.py)
+    (out / SAVED_MODEL_PB).write_bytes(proto.SerializeToString(deterministic=True))
     for rel, src in graph.files:  # variables/, assets/: byte for byte
         dst = out / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
