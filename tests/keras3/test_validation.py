@@ -404,3 +404,35 @@ def test_output_shapes_agree_with_keras():
     known = sum(validate.shape_out({"class_name": type(l).__name__, "config": keras.saving.serialize_keras_object(l)["config"]},
                                    [(None, *s[0])]) is not None for l, s in more)
     assert known == len(more)  # every window layer above is inferred, not skipped
+
+
+def test_a_bidirectional_of_two_outputs_inside_a_sequential(tmp_path):
+    """The long generative profile's counterexample (2026-12-07): ``merge_mode: null`` planted on the first
+    Bidirectional of a Sequential converted with exit 0, and Keras 3 refused the output (the next layer gets the
+    two directions as two tensors).  Refused in one line now, nothing written."""
+    src = cases.FIX / "keras_user" / "bidirectional_classifier.h5"
+    mutated = cases.write_config(src, tmp_path / "in.h5",
+                                 cases.set_value(cases.read_config(src), "Bidirectional", "merge_mode", None))
+    out = tmp_path / "out.keras"
+    r = CliRunner().invoke(main, ["convert", str(mutated), str(out)])
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+    assert r.exit_code == 3 and r.output.count("\n") == 1, r.output
+    assert "merge_mode is None (two output tensors) inside a Sequential model" in r.output, r.output
+    assert not out.exists()
+
+
+def test_a_bidirectional_of_two_outputs_may_end_a_sequential():
+    """As the Sequential's last layer the two tensors are the model's outputs, and Keras 3 loads it: the rule
+    judges Keras's own config of both models as Keras's loader does (the middle one refused, the last one not)."""
+    import keras
+
+    from gruconv.errors import InputError
+    from gruconv.keras3 import validate
+
+    m = keras.Sequential([keras.Input((5, 3)), keras.layers.Bidirectional(keras.layers.GRU(4), merge_mode=None)])
+    last = {"class_name": "Sequential", "config": m.get_config()}
+    validate._check_container(last, "")
+    middle = copy.deepcopy(last)  # Keras cannot build this one, so its Dense is appended to the config
+    middle["config"]["layers"].append(keras.saving.serialize_keras_object(keras.layers.Dense(2)))
+    with pytest.raises(InputError, match="merge_mode is None"):
+        validate._check_container(middle, "")

@@ -351,10 +351,10 @@ def _check_container(obj: dict, path: str) -> Optional[int]:
     layers = cfg.get("layers") if isinstance(cfg.get("layers"), list) else []
     if obj.get("class_name") == "Sequential":
         rank, shape = None, None
-        for layer in layers:
+        for i, layer in enumerate(layers):
             _check_sizes(layer, shape, path)
             rank = check_layer(layer, path, rank)
-            _one_tensor(layer, path)
+            _one_tensor(layer, path, last=i == len(layers) - 1)
             shape = shape_out(layer, [shape])
         return rank
     ranks: dict = {}
@@ -600,7 +600,7 @@ def _output_count(layer: dict) -> Optional[int]:
         return 1 + (_STATES[cls] if cfg.get("return_state") else 0)
     inner = cfg.get("layer") if isinstance(cfg.get("layer"), dict) else None
     if cls == "Bidirectional" and inner is not None and inner.get("class_name") in _STATES:
-        outs = 2 if cfg.get("merge_mode") is None else 1
+        outs = 2 if "merge_mode" in cfg and cfg["merge_mode"] is None else 1  # absent: Keras's default, "concat"
         return outs + (2 * _STATES[inner["class_name"]] if (inner.get("config") or {}).get("return_state") else 0)
     return None
 
@@ -629,12 +629,17 @@ def _refs_exist(layer, counts: dict, path: str) -> None:
                              f"which returns {n} (keras.saving.load_model would refuse it)")
 
 
-def _one_tensor(layer, path: str, inside: str = "a Sequential model, whose layers hand one tensor on") -> None:
+def _one_tensor(layer, path: str, inside: str = "a Sequential model, whose layers hand one tensor on",
+                last: bool = False) -> None:
     """A layer of a Sequential model hands one tensor on: a recurrent layer (or a wrapper of one) with
     ``return_state`` returns several, and Keras 3 cannot build the model ("Layer 'dense' expects 1
     input(s), but it received 2 input tensors"; as the last layer: "has never been called").  Found by
     the generative contract test (``return_state: true`` planted in a Sequential).  The same holds for the
-    layer a ``TimeDistributed`` wraps (``inside`` says which)."""
+    layer a ``TimeDistributed`` wraps (``inside`` says which).  A ``Bidirectional`` with ``merge_mode: null``
+    returns its two directions as two tensors: refused the same way unless it is the Sequential's last layer,
+    where Keras 3 loads it (measured: Keras 3.15.1, ``load_model`` of both; the long generative profile's
+    counterexample, 2026-12-07: ``merge_mode: null`` planted in ``keras_user/bidirectional_classifier.h5``
+    converted with exit 0 and the output did not load)."""
     if not isinstance(layer, dict) or not isinstance(layer.get("config"), dict):
         return
     cfg = layer["config"]
@@ -643,6 +648,10 @@ def _one_tensor(layer, path: str, inside: str = "a Sequential model, whose layer
         name = cfg.get("name")
         raise InputError(f"layer {_layer_at(path, name)!r} ({layer.get('class_name')}): return_state is True inside {inside} "
                          "(keras.saving.load_model would refuse it)")
+    if layer.get("class_name") == "Bidirectional" and "merge_mode" in cfg and cfg["merge_mode"] is None and not last:
+        name = cfg.get("name")
+        raise InputError(f"layer {_layer_at(path, name)!r} (Bidirectional): merge_mode is None (two output tensors) "
+                         f"inside {inside} (keras.saving.load_model would refuse it)")
 
 
 def _source(ref) -> Optional[str]:
