@@ -185,7 +185,20 @@ def test_a_kept_child_serves_the_next_run_and_a_plain_run_never_keeps_one(privat
     plain = [_pid(), _pid()]
     assert len({first, *plain}) == 3
     assert not any(Path(f"/proc/{p}").exists() for p in plain)
+    assert _pid(reuse=True) == first  # a writer's fresh runs between leave the kept child to the next one
     assert list(private_tmp.iterdir()) == []
+
+
+def test_what_importing_tensorflow_sets_in_the_parent_keeps_the_child(private_tmp, no_kept_child, monkeypatch):
+    """``convert GRAPH out --verify`` evaluates the graph's params, then imports TensorFlow and Keras in the parent,
+    which sets variables (``TF2_BEHAVIOR``, ``KERAS_BACKEND=tensorflow``, ...) the child set on its own import:
+    verify's run is still served by the same child (measured: it started a second one before)."""
+    monkeypatch.delenv("KERAS_BACKEND", raising=False)
+    first = _pid(reuse=True)
+    for name, value in (("TF2_BEHAVIOR", "1"), ("ENABLE_RUNTIME_UPTIME_TELEMETRY", "1"), ("HDF5_PLUGIN_PATH", "disable"),
+                        ("TF_CPP_MIN_LOG_LEVEL", "3"), ("KERAS_BACKEND", "tensorflow")):
+        monkeypatch.setenv(name, value)
+    assert _pid(reuse=True) == first
 
 
 def test_a_kept_child_is_retired_after_a_failed_run(private_tmp, no_kept_child):

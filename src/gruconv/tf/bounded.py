@@ -254,15 +254,30 @@ class _Child:
 _warm: dict = {}
 
 
+#: Environment variables that decide nothing a kept child does differently.  ``PYTEST_CURRENT_TEST`` changes with
+#: every test.  The others are what importing TensorFlow or Keras sets in a process (``os.environ.setdefault`` in
+#: ``tensorflow/__init__.py``, TensorFlow's Keras saving modules, :mod:`gruconv.keras3.runtime`): the parent
+#: gains them between two runs when it imports TensorFlow or Keras for itself, as ``convert --verify`` does after
+#: a graph's params were evaluated, while the child set them on its own import (``TF_CPP_MIN_LOG_LEVEL`` and
+#: ``TF_ENABLE_ONEDNN_OPTS`` it sets itself, :func:`_child`).  Measured before this list: ``convert GRAPH m.keras
+#: --verify`` started a second child for the same graph because these nine had appeared in the parent.
+_KEY_IGNORES = frozenset({"PYTEST_CURRENT_TEST", "ENABLE_RUNTIME_UPTIME_TELEMETRY", "HDF5_PLUGIN_PATH", "TF2_BEHAVIOR",
+                          "TPU_ML_PLATFORM", "TPU_ML_PLATFORM_VERSION", "TPU_SKIP_MDS_QUERY", "TF_CPP_MIN_LOG_LEVEL",
+                          "TF_ENABLE_ONEDNN_OPTS"})
+
+
 def _key(memory: int, imports: tuple):
     """What a kept child must share with the next run to serve it: the memory bound (its ``RLIMIT_AS``), the
     modules it imported, and the environment and ``sys.path`` it started with (``KERAS_BACKEND``,
-    ``CUDA_VISIBLE_DEVICES``, thread counts are read at import).  ``PYTEST_CURRENT_TEST`` changes with every
-    test and decides nothing."""
+    ``CUDA_VISIBLE_DEVICES``, thread counts are read at import), less :data:`_KEY_IGNORES`.  ``KERAS_BACKEND``
+    unset and ``tensorflow`` are one key: the child has TensorFlow, so Keras and gruconv's backend choice
+    (:func:`gruconv.keras3.runtime.pick_backend`) both take it there."""
     import sys
 
-    env = tuple(sorted((k, v) for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"))
-    return memory, tuple(imports), env, tuple(sys.path)
+    env = {k: v for k, v in os.environ.items() if k not in _KEY_IGNORES}
+    if env.get("KERAS_BACKEND") == "tensorflow":
+        del env["KERAS_BACKEND"]
+    return memory, tuple(imports), tuple(sorted(env.items())), tuple(sys.path)
 
 
 def release() -> None:
@@ -302,7 +317,9 @@ def run(fn, *args, budget=None, path=None, doing: str = "on probe inputs", impor
     bytes (a SavedModel's function names and tf2onnx's node names count up per process).  A kept child is
     retired after a run that did not end with a result or a gruconv error (its state is unknown then), after
     :data:`MAX_RUNS` runs, past :data:`RETIRE_FRACTION` of the memory bound, when the environment changed, and
-    in a thread other than the main one (``PR_SET_PDEATHSIG`` ends it with the thread that started it)."""
+    in a thread other than the main one (``PR_SET_PDEATHSIG`` ends it with the thread that started it).  A run
+    without ``reuse`` (a writer's) gets its own fresh child and leaves the kept one for the next run that may use it
+    (a batch writing SavedModels with ``--verify`` alternates the two)."""
     import threading
 
     if _in_child:
@@ -316,8 +333,10 @@ def run(fn, *args, budget=None, path=None, doing: str = "on probe inputs", impor
     memory = int(budget.memory * 2**30)
     reuse = reuse and threading.current_thread() is threading.main_thread()
     key = _key(memory, imports)
-    child = _warm.pop(key, None) if reuse else None
-    release()  # at most one kept child: another key's is of no use now
+    child = None
+    if reuse:
+        child = _warm.pop(key, None)
+        release()  # at most one kept child: another key's is of no use now
     keep = False
     with scratch_dir(prefix="gruconv-graph-run-") as scratch:
         try:
