@@ -599,9 +599,11 @@ def _output_count(layer: dict) -> Optional[int]:
     if cls in _STATES:
         return 1 + (_STATES[cls] if cfg.get("return_state") else 0)
     inner = cfg.get("layer") if isinstance(cfg.get("layer"), dict) else None
-    if cls == "Bidirectional" and inner is not None and inner.get("class_name") in _STATES:
+    if cls == "Bidirectional" and inner is not None:
         outs = 2 if "merge_mode" in cfg and cfg["merge_mode"] is None else 1  # absent: Keras's default, "concat"
-        return outs + (2 * _STATES[inner["class_name"]] if (inner.get("config") or {}).get("return_state") else 0)
+        if not (inner.get("config") or {}).get("return_state"):
+            return outs  # whatever it wraps: merge_mode None hands both directions on
+        return outs + 2 * _STATES[inner["class_name"]] if inner.get("class_name") in _STATES else None
     return None
 
 
@@ -648,7 +650,7 @@ def _one_tensor(layer, path: str, inside: str = "a Sequential model, whose layer
         name = cfg.get("name")
         raise InputError(f"layer {_layer_at(path, name)!r} ({layer.get('class_name')}): return_state is True inside {inside} "
                          "(keras.saving.load_model would refuse it)")
-    if layer.get("class_name") == "Bidirectional" and "merge_mode" in cfg and cfg["merge_mode"] is None and not last:
+    if not last and (_output_count(layer) or 1) > 1:  # return_state is refused above: merge_mode None is left
         name = cfg.get("name")
         raise InputError(f"layer {_layer_at(path, name)!r} (Bidirectional): merge_mode is None (two output tensors) "
                          f"inside {inside} (keras.saving.load_model would refuse it)")

@@ -143,6 +143,8 @@ def _numpy(name: str) -> np.dtype | None:
         except ImportError:  # pragma: no cover - depends on the environment
             return _BFLOAT16
     return _NP_BY_NAME.get(name)
+
+
 #: Names of the enum values we refuse, for messages only.
 _TF_DTYPE_NAMES = {
     0: "DT_INVALID", 11: "DT_QINT8", 12: "DT_QUINT8", 13: "DT_QINT32",
