@@ -109,6 +109,26 @@ def keras():
 _keras = keras
 
 
+@contextlib.contextmanager
+def no_prints():
+    """Keras's own ``print`` lines off for the duration, as they were afterwards.
+
+    ``TFLiteConverter.from_keras_model`` exports the model first, and Keras's export prints "Saved artifact at
+    '/tmp/...'" and every endpoint's signature on **stdout** (``io_utils.print_msg``) unless interactive logging is
+    off.  :func:`keras` turns it off when it imports Keras, but the switch is Keras's global state: per thread, reset
+    by ``clear_session``, and never touched when the caller imported Keras first (a Python API user; a test run:
+    CI at 229eab3 saw the lines in ``gruconv convert x.h5 model.tflite``'s output).  So the calls that print are
+    scoped, and a caller's own choice is restored."""
+    k = keras()
+    was = k.utils.is_interactive_logging_enabled()
+    k.utils.disable_interactive_logging()
+    try:
+        yield
+    finally:
+        if was:
+            k.utils.enable_interactive_logging()
+
+
 #: The device scope (:func:`cpu`, :func:`on_gpu`) in force: part of :func:`load`'s cache key, since a
 #: model's variables live on the device it was built under.
 _SCOPE = contextvars.ContextVar("gruconv_keras_scope", default=None)

@@ -22,6 +22,7 @@ from typing import Optional
 import numpy as np
 
 from ...errors import GruconvError, OutputError, UnsupportedError
+from ...keras3.runtime import no_prints
 from ...tf.runtime import quiet_fd2
 from .profile import EXTRA, METADATA_NAME, fixed_config
 
@@ -120,7 +121,8 @@ def convert(model, *, int8_batches: Optional[list] = None) -> bytes:
     import warnings
 
     try:
-        with warnings.catch_warnings(), quiet_fd2():  # the calibrator's C++ lines, "Statistics ... expected"
+        # the calibrator's C++ lines ("Statistics ... expected"); Keras's export's "Saved artifact at" on stdout
+        with warnings.catch_warnings(), quiet_fd2(), no_prints():
             warnings.simplefilter("ignore")
             return bytes(conv.convert())
     except Exception as e:  # the converter's own error: one line, its first meaningful one
