@@ -65,7 +65,10 @@ def test_table_is_what_the_generator_writes(gen):
 
 @pytest.mark.parametrize("cls,arg,mutate,caught", [
     ("Dense", "units", lambda r: r.update(min=0), "Dense.units = 0: table accepts, Keras refuses"),
-    ("Dropout", "rate", lambda r: r.update(max=3), "Dropout.rate = 2.5: table accepts, Keras refuses"),
+    # 11 s of the quick tier (a float range's battery on three backends): the slow tier's (issue 47); Dense.units
+    # is the quick "table accepts, Keras refuses" case
+    pytest.param("Dropout", "rate", lambda r: r.update(max=3), "Dropout.rate = 2.5: table accepts, Keras refuses",
+                 marks=pytest.mark.slow),
     ("Bidirectional", "merge_mode", lambda r: r["values"].remove("ave"),
      "Bidirectional.merge_mode = 'ave': table refuses, Keras accepts"),
     # TensorFlow takes a negative seed, JAX does not (uint32): only the every-backend comparison sees it

@@ -88,7 +88,12 @@ def test_a_tf_keras_saved_model_that_already_serves_on_a_cpu_is_written_as_asked
     assert res.exit_code == 0 and f"wrote {tmp_path / 'cpu_model'}" in res.output, res.output
     assert "already serves on a CPU" in res.output  # said, as a warning
     assert (tmp_path / "cpu_model" / "saved_model.pb").is_file() and (tmp_path / "cpu_model" / "variables").is_dir()
-    res = run("convert", TWINNED_SM, tmp_path / "m.onnx")
-    assert res.exit_code == 0 and (tmp_path / "m.onnx").is_file(), res.output
     res = run("verify", TWINNED_SM, tmp_path / "cpu_model")
     assert res.exit_code == 0 and "end to end (converted SavedModel)" in res.output, res.output
+
+
+@pytest.mark.slow  # the whole graph through tf2onnx in a fresh TensorFlow child (issue 47: 9 s of the quick tier);
+# the same reader choice for .onnx is quick in test_the_output_decides_between_the_keras_config_and_the_graph
+def test_a_tf_keras_saved_model_that_already_serves_on_a_cpu_is_written_as_onnx_as_asked(tmp_path):
+    res = run("convert", TWINNED_SM, tmp_path / "m.onnx")
+    assert res.exit_code == 0 and (tmp_path / "m.onnx").is_file(), res.output

@@ -24,8 +24,8 @@ TF1 = sorted(p.name for p in (FIXTURES / "tf1").iterdir() if p.is_dir())
 
 
 #: verify with no converted file (it converts) on these in the quick tier; the other fixtures in the slow tier
-#: (issue 47: each is a conversion and a verify; ``test_keras_h5::test_verify_passes`` verifies every GRU and
-#: LSTM fixture's conversion in the quick tier already).
+#: (issue 47: each is a conversion and a verify; ``test_keras_h5::test_verify_passes`` verifies nine other GRU and
+#: LSTM fixtures' conversions in the quick tier, ``VERIFY_QUICK``, and every one in the slow tier).
 QUICK_ORACLE = {"sequential.h5", "nested.h5", "return_state.h5"}
 
 

@@ -84,14 +84,6 @@ def _extra_outputs(out: Path, fmt: Optional[str]) -> list:
     return extra_outputs(format_module(fmt), out)
 
 
-
-
-
-
-
-
-
-
 # ----- what a failed job leaves: nothing
 
 def snapshot(outs: list) -> dict:

@@ -565,8 +565,6 @@ def _rnns_without_config(path: Path, groups: dict) -> list:
 # --------------------------------------------------------------------------- writing
 
 
-
-
 # --------------------------------------------------------------------------- registry verbs
 
 def architecture_of(config) -> Optional[dict]:
@@ -658,8 +656,6 @@ def input_facts(path: Path, opts: Options) -> InputFacts:
 def input_files(path: Path) -> list:
     """Every file a conversion of ``path`` reads (for output-vs-input checks)."""
     return [Path(path)]
-
-
 
 
 def custom_classes(doc: KerasH5Model) -> dict:
