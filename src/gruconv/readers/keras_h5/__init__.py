@@ -562,9 +562,6 @@ def _rnns_without_config(path: Path, groups: dict) -> list:
     return rnns
 
 
-# --------------------------------------------------------------------------- writing
-
-
 # --------------------------------------------------------------------------- registry verbs
 
 def architecture_of(config) -> Optional[dict]:
