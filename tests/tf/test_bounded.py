@@ -154,6 +154,14 @@ def test_the_child_s_temporary_files_are_removed(private_tmp):
     assert list(private_tmp.iterdir()) == []
 
 
+def test_the_child_imports_tensorflow_without_jax():
+    """``import tensorflow`` imports JAX through tf.lite when it is installed (0.75 s of a child's start); the
+    child blocks it (``bounded._without_jax``) and TensorFlow still imports."""
+    said = bounded.run(eval, "(repr(__import__('sys').modules.get('jax', 'absent')), "
+                             "'tensorflow' in __import__('sys').modules)", imports=("tensorflow",))
+    assert said == ("None", True), said
+
+
 def test_the_budget_refuses_what_is_no_bound():
     from gruconv.errors import UsageError
 

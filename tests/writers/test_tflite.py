@@ -137,7 +137,8 @@ def _planted(monkeypatch, kind):
     monkeypatch.setattr(litert, "fixed_model", fixed)
 
 
-@pytest.mark.parametrize("kind", ["gate swap", "recurrent bias"])
+# the dropped recurrent bias is the slow tier's (issue 47: 3.6 s); the gate swap shows the check quickly
+@pytest.mark.parametrize("kind", ["gate swap", pytest.param("recurrent bias", marks=pytest.mark.slow)])
 def test_planted_errors_fail_in_litert_and_tflm(tmp_path, monkeypatch, kind):
     _planted(monkeypatch, kind)
     dst = tmp_path / "bad.tflite"

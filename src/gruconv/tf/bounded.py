@@ -139,6 +139,18 @@ def _to_scratch(scratch: str) -> None:
     os.close(log)
 
 
+def _without_jax() -> None:
+    """``import jax`` fails in this child (an ``ImportError``, as where JAX is not installed).  Why:
+    ``import tensorflow`` imports JAX when it is installed, through ``tensorflow/lite/python/util.py``'s ``try: from
+    jax import jit`` (TensorFlow 2.21, ``python -X importtime``): 0.75 of the child's 5.4 s start, for a TFLite path
+    no work here takes (a graph's params, served outputs, the rewrite, tf2onnx).  Every child starts it, and
+    ``convert`` of a graph starts one or two."""
+    import sys
+
+    if "jax" not in sys.modules:
+        sys.modules["jax"] = None
+
+
 def _child(conn, jobs, memory: int, parent: int, imports: tuple) -> None:
     """The child process: bounds, TensorFlow, then ``fn(*args)`` for each job, each outcome sent to the parent."""
     import gc
@@ -154,6 +166,7 @@ def _child(conn, jobs, memory: int, parent: int, imports: tuple) -> None:
     # fails the op at once
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "1"
     os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
+    _without_jax()
     try:
         import resource
 
