@@ -156,12 +156,14 @@ def _ids(ps):
 #: neighbour, float16 and mixed precision, nesting, states, masks, compiled models, multi-input, shared
 #: layers, TF1 stacks.  The others (same writer paths, more files) run in the slow tier.
 QUICK_FIXTURES = {"keras/sequential.h5", "keras/bidir_ave.h5", "keras/nested.h5", "keras/return_state.h5",
-                  "keras/float16.h5", "keras/time_distributed.h5", "keras_lstm/bidir_state.h5",
+                  "keras/float16.h5", "keras_lstm/bidir_state.h5",
                   "keras_lstm/mixed.h5", "keras_lstm/stateful.h5", "keras_user/compiled_adam_mse.h5",
-                  "keras_user/compiled_custom_loss.h5", "keras_user/masking_conv.h5", "keras_user/mixed_float16.h5",
-                  "keras_user/multi_io.h5", "keras_user/nested_sequential.h5", "keras_user/siamese_shared.h5",
+                  "keras_user/masking_conv.h5", "keras_user/mixed_float16.h5",
+                  "keras_user/multi_io.h5", "keras_user/siamese_shared.h5",
                   "keras_user/text_classifier_mask_zero.h5", "keras_user/seq2seq.h5", "tf1/layer_bidir",
-                  "tf1/float16", "tf1_lstm/layer_3l_bidir", "tf1_lstm/layer_uni"}
+                  "tf1/float16", "tf1_lstm/layer_3l_bidir"}
+# moved to the slow tier by issue 47 (each a writer path another quick fixture takes): keras/time_distributed.h5 (masking_conv's wrappers), keras_user/compiled_custom_loss.h5
+# (compiled_adam_mse), keras_user/nested_sequential.h5 (keras/nested), tf1_lstm/layer_uni (layer_3l_bidir)
 
 
 def _params(ps):

@@ -114,12 +114,34 @@ def _perturb(src: Path, dst: Path, delta: float = 0.05) -> str:
     return f"{lname}/{wname}"
 
 
+#: The cases the quick tier builds: a bidirectional GRU and LSTM; the unidirectional GRU is the slow tier's
+#: (issue 47).  The fixture builds only the cases the run's selected tests ask for.
+QUICK_CASES = {"gru_bidir", "lstm_bidir"}
+
+
+def _cases():
+    return [n if n in QUICK_CASES else pytest.param(n, marks=pytest.mark.slow) for n in sorted(CASES)]
+
+
+def _selected_cases(request) -> set:
+    """The case names this run's selected tests of this module ask for."""
+    names = set()
+    for item in request.session.items:
+        spec = getattr(item, "callspec", None)
+        if getattr(item, "module", None) is request.module and spec is not None and "name" in spec.params:
+            names.add(spec.params["name"])
+    return names
+
+
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
+def results(tmp_path_factory, request):
     tmp = tmp_path_factory.mktemp("tf1_h5")
+    wanted = _selected_cases(request)
     rng = np.random.default_rng(10)
     tfk_jobs, k3_jobs, files = [], [], {}
     for name, (ckpt, cell, isz, units, layers, bidir, base) in CASES.items():
+        if name not in wanted:
+            continue
         d = tmp / name
         d.mkdir()
         x = rng.standard_normal((3, 6, isz)).astype("float32")
@@ -147,7 +169,7 @@ def _load(path: Path) -> np.ndarray:
     return np.load(path)
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", _cases())
 def test_legacy_layout(results, name):
     """The file has the layout tf_keras's save_weights writes for that architecture."""
     _, files = results
@@ -166,7 +188,7 @@ def test_legacy_layout(results, name):
             assert g[wn[0]].shape == ((isz if i == 0 else units * (2 if bidir else 1)), (3 if cell == "gru" else 4) * units)
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", _cases())
 def test_tf_keras_load_weights_matches_keras_model(results, name):
     tmp, _ = results
     d = tmp / name
@@ -176,7 +198,7 @@ def test_tf_keras_load_weights_matches_keras_model(results, name):
     np.testing.assert_allclose(got, ref, atol=TOL, rtol=0)
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", _cases())
 @pytest.mark.parametrize("kind", ["h5", "weights_h5"])
 def test_keras3_load_weights_matches_keras_model(results, name, kind):
     tmp, _ = results
@@ -186,7 +208,7 @@ def test_keras3_load_weights_matches_keras_model(results, name, kind):
     np.testing.assert_allclose(got, ref, atol=TOL, rtol=0)
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", _cases())
 def test_planted_error_is_caught(results, name):
     tmp, files = results
     d = tmp / name
