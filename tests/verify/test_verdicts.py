@@ -191,8 +191,11 @@ def _plant_in(converted: Path, plant: str, tmp_path: Path) -> tuple:
     raise AssertionError(f"no recurrent layer in {converted}")
 
 
-@pytest.mark.parametrize("form", list(FORMS))
-@pytest.mark.parametrize("family", FAMILIES)
+#: bilstm's whole model is the slow tier's (issue 47: 2.4 s; its weights-only and TF1 forms stay quick, and the
+#: whole-model form quickly on gru2 and lstm2)
+@pytest.mark.parametrize("family,form", [
+    (f, form) if (f, form) != ("bilstm", "full") else pytest.param(f, form, marks=pytest.mark.slow)
+    for f in FAMILIES for form in FORMS])
 def test_trained_fixture_passes_at_defaults_and_rows_say_which_bound(family, form, tmp_path):
     src = TRAINED / FORMS[form].format(family)
     res, data = _verify_json([src], tmp_path)

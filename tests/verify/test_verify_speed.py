@@ -264,7 +264,10 @@ def test_float16_weights_only_verifies_and_cached_layers_take_each_files_weights
     assert all(graph._SHELLS[k] is v for k, v in shells.items()) and len(shells) == 2  # GRU pair, LSTM
 
 
-@pytest.mark.parametrize("fixture", ["keras/sequential.h5", "keras_user/seq2seq.h5", "keras/float16.h5"])
+# two inputs (seq2seq) is the slow tier's (issue 47: 3.8 s); one input in float32 and in float16 stay quick
+@pytest.mark.parametrize("fixture", ["keras/sequential.h5",
+                                     pytest.param("keras_user/seq2seq.h5", marks=pytest.mark.slow),
+                                     "keras/float16.h5"])
 def test_compiled_pass_gives_the_eager_passs_report(tmp_path, fixture):
     """Verify's recorded forward pass run compiled (:func:`gruconv.keras3.runtime.compiled_calls`, from the
     second model of a config on TensorFlow) gives the report the eager pass gives, number
