@@ -162,6 +162,14 @@ def test_the_child_imports_tensorflow_without_jax():
     assert said == ("None", True), said
 
 
+def test_under_keras_backend_jax_the_child_may_import_jax(monkeypatch):
+    """Verify's graph rows run Keras on the chosen backend in the child: under ``KERAS_BACKEND=jax`` blocking JAX
+    made ``verify GRAPH OUT`` an internal error (session 52's review)."""
+    monkeypatch.setenv("KERAS_BACKEND", "jax")
+    said = bounded.run(eval, "repr(__import__('sys').modules.get('jax', 'absent'))", imports=())
+    assert said == "'absent'", said
+
+
 def test_the_budget_refuses_what_is_no_bound():
     from gruconv.errors import UsageError
 
