@@ -234,8 +234,13 @@ def test_readme_examples_are_real_output(tmp_path, monkeypatch):
     # export printed "Saved artifact at ..." into the .tflite example)
     import keras
 
+    was = keras.utils.is_interactive_logging_enabled()
     keras.utils.enable_interactive_logging()
-    _run_examples(tmp_path, monkeypatch, readme_examples(README.read_text()))
+    try:
+        _run_examples(tmp_path, monkeypatch, readme_examples(README.read_text()))
+    finally:
+        if not was:
+            keras.utils.disable_interactive_logging()  # the worker's state as it was, for the tests after
 
 
 def test_examples_that_start_tensorflow_are_told_apart():

@@ -76,7 +76,12 @@ def made(tmp_path_factory):
             get.logging_after[name] = keras.utils.is_interactive_logging_enabled()
         return done[name]
     get.logging_after = {}
-    return get
+    import keras
+
+    was = keras.utils.is_interactive_logging_enabled()
+    yield get
+    if not was:
+        keras.utils.disable_interactive_logging()  # the worker's state as it was, for the modules after
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in CASES])
