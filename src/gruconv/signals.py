@@ -131,7 +131,7 @@ def restore(previous: dict) -> None:
             signal.signal(s, h)
 
 
-def die_with_parent(parent: "int | None" = None) -> None:
+def die_with_parent(parent: "int | None" = None, watch: bool = True) -> None:
     """In a worker process: exit as soon as the parent process is gone.
 
     ``parent``: the pid of the process that started this one, as that process knew it
@@ -155,7 +155,10 @@ def die_with_parent(parent: "int | None" = None) -> None:
     if os.getppid() != parent:
         os._exit(128 + signal.SIGTERM)
 
-    def watch():
+    if not watch:
+        return  # the caller polls getppid() itself (a process that forks must have no second thread)
+
+    def watcher():
         import time
 
         while True:
@@ -163,5 +166,5 @@ def die_with_parent(parent: "int | None" = None) -> None:
             if os.getppid() != parent:
                 os._exit(128 + signal.SIGTERM)
 
-    threading.Thread(target=watch, name="gruconv-parent-watch", daemon=True).start()
+    threading.Thread(target=watcher, name="gruconv-parent-watch", daemon=True).start()
 

@@ -96,16 +96,22 @@ def test_a_signal_mid_conversion_cleans_up_and_exits_with_the_signal_code(sig, c
 
 
 def _children(pid: int) -> list:
-    """The pids whose parent is ``pid`` (``/proc``)."""
-    out = []
+    """The pids descended from ``pid`` (``/proc``): the bounded runs' zygote and the child it forked for the
+    graph (:mod:`gruconv.tf.bounded`)."""
+    parents = {}
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
                 stat = (d / "stat").read_text()
             except OSError:
                 continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                out.append(int(d.name))
+            parents[int(d.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        found = [c for c, parent in parents.items() if parent == p]
+        out += found
+        todo += found
     return out
 
 
@@ -128,9 +134,9 @@ def test_a_signal_stops_a_graph_running_forever_and_its_child_within_seconds(sig
         while not [c for c in _children(p.pid) if "gruconv-graph-run-" in " ".join(
                 str(x) for x in Path(tmpdir).iterdir())] and time.monotonic() < deadline:
             time.sleep(0.2)
+        assert _children(p.pid) and p.poll() is None, "the graph's child process never started"
+        time.sleep(2.0)  # the zygote importing TensorFlow or its child inside the graph: either way it must stop
         children = _children(p.pid)
-        assert children and p.poll() is None, "the graph's child process never started"
-        time.sleep(2.0)  # the child importing TensorFlow or inside the graph: either way it must stop
         p.send_signal(sig)
         sent = time.monotonic()
         _, err = p.communicate(timeout=60)

@@ -9,14 +9,19 @@ runs between bytecodes, never while TensorFlow is inside a graph.  A child can b
 
 What runs here (:func:`run`): the ``saved-model`` writer's rewrite and serve check, the whole-graph ONNX writer
 (tf2onnx folds constant subgraphs by running them with TensorFlow), the evaluation of a graph's cuDNN params
-for the stacks route, and verify's end-to-end reference.  The child is a fresh interpreter
-(``python -c``, the parent's ``sys.path``; not a fork: the parent may hold a TensorFlow runtime already, whose
-threads a fork would not carry; not multiprocessing's ``spawn``: it imports the caller's ``__main__`` again, and
-a script without a main guard would start itself over).  It reads its work pickled from a pipe, imports TensorFlow
-quietly, says it is ready, then runs the function; its stdout and stderr go to a log in the run's scratch directory
-(TensorFlow's C++ lines; the outcome comes back through another pipe).  Where the caller says the result cannot
-depend on what the child ran before (``reuse``: numbers, not a writer's bytes), the child is kept for the next run
-of the same process instead of a new interpreter importing TensorFlow again.
+for the stacks route, and verify's end-to-end reference.  Each child is a fork of a **zygote** (:class:`_Zygote`): a
+fresh interpreter (``python -c``, the parent's ``sys.path``; not multiprocessing's ``spawn``: it imports the
+caller's ``__main__`` again, and a script without a main guard would start itself over) that imports TensorFlow
+once, quietly and without asking for a device, then forks a child per run.  Not a fork of gruconv itself: it may
+hold a TensorFlow runtime already, whose threads a fork would not carry.  A fork of the zygote has run no graph and
+made no function, so a writer's bytes from it are a new interpreter's (``tests/tf/test_bounded.py`` compares them),
+and it starts in 0.05 s where an interpreter importing TensorFlow takes 3.6-5 s (measured, 2 cores, TensorFlow
+2.21).  Where a fork is not safe (:func:`_fork_safe`: a second thread, a CUDA driver initialized) the zygote runs
+the one run itself, a fresh interpreter as before.  The child reads its work pickled from a pipe, says it is
+ready, then runs the function; its stdout and stderr go to a log in the run's scratch directory (TensorFlow's C++
+lines; the outcome comes back through another pipe).  Where the caller says the result cannot depend on what the
+child ran before (``reuse``: numbers, not a writer's bytes), the child is kept for the next run of the same
+process; the zygote is kept too, for the next fresh child.
 
 The bounds (:class:`gruconv.options.Budget`, ``--graph-timeout``/``--graph-memory``; defaults 300 s, 8 GiB):
 
@@ -36,9 +41,10 @@ The bounds (:class:`gruconv.options.Budget`, ``--graph-timeout``/``--graph-memor
   of 12 GB fails with ``ResourceExhaustedError`` (measured).  Either way: "the graph needed more than 8 GiB
   ...", exit 3.
 * **signals**: the parent waits in Python (a poll every :data:`POLL_SECONDS`), so SIGTERM/SIGINT raise
-  :class:`gruconv.signals.Interrupted` there at once; the child is killed in the ``finally``.  The child ends
-  itself if the parent dies (:func:`gruconv.signals.die_with_parent`) and ignores the terminal's SIGINT (the
-  parent decides).  Its temporary files live in a scratch directory the parent made and removes.
+  :class:`gruconv.signals.Interrupted` there at once; the child is killed in the ``finally``, the zygote at exit.
+  The zygote ends itself if the parent dies, and a child if the zygote dies
+  (:func:`gruconv.signals.die_with_parent`); both ignore the terminal's SIGINT (the parent decides).  A run's
+  temporary files live in a scratch directory the parent made and removes.
 
 Nothing half-written: the callers write into the output transaction's temporary path, which the transaction
 removes on any error; the input is only read.
@@ -115,16 +121,109 @@ MAX_RUNS = 64
 RETIRE_FRACTION = 0.5
 
 
-def _main() -> None:
-    """The child interpreter's entry (``python -c``): its messages on the pipe whose file descriptor is
-    ``argv[1]``, its work on the pipe ``argv[2]``: first ``(memory, parent, imports)``, then one
-    ``(fn, args, scratch)`` per run until the parent closes the pipe."""
+def _zygote_main() -> None:
+    """The zygote interpreter's entry (``python -c``); its socket (``AF_UNIX``, ``SOCK_SEQPACKET``: one message per
+    send) is the file descriptor ``argv[1]``.  First ``(parent, imports)`` comes down it; then, one at a time,
+    ``("fork", memory)`` with two file descriptors (the run's message pipe's write end, its work pipe's read end),
+    answered ``("forked", pid, forked)``; and ``("reap", pid)``, answered ``("reaped", returncode)``.  ``forked``
+    False: no fork was safe here (:func:`_fork_safe`) and this process serves the run itself, as a fresh child."""
+    import pickle
+    import select
+    import socket
     import sys
-    from multiprocessing.connection import Connection
 
-    conn = Connection(int(sys.argv[1]), readable=False)
-    jobs = Connection(int(sys.argv[2]), writable=False)
-    _child(conn, jobs, *jobs.recv())
+    global _in_child
+    _in_child = True
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    parent, imports = pickle.loads(sock.recv(1 << 16))
+    from ..signals import die_with_parent
+
+    die_with_parent(parent, watch=False)  # no second thread in a process that forks; the loop below polls
+    # TensorFlow's warnings (an allocation it could not make) go to a run's log, which the parent reads; oneDNN's
+    # allocator is off: under a memory bound it hung after a failed allocation (measured: past 60 s), TensorFlow's
+    # own fails the op at once.  One OpenBLAS thread: numpy's pool is the one thread importing TensorFlow starts
+    # (measured, TensorFlow 2.21), and a process of one thread is what forks safely.
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "1"
+    os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    _without_jax()
+    for name in imports:
+        try:
+            from .runtime import import_quietly
+
+            import_quietly(name, probe=False)
+        except ImportError:
+            pass  # a run's ``fn`` says so in its own words
+    forks = _fork_safe()
+    while True:
+        if not select.select([sock], [], [], 1.0)[0]:
+            if os.getppid() != parent:
+                os._exit(128 + 15)
+            continue
+        try:
+            data, fds, _, _ = socket.recv_fds(sock, 1 << 16, 2)
+        except OSError:
+            return
+        if not data:
+            return  # the parent closed its end: no more runs
+        request = pickle.loads(data)
+        if request[0] == "reap":
+            try:
+                code = os.waitstatus_to_exitcode(os.waitpid(request[1], 0)[1])
+            except ChildProcessError:
+                code = None
+            sock.send(pickle.dumps(("reaped", code)))
+            continue
+        try:
+            pid = os.fork() if forks else 0
+        except OSError:
+            for fd in fds:
+                os.close(fd)
+            sock.send(pickle.dumps(("forked", None, True)))
+            continue
+        if pid:
+            for fd in fds:
+                os.close(fd)
+            sock.send(pickle.dumps(("forked", pid, True)))
+            continue
+        from multiprocessing.connection import Connection
+
+        if not forks:
+            sock.send(pickle.dumps(("forked", os.getpid(), False)))
+        zygote = os.getppid() if forks else parent
+        sock.close()
+        code = 1
+        try:
+            _child(Connection(fds[0], readable=False), Connection(fds[1], writable=False), request[1], zygote)
+            code = 0
+        finally:
+            os._exit(code)  # a fork must not return into the zygote's loop, nor run its exit handlers
+
+
+def _fork_safe() -> bool:
+    """Whether a fork of this process (TensorFlow imported, no graph run) can run TensorFlow: one thread (a fork
+    copies only the calling thread, and a lock another thread held stays held in the copy), and no CUDA driver
+    initialized (after ``cuInit`` in the parent, CUDA fails in a forked child: ``CUDA_ERROR_NOT_INITIALIZED``,
+    tensorflow/tensorflow#57877).  Importing TensorFlow does not initialize CUDA, listing its devices does
+    (:func:`gruconv.tf.runtime.import_quietly`'s ``probe``); ``cuDeviceGetCount`` answers
+    ``CUDA_ERROR_NOT_INITIALIZED`` (3) before ``cuInit`` (CUDA Driver API, "Initialization"), and where no driver
+    loads there is nothing to initialize.  Where ``/proc`` cannot say how many threads there are: not safe."""
+    try:
+        if len(os.listdir("/proc/self/task")) != 1:
+            return False
+    except OSError:
+        return False
+    import ctypes
+
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return True
+    count = ctypes.c_int()
+    try:
+        return cuda.cuDeviceGetCount(ctypes.byref(count)) == 3
+    except AttributeError:
+        return False
 
 
 def _to_scratch(scratch: str) -> None:
@@ -152,22 +251,15 @@ def _without_jax() -> None:
         sys.modules["jax"] = None
 
 
-def _child(conn, jobs, memory: int, parent: int, imports: tuple) -> None:
-    """The child process: bounds, TensorFlow, then ``fn(*args)`` for each job, each outcome sent to the parent."""
+def _child(conn, jobs, memory: int, parent: int) -> None:
+    """A child process (forked by the zygote, or the zygote itself): its bounds, then ``fn(*args)`` for each job,
+    each outcome sent to the parent.  TensorFlow was imported by the zygote (:func:`_zygote_main`)."""
     import gc
     import traceback
 
     from ..signals import die_with_parent
 
-    global _in_child
-    _in_child = True
     die_with_parent(parent)
-    # TensorFlow's warnings (an allocation it could not make) go to a log the parent reads; oneDNN's allocator
-    # is off: under a memory bound it hung after a failed allocation (measured: past 60 s), TensorFlow's own
-    # fails the op at once
-    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "1"
-    os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
-    _without_jax()
     try:
         import resource
 
@@ -179,22 +271,12 @@ def _child(conn, jobs, memory: int, parent: int, imports: tuple) -> None:
         pass  # no RLIMIT_AS here: the resident-set watchdog alone bounds it
     from ..errors import GruconvError
 
-    first = True
     while True:
         try:
             fn, args, scratch = jobs.recv()
         except (EOFError, OSError):
             return  # the parent is done with this child
         _to_scratch(scratch)
-        if first:
-            for name in imports:
-                try:
-                    from .runtime import import_quietly
-
-                    import_quietly(name)
-                except ImportError:
-                    pass  # ``fn`` says so in its own words
-            first = False
         conn.send(("ready",))
         try:
             result = fn(*args)
@@ -214,54 +296,201 @@ def _child(conn, jobs, memory: int, parent: int, imports: tuple) -> None:
         gc.collect()
 
 
-class _Child:
-    """A child interpreter :func:`run` started: its process, the pipe its work goes down, the pipe its messages
-    come up, and how many runs it served."""
+class _Zygote:
+    """A fresh interpreter that imports TensorFlow once and forks a child for each run (:func:`_zygote_main`).
+    Why: a fresh interpreter importing TensorFlow is 3.6-5 CPU s, a fork of one that has 0.05 s; a writer's run
+    needs a child that ran nothing before (its bytes count up per process), and a conversion of a graph to a
+    SavedModel with ``--verify`` starts three children.  Not a fork of gruconv's own process: that one may hold a
+    TensorFlow runtime already, whose threads a fork would not carry.  Forked before any graph ran, a child is as
+    fresh as a new interpreter: the same modules imported, no function, no device, no thread started."""
 
-    def __init__(self, memory: int, imports: tuple, key):
+    def __init__(self, imports: tuple, key):
+        import pickle
+        import socket
         import subprocess
         import sys
-        from multiprocessing.connection import Connection
 
         # a fresh interpreter, not multiprocessing's spawn: that one imports the caller's __main__ again (a
-        # script without a main guard would start itself over); the child gets this process's sys.path
+        # script without a main guard would start itself over); the zygote gets this process's sys.path
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        up_read, up_write = os.pipe()
-        down_read, down_write = os.pipe()
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-c", "from gruconv.tf.bounded import _main; _main()", str(up_write),
-                 str(down_read)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                pass_fds=(up_write, down_read), env=env, close_fds=True)
+                [sys.executable, "-c", "from gruconv.tf.bounded import _zygote_main; _zygote_main()",
+                 str(theirs.fileno())], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, pass_fds=(theirs.fileno(),), env=env, close_fds=True)
         except BaseException:
-            for fd in (up_read, up_write, down_read, down_write):
-                os.close(fd)
+            mine.close()
             raise
-        os.close(up_write)
-        os.close(down_read)
-        self.receive = Connection(up_read, writable=False)
-        self.jobs = Connection(down_write, readable=False)
-        self.key, self.runs, self.owner = key, 0, os.getpid()
+        finally:
+            theirs.close()
+        self.sock, self.key, self.owner, self.spent = mine, key, os.getpid(), False
         try:
-            self.jobs.send((memory, os.getpid(), tuple(imports)))
-        except OSError:  # the child died at once: the run's wait finds it gone
+            mine.send(pickle.dumps((os.getpid(), tuple(imports))))
+        except OSError:  # it died at once: its first answer finds it gone
             pass
 
     def alive(self) -> bool:
-        return self.owner == os.getpid() and self.process.poll() is None
+        return not self.spent and self.owner == os.getpid() and self.process.poll() is None
+
+    def ask(self, request: tuple, fds: tuple = ()) -> None:
+        import pickle
+        import socket
+
+        try:
+            socket.send_fds(self.sock, [pickle.dumps(request)], list(fds))
+        except OSError:  # it died: its answer finds it gone
+            pass
+
+    def answer(self, timeout: float):
+        """The zygote's next answer within ``timeout`` seconds; None while there is none, ``("gone",)`` when it
+        died."""
+        import pickle
+        import select
+
+        if not select.select([self.sock], [], [], timeout)[0]:
+            return None
+        try:
+            data = self.sock.recv(1 << 16)
+        except OSError:
+            return ("gone",)
+        return pickle.loads(data) if data else ("gone",)
 
     def close(self) -> None:
-        """Kill the child (if still running), reap it, close the pipes."""
+        """End the zygote (its children end with it: ``PR_SET_PDEATHSIG``) unless it became a run's child."""
+        if self.owner != os.getpid():  # a forked copy of the owner: the zygote is the owner's to end
+            return
+        if not self.spent:
+            if self.process.poll() is None:
+                self.process.kill()
+            self.process.wait()
+        self.sock.close()
+
+
+class _Forked:
+    """A child the zygote forked, with the part of :class:`subprocess.Popen` that :func:`_wait` and :class:`_Child`
+    use.  The zygote is its parent: it reaps the child when asked, and until then a child that ended stays a
+    zombie, so its pid is not reused while this process may still signal it."""
+
+    def __init__(self, zygote: _Zygote, pid: int):
+        self.zygote, self.pid, self.returncode = zygote, pid, None
+
+    def poll(self):
+        if self.returncode is None:
+            try:
+                with open(f"/proc/{self.pid}/stat") as f:
+                    ended = f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+            except (OSError, IndexError):
+                ended = True
+            if ended:
+                self.wait()
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            import signal
+
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def wait(self):
+        """Its exit status, from the zygote (after :meth:`kill`, or once it ended).  With the zygote gone, the child
+        went too (its parent-death signal) and init reaped it: SIGKILL is as much as is known."""
+        import signal
+
+        if self.returncode is None:
+            answer = None
+            if self.zygote.process.poll() is None:
+                self.zygote.ask(("reap", self.pid))
+                answer = self.zygote.answer(60.0)
+            self.returncode = answer[1] if answer and answer[0] == "reaped" and answer[1] is not None \
+                else -signal.SIGKILL
+        return self.returncode
+
+
+class _Child:
+    """A child :func:`run` asked a zygote for: its process (once the zygote answered, :meth:`started`), the pipe its
+    work goes down, the pipe its messages come up, and how many runs it served."""
+
+    def __init__(self, zygote: _Zygote, memory: int, key):
+        from multiprocessing.connection import Connection
+
+        up_read, up_write = os.pipe()
+        down_read, down_write = os.pipe()
+        try:
+            zygote.ask(("fork", memory), (up_write, down_read))
+        finally:
+            os.close(up_write)
+            os.close(down_read)
+        self.receive = Connection(up_read, writable=False)
+        self.jobs = Connection(down_write, readable=False)
+        self.zygote, self.process = zygote, None
+        self.key, self.runs, self.owner = key, 0, os.getpid()
+
+    def started(self, timeout: float):
+        """True once the child exists, False when the zygote died first (or could not fork), None while the zygote
+        has not answered yet (it is importing TensorFlow)."""
+        answer = self.zygote.answer(timeout)
+        if answer is None:
+            return None
+        if answer[0] != "forked" or answer[1] is None:
+            return False
+        _, pid, forked = answer
+        if forked:
+            self.process = _Forked(self.zygote, pid)
+        else:  # the zygote serves this run itself: it is the child now, and no zygote any more
+            self.process, self.zygote.spent = self.zygote.process, True
+        return True
+
+    def alive(self) -> bool:
+        return self.owner == os.getpid() and self.process is not None and self.process.poll() is None
+
+    def returncode(self):
+        return (self.process or self.zygote.process).returncode
+
+    def close(self) -> None:
+        """Kill the child (if still running), reap it, close the pipes.  A child the zygote never answered for:
+        the zygote is ended, its state unknown."""
         if self.owner != os.getpid():  # a forked copy of the owner: the child is the owner's to end
             return
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
+        if self.process is None:
+            _drop(self.zygote)
+        else:
+            if self.process.poll() is None:
+                self.process.kill()
+            self.process.wait()
         for c in (self.receive, self.jobs):
             try:
                 c.close()
             except OSError:
                 pass
+
+
+#: The zygote kept for the next run (:func:`run`): at most one, in the process that started it.
+_zygotes: dict = {}
+
+
+def _zygote(imports: tuple, key, keep: bool) -> _Zygote:
+    """A zygote for ``key`` (the kept one, if alive; else a new one, kept when ``keep``)."""
+    zygote = _zygotes.pop(key, None)
+    if zygote is not None and not zygote.alive():
+        zygote.close()
+        zygote = None
+    while _zygotes:  # at most one: another key's is of no use now
+        _zygotes.popitem()[1].close()
+    zygote = zygote or _Zygote(imports, key)
+    if keep:
+        _zygotes[key] = zygote
+    return zygote
+
+
+def _drop(zygote: _Zygote) -> None:
+    """End ``zygote`` and forget it."""
+    if _zygotes.get(zygote.key) is zygote:
+        del _zygotes[zygote.key]
+    zygote.close()
 
 
 #: The child kept for the next run (:func:`run`'s ``reuse``): at most one, in the process that started it.
@@ -273,7 +502,7 @@ _warm: dict = {}
 #: ``tensorflow/__init__.py``, TensorFlow's Keras saving modules, :mod:`gruconv.keras3.runtime`): the parent
 #: gains them between two runs when it imports TensorFlow or Keras for itself, as ``convert --verify`` does after
 #: a graph's params were evaluated, while the child set them on its own import (``TF_CPP_MIN_LOG_LEVEL`` and
-#: ``TF_ENABLE_ONEDNN_OPTS`` it sets itself, :func:`_child`).  Measured before this list: ``convert GRAPH m.keras
+#: ``TF_ENABLE_ONEDNN_OPTS`` it sets itself, :func:`_zygote_main`).  Measured before this list: ``convert GRAPH m.keras
 #: --verify`` started a second child for the same graph because these nine had appeared in the parent.
 _KEY_IGNORES = frozenset({"PYTEST_CURRENT_TEST", "ENABLE_RUNTIME_UPTIME_TELEMETRY", "HDF5_PLUGIN_PATH", "TF2_BEHAVIOR",
                           "TPU_ML_PLATFORM", "TPU_ML_PLATFORM_VERSION", "TPU_SKIP_MDS_QUERY", "TF_CPP_MIN_LOG_LEVEL",
@@ -294,15 +523,19 @@ def _key(memory: int, imports: tuple):
     return memory, tuple(imports), tuple(sorted(env.items())), tuple(sys.path)
 
 
-def release() -> None:
-    """End the kept child, if any (at exit, and for a long-lived process that is done with graphs)."""
+def release(zygote: bool = True) -> None:
+    """End the kept child, if any, and the zygote unless ``zygote`` is False (at exit, and for a long-lived process
+    that is done with graphs)."""
     while _warm:
         _, child = _warm.popitem()
         child.close()
+    while zygote and _zygotes:
+        _zygotes.popitem()[1].close()
 
 
 def _forget_after_fork() -> None:
-    _warm.clear()  # the kept child's pipes are the parent's; this process starts its own
+    _warm.clear()  # the kept child's and the zygote's pipes are the parent's; this process starts its own
+    _zygotes.clear()
 
 
 def _setup_process_hooks() -> None:
@@ -345,12 +578,13 @@ def run(fn, *args, budget=None, path=None, doing: str = "on probe inputs", impor
 
     budget = budget or Budget()
     memory = int(budget.memory * 2**30)
-    reuse = reuse and threading.current_thread() is threading.main_thread()
+    main = threading.current_thread() is threading.main_thread()
+    reuse = reuse and main
     key = _key(memory, imports)
-    child = None
+    child = zygote = None
     if reuse:
         child = _warm.pop(key, None)
-        release()  # at most one kept child: another key's is of no use now
+        release(zygote=False)  # at most one kept child: another key's is of no use now
     keep = False
     with scratch_dir(prefix="gruconv-graph-run-") as scratch:
         try:
@@ -359,12 +593,9 @@ def run(fn, *args, budget=None, path=None, doing: str = "on probe inputs", impor
                 if fresh:
                     if child is not None:
                         child.close()
-                    child = _Child(memory, imports, key)
-                try:
-                    child.jobs.send((fn, args, str(scratch)))
-                except OSError:  # the child died: _wait finds it gone
-                    pass
-                message, ready = _wait(child, budget)
+                    zygote = _zygote(imports, key[1:], keep=main)
+                    child = _Child(zygote, memory, key)
+                message, ready = _wait(child, (fn, args, str(scratch)), budget)
                 if message is None and not ready and not fresh:
                     continue  # a kept child that died before this run began: start a fresh one
                 break
@@ -378,6 +609,8 @@ def run(fn, *args, budget=None, path=None, doing: str = "on probe inputs", impor
                 _warm[key] = child
             elif child is not None:
                 child.close()
+            if zygote is not None and (zygote.spent or not main):
+                _drop(zygote)  # it became this run's child; or this thread's, and its parent-death signal with it
         if (not message or message[0] != "ok") and _log_says_oom(scratch, crashed=not message):
             message = ("memory",)
     kind = message[0] if message else None
@@ -398,17 +631,28 @@ def run(fn, *args, budget=None, path=None, doing: str = "on probe inputs", impor
         raise err
     import signal
 
-    code = child.process.returncode
+    code = child.returncode()
     how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit status {code}"
     raise UnsupportedError(f"TensorFlow crashed running the graph {doing} ({how}); nothing written", path=path)
 
 
-def _wait(child: _Child, budget):
-    """``(message, ready)``: the child's last message, ``("timeout",)``/``("memory",)`` when the parent killed
-    it, or None when it died without a word; ``ready``: whether it said it had begun this run."""
+def _wait(child: _Child, job: tuple, budget):
+    """Send ``job`` to ``child`` once it exists, then ``(message, ready)``: the child's last message,
+    ``("timeout",)``/``("memory",)`` when the parent killed it, or None when it died without a word; ``ready``:
+    whether it said it had begun this run."""
     memory = int(budget.memory * 2**30)
-    receive, process = child.receive, child.process
     deadline = time.monotonic() + START_SECONDS
+    while child.process is None:  # the zygote is importing TensorFlow
+        started = child.started(POLL_SECONDS)
+        if started is False:
+            return None, False
+        if started is None and time.monotonic() > deadline:
+            return ("timeout",), False  # closing the child ends the zygote that never answered
+    try:
+        child.jobs.send(job)
+    except OSError:  # the child died: found below
+        pass
+    receive, process = child.receive, child.process
     ready = False
     while True:
         if receive.poll(POLL_SECONDS):

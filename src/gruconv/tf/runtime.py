@@ -44,9 +44,11 @@ def quiet_fd2():
         os.close(devnull)
 
 
-def import_quietly(name: str = "tensorflow"):
+def import_quietly(name: str = "tensorflow", probe: bool = True):
     """Import ``name`` (``tensorflow``, ``tf2onnx``: modules that load TensorFlow) with TensorFlow's start-up
-    lines silenced and its device probe done silently.  ImportError is the caller's."""
+    lines silenced and, with ``probe``, its device probe done silently.  Without ``probe`` no device is asked
+    for, so no CUDA driver is initialized: what the bounded runs' zygote needs before it forks
+    (:func:`gruconv.tf.bounded._fork_safe`).  ImportError is the caller's."""
     import importlib
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -55,7 +57,8 @@ def import_quietly(name: str = "tensorflow"):
         module = importlib.import_module(name)
         import tensorflow as tf  # noqa: PLC0415
 
-        tf.config.list_physical_devices()  # CUDA probing logs happen here, silenced
+        if probe:
+            tf.config.list_physical_devices()  # CUDA probing logs happen here, silenced
     logging.getLogger("absl").setLevel(logging.ERROR)
     return module
 
