@@ -351,6 +351,8 @@ def test_fork_safety_sees_cuda_initialized():
     assert out == ["True", "False"]
 
 
+@pytest.mark.slow  # 4 writes and a gruconv process; the quick tier's test_runs_are_forked_from_one_zygote_... keeps the
+# fork itself quick, and every graph writer test of the quick tier writes from a fork
 def test_a_writer_s_bytes_from_a_forked_child_are_a_fresh_interpreter_s(tmp_path, private_tmp, no_kept_child):
     """The reason a writer never reuses a child, and why a fork of the zygote is as good as a new interpreter: the
     SavedModel writer's output is byte for byte the same from two forked children of one zygote and from a
