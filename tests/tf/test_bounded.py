@@ -301,11 +301,26 @@ def test_runs_are_forked_from_one_zygote_that_imported_tensorflow(private_tmp, n
     kept = bounded.run(_facts, imports=("tensorflow",), reuse=True)
     assert kept["parent"] == zygote
     assert not any(Path(f"/proc/{f['pid']}").exists() for f in (first, second))
-    os.kill(zygote, 9)  # the zygote gone (a user's kill): the kept child goes with it, the next run starts both anew
-    time.sleep(0.5)
-    again = bounded.run(_facts, imports=("tensorflow",), reuse=True)
-    assert again["parent"] not in (zygote, os.getpid()) and again["pid"] != kept["pid"]
     assert list(private_tmp.iterdir()) == []
+
+
+def test_a_zygote_that_died_is_replaced_unseen(private_tmp, no_kept_child):
+    """The zygote killed while idle (a user's ``kill``, the OOM killer): its kept child goes with it, and the next
+    run starts both anew and succeeds."""
+    kept = bounded.run(_facts, imports=(), reuse=True)
+    os.kill(kept["parent"], 9)
+    time.sleep(0.5)
+    again = bounded.run(_facts, imports=(), reuse=True)
+    assert again["parent"] not in (kept["parent"], os.getpid()) and again["pid"] != kept["pid"]
+    assert not _running(kept["pid"])
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (not gone, not a zombie: an orphan's zombie stays where init does not reap)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
 
 
 def _facts() -> dict:

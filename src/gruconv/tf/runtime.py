@@ -55,9 +55,9 @@ def import_quietly(name: str = "tensorflow", probe: bool = True):
     with warnings.catch_warnings(), quiet_fd2():
         warnings.simplefilter("ignore")
         module = importlib.import_module(name)
-        import tensorflow as tf  # noqa: PLC0415
-
         if probe:
+            import tensorflow as tf  # noqa: PLC0415
+
             tf.config.list_physical_devices()  # CUDA probing logs happen here, silenced
     logging.getLogger("absl").setLevel(logging.ERROR)
     return module
