@@ -7,14 +7,20 @@ per process."""
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from conftest import ROOT
 
 TESTS = ROOT / "tests"
+
+# xdist_group (docs/testing.md): the module fixture `planted` (a nested pytest on two workers) runs once.
+pytestmark = pytest.mark.xdist_group("test_process_state")
 
 
 def _env():
@@ -66,68 +72,75 @@ def test_collecting_the_gpu_tests_probes_nothing_and_changes_nothing():
     assert "RESULT 0 [] False" in p.stdout, p.stdout[-3000:] + p.stderr[-3000:]
 
 
-def test_xdist_groups_keep_a_module_on_one_worker(tmp_path):
-    """``make test`` relies on ``--dist loadgroup`` to build an ``xdist_group`` module's batched module
-    fixture once (``test_streaming_writer``, ``test_tf1_h5_weights``, ``test_user_models``, ...).  With
-    pytest 9.2 and pytest-xdist 3.8 the mark silently stopped working (pytest-dev/pytest-xdist#1386) and
-    each fixture ran on both workers, ~90 s of the quick tier; ``.ci/constraints.txt`` pins pytest
-    below 9.2.  A planted grouped module beside an ungrouped one, on two workers: its fixture is set up
-    in one process only.  (Without the mark, the same run sets it up on both workers: checked below, so
-    the property is not vacuous.)"""
-    log = tmp_path / "setups.log"
-    body = textwrap.dedent(f"""\
-        import os, time, pytest
-        {{mark}}
-        @pytest.fixture(scope="module")
-        def shared():
-            with open({str(log)!r}, "a") as f:
-                f.write(str(os.getpid()) + "\\n")
-            time.sleep(0.3)
-
-        @pytest.mark.parametrize("n", range(8))
-        def test_uses(shared, n):
-            time.sleep(0.05)
-        """)
-    (tmp_path / "test_other.py").write_text(
-        "import pytest, time\n@pytest.mark.parametrize('n', range(16))\ndef test_z(n):\n    time.sleep(0.05)\n")
-
-    def setups(mark: str) -> set:
-        log.write_text("")
-        (tmp_path / "test_grouped.py").write_text(body.replace("{mark}", mark))
-        p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
-                            "--dist", "loadgroup", "--rootdir", str(tmp_path), str(tmp_path)],
-                           capture_output=True, text=True, env=_env(), cwd=tmp_path, timeout=300)
-        assert p.returncode == 0, p.stdout + p.stderr
-        return set(log.read_text().split())
-
-    assert len(setups('pytestmark = pytest.mark.xdist_group("g")')) == 1
-    assert len(setups("")) == 2
-
-
-def test_every_run_lists_its_slowest_modules(tmp_path):
-    """The quick tier's budget in every run's output (issue 47 item 1; ``tests/module_budget.py``, loaded
-    by ``tests/conftest.py``): a planted suite run with the suite's own conftest, on two xdist workers and
-    in one process.  The modules are ranked by their summed time (a module fixture's set-up included), a
-    module that burns CPU in a child shows it in the CPU column and one that sleeps does not, the option
-    bounds the list, and with workers each one's sum is printed."""
-    (tmp_path / "test_sleeps.py").write_text(
-        "import time, pytest\n@pytest.fixture(scope='module')\ndef built():\n    time.sleep(1.0)\n"
-        "@pytest.mark.parametrize('n', range(3))\ndef test_a(built, n):\n    pass\n")
-    (tmp_path / "test_child_burns.py").write_text(textwrap.dedent("""\
+#: The planted suite of the two tests below, run once on two xdist workers (``planted``): three modules for the
+#: budget table, and two with the same module fixture, one marked ``xdist_group`` and one not.
+PLANTED = {
+    "test_sleeps.py": "import time, pytest\n@pytest.fixture(scope='module')\ndef built():\n    time.sleep(1.0)\n"
+                      "@pytest.mark.parametrize('n', range(3))\ndef test_a(built, n):\n    pass\n",
+    "test_child_burns.py": textwrap.dedent("""\
         import subprocess, sys
         def test_b():
             subprocess.run([sys.executable, "-c",
                             "import time\\nt = time.process_time()\\nwhile time.process_time() - t < 0.6: pass"],
                            check=True)
-        """))
-    (tmp_path / "test_quick.py").write_text("def test_c():\n    pass\n\ndef test_d():\n    pass\n")
+        """),
+    "test_quick.py": "def test_c():\n    pass\n\ndef test_d():\n    pass\n",
+}
+GROUPED = textwrap.dedent("""\
+    import os, time, pytest
+    {mark}
+    @pytest.fixture(scope="module")
+    def shared():
+        with open({log!r}, "a") as f:
+            f.write(str(os.getpid()) + "\\n")
+        time.sleep(0.3)
 
-    def run(*args) -> str:
-        p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "conftest",
-                            "--rootdir", str(tmp_path), *args, str(tmp_path)],
-                           capture_output=True, text=True, env=_env(), cwd=tmp_path, timeout=300)
-        assert p.returncode == 0, p.stdout + p.stderr
-        return p.stdout
+    @pytest.mark.parametrize("n", range(8))
+    def test_uses(shared, n):
+        time.sleep(0.05)
+    """)
+
+
+def _pytest(root, *args) -> str:
+    """pytest on the planted suite in ``root``, with the suite's own conftest (``tests/module_budget.py``)."""
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "conftest",
+                        "--rootdir", str(root), *args, str(root)],
+                       capture_output=True, text=True, env=_env(), cwd=root, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return p.stdout
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    """``(root, stdout)`` of the planted suite run on two workers with ``--dist loadgroup`` (one run serves both
+    tests below: each nested pytest on two workers is three interpreters)."""
+    root = tmp_path_factory.mktemp("planted")
+    for name, text in PLANTED.items():
+        (root / name).write_text(text)
+    for name, mark in (("grouped", 'pytestmark = pytest.mark.xdist_group("g")'), ("ungrouped", "")):
+        (root / f"test_{name}.py").write_text(GROUPED.format(mark=mark, log=str(root / f"{name}.log")))
+    return root, _pytest(root, "-n", "2", "--dist", "loadgroup")
+
+
+def test_xdist_groups_keep_a_module_on_one_worker(planted):
+    """``make test`` relies on ``--dist loadgroup`` to build an ``xdist_group`` module's batched module
+    fixture once (``test_streaming_writer``, ``test_tf1_h5_weights``, ``test_user_models``, ...).  With
+    pytest 9.2 and pytest-xdist 3.8 the mark silently stopped working (pytest-dev/pytest-xdist#1386) and
+    each fixture ran on both workers, ~90 s of the quick tier; ``.ci/constraints.txt`` pins pytest
+    below 9.2.  A planted grouped module beside the same module ungrouped, on two workers: the grouped fixture
+    is set up in one process only, the ungrouped one in both (so the property is not vacuous)."""
+    root, _ = planted
+    assert len(set((root / "grouped.log").read_text().split())) == 1
+    assert len(set((root / "ungrouped.log").read_text().split())) == 2
+
+
+def test_every_run_lists_its_slowest_modules(planted):
+    """The quick tier's budget in every run's output (issue 47 item 1; ``tests/module_budget.py``, loaded
+    by ``tests/conftest.py``): a planted suite run with the suite's own conftest, on two xdist workers and
+    in one process.  The modules are ranked by their summed time (a module fixture's set-up included), a
+    module that burns CPU in a child shows it in the CPU column and one that sleeps does not, the option
+    bounds the list, and with workers each one's sum is printed."""
+    root, out = planted
 
     def rows(out: str) -> dict:
         head = out.index("test modules (setup + call + teardown summed")
@@ -139,14 +152,15 @@ def test_every_run_lists_its_slowest_modules(tmp_path):
             table[parts[3]] = (float(parts[0]), float(parts[1]), int(parts[2]))
         return table, out[head:]
 
-    table, text = rows(run("-n", "2", "--dist", "loadgroup"))
-    assert sorted(table) == ["test_child_burns.py", "test_quick.py", "test_sleeps.py"], text
+    table, text = rows(out)
+    assert sorted(table) == sorted([*PLANTED, "test_grouped.py", "test_ungrouped.py"]), text
     assert list(table).index("test_sleeps.py") < list(table).index("test_quick.py"), text   # ranked by time
     assert table["test_sleeps.py"][0] >= 1.0 and table["test_sleeps.py"][2] == 3, text
     assert table["test_child_burns.py"][1] >= 0.5, text   # the child's CPU is charged to its test
     assert table["test_sleeps.py"][1] < 0.5, text         # sleeping costs none
-    assert "all 3 modules" in text and "per worker (summed wall s of its tests): gw0 " in text and " gw1 " in text
+    assert "all 5 modules" in text and "per worker (summed wall s of its tests): gw0 " in text and " gw1 " in text
 
-    table, text = rows(run("-n", "0", "--slowest-modules", "1", "-k", "not test_b"))
+    run = functools.partial(_pytest, root)
+    table, text = rows(run("-n", "0", "--slowest-modules", "1", "-k", "not test_b and not test_uses"))
     assert list(table) == ["test_sleeps.py"] and "all 2 modules" in text, text
     assert "per worker" not in text
