@@ -732,9 +732,14 @@ def _npy(arr, allow_pickle=False) -> bytes:
     return buf.getvalue()
 
 
+#: Bytes of corpus files that are slow to make and the same every time, made once per process.
+_MADE: dict = {}
+
+
 def _hostile_files(dest: Path, add) -> None:
     """FIFOs, devices, sparse and oversized files, escaping ``checkpoint`` paths, outputs that are
     inputs, control characters in names, JSON/npz bombs, batch discovery traps (``gruconv.files.inputs``)."""
+    import io
     import zipfile
 
     x = dest / "x"
@@ -886,12 +891,16 @@ def _hostile_files(dest: Path, add) -> None:
     add("x_verify_inputs_npz_header_claims_huge", SEQ, command="verify", output="none",
         extra=("--inputs", str(v / "header_huge.npz")), watch=(v / "header_huge.npz",), **L,
         note="the .npy header claims 4 TiB; 64 bytes follow")
-    with zipfile.ZipFile(v / "bomb.npz", "w", zipfile.ZIP_DEFLATED, compresslevel=9) as z:
-        with z.open("x.npy", "w", force_zip64=True) as m:
-            m.write(npy_header((2**26,)))
-            chunk = bytes(2**20)
-            for _ in range(256):
-                m.write(chunk)
+    if "bomb.npz" not in _MADE:  # deflating 256 MiB is 1.5 s: once per process (collection, then the fixture)
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as z:
+            with z.open("x.npy", "w", force_zip64=True) as m:
+                m.write(npy_header((2**26,)))
+                chunk = bytes(2**20)
+                for _ in range(256):
+                    m.write(chunk)
+        _MADE["bomb.npz"] = buf.getvalue()
+    (v / "bomb.npz").write_bytes(_MADE["bomb.npz"])
     add("x_verify_inputs_npz_deflate_bomb", SEQ, command="verify", output="none",
         extra=("--inputs", str(v / "bomb.npz")), watch=(v / "bomb.npz",), **L,
         note="256 MiB of zeros deflated past 1000:1")

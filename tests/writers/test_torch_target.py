@@ -27,9 +27,23 @@ from gruconv.writers.torch import safetensors as torch_target
 from gruconv.errors import InputError, OutputError
 from gruconv.verify.reference.oracle import run_stack
 
-import torch  # noqa: E402 - the [torch] extra, in `dev`: these tests need it and never skip
-
 import gruconv.torch as gtorch  # noqa: E402
+
+# xdist_group (docs/testing.md): one worker imports torch for this module, not both (3.3 s each).
+pytestmark = pytest.mark.xdist_group("test_torch_target")
+
+#: torch, imported by the module fixture below, not at collection: every worker collects every module, and
+#: importing torch was 3.3 of a worker's 10.6 s collection (issue 47).  The [torch] extra is in `dev`: these tests
+#: need it and never skip.
+torch = None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _torch():
+    global torch
+    import torch as t
+
+    torch = t
 
 ROOT = Path(__file__).resolve().parents[2]
 OTHER = {"global_step": np.array(1234, np.int64), "dense/kernel": np.arange(6, dtype=np.float32).reshape(2, 3),
