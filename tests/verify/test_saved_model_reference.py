@@ -54,6 +54,8 @@ def test_plain_gru_lstm_saved_model_converts_and_predicts_what_tensorflow_serves
     np.testing.assert_allclose(got, _served(x), rtol=0, atol=1e-6)
 
 
+@pytest.mark.slow  # a second verify of the 885-function SavedModel (issue 47); the quick tier keeps the row's failing
+# half (the planted bias below) and the served-vs-converted comparison itself (the test above)
 def test_verify_runs_the_served_saved_model(tmp_path, converted):
     res = run("verify", PLAIN, converted, "--json", tmp_path / "r.json")
     assert res.exit_code == 0, res.output
