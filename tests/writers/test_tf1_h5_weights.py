@@ -1,6 +1,6 @@
 """TF1 checkpoint -> legacy-layout Keras weights (``gruconv convert CKPT out.h5``, issue 10).
 
-Independent reference: tf_keras.  In a subprocess with ``TF_USE_LEGACY_KERAS=1`` the model the
+Independent reference: tf_keras.  In tf_keras (in the test's process, as verify's tf_keras row runs it) the model the
 ``.keras`` output describes is rebuilt by hand -- ``Input((None, input_size))`` then per layer
 ``GRU``/``LSTM(units, return_sequences=True, reset_after=True, recurrent_activation="sigmoid")``,
 wrapped in ``Bidirectional(..., merge_mode="concat")`` for a bidirectional stack, with
@@ -14,10 +14,6 @@ equal Keras 3 ``load_model(out.keras).predict`` (1e-5).  Keras 3's ``load_weight
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import h5py
@@ -40,35 +36,44 @@ CASES = {
 }
 TOL = 1e-5
 
-TF_KERAS_SCRIPT = r'''
-import json, os, sys, traceback
-os.environ["TF_USE_LEGACY_KERAS"] = "1"
-os.environ["CUDA_VISIBLE_DEVICES"] = ""
-import numpy as np
-import tf_keras as k
+def _tf_keras_outputs(jobs: list) -> None:
+    """tf_keras in this process (as verify's tf_keras row imports it: :mod:`gruconv.verify.reference.keras2`): per
+    job the architecture rebuilt by hand, ``load_weights`` of the ``.h5`` output, ``predict`` saved (an error saved
+    as text, which the test reading it reports).  In-process: a child interpreter importing TensorFlow and tf_keras
+    for this was ~8 CPU s of the quick tier (issue 47); the reference is independent of gruconv's code, not of the
+    process."""
+    import traceback
 
-jobs = json.load(open(sys.argv[1]))
-for job in jobs:
-    try:
-        inp = k.Input((None, job["input"]), name="inputs")
-        x = inp
-        for layer in range(job["layers"]):
-            name = "%s_l%d" % (job["base"], layer)
-            cls = k.layers.LSTM if job["cell"] == "lstm" else k.layers.GRU
-            opts = dict(return_sequences=True, recurrent_activation="sigmoid", activation="tanh")
-            if job["cell"] == "gru":
-                opts["reset_after"] = True
-            if job["bidir"]:
-                x = k.layers.Bidirectional(cls(job["units"], **opts), merge_mode="concat", name=name)(x)
-            else:
-                x = cls(job["units"], name=name, **opts)(x)
-        model = k.Model(inp, x)
-        model.load_weights(job["h5"])
-        y = model.predict(np.load(job["x"]), verbose=0)
-        np.save(job["out"], y)
-    except Exception:
-        open(job["out"] + ".error", "w").write(traceback.format_exc())
-'''
+    from gruconv.keras3.runtime import import_quietly
+
+    k = import_quietly("tf_keras")
+    built = {}  # one model per architecture: the planted file's weights load into the clean file's model
+    for job in jobs:
+        try:
+            arch = tuple(job[key] for key in ("cell", "input", "units", "layers", "bidir", "base"))
+            if arch in built:
+                model = built[arch]
+                model.load_weights(job["h5"])
+                np.save(job["out"], model.predict(np.load(job["x"]), verbose=0))
+                continue
+            inp = k.Input((None, job["input"]), name="inputs")
+            x = inp
+            for layer in range(job["layers"]):
+                name = "%s_l%d" % (job["base"], layer)
+                cls = k.layers.LSTM if job["cell"] == "lstm" else k.layers.GRU
+                opts = dict(return_sequences=True, recurrent_activation="sigmoid", activation="tanh")
+                if job["cell"] == "gru":
+                    opts["reset_after"] = True
+                if job["bidir"]:
+                    x = k.layers.Bidirectional(cls(job["units"], **opts), merge_mode="concat", name=name)(x)
+                else:
+                    x = cls(job["units"], name=name, **opts)(x)
+            model = built[arch] = k.Model(inp, x)
+            model.load_weights(job["h5"])
+            np.save(job["out"], model.predict(np.load(job["x"]), verbose=0))
+        except Exception:  # noqa: BLE001 - the test that reads this output fails with it
+            Path(job["out"] + ".error").write_text(traceback.format_exc())
+
 
 def _keras3_outputs(jobs: list) -> None:
     """Keras 3 in this process (the worker's own, TensorFlow backend): ``load_model`` of the ``.keras`` output and
@@ -90,15 +95,6 @@ def _keras3_outputs(jobs: list) -> None:
                 np.save(job["out"] + "_" + kind + ".npy", fresh.predict(x, verbose=0))
             except Exception:  # noqa: BLE001 - the test that reads this output fails with it
                 Path(job["out"] + "_" + kind + ".error").write_text(traceback.format_exc())
-
-
-def _run(script: str, jobs: list, tmp: Path, tag: str) -> None:
-    (tmp / f"{tag}.py").write_text(script)
-    (tmp / f"{tag}.json").write_text(json.dumps(jobs))
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    proc = subprocess.run([sys.executable, str(tmp / f"{tag}.py"), str(tmp / f"{tag}.json")],
-                          capture_output=True, text=True, env=env, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
 
 
 def _perturb(src: Path, dst: Path, delta: float = 0.05) -> str:
@@ -155,7 +151,7 @@ def results(tmp_path_factory, request):
         tfk_jobs.append(dict(arch, h5=str(h5), out=str(d / "tfk.npy")))
         tfk_jobs.append(dict(arch, h5=str(planted), out=str(d / "tfk_planted.npy")))
         k3_jobs.append(dict(x=str(d / "x.npy"), keras=str(kf), h5=str(h5), weights_h5=str(wh5), out=str(d / "k3")))
-    _run(TF_KERAS_SCRIPT, tfk_jobs, tmp, "tfk")
+    _tf_keras_outputs(tfk_jobs)
     _keras3_outputs(k3_jobs)
     return tmp, files
 
