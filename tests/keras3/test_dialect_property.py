@@ -87,6 +87,14 @@ QUICK_GROUPS = {5201: ["bytes_config", "lr_training_config", "no_time_major", "o
                        "hard_sigmoid_dense", "bare_layer_list"]}
 
 
+#: The quick cases ``gruconv verify`` also runs on (with the corpus files): a whole model, a weights file, and the
+#: six formerly-open mutations together.  Every quick case is converted, loaded by plain ``load_model`` and run
+#: against tf_keras; verify of the rest is the slow profile's (issue 47: ~2 s a case, one worker), and verify of
+#: dialect files stays quick in ``tests/keras3/test_dialects.py``.
+QUICK_VERIFY = {"s7000-base", "s7001-base", "s5301-init_dtype+later_batch_input_shape+nameless_custom+hard_sigmoid_rnn"
+                "+hard_sigmoid_dense+bare_layer_list"}
+
+
 def _quick_cases() -> list:
     # two unmutated models without a BASE_FEATURE, and one with (7020: a nested Functional in a Sequential)
     cases = [dc.plan_case(7000, kinds=[], save="model"), dc.plan_case(7001, kinds=[], save="weights"),
@@ -102,7 +110,8 @@ def _quick_cases() -> list:
     for kind in DISCARDED_BY_TF_KERAS:
         cases.append(dc.plan_case(SEED0 - 1, kinds=[kind]))
     cases += [c for c in dc.corpus_cases() if c["corpus"] in QUICK_CORPUS]
-    return cases
+    assert QUICK_VERIFY <= {c["id"] for c in cases}, QUICK_VERIFY - {c["id"] for c in cases}  # a renamed case
+    return [dict(c, verify=c["id"] in QUICK_VERIFY or bool(c.get("corpus"))) for c in cases]
 
 
 #: The files of real older writers the quick tier runs: one whole model, one weights file (issue 47: each is a
