@@ -468,21 +468,28 @@ class _Child:
                 pass
 
 
-#: The zygote kept for the next run (:func:`run`): at most one, in the process that started it.
+#: The zygotes kept for the next runs (:func:`run`), by key, least recently used first, in the process that
+#: started them.
 _zygotes: dict = {}
+#: How many zygotes a process keeps.  Two, not one: a process that alternates between two keys (a test module's
+#: plain-function runs, ``imports=()``, beside graph runs; a changed ``KERAS_BACKEND``) would otherwise import
+#: TensorFlow again at every switch.  An idle zygote holding TensorFlow is ~0.4 GB resident, shared copy-on-write
+#: with its children.
+MAX_ZYGOTES = 2
 
 
 def _zygote(imports: tuple, key, keep: bool) -> _Zygote:
-    """A zygote for ``key`` (the kept one, if alive; else a new one, kept when ``keep``)."""
+    """A zygote for ``key`` (the kept one, if alive; else a new one, kept when ``keep``; the least recently used
+    beyond :data:`MAX_ZYGOTES` ended)."""
     zygote = _zygotes.pop(key, None)
     if zygote is not None and not zygote.alive():
         zygote.close()
         zygote = None
-    while _zygotes:  # at most one: another key's is of no use now
-        _zygotes.popitem()[1].close()
     zygote = zygote or _Zygote(imports, key)
     if keep:
         _zygotes[key] = zygote
+        while len(_zygotes) > MAX_ZYGOTES:
+            _zygotes.pop(next(iter(_zygotes))).close()
     return zygote
 
 
