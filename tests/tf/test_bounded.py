@@ -399,3 +399,15 @@ def test_a_writer_s_bytes_from_a_forked_child_are_a_fresh_interpreter_s(tmp_path
     a = _digest(outs[0])
     assert a and _digest(outs[1]) == a == _digest(cli) == _digest(outs[2])
     assert _digest(outs[3]) != a
+
+
+def test_a_run_sees_the_parent_s_working_directory_now(tmp_path, monkeypatch, no_kept_child):
+    """A zygote or a kept child started in another directory: each run takes the parent's working directory of the
+    moment (found by the slow tier: ``convert DIR --out-dir`` of relative paths after a ``chdir``, and the README's
+    ``convert fixtures/graphs/keras3_export cpu_model``, read their inputs from the zygote's directory and failed)."""
+    bounded.run(os.getcwd, imports=(), reuse=True)  # a zygote and a kept child, started here
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        monkeypatch.chdir(tmp_path / d)
+        assert bounded.run(os.getcwd, imports=()) == str(tmp_path / d)
+        assert bounded.run(os.getcwd, imports=(), reuse=True) == str(tmp_path / d)

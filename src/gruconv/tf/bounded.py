@@ -273,9 +273,14 @@ def _child(conn, jobs, memory: int, parent: int) -> None:
 
     while True:
         try:
-            fn, args, scratch = jobs.recv()
+            fn, args, scratch, cwd = jobs.recv()
         except (EOFError, OSError):
             return  # the parent is done with this child
+        try:
+            if cwd is not None:
+                os.chdir(cwd)  # the parent's now: a zygote or a kept child started in another (relative paths)
+        except OSError:
+            pass  # gone: the run's own paths say so
         _to_scratch(scratch)
         conn.send(("ready",))
         try:
@@ -602,7 +607,7 @@ def run(fn, *args, budget=None, path=None, doing: str = "on probe inputs", impor
                         child.close()
                     zygote = _zygote(imports, key[1:], keep=main)
                     child = _Child(zygote, memory, key)
-                message, ready = _wait(child, (fn, args, str(scratch)), budget)
+                message, ready = _wait(child, (fn, args, str(scratch), _cwd()), budget)
                 if message is None and not ready and not fresh:
                     continue  # a kept child that died before this run began: start a fresh one
                 break
@@ -641,6 +646,14 @@ def run(fn, *args, budget=None, path=None, doing: str = "on probe inputs", impor
     code = child.returncode()
     how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit status {code}"
     raise UnsupportedError(f"TensorFlow crashed running the graph {doing} ({how}); nothing written", path=path)
+
+
+def _cwd():
+    """This process's working directory, which a child takes for each run (None where it was removed)."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
 
 
 def _wait(child: _Child, job: tuple, budget):
