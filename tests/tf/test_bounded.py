@@ -411,3 +411,18 @@ def test_a_run_sees_the_parent_s_working_directory_now(tmp_path, monkeypatch, no
         monkeypatch.chdir(tmp_path / d)
         assert bounded.run(os.getcwd, imports=()) == str(tmp_path / d)
         assert bounded.run(os.getcwd, imports=(), reuse=True) == str(tmp_path / d)
+
+
+def test_a_changed_tmpdir_keeps_the_zygote_and_the_kept_child(tmp_path, monkeypatch, no_kept_child):
+    """Every run sets its own ``TMPDIR`` (the scratch directory the parent made for it), so a caller's changed
+    ``TMPDIR`` is no reason for a new zygote or child (test_bounded's fixture changes it for every test: each
+    started a zygote importing TensorFlow); the run's temporary files still land under the caller's new one."""
+    first = bounded.run(_facts, imports=(), reuse=True)
+    for d in ("t1", "t2"):
+        (tmp_path / d).mkdir()
+        monkeypatch.setenv("TMPDIR", str(tmp_path / d))
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / d))
+        assert bounded.run(_facts, imports=(), reuse=True) == first
+        assert bounded.run(_facts, imports=())["parent"] == first["parent"]
+        made = Path(bounded.run(tempfile.mkdtemp, imports=(), reuse=True))
+        assert made.parent.parent == tmp_path / d

@@ -516,9 +516,12 @@ _warm: dict = {}
 #: a graph's params were evaluated, while the child set them on its own import (``TF_CPP_MIN_LOG_LEVEL`` and
 #: ``TF_ENABLE_ONEDNN_OPTS`` it sets itself, :func:`_zygote_main`).  Measured before this list: ``convert GRAPH m.keras
 #: --verify`` started a second child for the same graph because these nine had appeared in the parent.
-_KEY_IGNORES = frozenset({"PYTEST_CURRENT_TEST", "ENABLE_RUNTIME_UPTIME_TELEMETRY", "HDF5_PLUGIN_PATH", "TF2_BEHAVIOR",
-                          "TPU_ML_PLATFORM", "TPU_ML_PLATFORM_VERSION", "TPU_SKIP_MDS_QUERY", "TF_CPP_MIN_LOG_LEVEL",
-                          "TF_ENABLE_ONEDNN_OPTS"})
+#: ``TMPDIR`` too: every run sets its own, the scratch directory the parent made for it (:func:`_to_scratch`), so
+#: the one a zygote or a kept child started with is never used (a caller changing it, as test_bounded's fixture
+#: does for each test, started a zygote importing TensorFlow each time).
+_KEY_IGNORES = frozenset({"TMPDIR", "PYTEST_CURRENT_TEST", "ENABLE_RUNTIME_UPTIME_TELEMETRY", "HDF5_PLUGIN_PATH",
+                          "TF2_BEHAVIOR", "TPU_ML_PLATFORM", "TPU_ML_PLATFORM_VERSION", "TPU_SKIP_MDS_QUERY",
+                          "TF_CPP_MIN_LOG_LEVEL", "TF_ENABLE_ONEDNN_OPTS"})
 
 
 def _key(memory: int, imports: tuple):
