@@ -426,3 +426,17 @@ def test_a_changed_tmpdir_keeps_the_zygote_and_the_kept_child(tmp_path, monkeypa
         assert bounded.run(_facts, imports=())["parent"] == first["parent"]
         made = Path(bounded.run(tempfile.mkdtemp, imports=(), reuse=True))
         assert made.parent.parent == tmp_path / d
+
+
+def test_a_run_in_another_thread_has_its_own_zygote(private_tmp, no_kept_child):
+    """The kept zygote's socket carries one request at a time: a run from a thread other than the main one gets a
+    zygote of its own (ended after the run: its parent-death signal is that thread's), and the main thread's stays."""
+    import threading
+
+    kept = bounded.run(_facts, imports=())
+    got = {}
+    t = threading.Thread(target=lambda: got.update(bounded.run(_facts, imports=())))
+    t.start()
+    t.join(120)
+    assert got and got["parent"] not in (kept["parent"], os.getpid()) and not _running(got["parent"])
+    assert bounded.run(_facts, imports=())["parent"] == kept["parent"]

@@ -204,8 +204,9 @@ def _fork_safe() -> bool:
     """Whether a fork of this process (TensorFlow imported, no graph run) can run TensorFlow: one thread (a fork
     copies only the calling thread, and a lock another thread held stays held in the copy), and no CUDA driver
     initialized (after ``cuInit`` in the parent, CUDA fails in a forked child: ``CUDA_ERROR_NOT_INITIALIZED``,
-    tensorflow/tensorflow#57877).  Importing TensorFlow does not initialize CUDA, listing its devices does
-    (:func:`gruconv.tf.runtime.import_quietly`'s ``probe``); ``cuDeviceGetCount`` answers
+    tensorflow/tensorflow#57877).  Listing TensorFlow's devices initializes CUDA, so the zygote imports without it
+    (:func:`gruconv.tf.runtime.import_quietly`'s ``probe``); whether ``import tensorflow`` alone does on a GPU
+    machine is not measured (no machine here has both), and this probe is what decides: ``cuDeviceGetCount`` answers
     ``CUDA_ERROR_NOT_INITIALIZED`` (3) before ``cuInit`` (CUDA Driver API, "Initialization"), and where no driver
     loads there is nothing to initialize.  Where ``/proc`` cannot say how many threads there are: not safe."""
     try:
@@ -410,6 +411,8 @@ class _Forked:
             if self.zygote.process.poll() is None:
                 self.zygote.ask(("reap", self.pid))
                 answer = self.zygote.answer(60.0)
+                if answer is None or answer[0] != "reaped":
+                    _drop(self.zygote)  # no answer in time: a late one would be read as the next request's
             self.returncode = answer[1] if answer and answer[0] == "reaped" and answer[1] is not None \
                 else -signal.SIGKILL
         return self.returncode
@@ -484,17 +487,19 @@ MAX_ZYGOTES = 2
 
 
 def _zygote(imports: tuple, key, keep: bool) -> _Zygote:
-    """A zygote for ``key`` (the kept one, if alive; else a new one, kept when ``keep``; the least recently used
-    beyond :data:`MAX_ZYGOTES` ended)."""
+    """A zygote for ``key``: with ``keep`` (the main thread), the kept one if alive, else a new one kept (the least
+    recently used beyond :data:`MAX_ZYGOTES` ended); without, a new one of the caller's own, which it ends after
+    its run.  Why not share the kept one with another thread: its socket carries one request and its answer at a
+    time, and two threads asking at once would read each other's answers."""
+    if not keep:
+        return _Zygote(imports, key)
     zygote = _zygotes.pop(key, None)
     if zygote is not None and not zygote.alive():
         zygote.close()
         zygote = None
-    zygote = zygote or _Zygote(imports, key)
-    if keep:
-        _zygotes[key] = zygote
-        while len(_zygotes) > MAX_ZYGOTES:
-            _zygotes.pop(next(iter(_zygotes))).close()
+    zygote = _zygotes[key] = zygote or _Zygote(imports, key)
+    while len(_zygotes) > MAX_ZYGOTES:
+        _zygotes.pop(next(iter(_zygotes))).close()
     return zygote
 
 
@@ -514,8 +519,8 @@ _warm: dict = {}
 #: ``tensorflow/__init__.py``, TensorFlow's Keras saving modules, :mod:`gruconv.keras3.runtime`): the parent
 #: gains them between two runs when it imports TensorFlow or Keras for itself, as ``convert --verify`` does after
 #: a graph's params were evaluated, while the child set them on its own import (``TF_CPP_MIN_LOG_LEVEL`` and
-#: ``TF_ENABLE_ONEDNN_OPTS`` it sets itself, :func:`_zygote_main`).  Measured before this list: ``convert GRAPH m.keras
-#: --verify`` started a second child for the same graph because these nine had appeared in the parent.
+#: ``TF_ENABLE_ONEDNN_OPTS`` it sets itself, :func:`_zygote_main`).  Measured before this list: ``convert GRAPH
+#: m.keras --verify`` started a second child for the same graph because these nine had appeared in the parent.
 #: ``TMPDIR`` too: every run sets its own, the scratch directory the parent made for it (:func:`_to_scratch`), so
 #: the one a zygote or a kept child started with is never used (a caller changing it, as test_bounded's fixture
 #: does for each test, started a zygote importing TensorFlow each time).
@@ -539,8 +544,8 @@ def _key(memory: int, imports: tuple):
 
 
 def release(zygote: bool = True) -> None:
-    """End the kept child, if any, and the zygote unless ``zygote`` is False (at exit, and for a long-lived process
-    that is done with graphs)."""
+    """End the kept child, if any, and the kept zygotes unless ``zygote`` is False (at exit, and for a long-lived
+    process that is done with graphs)."""
     while _warm:
         _, child = _warm.popitem()
         child.close()
