@@ -97,7 +97,11 @@ GROUPED = textwrap.dedent("""\
 
     @pytest.mark.parametrize("n", range(8))
     def test_uses(shared, n):
-        time.sleep(0.05)
+        with open({log!r} + ".tests", "a") as f:
+            f.write(str(os.getpid()) + "\\n")
+        end = time.monotonic() + ({wait})
+        while time.monotonic() < end and len(set(open({log!r} + ".tests").read().split())) < 2:
+            time.sleep(0.05)
     """)
 
 
@@ -117,8 +121,10 @@ def planted(tmp_path_factory):
     root = tmp_path_factory.mktemp("planted")
     for name, text in PLANTED.items():
         (root / name).write_text(text)
-    for name, mark in (("grouped", 'pytestmark = pytest.mark.xdist_group("g")'), ("ungrouped", "")):
-        (root / f"test_{name}.py").write_text(GROUPED.format(mark=mark, log=str(root / f"{name}.log")))
+    # the ungrouped module's tests wait (up to 60 s) until both workers have run one of them: which worker is free
+    # when they are handed out is timing, and under load one worker once took all eight (the property then vacuous)
+    for name, mark, wait in (("grouped", 'pytestmark = pytest.mark.xdist_group("g")', 0), ("ungrouped", "", 60)):
+        (root / f"test_{name}.py").write_text(GROUPED.format(mark=mark, log=str(root / f"{name}.log"), wait=wait))
     return root, _pytest(root, "-n", "2", "--dist", "loadgroup")
 
 
