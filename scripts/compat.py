@@ -520,6 +520,10 @@ def convert_worker(args):
         results[job["name"]] = {"code": res.exit_code, "output": output[-4000:], "s": round(time.time() - t, 2),
                                 "out": out}
         print(f"{job['name']}: exit {res.exit_code} ({time.time() - t:.1f} s)", file=sys.stderr, flush=True)
+        if res.exit_code in (130, 143):
+            # the CLI turned SIGINT/SIGTERM into its exit code (gruconv.signals) and CliRunner handed it back:
+            # this loop must stop too, or a killed `make compat` leaves this worker converting the rest (seen)
+            sys.exit(res.exit_code)
     Path(args.worker_out).write_text(json.dumps(results, indent=1))
 
 
