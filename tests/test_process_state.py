@@ -98,9 +98,11 @@ GROUPED = textwrap.dedent("""\
     @pytest.mark.parametrize("n", range(8))
     def test_uses(shared, n):
         with open({log!r} + ".tests", "a") as f:
-            f.write(str(os.getpid()) + "\\n")
-        end = time.monotonic() + ({wait})
-        while time.monotonic() < end and len(set(open({log!r} + ".tests").read().split())) < 2:
+            f.write(f"{{os.getpid()}} {{time.time()}}\\n")
+        while True:
+            rows = [ln.split() for ln in open({log!r} + ".tests").read().splitlines()]
+            if len({{pid for pid, _ in rows}}) >= 2 or time.time() > min(float(t) for _, t in rows) + ({wait}):
+                break
             time.sleep(0.05)
     """)
 
@@ -121,9 +123,10 @@ def planted(tmp_path_factory):
     root = tmp_path_factory.mktemp("planted")
     for name, text in PLANTED.items():
         (root / name).write_text(text)
-    # the ungrouped module's tests wait (up to 60 s) until both workers have run one of them: which worker is free
-    # when they are handed out is timing, and under load one worker once took all eight (the property then vacuous)
-    for name, mark, wait in (("grouped", 'pytestmark = pytest.mark.xdist_group("g")', 0), ("ungrouped", "", 60)):
+    # the ungrouped module's tests wait until both workers have run one of them (at most 30 s after the first began,
+    # all eight together): which worker is free when they are handed out is timing, and under load one worker once
+    # took all eight (the property then vacuous)
+    for name, mark, wait in (("grouped", 'pytestmark = pytest.mark.xdist_group("g")', 0), ("ungrouped", "", 30)):
         (root / f"test_{name}.py").write_text(GROUPED.format(mark=mark, log=str(root / f"{name}.log"), wait=wait))
     return root, _pytest(root, "-n", "2", "--dist", "loadgroup")
 

@@ -65,8 +65,8 @@ def test_a_hostile_graph_to_a_saved_model_is_one_line_exit_3(name, tmp_path, pri
     before = _digest(HOSTILE / name)
     out = tmp_path / "out"
     # the endless loop always ends by its budget, so 2 s proves the same as 5 (the others need 5 on a loaded machine)
-    budget = ["--graph-timeout", "2"] if name == "endless_loop" else []
-    r = CliRunner().invoke(cli, ["convert", str(HOSTILE / name), str(out), *SMALL, *budget])
+    bounds = ["--graph-timeout", "2", "--graph-memory", "2"] if name == "endless_loop" else SMALL
+    r = CliRunner().invoke(cli, ["convert", str(HOSTILE / name), str(out), *bounds])
     _one_line_exit_3(r, SAVED_MODEL_CASES[name])
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["tmp"]
     assert list(private_tmp.iterdir()) == []
